@@ -1,0 +1,62 @@
+"""reprorl agents: algorithms, networks, buffers and environments, knowing nothing of benchmarks.
+
+    spec = agents.envs.env_spec("Pendulum-v1")
+    algo = agents.make("sac", spec, {"learning_starts": 1000}, total_steps=20_000, seed=0)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from agents.algos import PPO, SAC
+from agents.api import Acted, Algorithm, ConfigError, Hyperparameters, Transitions, suggest
+from agents.envs import EnvSpec
+
+#: every algorithm by its registry name
+ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (PPO, SAC)}
+
+
+def algorithm_class(name: str) -> type[Algorithm]:
+    """The class registered as ``name``; ConfigError naming the choices otherwise."""
+    try:
+        return ALGORITHMS[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown algorithm {name!r}{suggest(name, ALGORITHMS)}; available: {', '.join(sorted(ALGORITHMS))}"
+        ) from None
+
+
+def resolve_config(name: str, overrides: Mapping[str, Any] | None = None) -> Hyperparameters:
+    """The algorithm's published defaults with ``overrides`` applied and validated."""
+    return algorithm_class(name).Config.from_dict(overrides)
+
+
+def make(
+    name: str,
+    env_spec: EnvSpec,
+    hyperparameters: Mapping[str, Any] | Hyperparameters | None = None,
+    *,
+    total_steps: int,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+) -> Algorithm:
+    """Build algorithm ``name`` for ``env_spec``; ``total_steps`` sizes schedules (e.g. LR annealing)."""
+    cls = algorithm_class(name)
+    config = hyperparameters if isinstance(hyperparameters, cls.Config) else cls.Config.from_dict(hyperparameters)
+    return cls(env_spec, config, total_steps=total_steps, device=device, seed=seed)
+
+
+__all__ = [
+    "ALGORITHMS",
+    "Acted",
+    "Algorithm",
+    "ConfigError",
+    "EnvSpec",
+    "Hyperparameters",
+    "Transitions",
+    "algorithm_class",
+    "make",
+    "resolve_config",
+]

@@ -1,0 +1,198 @@
+"""Environments: spec from gymnasium spaces, seeded vector envs, normalization statistics.
+
+Vector envs use gymnasium's SAME_STEP autoreset: when a sub-env's episode ends, ``step``
+returns the first observation of its next episode and puts the final one in
+``info["final_obs"]``. ``true_next_obs`` recovers the final observation for bootstrapping.
+Normalization uses gymnasium's vector wrappers; their running statistics are exported with
+``normalization_state`` (for checkpoints) and can be frozen for evaluation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import gymnasium.wrappers.vector as vector_wrappers
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from agents.api import ConfigError, suggest
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """Shapes and bounds of an environment, read from its gymnasium spaces."""
+
+    env_id: str
+    observation_shape: tuple[int, ...]
+    discrete: bool
+    action_shape: tuple[int, ...]  # () for discrete actions
+    num_actions: int  # discrete: number of actions; continuous: action dimension
+    action_low: tuple[float, ...] | None  # continuous only
+    action_high: tuple[float, ...] | None
+    max_episode_steps: int | None
+
+    @classmethod
+    def from_spaces(
+        cls,
+        env_id: str,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        max_episode_steps: int | None = None,
+    ) -> "EnvSpec":
+        if not isinstance(observation_space, gym.spaces.Box):
+            raise ConfigError(f"{env_id}: observation space {observation_space} is not a Box")
+        if isinstance(action_space, gym.spaces.Discrete):
+            return cls(env_id, tuple(observation_space.shape), True, (), int(action_space.n), None, None, max_episode_steps)
+        if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+            return cls(
+                env_id,
+                tuple(observation_space.shape),
+                False,
+                tuple(action_space.shape),
+                int(action_space.shape[0]),
+                tuple(float(x) for x in action_space.low),
+                tuple(float(x) for x in action_space.high),
+                max_episode_steps,
+            )
+        raise ConfigError(f"{env_id}: action space {action_space} is neither Discrete nor a 1-D Box")
+
+    def describe(self) -> str:
+        actions = f"Discrete({self.num_actions})" if self.discrete else f"Box({self.num_actions},)"
+        return f"obs {self.observation_shape}, actions {actions}, max steps {self.max_episode_steps}"
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise ConfigError naming close matches if gymnasium does not know ``env_id``."""
+    if env_id not in gym.registry:
+        raise ConfigError(f"unknown environment {env_id!r}{suggest(env_id, gym.registry.keys())}")
+
+
+def env_spec(env_id: str) -> EnvSpec:
+    """The EnvSpec of a registered gymnasium environment (builds it once)."""
+    check_env_id(env_id)
+    env = gym.make(env_id)
+    try:
+        return EnvSpec.from_spaces(env_id, env.observation_space, env.action_space, env.spec.max_episode_steps)
+    finally:
+        env.close()
+
+
+def make_vector_env(
+    env_id: str,
+    num_envs: int,
+    *,
+    normalize_observations: bool = False,
+    normalize_rewards: bool = False,
+    gamma: float = 0.99,
+    clip_observations: float = 10.0,
+    clip_rewards: float = 10.0,
+) -> gym.vector.VectorEnv:
+    """A sync vector env with episode statistics on raw rewards, then optional normalization.
+
+    Seed it with ``envs.reset(seed=s)``: sub-env i gets seed s + i.
+    """
+    check_env_id(env_id)
+    envs = gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+    )
+    envs = vector_wrappers.RecordEpisodeStatistics(envs)  # innermost: returns are unscaled
+    if normalize_observations:
+        envs = ClippedNormalizeObservation(envs, clip=clip_observations)
+    if normalize_rewards:
+        envs = vector_wrappers.NormalizeReward(envs, gamma=gamma)
+        envs = vector_wrappers.ClipReward(envs, -clip_rewards, clip_rewards)
+    return envs
+
+
+class ClippedNormalizeObservation(vector_wrappers.NormalizeObservation):
+    """gymnasium's running-mean/std observation normalization, then clipping to [-clip, clip]."""
+
+    def __init__(self, env: gym.vector.VectorEnv, clip: float = 10.0, epsilon: float = 1e-8):
+        super().__init__(env, epsilon=epsilon)
+        self.clip = clip
+
+    def observations(self, observations: np.ndarray) -> np.ndarray:
+        return np.clip(super().observations(observations), -self.clip, self.clip)
+
+    def normalize_without_update(self, observations: np.ndarray) -> np.ndarray:
+        rms = self.obs_rms
+        normalized = (observations - rms.mean) / np.sqrt(rms.var + self.epsilon)
+        return np.clip(normalized, -self.clip, self.clip).astype(np.float32)
+
+
+def _find(envs: gym.vector.VectorEnv, wrapper_type: type) -> Any | None:
+    env = envs
+    while isinstance(env, gym.vector.VectorWrapper):
+        if isinstance(env, wrapper_type):
+            return env
+        env = env.env
+    return None
+
+
+def normalize_observation(envs: gym.vector.VectorEnv, obs: np.ndarray) -> np.ndarray:
+    """Apply ``envs``' current observation normalization to raw observations (no update)."""
+    norm = _find(envs, ClippedNormalizeObservation)
+    return obs if norm is None else norm.normalize_without_update(obs)
+
+
+def true_next_obs(envs: gym.vector.VectorEnv, obs: np.ndarray, infos: dict[str, Any]) -> np.ndarray:
+    """``obs`` with each just-finished sub-env's reset observation replaced by its final one."""
+    if "_final_obs" not in infos:
+        return obs
+    done = np.flatnonzero(infos["_final_obs"])
+    if done.size == 0:
+        return obs
+    next_obs = obs.copy()
+    final = np.stack([infos["final_obs"][i] for i in done])
+    next_obs[done] = normalize_observation(envs, final)
+    return next_obs
+
+
+def finished_episodes(infos: dict[str, Any]) -> list[tuple[float, int]]:
+    """(return, length) of each episode that ended this step, on unscaled rewards."""
+    if "_episode" not in infos:
+        return []
+    done = np.flatnonzero(infos["_episode"])
+    return [(float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])) for i in done]
+
+
+def normalization_state(envs: gym.vector.VectorEnv) -> dict[str, Any]:
+    """Running statistics of the normalization wrappers, as plain arrays (for checkpoints)."""
+    state: dict[str, Any] = {}
+    obs_norm = _find(envs, vector_wrappers.NormalizeObservation)
+    if obs_norm is not None:
+        rms = obs_norm.obs_rms
+        state["obs_rms"] = {"mean": rms.mean.copy(), "var": rms.var.copy(), "count": float(rms.count)}
+    reward_norm = _find(envs, vector_wrappers.NormalizeReward)
+    if reward_norm is not None:
+        rms = reward_norm.return_rms
+        state["return_rms"] = {"mean": np.asarray(rms.mean).copy(), "var": np.asarray(rms.var).copy(), "count": float(rms.count)}
+    return state
+
+
+def load_normalization_state(envs: gym.vector.VectorEnv, state: dict[str, Any]) -> None:
+    """Copy statistics from ``normalization_state`` into ``envs``' wrappers (where present)."""
+    for key, wrapper_type, attr in (
+        ("obs_rms", vector_wrappers.NormalizeObservation, "obs_rms"),
+        ("return_rms", vector_wrappers.NormalizeReward, "return_rms"),
+    ):
+        wrapper = _find(envs, wrapper_type)
+        if wrapper is None or key not in state:
+            continue
+        rms = getattr(wrapper, attr)
+        rms.mean = np.array(state[key]["mean"], dtype=np.float64)
+        rms.var = np.array(state[key]["var"], dtype=np.float64)
+        rms.count = float(state[key]["count"])
+
+
+def freeze_normalization(envs: gym.vector.VectorEnv, frozen: bool = True) -> None:
+    """Stop (or resume) updating the running statistics, e.g. for evaluation."""
+    for wrapper_type in (vector_wrappers.NormalizeObservation, vector_wrappers.NormalizeReward):
+        wrapper = _find(envs, wrapper_type)
+        if wrapper is not None:
+            wrapper.update_running_mean = not frozen

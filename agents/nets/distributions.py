@@ -1,0 +1,86 @@
+"""Action distributions with one interface: sample, log_prob, entropy, mode.
+
+Log-probabilities and entropies are summed over action dimensions, so each returns shape (B,).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch.distributions import Categorical as _TorchCategorical
+from torch.distributions import Normal
+
+
+class Categorical:
+    """Distribution over ``n`` discrete actions from logits (B, n)."""
+
+    def __init__(self, logits: torch.Tensor):
+        self._dist = _TorchCategorical(logits=logits, validate_args=False)
+        self.logits = logits
+
+    def sample(self) -> torch.Tensor:
+        return self._dist.sample()
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        return self._dist.log_prob(actions.long())
+
+    def entropy(self) -> torch.Tensor:
+        return self._dist.entropy()
+
+    def mode(self) -> torch.Tensor:
+        return self.logits.argmax(dim=-1)
+
+
+class DiagGaussian:
+    """Gaussian with diagonal covariance: mean (B, d), log_std (B, d) or (d,)."""
+
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
+        self._dist = Normal(mean, log_std.exp().expand_as(mean), validate_args=False)
+        self.mean = mean
+
+    def sample(self) -> torch.Tensor:
+        return self._dist.sample()
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        return self._dist.log_prob(actions).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return self._dist.entropy().sum(-1)
+
+    def mode(self) -> torch.Tensor:
+        return self.mean
+
+
+class TanhGaussian:
+    """tanh(u), u ~ N(mean, std): actions in (-1, 1), as in SAC (Haarnoja et al. 2018, App. C).
+
+    ``log_prob`` corrects for the tanh with log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)),
+    which stays finite where tanh saturates. Its entropy has no closed form, so there is no
+    ``entropy()``: SAC estimates it as -log_prob of a sample.
+    """
+
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
+        self._normal = Normal(mean, log_std.exp(), validate_args=False)
+        self.mean = mean
+
+    def rsample_with_log_prob(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterized actions (B, d) and their log-probabilities (B,)."""
+        pre_tanh = self._normal.rsample()
+        return torch.tanh(pre_tanh), self._log_prob_pre_tanh(pre_tanh)
+
+    def sample(self) -> torch.Tensor:
+        return torch.tanh(self._normal.sample())
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        eps = torch.finfo(actions.dtype).eps
+        pre_tanh = torch.atanh(actions.clamp(-1 + eps, 1 - eps))
+        return self._log_prob_pre_tanh(pre_tanh)
+
+    def _log_prob_pre_tanh(self, pre_tanh: torch.Tensor) -> torch.Tensor:
+        log_det = 2.0 * (math.log(2.0) - pre_tanh - F.softplus(-2.0 * pre_tanh))
+        return (self._normal.log_prob(pre_tanh) - log_det).sum(-1)
+
+    def mode(self) -> torch.Tensor:
+        return torch.tanh(self.mean)
