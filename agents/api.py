@@ -212,7 +212,19 @@ class Algorithm(abc.ABC):
     #: names accepted by update_parameter
     tunable_parameters: ClassVar[tuple[str, ...]] = ()
 
+    #: which action spaces the algorithm handles
+    supports_discrete: ClassVar[bool] = True
+    supports_continuous: ClassVar[bool] = True
+
     config: Hyperparameters
+
+    @classmethod
+    def check_env_spec(cls, spec: Any) -> None:
+        """ConfigError if this algorithm cannot act in an environment of this spec."""
+        if spec.discrete and not cls.supports_discrete:
+            raise ConfigError(f"{cls.name} needs continuous (Box) actions; {spec.env_id} has Discrete({spec.num_actions})")
+        if not spec.discrete and not cls.supports_continuous:
+            raise ConfigError(f"{cls.name} needs discrete actions; {spec.env_id} has Box({spec.num_actions},)")
 
     @abc.abstractmethod
     def act(self, obs: torch.Tensor, state: Any = None, deterministic: bool = False) -> Acted:

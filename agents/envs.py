@@ -9,6 +9,7 @@ Normalization uses gymnasium's vector wrappers; their running statistics are exp
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,8 @@ import gymnasium as gym
 import gymnasium.wrappers.vector as vector_wrappers
 import numpy as np
 from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+from gymnasium.wrappers.utils import RunningMeanStd
 
 from agents.api import ConfigError, suggest
 
@@ -69,8 +72,9 @@ def check_env_id(env_id: str) -> None:
         raise ConfigError(f"unknown environment {env_id!r}{suggest(env_id, gym.registry.keys())}")
 
 
+@functools.lru_cache(maxsize=None)
 def env_spec(env_id: str) -> EnvSpec:
-    """The EnvSpec of a registered gymnasium environment (builds it once)."""
+    """The EnvSpec of a registered gymnasium environment (built once per process)."""
     check_env_id(env_id)
     env = gym.make(env_id)
     try:
@@ -102,26 +106,50 @@ def make_vector_env(
     )
     envs = vector_wrappers.RecordEpisodeStatistics(envs)  # innermost: returns are unscaled
     if normalize_observations:
-        envs = ClippedNormalizeObservation(envs, clip=clip_observations)
+        envs = NormalizeObservation(envs, clip=clip_observations)
     if normalize_rewards:
         envs = vector_wrappers.NormalizeReward(envs, gamma=gamma)
         envs = vector_wrappers.ClipReward(envs, -clip_rewards, clip_rewards)
     return envs
 
 
-class ClippedNormalizeObservation(vector_wrappers.NormalizeObservation):
-    """gymnasium's running-mean/std observation normalization, then clipping to [-clip, clip]."""
+class NormalizeObservation(gym.vector.VectorWrapper):
+    """Running mean/std observation normalization, then clipping to [-clip, clip].
+
+    gymnasium's own vector observation wrappers refuse SAME_STEP autoreset because they cannot
+    transform ``info["final_obs"]``; this one normalizes those final observations too, with
+    the same statistics (gymnasium's RunningMeanStd), so bootstrapping sees what the policy sees.
+    """
 
     def __init__(self, env: gym.vector.VectorEnv, clip: float = 10.0, epsilon: float = 1e-8):
-        super().__init__(env, epsilon=epsilon)
-        self.clip = clip
+        super().__init__(env)
+        shape = env.single_observation_space.shape
+        self.obs_rms = RunningMeanStd(shape=shape)
+        self.clip, self.epsilon = clip, epsilon
+        self.update_running_mean = True
+        self.single_observation_space = gym.spaces.Box(-clip, clip, shape, np.float32)
+        self.observation_space = batch_space(self.single_observation_space, env.num_envs)
 
-    def observations(self, observations: np.ndarray) -> np.ndarray:
-        return np.clip(super().observations(observations), -self.clip, self.clip)
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        obs, infos = self.env.reset(**kwargs)
+        if self.update_running_mean:
+            self.obs_rms.update(obs)
+        return self.normalize(obs), infos
 
-    def normalize_without_update(self, observations: np.ndarray) -> np.ndarray:
-        rms = self.obs_rms
-        normalized = (observations - rms.mean) / np.sqrt(rms.var + self.epsilon)
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        obs, rewards, terminated, truncated, infos = self.env.step(actions)
+        if self.update_running_mean:
+            self.obs_rms.update(obs)
+        if "_final_obs" in infos and infos["_final_obs"].any():
+            final_obs = infos["final_obs"].copy()
+            for i in np.flatnonzero(infos["_final_obs"]):
+                final_obs[i] = self.normalize(final_obs[i])
+            infos = {**infos, "final_obs": final_obs}
+        return self.normalize(obs), rewards, terminated, truncated, infos
+
+    def normalize(self, obs: np.ndarray) -> np.ndarray:
+        """Normalize with the current statistics, without updating them."""
+        normalized = (obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
         return np.clip(normalized, -self.clip, self.clip).astype(np.float32)
 
 
@@ -134,22 +162,13 @@ def _find(envs: gym.vector.VectorEnv, wrapper_type: type) -> Any | None:
     return None
 
 
-def normalize_observation(envs: gym.vector.VectorEnv, obs: np.ndarray) -> np.ndarray:
-    """Apply ``envs``' current observation normalization to raw observations (no update)."""
-    norm = _find(envs, ClippedNormalizeObservation)
-    return obs if norm is None else norm.normalize_without_update(obs)
-
-
-def true_next_obs(envs: gym.vector.VectorEnv, obs: np.ndarray, infos: dict[str, Any]) -> np.ndarray:
+def true_next_obs(obs: np.ndarray, infos: dict[str, Any]) -> np.ndarray:
     """``obs`` with each just-finished sub-env's reset observation replaced by its final one."""
-    if "_final_obs" not in infos:
+    if "_final_obs" not in infos or not infos["_final_obs"].any():
         return obs
     done = np.flatnonzero(infos["_final_obs"])
-    if done.size == 0:
-        return obs
     next_obs = obs.copy()
-    final = np.stack([infos["final_obs"][i] for i in done])
-    next_obs[done] = normalize_observation(envs, final)
+    next_obs[done] = np.stack([infos["final_obs"][i] for i in done])
     return next_obs
 
 
@@ -164,7 +183,7 @@ def finished_episodes(infos: dict[str, Any]) -> list[tuple[float, int]]:
 def normalization_state(envs: gym.vector.VectorEnv) -> dict[str, Any]:
     """Running statistics of the normalization wrappers, as plain arrays (for checkpoints)."""
     state: dict[str, Any] = {}
-    obs_norm = _find(envs, vector_wrappers.NormalizeObservation)
+    obs_norm = _find(envs, NormalizeObservation)
     if obs_norm is not None:
         rms = obs_norm.obs_rms
         state["obs_rms"] = {"mean": rms.mean.copy(), "var": rms.var.copy(), "count": float(rms.count)}
@@ -178,7 +197,7 @@ def normalization_state(envs: gym.vector.VectorEnv) -> dict[str, Any]:
 def load_normalization_state(envs: gym.vector.VectorEnv, state: dict[str, Any]) -> None:
     """Copy statistics from ``normalization_state`` into ``envs``' wrappers (where present)."""
     for key, wrapper_type, attr in (
-        ("obs_rms", vector_wrappers.NormalizeObservation, "obs_rms"),
+        ("obs_rms", NormalizeObservation, "obs_rms"),
         ("return_rms", vector_wrappers.NormalizeReward, "return_rms"),
     ):
         wrapper = _find(envs, wrapper_type)
@@ -192,7 +211,7 @@ def load_normalization_state(envs: gym.vector.VectorEnv, state: dict[str, Any]) 
 
 def freeze_normalization(envs: gym.vector.VectorEnv, frozen: bool = True) -> None:
     """Stop (or resume) updating the running statistics, e.g. for evaluation."""
-    for wrapper_type in (vector_wrappers.NormalizeObservation, vector_wrappers.NormalizeReward):
+    for wrapper_type in (NormalizeObservation, vector_wrappers.NormalizeReward):
         wrapper = _find(envs, wrapper_type)
         if wrapper is not None:
             wrapper.update_running_mean = not frozen

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from agents.api import Acted, Algorithm, ConfigError, Hyperparameters, Transitions, hp, parameters_of, set_gradients
+from agents.api import Acted, Algorithm, Hyperparameters, Transitions, hp, parameters_of, set_gradients
 from agents.buffers import ReplayBuffer
 from agents.envs import EnvSpec
 from agents.nets import QEnsemble, SquashedGaussianActor, polyak_update
@@ -74,6 +74,7 @@ class SAC(Algorithm):
     name = "sac"
     Config = SACConfig
     tunable_parameters = ("policy_lr", "q_lr", "alpha_lr", "tau", "batch_size", "gradient_steps")
+    supports_discrete = False
 
     def __init__(
         self,
@@ -83,8 +84,7 @@ class SAC(Algorithm):
         device: torch.device | str = "cpu",
         seed: int = 0,
     ):
-        if env_spec.discrete:
-            raise ConfigError(f"sac needs a continuous (Box) action space; {env_spec.env_id} has Discrete({env_spec.num_actions})")
+        self.check_env_spec(env_spec)
         self.spec, self.config, self.device = env_spec, config, torch.device(device)
         self.actor = SquashedGaussianActor(env_spec, config.hidden_sizes, config.activation).to(self.device)
         self.critic = QEnsemble(env_spec, config.num_critics, config.hidden_sizes, config.activation).to(self.device)

@@ -1,0 +1,1 @@
+"""reprorl benchmark: suites, the runner, MLflow tracking, reports."""

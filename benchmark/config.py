@@ -1,0 +1,250 @@
+"""Suites: YAML grids of algorithm x environment x seed x hyperparameters, validated and expanded.
+
+A suite file::
+
+    name: smoke
+    description: what it is for
+    seeds: [0, 1, 2]            # or a count: 3 means [0, 1, 2]
+    budget:                     # defaults for every experiment
+      total_steps: 100000
+      eval_every: 10000         # env steps between deterministic evaluations
+      eval_episodes: 10
+    experiments:
+      - algo: ppo
+        envs: [CartPole-v1]
+        budget: {total_steps: 150000}     # overrides the suite's budget
+        hyperparameters: {num_envs: 4}    # fixed overrides of the published defaults
+        grid: {learning_rate: [2.5e-4, 1e-3]}   # optional: one run per combination
+
+Each expanded RunSpec has a stable run key: a hash of the algorithm, environment, seed, fully
+resolved hyperparameters and budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import agents
+from agents.api import ConfigError, suggest
+from agents.envs import check_env_id, env_spec
+
+SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
+RUN_KEY_VERSION = 1  # bump when the meaning of a RunSpec field changes
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long a run trains and how it is evaluated."""
+
+    total_steps: int
+    """Environment steps, summed over parallel envs."""
+    eval_every: int
+    """Environment steps between deterministic evaluations (one more at the end)."""
+    eval_episodes: int = 10
+    """Episodes per evaluation, on a separate env with frozen normalization statistics."""
+
+    def __post_init__(self) -> None:
+        for name in ("total_steps", "eval_every", "eval_episodes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"budget.{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything that defines one training run."""
+
+    suite: str
+    algo: str
+    env_id: str
+    seed: int
+    hyperparameters: dict[str, Any]
+    """Fully resolved: the algorithm's defaults with the suite's overrides applied."""
+    budget: Budget
+    device: str = "auto"
+    """'auto' (CUDA when available, else CPU), 'cpu', 'cuda' or 'cuda:i'; not part of the run key."""
+    torch_threads: int = 1
+    """Intra-op threads per run; runs are parallel across processes instead."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """The hyperparameters the suite set explicitly (for display)."""
+
+    @property
+    def run_key(self) -> str:
+        identity = {
+            "version": RUN_KEY_VERSION,
+            "algo": self.algo,
+            "env_id": self.env_id,
+            "seed": self.seed,
+            "hyperparameters": self.hyperparameters,
+            "budget": dataclasses.asdict(self.budget),
+        }
+        blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def label(self) -> str:
+        return f"{self.algo}/{self.env_id}/seed{self.seed}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "run_key": self.run_key}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunSpec":
+        data = {k: v for k, v in data.items() if k != "run_key"}
+        return cls(**{**data, "budget": Budget(**data["budget"])})
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    description: str
+    path: Path
+    specs: list[RunSpec]
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def available_suites() -> list[str]:
+    return sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
+
+
+def suite_path(name_or_path: str) -> Path:
+    """``suites/<name>.yaml``, or a path to a YAML file."""
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") and candidate.exists():
+        return candidate
+    path = SUITES_DIR / f"{name_or_path}.yaml"
+    if not path.exists():
+        names = available_suites()
+        raise ConfigError(f"unknown suite {name_or_path!r}{suggest(name_or_path, names)}; available: {', '.join(names)}")
+    return path
+
+
+_SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device"}
+_EXPERIMENT_KEYS = {"algo", "envs", "budget", "hyperparameters", "grid", "seeds"}
+
+
+def load_suite(name_or_path: str, seeds: list[int] | None = None, device: str | None = None) -> Suite:
+    """Parse, validate and expand a suite; ConfigError (naming file and field) on any problem.
+
+    ``seeds`` and ``device`` override the suite's own.
+    """
+    path = suite_path(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: malformed YAML: {error}") from None
+    try:
+        return _parse_suite(data, path, seeds, device)
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
+
+
+def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_override: str | None) -> Suite:
+    if not isinstance(data, dict):
+        raise ConfigError("a suite must be a mapping with 'name', 'seeds', 'budget' and 'experiments'")
+    _check_keys(data, _SUITE_KEYS, "suite")
+    for required in ("seeds", "budget", "experiments"):
+        if required not in data:
+            raise ConfigError(f"missing required key {required!r}")
+    name = str(data.get("name", path.stem))
+    device = device_override or str(data.get("device", "auto"))
+    suite_seeds = seed_override if seed_override is not None else _parse_seeds(data["seeds"], "seeds")
+    suite_budget = _as_mapping(data["budget"], "budget")
+    experiments = data["experiments"]
+    if not isinstance(experiments, list) or not experiments:
+        raise ConfigError("'experiments' must be a non-empty list")
+
+    specs: list[RunSpec] = []
+    for index, experiment in enumerate(experiments):
+        where = f"experiments[{index}]"
+        try:
+            specs += _expand_experiment(experiment, name, suite_seeds, suite_budget, device, seed_override is not None)
+        except ConfigError as error:
+            raise ConfigError(f"{where}: {error}") from None
+    keys = [spec.run_key for spec in specs]
+    duplicates = {spec.label for spec in specs if keys.count(spec.run_key) > 1}
+    if duplicates:
+        raise ConfigError(f"the same run appears more than once: {', '.join(sorted(duplicates))}")
+    return Suite(name, str(data.get("description", "")), path, specs)
+
+
+def _expand_experiment(
+    experiment: Any,
+    suite_name: str,
+    suite_seeds: list[int],
+    suite_budget: dict[str, Any],
+    device: str,
+    seeds_overridden: bool,
+) -> list[RunSpec]:
+    experiment = _as_mapping(experiment, "experiment")
+    _check_keys(experiment, _EXPERIMENT_KEYS, "experiment")
+    if "algo" not in experiment or "envs" not in experiment:
+        raise ConfigError("each experiment needs 'algo' and 'envs'")
+    algo = str(experiment["algo"])
+    algo_class = agents.algorithm_class(algo)
+    envs = experiment["envs"]
+    if isinstance(envs, str):
+        envs = [envs]
+    if not isinstance(envs, list) or not envs:
+        raise ConfigError("'envs' must be a non-empty list of gymnasium ids")
+    seeds = suite_seeds
+    if "seeds" in experiment and not seeds_overridden:
+        seeds = _parse_seeds(experiment["seeds"], "seeds")
+    try:
+        budget = Budget(**{**suite_budget, **_as_mapping(experiment.get("budget", {}), "budget")})
+    except TypeError as error:
+        raise ConfigError(f"budget: {error}; valid keys: total_steps, eval_every, eval_episodes") from None
+
+    fixed = _as_mapping(experiment.get("hyperparameters", {}), "hyperparameters")
+    grid = _as_mapping(experiment.get("grid", {}), "grid")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"grid.{key} must be a non-empty list of values")
+    combinations = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
+
+    specs = []
+    for env_id in envs:
+        check_env_id(str(env_id))
+        algo_class.check_env_spec(env_spec(str(env_id)))
+        for combination in combinations:
+            overrides = {**fixed, **combination}
+            config = agents.resolve_config(algo, overrides)
+            for seed in seeds:
+                specs.append(RunSpec(suite_name, algo, str(env_id), seed, config.to_dict(), budget, device, 1, overrides))
+    return specs
+
+
+def _parse_seeds(value: Any, where: str) -> list[int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise ConfigError(f"{where}: a seed count must be >= 1, got {value}")
+        return list(range(value))
+    if isinstance(value, list) and value and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value):
+        if len(set(value)) != len(value):
+            raise ConfigError(f"{where}: seeds repeat: {value}")
+        return list(value)
+    raise ConfigError(f"{where}: expected a count or a list of non-negative integers, got {value!r}")
+
+
+def _as_mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a mapping, got {type(value).__name__}: {value!r}")
+    return dict(value)
+
+
+def _check_keys(data: dict[str, Any], valid: set[str], what: str) -> None:
+    for key in data:
+        if key not in valid:
+            raise ConfigError(f"unknown {what} key {key!r}{suggest(str(key), valid)}; valid: {', '.join(sorted(valid))}")

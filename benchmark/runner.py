@@ -1,0 +1,237 @@
+"""Execute RunSpecs: a local process pool, one MLflow child run each, live progress.
+
+Workers are spawned (not forked), so no torch or MLflow thread state is copied into them.
+Each worker announces its child run id before training, so that if the worker dies
+(out of memory, a segfault) the main process can still mark that run FAILED.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing
+import queue as queue_module
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from benchmark import tracking
+from benchmark.config import RunSpec
+
+
+@dataclass
+class RunOutcome:
+    """One spec's result as seen by the main process."""
+
+    spec: RunSpec
+    run_id: str | None = None
+    status: str = "FAILED"  # FINISHED | FAILED | KILLED
+    final_return_mean: float | None = None
+    final_return_std: float | None = None
+    steps_per_second: float | None = None
+    device: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "FINISHED"
+
+
+@dataclass
+class Execution:
+    parent_run_id: str
+    experiment_id: str
+    outcomes: list[RunOutcome] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(outcome.ok for outcome in self.outcomes)
+
+
+def _child_params(spec: RunSpec) -> dict[str, Any]:
+    params: dict[str, Any] = {"algo": spec.algo, "env_id": spec.env_id, "seed": spec.seed, "suite": spec.suite}
+    params.update({f"budget.{key}": value for key, value in dataclasses.asdict(spec.budget).items()})
+    params.update({f"hp.{key}": value for key, value in spec.hyperparameters.items()})
+    return params
+
+
+def run_in_worker(
+    spec_data: dict[str, Any],
+    tracking_uri: str,
+    experiment_id: str,
+    parent_run_id: str,
+    checkpoint_dir: str | None,
+    messages: Any,
+) -> dict[str, Any]:
+    """Train one spec inside a worker process, logging to its own MLflow child run."""
+    from benchmark import train  # imported here: torch loads once per worker, not in the parent
+
+    spec = RunSpec.from_dict(spec_data)
+    tags = {"run_key": spec.run_key, "suite": spec.suite, "algo": spec.algo, "env_id": spec.env_id, "seed": spec.seed}
+    tracker = tracking.start_child_run(tracking_uri, experiment_id, parent_run_id, spec.label, tags, _child_params(spec))
+    messages.put(("started", spec.run_key, tracker.run_id))
+
+    def progress(step: int, total: int, last_eval: float | None) -> None:
+        messages.put(("progress", spec.run_key, step, total, last_eval))
+
+    try:
+        result = train.run(spec, tracker, progress, Path(checkpoint_dir) if checkpoint_dir else None)
+        final = result.evaluations[-1]
+        tracker.set_tags({"device": result.device})
+        tracker.log_metrics(
+            {
+                "final/eval_return_mean": final.mean,
+                "final/eval_return_std": final.std,
+                "final/steps_per_second": result.steps_per_second,
+                "final/wall_seconds": result.wall_seconds,
+            },
+            final.step,
+        )
+        tracker.log_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True), "config.json")
+        evaluations = [dataclasses.asdict(evaluation) for evaluation in result.evaluations]
+        tracker.log_text(json.dumps(evaluations), "evaluations.json")
+        tracker.finish("FINISHED")
+        return {
+            "run_key": spec.run_key,
+            "run_id": tracker.run_id,
+            "status": "FINISHED",
+            "final_return_mean": final.mean,
+            "final_return_std": final.std,
+            "steps_per_second": result.steps_per_second,
+            "device": result.device,
+        }
+    except BaseException as error:
+        tracker.fail(error)
+        if isinstance(error, KeyboardInterrupt):
+            raise
+        return {"run_key": spec.run_key, "run_id": tracker.run_id, "status": "FAILED", "error": f"{type(error).__name__}: {error}"}
+
+
+def execute(
+    specs: list[RunSpec],
+    *,
+    suite_name: str,
+    workers: int,
+    tracking_uri: str,
+    results_dir: Path,
+    console: Console | None = None,
+) -> Execution:
+    """Run every spec under one MLflow parent run; the parent is FAILED if any child fails."""
+    console = console or Console(stderr=True)
+    experiment = tracking.experiment_id(tracking_uri, suite_name, results_dir / "mlartifacts")
+    parent = tracking.start_parent_run(
+        tracking_uri, experiment, f"{suite_name}-{time.strftime('%Y%m%d-%H%M%S')}", {"suite": suite_name, "kind": "suite"}
+    )
+    parent.log_params({"suite": suite_name, "num_runs": len(specs), "workers": workers})
+    execution = Execution(parent.run_id, experiment)
+    try:
+        outcomes = _execute_in_pool(specs, workers, tracking_uri, experiment, parent.run_id, results_dir, console)
+        execution.outcomes = outcomes
+        parent.log_metrics(
+            {"runs_finished": sum(o.ok for o in outcomes), "runs_failed": sum(not o.ok for o in outcomes)}, 0
+        )
+        parent.finish("FINISHED" if execution.ok else "FAILED")
+    except BaseException as error:
+        parent.fail(error)
+        raise
+    return execution
+
+
+def _execute_in_pool(
+    specs: list[RunSpec],
+    workers: int,
+    tracking_uri: str,
+    experiment: str,
+    parent_run_id: str,
+    results_dir: Path,
+    console: Console,
+) -> list[RunOutcome]:
+    context = multiprocessing.get_context("spawn")
+    outcomes = {spec.run_key: RunOutcome(spec) for spec in specs}
+    checkpoint_dir = str((results_dir / "checkpoints").resolve())
+    with context.Manager() as manager, ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        messages = manager.Queue()
+        futures: dict[Future, RunSpec] = {
+            pool.submit(
+                run_in_worker, spec.to_dict(), tracking_uri, experiment, parent_run_id, checkpoint_dir, messages
+            ): spec
+            for spec in specs
+        }
+        columns = (
+            TextColumn("{task.description:<40}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=console, transient=False) as progress:
+            overall = progress.add_task("all runs", total=len(specs), info="")
+            bars: dict[str, int] = {}
+            pending = set(futures)
+            try:
+                while pending:
+                    done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                    _drain(messages, outcomes, progress, bars)
+                    for future in done:
+                        _record(future, futures[future], outcomes, progress, bars)
+                        progress.advance(overall)
+                _drain(messages, outcomes, progress, bars)
+            except KeyboardInterrupt:
+                for future in pending:
+                    future.cancel()
+                raise
+    _fail_orphans(outcomes.values(), tracking_uri)
+    return [outcomes[spec.run_key] for spec in specs]
+
+
+def _drain(messages: Any, outcomes: dict[str, RunOutcome], progress: Progress, bars: dict[str, int]) -> None:
+    while True:
+        try:
+            message = messages.get_nowait()
+        except queue_module.Empty:
+            return
+        kind, run_key = message[0], message[1]
+        if kind == "started":
+            outcomes[run_key].run_id = message[2]
+            bars[run_key] = progress.add_task(outcomes[run_key].spec.label, total=outcomes[run_key].spec.budget.total_steps, info="")
+        elif kind == "progress" and run_key in bars:
+            step, total, last_eval = message[2:]
+            info = f"eval {last_eval:9.1f}" if last_eval is not None else ""
+            progress.update(bars[run_key], completed=step, total=total, info=info)
+
+
+def _record(future: Future, spec: RunSpec, outcomes: dict[str, RunOutcome], progress: Progress, bars: dict[str, int]) -> None:
+    outcome = outcomes[spec.run_key]
+    try:
+        data = future.result()
+    except Exception as error:  # the worker process died, or could not even start the run
+        outcome.status, outcome.error = "FAILED", f"{type(error).__name__}: {error}"
+        return
+    outcome.run_id = data.get("run_id", outcome.run_id)
+    outcome.status = data["status"]
+    outcome.error = data.get("error")
+    outcome.final_return_mean = data.get("final_return_mean")
+    outcome.final_return_std = data.get("final_return_std")
+    outcome.steps_per_second = data.get("steps_per_second")
+    outcome.device = data.get("device")
+    if spec.run_key in bars:
+        info = "failed" if not outcome.ok else f"final {outcome.final_return_mean:9.1f}"
+        progress.update(bars[spec.run_key], info=info)
+
+
+def _fail_orphans(outcomes: Any, tracking_uri: str) -> None:
+    """Child runs whose worker died without reporting: mark them FAILED, not RUNNING."""
+    client = tracking.client(tracking_uri)
+    for outcome in outcomes:
+        if outcome.run_id is None or outcome.ok:
+            continue
+        run = tracking.retry(lambda: client.get_run(outcome.run_id))
+        if run.info.status == "RUNNING":
+            message = outcome.error or "worker exited without reporting"
+            tracking.retry(lambda: client.set_tag(outcome.run_id, "error", message[:5000]))
+            tracking.retry(lambda: client.set_terminated(outcome.run_id, "FAILED"))

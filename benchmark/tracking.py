@@ -1,0 +1,169 @@
+"""MLflow tracking: a parent run per invocation, a child run per RunSpec.
+
+Everything goes through ``MlflowClient`` with explicit run ids (no global active run), so
+worker processes can log to their own child runs. Metrics are buffered and sent with
+``log_batch``; a run that fails is marked FAILED with its error, never left RUNNING.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+DEFAULT_RESULTS_DIR = Path("results")
+MLFLOW_BATCH_LIMIT = 1000  # metrics per log_batch call accepted by MLflow
+PACKAGES = ("torch", "numpy", "gymnasium", "mujoco", "mlflow", "optuna")
+
+T = TypeVar("T")
+
+
+def default_tracking_uri(results_dir: Path = DEFAULT_RESULTS_DIR) -> str:
+    """$MLFLOW_TRACKING_URI if set, else SQLite in ``results_dir``."""
+    env_uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if env_uri:
+        return env_uri
+    return f"sqlite:///{(results_dir / 'mlflow.db').resolve()}"
+
+
+def client(tracking_uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def retry(call: Callable[[], T], attempts: int = 6, delay: float = 0.25) -> T:
+    """Retry a store call that SQLite may refuse while another process writes ("database is locked")."""
+    for attempt in range(attempts):
+        try:
+            return call()
+        except Exception as error:  # noqa: BLE001 - MLflow wraps the SQLite error in several types
+            if attempt == attempts - 1 or "locked" not in str(error).lower():
+                raise
+            time.sleep(delay * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> dict[str, str]:
+    """git sha and dirty flag of the working tree (``unknown`` outside a git checkout)."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+
+    try:
+        sha = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return {"git_sha": "unknown", "git_dirty": "unknown"}
+    return {"git_sha": sha, "git_dirty": str(dirty).lower()}
+
+
+@functools.lru_cache(maxsize=1)
+def environment_tags() -> dict[str, str]:
+    """Versions of Python and of the packages that decide the numbers."""
+    tags = {"python_version": platform.python_version(), "platform": platform.platform()}
+    for package in PACKAGES:
+        try:
+            tags[f"version.{package}"] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            tags[f"version.{package}"] = "not installed"
+    return tags
+
+
+class MlflowTracker:
+    """Logs one run's metrics in batches; implements benchmark.train.Tracker."""
+
+    def __init__(self, tracking_uri: str, run_id: str, flush_every: int = 500):
+        self.client = client(tracking_uri)
+        self.run_id = run_id
+        self.flush_every = flush_every
+        self._pending: list[Any] = []
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        timestamp = int(time.time() * 1000)
+        self._pending += [Metric(key, float(value), timestamp, step) for key, value in metrics.items()]
+        if len(self._pending) >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        while self._pending:
+            chunk, self._pending = self._pending[:MLFLOW_BATCH_LIMIT], self._pending[MLFLOW_BATCH_LIMIT:]
+            retry(lambda: self.client.log_batch(self.run_id, metrics=chunk))
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(key, str(value)) for key, value in params.items()]
+        for start in range(0, len(items), 100):
+            retry(lambda: self.client.log_batch(self.run_id, params=items[start : start + 100]))
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        items = [RunTag(key, str(value)) for key, value in tags.items()]
+        retry(lambda: self.client.log_batch(self.run_id, tags=items))
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        retry(lambda: self.client.log_artifact(self.run_id, str(path), artifact_path))
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        retry(lambda: self.client.log_text(self.run_id, text, artifact_file))
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self.flush()
+        retry(lambda: self.client.set_terminated(self.run_id, status))
+
+    def fail(self, error: BaseException) -> None:
+        """Mark FAILED (KILLED for an interrupt) with the error as a tag and an artifact."""
+        status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
+        message = f"{type(error).__name__}: {error}"
+        try:
+            self._pending.clear()
+            self.set_tags({"error": message[:5000]})
+            self.log_text("".join(traceback.format_exception(error)), "error.txt")
+        finally:
+            retry(lambda: self.client.set_terminated(self.run_id, status))
+
+
+def experiment_id(tracking_uri: str, name: str, artifact_root: Path) -> str:
+    """Id of experiment ``name``, created with artifacts under ``artifact_root`` if new."""
+    mlflow_client = client(tracking_uri)
+    experiment = retry(lambda: mlflow_client.get_experiment_by_name(name))
+    if experiment is not None:
+        return experiment.experiment_id
+    location = (artifact_root / name).resolve().as_uri()
+    return retry(lambda: mlflow_client.create_experiment(name, artifact_location=location))
+
+
+def start_parent_run(tracking_uri: str, experiment: str, run_name: str, tags: dict[str, Any]) -> MlflowTracker:
+    mlflow_client = client(tracking_uri)
+    all_tags = {**code_version(), **environment_tags(), "command": " ".join(sys.argv), **tags}
+    run = retry(lambda: mlflow_client.create_run(experiment, run_name=run_name, tags={k: str(v) for k, v in all_tags.items()}))
+    return MlflowTracker(tracking_uri, run.info.run_id)
+
+
+def start_child_run(
+    tracking_uri: str,
+    experiment: str,
+    parent_run_id: str,
+    run_name: str,
+    tags: dict[str, Any],
+    params: dict[str, Any],
+) -> MlflowTracker:
+    mlflow_client = client(tracking_uri)
+    all_tags = {**code_version(), **environment_tags(), **tags, "mlflow.parentRunId": parent_run_id}
+    run = retry(lambda: mlflow_client.create_run(experiment, run_name=run_name, tags={k: str(v) for k, v in all_tags.items()}))
+    tracker = MlflowTracker(tracking_uri, run.info.run_id)
+    tracker.log_params(params)
+    return tracker

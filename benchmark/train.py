@@ -1,0 +1,271 @@
+"""One training run: seed everything, build envs and the algorithm, collect -> update -> evaluate.
+
+The loop talks to the algorithm only through its interface (act, observe, ready_to_update,
+update, state_dict), so every algorithm in the registry trains here unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import agents
+from agents.api import Algorithm, Transitions
+from agents.envs import (
+    EnvSpec,
+    finished_episodes,
+    freeze_normalization,
+    load_normalization_state,
+    make_vector_env,
+    normalization_state,
+    true_next_obs,
+)
+from benchmark.config import RunSpec
+
+EVAL_SEED_OFFSET = 1_000_003  # evaluation envs never share seeds with training envs
+
+
+class Tracker(Protocol):
+    """Where a run's numbers go (MLflow in the runner; anything with these methods in tests)."""
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None: ...
+    def flush(self) -> None: ...
+
+
+class NullTracker:
+    """Keeps metrics in memory; used when no tracking store is wanted."""
+
+    def __init__(self) -> None:
+        self.metrics: list[tuple[str, float, int]] = []
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        self.metrics += [(key, float(value), step) for key, value in metrics.items()]
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+@dataclass
+class Evaluation:
+    step: int
+    returns: list[float]
+    lengths: list[int]
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.returns))
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.returns))
+
+
+@dataclass
+class RunResult:
+    """What a finished run reports back to the runner."""
+
+    spec: RunSpec
+    evaluations: list[Evaluation] = field(default_factory=list)
+    steps_per_second: float = 0.0
+    wall_seconds: float = 0.0
+    device: str = "cpu"
+    checkpoint: str | None = None
+
+    @property
+    def final_return(self) -> float:
+        return self.evaluations[-1].mean
+
+
+ProgressCallback = Callable[[int, int, float | None], None]  # (step, total_steps, last eval mean)
+
+
+def resolve_device(requested: str) -> torch.device:
+    """'auto' -> the first CUDA device when one is present, else CPU."""
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(requested)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device {requested!r} requested but CUDA is not available")
+    return device
+
+
+def seed_everything(seed: int) -> None:
+    """Python, NumPy and torch global RNGs (envs are seeded through reset)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def run(
+    spec: RunSpec,
+    tracker: Tracker | None = None,
+    progress: ProgressCallback | None = None,
+    checkpoint_dir: Path | None = None,
+) -> RunResult:
+    """Train ``spec`` to its budget, evaluating every ``eval_every`` steps and at the end."""
+    tracker = tracker or NullTracker()
+    torch.set_num_threads(spec.torch_threads)
+    seed_everything(spec.seed)
+    device = resolve_device(spec.device)
+    config = agents.resolve_config(spec.algo, spec.hyperparameters)
+    budget = spec.budget
+
+    train_envs = make_vector_env(
+        spec.env_id,
+        config.num_envs,
+        normalize_observations=config.normalize_observations,
+        normalize_rewards=config.normalize_rewards,
+        gamma=config.gamma,
+        clip_observations=config.clip_observations,
+        clip_rewards=config.clip_rewards,
+    )
+    eval_envs = make_vector_env(
+        spec.env_id,
+        budget.eval_episodes,
+        normalize_observations=config.normalize_observations,
+        clip_observations=config.clip_observations,
+    )
+    freeze_normalization(eval_envs)
+    env_spec = EnvSpec.from_spaces(
+        spec.env_id, train_envs.single_observation_space, train_envs.single_action_space, train_envs.spec.max_episode_steps
+    )
+    algo = agents.make(spec.algo, env_spec, config, total_steps=budget.total_steps, device=device, seed=spec.seed)
+    result = RunResult(spec, device=str(device))
+
+    def evaluate_now(step: int) -> None:
+        evaluation = evaluate(algo, eval_envs, train_envs, spec.seed + EVAL_SEED_OFFSET, device)
+        evaluation.step = step
+        result.evaluations.append(evaluation)
+        tracker.log_metrics(
+            {
+                "eval/return_mean": evaluation.mean,
+                "eval/return_std": evaluation.std,
+                "eval/length_mean": float(np.mean(evaluation.lengths)),
+            },
+            step,
+        )
+
+    try:
+        obs, _ = train_envs.reset(seed=spec.seed)
+        state: Any = None
+        step, next_eval, next_progress = 0, budget.eval_every, 0
+        update_logs: dict[str, list[float]] = {}
+        train_seconds, eval_seconds = 0.0, 0.0
+        started = time.perf_counter()
+        while step < budget.total_steps:
+            obs_tensor = torch.as_tensor(obs, dtype=torch.float32, device=device)
+            acted = algo.act(obs_tensor, state)
+            state = acted.state
+            next_obs, rewards, terminated, truncated, infos = train_envs.step(acted.env_actions)
+            algo.observe(
+                Transitions(
+                    obs=obs_tensor,
+                    acted=acted,
+                    rewards=torch.as_tensor(rewards, dtype=torch.float32, device=device),
+                    next_obs=torch.as_tensor(true_next_obs(next_obs, infos), dtype=torch.float32, device=device),
+                    terminated=torch.as_tensor(terminated, device=device),
+                    truncated=torch.as_tensor(truncated, device=device),
+                )
+            )
+            obs = next_obs
+            step += config.num_envs
+
+            for episode_return, episode_length in finished_episodes(infos):
+                tracker.log_metrics({"train/episode_return": episode_return, "train/episode_length": episode_length}, step)
+            if algo.ready_to_update():
+                for key, value in algo.update().items():
+                    update_logs.setdefault(key, []).append(value)
+
+            if step >= next_eval or step >= budget.total_steps:
+                train_seconds = time.perf_counter() - started - eval_seconds
+                losses = {f"train/{key}": float(np.mean(values)) for key, values in update_logs.items()}
+                tracker.log_metrics({**losses, "perf/steps_per_second": step / max(train_seconds, 1e-9)}, step)
+                update_logs.clear()
+                eval_started = time.perf_counter()
+                evaluate_now(step)
+                eval_seconds += time.perf_counter() - eval_started
+                next_eval += budget.eval_every
+                tracker.flush()
+            if progress is not None and (step >= next_progress or step >= budget.total_steps):
+                progress(step, budget.total_steps, result.evaluations[-1].mean if result.evaluations else None)
+                next_progress = step + max(budget.total_steps // 100, 1)
+
+        result.wall_seconds = time.perf_counter() - started
+        result.steps_per_second = step / max(result.wall_seconds - eval_seconds, 1e-9)
+        if checkpoint_dir is not None:
+            path = save_checkpoint(algo, train_envs, spec, Path(checkpoint_dir) / spec.run_key / "final.pt")
+            result.checkpoint = str(path)
+            tracker.log_artifact(path, "checkpoints")
+        tracker.flush()
+        return result
+    finally:
+        train_envs.close()
+        eval_envs.close()
+
+
+def evaluate(
+    algo: Algorithm,
+    eval_envs: gym.vector.VectorEnv,
+    train_envs: gym.vector.VectorEnv,
+    seed: int,
+    device: torch.device,
+) -> Evaluation:
+    """One episode in each eval sub-env with the deterministic policy; unscaled returns.
+
+    Observation normalization uses the training envs' current statistics, frozen.
+    """
+    load_normalization_state(eval_envs, normalization_state(train_envs))
+    obs, _ = eval_envs.reset(seed=seed)
+    num_envs = eval_envs.num_envs
+    returns = np.zeros(num_envs)
+    lengths = np.zeros(num_envs, dtype=np.int64)
+    finished = np.zeros(num_envs, dtype=bool)
+    state: Any = None
+    while not finished.all():
+        acted = algo.act(torch.as_tensor(obs, dtype=torch.float32, device=device), state, deterministic=True)
+        state = acted.state
+        obs, rewards, terminated, truncated, _ = eval_envs.step(acted.env_actions)
+        running = ~finished
+        returns[running] += rewards[running]
+        lengths[running] += 1
+        finished |= terminated | truncated
+    return Evaluation(step=0, returns=returns.tolist(), lengths=lengths.tolist())
+
+
+def save_checkpoint(algo: Algorithm, train_envs: gym.vector.VectorEnv, spec: RunSpec, path: Path) -> Path:
+    """Algorithm state, normalization statistics and the spec: tensors and primitives only.
+
+    Written to a temporary file, then renamed, so a crash never leaves a half-written file.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "spec": spec.to_dict(),
+        "algorithm": algo.state_dict(),
+        "normalization": {
+            name: {key: torch.as_tensor(value) for key, value in stats.items()}
+            for name, stats in normalization_state(train_envs).items()
+        },
+    }
+    handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    os.close(handle)
+    torch.save(payload, temporary)
+    os.replace(temporary, path)
+    return path
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Read a checkpoint written by ``save_checkpoint`` (no pickled objects are executed)."""
+    return torch.load(path, map_location="cpu", weights_only=True)
