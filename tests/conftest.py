@@ -1,0 +1,36 @@
+import textwrap
+from pathlib import Path
+
+import pytest
+
+TINY_SUITE = """
+name: tiny
+seeds: [0, 1]
+budget: {total_steps: 512, eval_every: 256, eval_episodes: 2}
+experiments:
+  - algo: ppo
+    envs: [CartPole-v1]
+    hyperparameters: {num_envs: 2, num_steps: 64, num_minibatches: 2, num_epochs: 2, hidden_sizes: [16, 16]}
+  - algo: sac
+    envs: [Pendulum-v1]
+    budget: {total_steps: 300, eval_every: 150}
+    seeds: [0]
+    hyperparameters: {learning_starts: 100, batch_size: 32, hidden_sizes: [16, 16], buffer_size: 1000}
+"""
+
+
+@pytest.fixture
+def write_suite(tmp_path: Path):
+    """Write YAML text to a suite file in tmp_path and return its path."""
+
+    def write(text: str, name: str = "suite.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def tiny_suite(write_suite) -> Path:
+    return write_suite(TINY_SUITE, "tiny.yaml")

@@ -1,0 +1,177 @@
+"""The interface contract, for every registered algorithm on every action space it supports."""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+
+import agents
+from agents.api import ConfigError, Transitions
+from agents.envs import env_spec
+
+SMALL = {
+    "ppo": {"num_steps": 16, "num_minibatches": 2, "num_epochs": 2, "hidden_sizes": [16, 16]},
+    "sac": {"learning_starts": 8, "batch_size": 8, "hidden_sizes": [16, 16], "buffer_size": 1000},
+}
+CASES = [
+    (name, env_id)
+    for name, cls in sorted(agents.ALGORITHMS.items())
+    for env_id in ("CartPole-v1", "Pendulum-v1")
+    if (cls.supports_discrete if env_spec(env_id).discrete else cls.supports_continuous)
+]
+
+
+def test_every_algorithm_is_covered():
+    assert {name for name, _ in CASES} == set(agents.ALGORITHMS)
+
+
+def build(name: str, env_id: str, seed: int = 0, **overrides):
+    torch.manual_seed(seed)
+    return agents.make(name, env_spec(env_id), {**SMALL[name], **overrides}, total_steps=1000, seed=seed)
+
+
+def feed(algo, env_id: str, steps: int, seed: int = 0) -> None:
+    """Random-observation transitions until the algorithm is ready to update."""
+    spec = env_spec(env_id)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        obs = torch.randn(1, *spec.observation_shape, generator=generator)
+        acted = algo.act(obs)
+        algo.observe(
+            Transitions(
+                obs,
+                acted,
+                torch.randn(1, generator=generator),
+                torch.randn(1, *spec.observation_shape, generator=generator),
+                torch.zeros(1, dtype=torch.bool),
+                torch.rand(1, generator=generator) < 0.1,
+            )
+        )
+
+
+def one_batch(algo):
+    """A training batch as the algorithm's own update would draw it."""
+    if hasattr(algo, "storage"):
+        algo.storage.compute_returns(torch.zeros(algo.config.num_envs), algo.config.gamma, algo.config.gae_lambda)
+        return next(algo.storage.minibatches(1))
+    return algo.buffer.sample(algo.config.batch_size, torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("name,env_id", CASES)
+def test_act_shapes_and_bounds(name, env_id):
+    algo, spec = build(name, env_id), env_spec(env_id)
+    obs = torch.randn(5, *spec.observation_shape)
+    for deterministic in (False, True):
+        acted = algo.act(obs, deterministic=deterministic)
+        assert acted.actions.shape[0] == 5 and len(acted.env_actions) == 5
+        if not spec.discrete:
+            assert np.all(acted.env_actions >= np.array(spec.action_low)) and np.all(acted.env_actions <= np.array(spec.action_high))
+    torch.testing.assert_close(algo.act(obs, deterministic=True).actions, algo.act(obs, deterministic=True).actions)
+
+
+@pytest.mark.parametrize("name,env_id", CASES)
+def test_update_changes_weights_and_reports_finite_losses(name, env_id):
+    algo = build(name, env_id)
+    before = algo.get_weights()
+    while not algo.ready_to_update():
+        feed(algo, env_id, 1)
+    logs = algo.update()
+    assert logs and all(np.isfinite(value) for value in logs.values())
+    after = algo.get_weights()
+    assert any(not torch.equal(before[net][key], after[net][key]) for net in before for key in before[net])
+
+
+@pytest.mark.parametrize("name,env_id", CASES)
+def test_state_dict_round_trip_through_plain_tensors(name, env_id):
+    trained = build(name, env_id, seed=0)
+    feed(trained, env_id, 16)
+    trained.update()
+    buffer = io.BytesIO()
+    torch.save(trained.state_dict(), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)  # tensors and primitives only, no pickled objects
+
+    restored = build(name, env_id, seed=1)
+    restored.load_state_dict(state)
+    obs = torch.randn(7, *env_spec(env_id).observation_shape)
+    torch.testing.assert_close(restored.act(obs, deterministic=True).actions, trained.act(obs, deterministic=True).actions)
+
+
+@pytest.mark.parametrize("name,env_id", CASES)
+def test_get_set_weights(name, env_id):
+    source, target = build(name, env_id, seed=0), build(name, env_id, seed=1)
+    target.set_weights(source.get_weights())
+    obs = torch.randn(4, *env_spec(env_id).observation_shape)
+    torch.testing.assert_close(target.act(obs, deterministic=True).actions, source.act(obs, deterministic=True).actions)
+    with pytest.raises(KeyError, match="no network"):
+        target.set_weights({"nonexistent": {}})
+
+
+@pytest.mark.parametrize("name,env_id", CASES)
+def test_gradients_computed_on_one_learner_apply_on_another(name, env_id):
+    """The distributed path: a worker computes gradients, the learner applies them."""
+    learner, worker = build(name, env_id, seed=0), build(name, env_id, seed=1)
+    feed(learner, env_id, 16)
+    worker.load_state_dict(learner.state_dict())
+    batch = one_batch(learner)
+    torch.manual_seed(3)  # SAC's losses draw reparameterized actions
+    gradients, info = worker.compute_gradients(batch)
+    assert info and all(np.isfinite(v) for v in info.values())
+    torch.manual_seed(3)
+    local_gradients, _ = learner.compute_gradients(batch)
+    for remote, local in zip(gradients, local_gradients):
+        torch.testing.assert_close(remote, local)
+    learner.apply_gradients(gradients)
+    worker.apply_gradients(local_gradients)
+    for net, weights in learner.get_weights().items():
+        for key, value in weights.items():
+            torch.testing.assert_close(worker.get_weights()[net][key], value)
+
+
+@pytest.mark.parametrize("name,env_id", CASES)
+def test_update_parameter(name, env_id):
+    algo = build(name, env_id)
+    parameter = algo.tunable_parameters[0]
+    algo.update_parameter(parameter, 1e-5)
+    assert getattr(algo.config, parameter) == 1e-5
+    with pytest.raises(ConfigError, match="cannot update 'no_such_parameter'"):
+        algo.update_parameter("no_such_parameter", 1.0)
+    with pytest.raises(ConfigError, match=parameter):
+        algo.update_parameter(parameter, -1.0)
+
+
+def test_learning_rate_update_reaches_the_optimizer():
+    algo = build("ppo", "CartPole-v1")
+    algo.update_parameter("learning_rate", 1e-5)
+    assert algo.optimizer.param_groups[0]["lr"] == 1e-5
+
+
+@pytest.mark.parametrize(
+    "name,bad,message",
+    [
+        ("ppo", {"learning_rate": 0}, "must be > 0"),
+        ("ppo", {"clip_range": -0.1}, "must be > 0"),
+        ("ppo", {"gamma": 1.5}, "must be <= 1"),
+        ("ppo", {"num_epochs": 0}, "must be >= 1"),
+        ("ppo", {"activation": "swish"}, "must be one of"),
+        ("ppo", {"learnin_rate": 1e-3}, "unknown hyperparameter 'learnin_rate'.*did you mean 'learning_rate'"),
+        ("sac", {"tau": 2.0}, "must be <= 1"),
+        ("sac", {"batch_size": 1.5}, "must be an integer"),
+        ("sac", {"hidden_sizes": 256}, "must be a list"),
+        ("sac", {"alpha": -0.2}, "must be > 0"),
+    ],
+)
+def test_bad_hyperparameters_rejected(name, bad, message):
+    with pytest.raises(ConfigError, match=message):
+        agents.resolve_config(name, bad)
+
+
+def test_sac_refuses_discrete_actions():
+    with pytest.raises(ConfigError, match="sac needs continuous"):
+        agents.make("sac", env_spec("CartPole-v1"), total_steps=10)
+
+
+def test_unknown_algorithm_lists_choices():
+    with pytest.raises(ConfigError, match="unknown algorithm 'ppo2'.*available: ppo, sac"):
+        agents.algorithm_class("ppo2")

@@ -1,0 +1,117 @@
+"""The real CLI against a temporary MLflow store: runs, params, metrics, tags; bad input; failures."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from benchmark import cli, runner, tracking
+from benchmark.config import load_suite
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchmark", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def all_runs(uri: str):
+    client = MlflowClient(uri)
+    experiments = client.search_experiments()
+    return client, client.search_runs([e.experiment_id for e in experiments]) if experiments else []
+
+
+def test_run_logs_parent_and_children_to_mlflow(tiny_suite, tmp_path):
+    results = tmp_path / "results"
+    completed = run_cli("run", "--suite", str(tiny_suite), "--workers", "2", "--results-dir", str(results), cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert "final eval return" in completed.stdout and "3/3 runs finished" in completed.stdout
+
+    client, runs = all_runs(f"sqlite:///{results / 'mlflow.db'}")
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(children) == 3 and all(r.info.status == "FINISHED" for r in children)
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
+
+    expected_keys = {spec.run_key for spec in load_suite(str(tiny_suite)).specs}
+    assert {r.data.tags["run_key"] for r in children} == expected_keys
+    for child in children:
+        tags, params, metrics = child.data.tags, child.data.params, child.data.metrics
+        for tag in ("git_sha", "git_dirty", "version.torch", "version.gymnasium", "version.mlflow", "device", "python_version"):
+            assert tags.get(tag), tag
+        assert tags["device"] == "cpu"
+        assert params["algo"] in ("ppo", "sac") and "budget.total_steps" in params and "hp.gamma" in params
+        for metric in ("eval/return_mean", "final/eval_return_mean", "perf/steps_per_second", "train/episode_return"):
+            assert metric in metrics, metric
+        evaluations = client.get_metric_history(child.info.run_id, "eval/return_mean")
+        assert [m.step for m in evaluations] == sorted(m.step for m in evaluations) and len(evaluations) == 2
+        artifacts = {a.path for a in client.list_artifacts(child.info.run_id)}
+        assert {"config.json", "evaluations.json", "checkpoints"} <= artifacts
+        config = json.loads(Path(client.download_artifacts(child.info.run_id, "config.json", str(tmp_path))).read_text())
+        assert config["run_key"] == tags["run_key"]
+    assert list((results / "reports").glob("tiny-*.md"))
+
+
+def test_dry_run_lists_mujoco_runs(tmp_path):
+    completed = run_cli("run", "--suite", "mujoco", "--dry-run", cwd=ROOT)
+    assert completed.returncode == 0, completed.stderr
+    assert "100 runs in suite 'mujoco'" in completed.stdout
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--suite", "nonexistent"], "unknown suite 'nonexistent'"),
+        (["--suite", "smoke", "--workers", "0"], "--workers must be >= 1"),
+        (["--suite", "smoke", "--seeds", "1", "1"], "--seeds must be distinct"),
+        (["--suite", "smoke", "--device", "tpu"], "device 'tpu'"),
+    ],
+)
+def test_bad_arguments_exit_2_and_create_no_run(tmp_path, capsys, args, message):
+    results = tmp_path / "results"
+    code = cli.main(["run", *args, "--results-dir", str(results)])
+    assert code == cli.EXIT_CONFIG_ERROR
+    assert message in capsys.readouterr().err
+    assert not (results / "mlflow.db").exists()
+
+
+def test_bad_suite_exits_2_without_touching_existing_results(write_suite, tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "mlflow.db").write_bytes(b"stored results")
+    bad = write_suite("seeds: [0]\nbudget: {total_steps: 10, eval_every: 5}\nexperiments: [{algo: dqnn, envs: [CartPole-v1]}]\n")
+    completed = run_cli("run", "--suite", str(bad), "--results-dir", str(results), cwd=tmp_path)
+    assert completed.returncode == 2
+    assert "unknown algorithm 'dqnn'" in completed.stderr and "Traceback" not in completed.stderr
+    assert (results / "mlflow.db").read_bytes() == b"stored results"
+
+
+def test_failing_run_is_marked_failed_with_its_error(tiny_suite, tmp_path, monkeypatch):
+    import queue
+
+    from benchmark import train
+
+    def explode(*args, **kwargs):
+        raise FloatingPointError("loss became NaN")
+
+    monkeypatch.setattr(train, "run", explode)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment = tracking.experiment_id(uri, "tiny", tmp_path / "artifacts")
+    parent = tracking.start_parent_run(uri, experiment, "parent", {})
+    spec = load_suite(str(tiny_suite)).specs[0]
+    outcome = runner.run_in_worker(spec.to_dict(), uri, experiment, parent.run_id, None, queue.Queue())
+    assert outcome["status"] == "FAILED" and "loss became NaN" in outcome["error"]
+    run = MlflowClient(uri).get_run(outcome["run_id"])
+    assert run.info.status == "FAILED" and "FloatingPointError: loss became NaN" in run.data.tags["error"]
+
+
+def test_list_shows_algorithms_buffers_suites_envs(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    for word in ("ppo", "sac", "rollout", "replay", "smoke", "mujoco", "HalfCheetah-v5", "Discrete(2)"):
+        assert word in out, word

@@ -1,0 +1,88 @@
+"""Suite parsing, validation and expansion into run specs."""
+
+import pytest
+
+from agents.api import ConfigError
+from benchmark.config import Budget, load_suite
+
+
+def test_tiny_suite_expands_to_specs(tiny_suite):
+    suite = load_suite(str(tiny_suite))
+    assert [spec.label for spec in suite.specs] == ["ppo/CartPole-v1/seed0", "ppo/CartPole-v1/seed1", "sac/Pendulum-v1/seed0"]
+    ppo = suite.specs[0]
+    assert ppo.hyperparameters["num_envs"] == 2 and ppo.hyperparameters["clip_range"] == 0.2  # override + default
+    assert ppo.budget == Budget(512, 256, 2)
+    assert suite.specs[2].budget == Budget(300, 150, 2)  # experiment budget merged over the suite's
+
+
+def test_run_keys_are_stable_and_distinct(tiny_suite):
+    first, second = load_suite(str(tiny_suite)), load_suite(str(tiny_suite))
+    assert [s.run_key for s in first.specs] == [s.run_key for s in second.specs]
+    assert len({s.run_key for s in first.specs}) == 3
+
+
+def test_run_key_changes_with_any_hyperparameter(write_suite, tiny_suite):
+    base = load_suite(str(tiny_suite)).specs[0]
+    changed = write_suite(open(tiny_suite).read().replace("num_epochs: 2", "num_epochs: 3"), "changed.yaml")
+    assert load_suite(str(changed)).specs[0].run_key != base.run_key
+
+
+def test_seed_override_and_grid(write_suite):
+    path = write_suite(
+        """
+        seeds: 2
+        budget: {total_steps: 100, eval_every: 50}
+        experiments:
+          - algo: ppo
+            envs: [CartPole-v1, Acrobot-v1]
+            grid: {learning_rate: [1.0e-3, 3.0e-4], num_epochs: [1, 2]}
+        """
+    )
+    assert len(load_suite(str(path)).specs) == 2 * 4 * 2
+    specs = load_suite(str(path), seeds=[5]).specs
+    assert len(specs) == 8 and {s.seed for s in specs} == {5}
+    assert {s.hyperparameters["learning_rate"] for s in specs} == {1e-3, 3e-4}
+
+
+def test_shipped_suites_are_valid():
+    smoke = load_suite("smoke")
+    assert len(smoke.specs) == 6 and {s.env_id for s in smoke.specs} == {"CartPole-v1", "Pendulum-v1"}
+    mujoco = load_suite("mujoco")
+    assert len(mujoco.specs) == 100 and all(s.budget.total_steps == 1_000_000 for s in mujoco.specs)
+
+
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ("experiments: [{algo: ppx, envs: [CartPole-v1]}]", r"experiments\[0\]: unknown algorithm 'ppx' \(did you mean 'ppo'\?\); available: ppo, sac"),
+        ("experiments: [{algo: ppo, envs: [CartPole-v7]}]", r"unknown environment 'CartPole-v7' \(did you mean 'CartPole-v1'\?\)"),
+        ("experiments: [{algo: ppo, envs: [CartPole-v1], hyperparameters: {lr: 0.1}}]", r"unknown hyperparameter 'lr' for PPOConfig"),
+        ("experiments: [{algo: ppo, envs: [CartPole-v1], hyperparameters: {gae_lambda: 2}}]", r"'gae_lambda' must be <= 1.0"),
+        ("experiments: [{algo: sac, envs: [CartPole-v1]}]", r"sac needs continuous \(Box\) actions; CartPole-v1 has Discrete\(2\)"),
+        ("experiments: [{algo: ppo, envs: [CartPole-v1], budgett: {}}]", r"unknown experiment key 'budgett' \(did you mean 'budget'\?\)"),
+        ("experiments: [{algo: ppo, envs: [CartPole-v1], grid: {learning_rate: 0.1}}]", r"grid.learning_rate must be a non-empty list"),
+        ("experiments: []", r"'experiments' must be a non-empty list"),
+        ("experiments: [{algo: ppo, envs: [CartPole-v1], budget: {total_step: 5}}]", r"valid keys: total_steps, eval_every, eval_episodes"),
+        ("experiments: [{algo: ppo, envs: [CartPole-v1], budget: {total_steps: -5}}]", r"budget.total_steps must be a positive integer"),
+    ],
+)
+def test_invalid_suites_name_the_problem(write_suite, body, message):
+    path = write_suite(f"seeds: [0]\nbudget: {{total_steps: 100, eval_every: 50}}\n{body}\n")
+    with pytest.raises(ConfigError, match=message):
+        load_suite(str(path))
+
+
+def test_malformed_yaml_and_missing_keys(write_suite):
+    with pytest.raises(ConfigError, match="malformed YAML"):
+        load_suite(str(write_suite("seeds: [0\nbudget: {")))
+    with pytest.raises(ConfigError, match="missing required key 'budget'"):
+        load_suite(str(write_suite("seeds: [0]\nexperiments: []\n")))
+    with pytest.raises(ConfigError, match="unknown suite key 'seed'"):
+        load_suite(str(write_suite("seed: [0]\nbudget: {}\nexperiments: []\n")))
+    with pytest.raises(ConfigError, match="seeds repeat"):
+        load_suite(str(write_suite("seeds: [0, 0]\nbudget: {total_steps: 1, eval_every: 1}\nexperiments: [{algo: ppo, envs: [CartPole-v1]}]\n")))
+
+
+def test_unknown_suite_lists_available():
+    with pytest.raises(ConfigError, match=r"unknown suite 'smok' \(did you mean 'smoke'\?\); available: .*smoke"):
+        load_suite("smok")

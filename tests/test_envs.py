@@ -1,0 +1,84 @@
+"""Env spec, seeded vector envs, final observations, normalization statistics."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from agents.api import ConfigError
+from agents.envs import (
+    env_spec,
+    finished_episodes,
+    freeze_normalization,
+    load_normalization_state,
+    make_vector_env,
+    normalization_state,
+    true_next_obs,
+)
+
+
+def test_env_spec_reads_spaces():
+    cartpole = env_spec("CartPole-v1")
+    assert cartpole.discrete and cartpole.num_actions == 2 and cartpole.observation_shape == (4,)
+    pendulum = env_spec("Pendulum-v1")
+    assert not pendulum.discrete and pendulum.action_low == (-2.0,) and pendulum.max_episode_steps == 200
+
+
+def test_unknown_env_names_a_close_match():
+    with pytest.raises(ConfigError, match="unknown environment 'Pendulum-v9'.*Pendulum-v1"):
+        env_spec("Pendulum-v9")
+
+
+def test_same_seed_same_observations():
+    first, second = make_vector_env("CartPole-v1", 3), make_vector_env("CartPole-v1", 3)
+    np.testing.assert_array_equal(first.reset(seed=7)[0], second.reset(seed=7)[0])
+    assert not np.array_equal(first.reset(seed=7)[0], first.reset(seed=8)[0])
+
+
+def test_truncated_episode_exposes_final_observation_and_unscaled_return():
+    envs = make_vector_env("Pendulum-v1", 2, normalize_rewards=True)
+    plain = gym.make_vec("Pendulum-v1", 2, vectorization_mode="sync")  # same seed and actions, no wrappers
+    obs, _ = envs.reset(seed=0)
+    plain.reset(seed=0)
+    raw_total = np.zeros(2)
+    actions = np.zeros((2, 1), dtype=np.float32)
+    for step in range(200):
+        obs, rewards, terminated, truncated, infos = envs.step(actions)
+        raw_total += plain.step(actions)[1]
+        if step < 199:
+            assert not truncated.any()
+    assert truncated.all() and not terminated.any()
+    next_obs = true_next_obs(obs, infos)
+    assert not np.allclose(next_obs, obs)  # final observations, not the reset ones
+    np.testing.assert_allclose(next_obs, np.stack(infos["final_obs"]))
+    episodes = finished_episodes(infos)
+    np.testing.assert_allclose([r for r, _ in episodes], raw_total, rtol=1e-5)
+    assert [length for _, length in episodes] == [200, 200]
+
+
+def test_normalization_state_round_trip_and_freeze():
+    envs = make_vector_env("Pendulum-v1", 2, normalize_observations=True, normalize_rewards=True)
+    envs.reset(seed=0)
+    for _ in range(50):
+        envs.step(envs.action_space.sample())
+    state = normalization_state(envs)
+    assert set(state) == {"obs_rms", "return_rms"} and state["obs_rms"]["count"] > 50
+
+    other = make_vector_env("Pendulum-v1", 2, normalize_observations=True)
+    load_normalization_state(other, state)
+    freeze_normalization(other)
+    obs, _ = other.reset(seed=1)
+    for _ in range(10):
+        other.step(other.action_space.sample())
+    frozen = normalization_state(other)["obs_rms"]
+    np.testing.assert_array_equal(frozen["mean"], state["obs_rms"]["mean"])
+    assert frozen["count"] == state["obs_rms"]["count"]
+
+
+def test_final_observations_are_normalized_like_the_others():
+    envs = make_vector_env("Pendulum-v1", 1, normalize_observations=True, clip_observations=5.0)
+    envs.reset(seed=0)
+    for _ in range(200):
+        obs, _, _, truncated, infos = envs.step(np.zeros((1, 1), dtype=np.float32))
+    final = true_next_obs(obs, infos)
+    assert truncated.all() and np.abs(final).max() <= 5.0
+    assert final.dtype == np.float32

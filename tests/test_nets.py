@@ -1,0 +1,53 @@
+"""Distributions and network helpers."""
+
+import math
+
+import torch
+
+from agents.nets import Categorical, DiagGaussian, TanhGaussian, mlp, polyak_update
+
+
+def test_tanh_gaussian_log_prob_matches_change_of_variables():
+    torch.manual_seed(0)
+    mean, log_std = torch.randn(64, 3), torch.randn(64, 3) * 0.5
+    dist = TanhGaussian(mean, log_std)
+    actions, log_probs = dist.rsample_with_log_prob()
+    assert actions.abs().max() < 1
+    # log p(a) = log N(u) - sum log(1 - tanh(u)^2), with u = atanh(a)
+    u = torch.atanh(actions.double())
+    normal = torch.distributions.Normal(mean.double(), log_std.double().exp())
+    reference = (normal.log_prob(u) - torch.log1p(-torch.tanh(u) ** 2)).sum(-1)
+    torch.testing.assert_close(log_probs.double(), reference, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(dist.log_prob(actions).double(), reference, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(dist.mode(), torch.tanh(mean))
+
+
+def test_tanh_gaussian_log_prob_finite_when_saturated():
+    dist = TanhGaussian(torch.full((2, 1), 30.0), torch.zeros(2, 1))
+    _, log_probs = dist.rsample_with_log_prob()
+    assert torch.isfinite(log_probs).all()
+
+
+def test_diag_gaussian_sums_over_dimensions():
+    dist = DiagGaussian(torch.zeros(5, 2), torch.zeros(2))
+    torch.testing.assert_close(dist.log_prob(torch.zeros(5, 2)), torch.full((5,), -math.log(2 * math.pi)))
+    torch.testing.assert_close(dist.entropy(), torch.full((5,), 1 + math.log(2 * math.pi)))
+
+
+def test_categorical_mode_and_log_prob():
+    dist = Categorical(torch.tensor([[0.0, 2.0, 1.0]]))
+    assert dist.mode().tolist() == [1]
+    torch.testing.assert_close(dist.log_prob(torch.tensor([1])), torch.log_softmax(torch.tensor([0.0, 2.0, 1.0]), 0)[1:2])
+
+
+def test_polyak_update_moves_target_by_tau():
+    source, target = mlp(2, [4], 1), mlp(2, [4], 1)
+    before = [p.clone() for p in target.parameters()]
+    polyak_update(target, source, 0.25)
+    for old, new, src in zip(before, target.parameters(), source.parameters()):
+        torch.testing.assert_close(new, 0.75 * old + 0.25 * src)
+
+
+def test_orthogonal_init_scales_output_layer():
+    net = mlp(8, [64, 64], 2, "tanh", orthogonal_init=True, output_gain=0.01)
+    assert net[-1].weight.abs().max() < 0.05 and net[-1].bias.abs().max() == 0
