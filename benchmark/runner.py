@@ -222,6 +222,11 @@ def _record(future: Future, spec: RunSpec, outcomes: dict[str, RunOutcome], prog
     if spec.run_key in bars:
         info = "failed" if not outcome.ok else f"final {outcome.final_return_mean:9.1f}"
         progress.update(bars[spec.run_key], info=info)
+    if outcome.ok:
+        line = f"finished {spec.label}: final eval {outcome.final_return_mean:.1f}, {outcome.steps_per_second:,.0f} steps/s"
+    else:
+        line = f"[red]{outcome.status} {spec.label}[/]: {outcome.error}"
+    progress.console.print(line, highlight=False)
 
 
 def _fail_orphans(outcomes: Any, tracking_uri: str) -> None:
