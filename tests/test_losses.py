@@ -1,0 +1,47 @@
+"""Loss terms against hand-computed values."""
+
+import torch
+
+import agents
+from agents.envs import env_spec
+
+
+def ppo(**overrides):
+    return agents.make("ppo", env_spec("CartPole-v1"), {"clip_range": 0.2, **overrides}, total_steps=100)
+
+
+def test_ppo_clipped_surrogate():
+    algo = ppo()
+    ratio = torch.tensor([1.5, 0.5, 1.1, 0.7])
+    advantages = torch.tensor([1.0, 1.0, -1.0, -1.0])
+    # objective min(r A, clip(r, 0.8, 1.2) A) per sample:
+    #   r=1.5, A=+1: min(1.5, 1.2) = 1.2      r=0.5, A=+1: min(0.5, 0.8) = 0.5
+    #   r=1.1, A=-1: min(-1.1, -1.1) = -1.1   r=0.7, A=-1: min(-0.7, -0.8) = -0.8
+    expected = -torch.tensor([1.2, 0.5, -1.1, -0.8]).mean()
+    torch.testing.assert_close(algo._policy_loss(ratio, advantages), expected)
+
+
+def test_ppo_value_loss_with_and_without_clipping():
+    values, old_values, returns = torch.tensor([2.0, 0.0]), torch.tensor([1.0, 0.5]), torch.tensor([3.0, 0.0])
+    # unclipped errors: (2-3)^2 = 1, (0-0)^2 = 0
+    torch.testing.assert_close(ppo(clip_value_loss=False)._value_loss(values, old_values, returns), torch.tensor(0.25))
+    # clipped values: 1 + clip(1, -.2, .2) = 1.2 -> (1.2-3)^2 = 3.24; 0.5 + clip(-.5) = 0.3 -> 0.09
+    # max per element: 3.24, 0.09 -> 0.5 * mean = 0.8325
+    torch.testing.assert_close(ppo(clip_value_loss=True)._value_loss(values, old_values, returns), torch.tensor(0.8325))
+
+
+def test_sac_fixed_alpha_is_not_trained():
+    algo = agents.make(
+        "sac", env_spec("Pendulum-v1"), {"alpha": 0.2, "learning_starts": 0, "batch_size": 4, "hidden_sizes": [8]}, total_steps=100
+    )
+    for _ in range(8):
+        algo.buffer.add(torch.randn(1, 3), torch.rand(1, 1) * 2 - 1, torch.randn(1), torch.randn(1, 3), torch.zeros(1))
+    gradients, info = algo.compute_gradients(algo.buffer.sample(4))
+    assert len(gradients) == len(algo.critic_parameters) + len(algo.actor_parameters)
+    algo.apply_gradients(gradients)
+    assert abs(info["alpha"] - 0.2) < 1e-6 and abs(algo.log_alpha.exp().item() - 0.2) < 1e-6 and "alpha_loss" not in info
+
+
+def test_sac_target_entropy_defaults_to_minus_action_dim():
+    algo = agents.make("sac", env_spec("Pendulum-v1"), {"hidden_sizes": [8]}, total_steps=100)
+    assert algo.target_entropy == -1.0
