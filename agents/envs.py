@@ -61,9 +61,6 @@ class EnvSpec:
             )
         raise ConfigError(f"{env_id}: action space {action_space} is neither Discrete nor a 1-D Box")
 
-    def describe(self) -> str:
-        actions = f"Discrete({self.num_actions})" if self.discrete else f"Box({self.num_actions},)"
-        return f"obs {self.observation_shape}, actions {actions}, max steps {self.max_episode_steps}"
 
 
 def check_env_id(env_id: str) -> None:

@@ -16,6 +16,7 @@ from rich.table import Table
 
 EXIT_CONFIG_ERROR = 2
 EXIT_RUNS_FAILED = 1
+EXIT_INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         Console(stderr=True).print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
         return EXIT_CONFIG_ERROR
+    except KeyboardInterrupt:
+        Console(stderr=True).print("interrupted: unfinished runs are marked KILLED in MLflow")
+        return EXIT_INTERRUPTED
 
 
 def command_run(args: argparse.Namespace, console: Console) -> int:

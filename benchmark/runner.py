@@ -1,8 +1,9 @@
 """Execute RunSpecs: a local process pool, one MLflow child run each, live progress.
 
 Workers are spawned (not forked), so no torch or MLflow thread state is copied into them.
-Each worker announces its child run id before training, so that if the worker dies
-(out of memory, a segfault) the main process can still mark that run FAILED.
+Only the main process handles Ctrl-C: workers ignore SIGINT, and on an interrupt the main
+process stops them and marks their runs KILLED. Any child run still RUNNING when the pool
+ends (a worker killed by the OS, say) is marked FAILED, found through its parent run id.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import dataclasses
 import json
 import multiprocessing
 import queue as queue_module
+import signal
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from multiprocessing.managers import SyncManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,6 +145,10 @@ def execute(
     return execution
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _execute_in_pool(
     specs: list[RunSpec],
     workers: int,
@@ -154,39 +161,52 @@ def _execute_in_pool(
     context = multiprocessing.get_context("spawn")
     outcomes = {spec.run_key: RunOutcome(spec) for spec in specs}
     checkpoint_dir = str((results_dir / "checkpoints").resolve())
-    with context.Manager() as manager, ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        messages = manager.Queue()
+    manager = SyncManager(ctx=context)
+    manager.start(initializer=_ignore_sigint)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_ignore_sigint)
+    messages = manager.Queue()
+    columns = (
+        TextColumn("{task.description:<40}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+    )
+    try:
         futures: dict[Future, RunSpec] = {
-            pool.submit(
-                run_in_worker, spec.to_dict(), tracking_uri, experiment, parent_run_id, checkpoint_dir, messages
-            ): spec
+            pool.submit(run_in_worker, spec.to_dict(), tracking_uri, experiment, parent_run_id, checkpoint_dir, messages): spec
             for spec in specs
         }
-        columns = (
-            TextColumn("{task.description:<40}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
-        )
         with Progress(*columns, console=console, transient=False) as progress:
             overall = progress.add_task("all runs", total=len(specs), info="")
             bars: dict[str, int] = {}
             pending = set(futures)
-            try:
-                while pending:
-                    done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                    _drain(messages, outcomes, progress, bars)
-                    for future in done:
-                        _record(future, futures[future], outcomes, progress, bars)
-                        progress.advance(overall)
+            while pending:
+                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
                 _drain(messages, outcomes, progress, bars)
-            except KeyboardInterrupt:
-                for future in pending:
-                    future.cancel()
-                raise
-    _fail_orphans(outcomes.values(), tracking_uri)
+                for future in done:
+                    _record(future, futures[future], outcomes, progress, bars)
+                    progress.advance(overall)
+        pool.shutdown(wait=True)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: stopping workers[/]")
+        _stop_workers(pool)
+        close_unfinished_children(tracking_uri, parent_run_id, "KILLED", "interrupted by the user")
+        raise
+    finally:
+        manager.shutdown()
+    close_unfinished_children(tracking_uri, parent_run_id, "FAILED", "worker exited without reporting")
     return [outcomes[spec.run_key] for spec in specs]
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel queued runs and terminate running ones (ProcessPoolExecutor has no public terminate)."""
+    processes = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(timeout=10)
 
 
 def _drain(messages: Any, outcomes: dict[str, RunOutcome], progress: Progress, bars: dict[str, int]) -> None:
@@ -229,14 +249,13 @@ def _record(future: Future, spec: RunSpec, outcomes: dict[str, RunOutcome], prog
     progress.console.print(line, highlight=False)
 
 
-def _fail_orphans(outcomes: Any, tracking_uri: str) -> None:
-    """Child runs whose worker died without reporting: mark them FAILED, not RUNNING."""
+def close_unfinished_children(tracking_uri: str, parent_run_id: str, status: str, message: str) -> list[str]:
+    """Mark every child of ``parent_run_id`` still RUNNING as ``status``; returns their ids."""
     client = tracking.client(tracking_uri)
-    for outcome in outcomes:
-        if outcome.run_id is None or outcome.ok:
-            continue
-        run = tracking.retry(lambda: client.get_run(outcome.run_id))
-        if run.info.status == "RUNNING":
-            message = outcome.error or "worker exited without reporting"
-            tracking.retry(lambda: client.set_tag(outcome.run_id, "error", message[:5000]))
-            tracking.retry(lambda: client.set_terminated(outcome.run_id, "FAILED"))
+    parent = tracking.retry(lambda: client.get_run(parent_run_id))
+    query = f"tags.`mlflow.parentRunId` = '{parent_run_id}' and attributes.status = 'RUNNING'"
+    runs = tracking.retry(lambda: client.search_runs([parent.info.experiment_id], query, max_results=10_000))
+    for run in runs:
+        tracking.retry(lambda: client.set_tag(run.info.run_id, "error", message))
+        tracking.retry(lambda: client.set_terminated(run.info.run_id, status))
+    return [run.info.run_id for run in runs]

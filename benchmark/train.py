@@ -84,10 +84,6 @@ class RunResult:
     device: str = "cpu"
     checkpoint: str | None = None
 
-    @property
-    def final_return(self) -> float:
-        return self.evaluations[-1].mean
-
 
 ProgressCallback = Callable[[int, int, float | None], None]  # (step, total_steps, last eval mean)
 

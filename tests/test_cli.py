@@ -115,3 +115,22 @@ def test_list_shows_algorithms_buffers_suites_envs(capsys):
     out = capsys.readouterr().out
     for word in ("ppo", "sac", "rollout", "replay", "smoke", "mujoco", "HalfCheetah-v5", "Discrete(2)"):
         assert word in out, word
+
+
+def test_children_left_running_by_a_dead_worker_are_closed(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment = tracking.experiment_id(uri, "crash", tmp_path / "artifacts")
+    parent = tracking.start_parent_run(uri, experiment, "parent", {})
+    orphan = tracking.start_child_run(uri, experiment, parent.run_id, "orphan", {}, {})
+    finished = tracking.start_child_run(uri, experiment, parent.run_id, "finished", {}, {})
+    finished.finish("FINISHED")
+    other_parent = tracking.start_parent_run(uri, experiment, "other", {})
+    unrelated = tracking.start_child_run(uri, experiment, other_parent.run_id, "unrelated", {}, {})
+
+    closed = runner.close_unfinished_children(uri, parent.run_id, "FAILED", "worker exited without reporting")
+    client = MlflowClient(uri)
+    assert closed == [orphan.run_id]
+    assert client.get_run(orphan.run_id).info.status == "FAILED"
+    assert client.get_run(orphan.run_id).data.tags["error"] == "worker exited without reporting"
+    assert client.get_run(finished.run_id).info.status == "FINISHED"
+    assert client.get_run(unrelated.run_id).info.status == "RUNNING"
