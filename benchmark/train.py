@@ -142,8 +142,7 @@ def run(
     result = RunResult(spec, device=str(device))
 
     def evaluate_now(step: int) -> None:
-        evaluation = evaluate(algo, eval_envs, train_envs, spec.seed + EVAL_SEED_OFFSET, device)
-        evaluation.step = step
+        evaluation = evaluate(algo, eval_envs, train_envs, spec.seed + EVAL_SEED_OFFSET, device, step)
         result.evaluations.append(evaluation)
         tracker.log_metrics(
             {
@@ -218,6 +217,7 @@ def evaluate(
     train_envs: gym.vector.VectorEnv,
     seed: int,
     device: torch.device,
+    step: int = 0,
 ) -> Evaluation:
     """One episode in each eval sub-env with the deterministic policy; unscaled returns.
 
@@ -238,7 +238,7 @@ def evaluate(
         returns[running] += rewards[running]
         lengths[running] += 1
         finished |= terminated | truncated
-    return Evaluation(step=0, returns=returns.tolist(), lengths=lengths.tolist())
+    return Evaluation(step=step, returns=returns.tolist(), lengths=lengths.tolist())
 
 
 def save_checkpoint(algo: Algorithm, train_envs: gym.vector.VectorEnv, spec: RunSpec, path: Path) -> Path:
