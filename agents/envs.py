@@ -10,6 +10,7 @@ Normalization uses gymnasium's vector wrappers; their running statistics are exp
 from __future__ import annotations
 
 import functools
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +64,28 @@ class EnvSpec:
 
 
 
+_HARMLESS_MUJOCO_WARNINGS = (
+    # gymnasium's v5 XML files set an attribute MuJoCo 4 deprecates; the model compiles the same
+    "compiler attribute 'settotalmass' is deprecated",
+)
+
+
+@functools.lru_cache(maxsize=1)
+def route_mujoco_warnings() -> None:
+    """Send MuJoCo's warnings to Python's ``warnings`` (instead of stderr and MUJOCO_LOG.TXT in
+    the working directory), dropping known-harmless ones. Once per process."""
+    try:
+        import mujoco
+    except ImportError:
+        return
+
+    def handler(message: str) -> None:
+        if not any(text in message for text in _HARMLESS_MUJOCO_WARNINGS):
+            warnings.warn(f"MuJoCo: {message}", RuntimeWarning, stacklevel=2)
+
+    mujoco.set_mju_user_warning(handler)
+
+
 def check_env_id(env_id: str) -> None:
     """Raise ConfigError naming close matches if gymnasium does not know ``env_id``."""
     if env_id not in gym.registry:
@@ -73,6 +96,7 @@ def check_env_id(env_id: str) -> None:
 def env_spec(env_id: str) -> EnvSpec:
     """The EnvSpec of a registered gymnasium environment (built once per process)."""
     check_env_id(env_id)
+    route_mujoco_warnings()
     env = gym.make(env_id)
     try:
         return EnvSpec.from_spaces(env_id, env.observation_space, env.action_space, env.spec.max_episode_steps)
@@ -95,6 +119,7 @@ def make_vector_env(
     Seed it with ``envs.reset(seed=s)``: sub-env i gets seed s + i.
     """
     check_env_id(env_id)
+    route_mujoco_warnings()
     envs = gym.make_vec(
         env_id,
         num_envs=num_envs,
