@@ -63,7 +63,9 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
     if args.seeds is not None and (len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0):
         raise ConfigError(f"--seeds must be distinct non-negative integers, got {args.seeds}")
     if args.device is not None:
-        _check_device(args.device)
+        from benchmark.train import resolve_device
+
+        resolve_device(args.device)
     suite = config.load_suite(args.suite, seeds=args.seeds, device=args.device)
 
     if args.dry_run:
@@ -97,23 +99,6 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
         f"{time.perf_counter() - started:.0f} s; parent run {execution.parent_run_id}; table in {report}"
     )
     return 0 if execution.ok else EXIT_RUNS_FAILED
-
-
-def _check_device(device: str) -> None:
-    import torch
-
-    from agents.api import ConfigError
-
-    if device == "auto":
-        return
-    try:
-        parsed = torch.device(device)
-    except RuntimeError:
-        raise ConfigError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:i") from None
-    if parsed.type not in ("cpu", "cuda"):
-        raise ConfigError(f"unsupported device {device!r}; use auto, cpu, cuda or cuda:i")
-    if parsed.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device {device!r} requested but CUDA is not available here; use --device auto or cpu")
 
 
 def _runs_table(suite) -> Table:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 import agents
-from agents.api import Algorithm, Transitions
+from agents.api import Algorithm, ConfigError, Transitions
 from agents.envs import (
     EnvSpec,
     finished_episodes,
@@ -89,12 +89,17 @@ ProgressCallback = Callable[[int, int, float | None], None]  # (step, total_step
 
 
 def resolve_device(requested: str) -> torch.device:
-    """'auto' -> the first CUDA device when one is present, else CPU."""
+    """'auto' -> the first CUDA device when one is present, else CPU; ConfigError for anything unusable."""
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(requested)
+    try:
+        device = torch.device(requested)
+    except RuntimeError:
+        raise ConfigError(f"unknown device {requested!r}; use auto, cpu, cuda or cuda:i") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"unsupported device {requested!r}; use auto, cpu, cuda or cuda:i")
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device {requested!r} requested but CUDA is not available")
+        raise ConfigError(f"device {requested!r} requested but CUDA is not available here; use --device auto or cpu")
     return device
 
 

@@ -46,7 +46,11 @@ class ReplayBuffer:
         n = obs.shape[0]
         if n > self.capacity:
             raise ValueError(f"batch of {n} transitions exceeds capacity {self.capacity}")
-        indices = (self.position + torch.arange(n, device=self.device)) % self.capacity
+        end = self.position + n
+        # the common case is a contiguous slice; only a write across the end needs an index
+        indices: slice | torch.Tensor = (
+            slice(self.position, end) if end <= self.capacity else torch.arange(self.position, end, device=self.device) % self.capacity
+        )
         self.obs[indices] = obs.to(self.device)
         self.actions[indices] = actions.to(self.device, self.actions.dtype)
         self.rewards[indices] = rewards.to(self.device, torch.float32)
