@@ -10,12 +10,12 @@ from typing import Any, Mapping
 
 import torch
 
-from agents.algos import PPO, SAC
+from agents.algos import DDPG, DQN, MPO, PPO, SAC, TD3
 from agents.api import Acted, Algorithm, ConfigError, Hyperparameters, Transitions, suggest
 from agents.envs import EnvSpec
 
 #: every algorithm by its registry name
-ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (PPO, SAC)}
+ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (PPO, DDPG, TD3, SAC, DQN, MPO)}
 
 
 def algorithm_class(name: str) -> type[Algorithm]:

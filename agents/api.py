@@ -230,6 +230,12 @@ class Algorithm(abc.ABC):
     def act(self, obs: torch.Tensor, state: Any = None, deterministic: bool = False) -> Acted:
         """Actions for a batch of observations (N, *obs_shape)."""
 
+    def reset_state(self, state: Any, episode_ended: torch.Tensor) -> Any:
+        """The recurrent state to act with next, after episodes ended where ``episode_ended`` (N,)
+        is true: those envs start their next episode from a fresh state. Stateless policies
+        return ``state`` unchanged."""
+        return state
+
     @abc.abstractmethod
     def observe(self, transitions: Transitions) -> None:
         """Hand one vector step of collected data to the algorithm's storage."""

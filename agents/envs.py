@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 import gymnasium.wrappers.vector as vector_wrappers
@@ -22,6 +22,39 @@ from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers.utils import RunningMeanStd
 
 from agents.api import ConfigError, suggest
+from agents.goal_envs import register_goal_envs
+
+register_goal_envs()
+
+
+GOAL_KEYS = ("achieved_goal", "desired_goal", "observation")
+
+
+@dataclass(frozen=True)
+class GoalLayout:
+    """Where the parts of a goal env's flattened observation sit: [start, stop) of each.
+
+    Goal envs (gymnasium-robotics' GoalEnv interface) have Dict observations with keys
+    observation, achieved_goal and desired_goal; they are flattened in gymnasium's sorted key
+    order (achieved_goal, desired_goal, observation) so every network sees one vector.
+    """
+
+    achieved_goal: tuple[int, int]
+    desired_goal: tuple[int, int]
+    observation: tuple[int, int]
+
+    @classmethod
+    def from_space(cls, space: gym.spaces.Dict) -> "GoalLayout":
+        bounds, start = {}, 0
+        for key in space.keys():  # gymnasium keeps Dict keys sorted
+            size = int(np.prod(space[key].shape))
+            bounds[key] = (start, start + size)
+            start += size
+        return cls(**bounds)
+
+
+def is_goal_space(space: gym.Space) -> bool:
+    return isinstance(space, gym.spaces.Dict) and sorted(space.keys()) == list(GOAL_KEYS)
 
 
 @dataclass(frozen=True)
@@ -36,6 +69,7 @@ class EnvSpec:
     action_low: tuple[float, ...] | None  # continuous only
     action_high: tuple[float, ...] | None
     max_episode_steps: int | None
+    goal: GoalLayout | None = None  # set for goal envs, whose observations are flattened dicts
 
     @classmethod
     def from_spaces(
@@ -45,10 +79,14 @@ class EnvSpec:
         action_space: gym.Space,
         max_episode_steps: int | None = None,
     ) -> "EnvSpec":
+        goal = None
+        if is_goal_space(observation_space):
+            goal = GoalLayout.from_space(observation_space)
+            observation_space = gym.spaces.flatten_space(observation_space)
         if not isinstance(observation_space, gym.spaces.Box):
-            raise ConfigError(f"{env_id}: observation space {observation_space} is not a Box")
+            raise ConfigError(f"{env_id}: observation space {observation_space} is not a Box (nor a goal Dict)")
         if isinstance(action_space, gym.spaces.Discrete):
-            return cls(env_id, tuple(observation_space.shape), True, (), int(action_space.n), None, None, max_episode_steps)
+            return cls(env_id, tuple(observation_space.shape), True, (), int(action_space.n), None, None, max_episode_steps, goal)
         if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
             return cls(
                 env_id,
@@ -59,6 +97,7 @@ class EnvSpec:
                 tuple(float(x) for x in action_space.low),
                 tuple(float(x) for x in action_space.high),
                 max_episode_steps,
+                goal,
             )
         raise ConfigError(f"{env_id}: action space {action_space} is neither Discrete nor a 1-D Box")
 
@@ -87,9 +126,25 @@ def route_mujoco_warnings() -> None:
 
 
 def check_env_id(env_id: str) -> None:
-    """Raise ConfigError naming close matches if gymnasium does not know ``env_id``."""
+    """Raise ConfigError naming close matches if gymnasium does not know ``env_id``.
+
+    gymnasium-robotics (Fetch, HandManipulate, ...) registers its envs on import; it is
+    imported on demand, when installed, for an id gymnasium does not know yet.
+    """
+    if env_id not in gym.registry:
+        _register_optional_suites()
     if env_id not in gym.registry:
         raise ConfigError(f"unknown environment {env_id!r}{suggest(env_id, gym.registry.keys())}")
+
+
+@functools.lru_cache(maxsize=1)
+def _register_optional_suites() -> None:
+    try:
+        import gymnasium_robotics
+
+        gym.register_envs(gymnasium_robotics)
+    except ImportError:
+        pass
 
 
 @functools.lru_cache(maxsize=None)
@@ -102,6 +157,16 @@ def env_spec(env_id: str) -> EnvSpec:
         return EnvSpec.from_spaces(env_id, env.observation_space, env.action_space, env.spec.max_episode_steps)
     finally:
         env.close()
+
+
+@functools.lru_cache(maxsize=None)
+def goal_functions(env_id: str) -> tuple[Callable[..., np.ndarray], Callable[..., np.ndarray] | None]:
+    """A goal env's batched ``compute_reward(achieved, desired, info)`` and, where it has
+    one, ``compute_terminated`` (from one instance kept for the process)."""
+    if env_spec(env_id).goal is None:
+        raise ConfigError(f"{env_id} is not a goal env (needs observation, achieved_goal and desired_goal)")
+    env = gym.make(env_id).unwrapped
+    return env.compute_reward, getattr(env, "compute_terminated", None)
 
 
 def make_vector_env(
@@ -120,11 +185,13 @@ def make_vector_env(
     """
     check_env_id(env_id)
     route_mujoco_warnings()
+    wrappers = [gym.wrappers.FlattenObservation] if env_spec(env_id).goal is not None else None
     envs = gym.make_vec(
         env_id,
         num_envs=num_envs,
         vectorization_mode="sync",
         vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        wrappers=wrappers,
     )
     envs = vector_wrappers.RecordEpisodeStatistics(envs)  # innermost: returns are unscaled
     if normalize_observations:

@@ -168,8 +168,8 @@ def run(
         while step < budget.total_steps:
             obs_tensor = torch.as_tensor(obs, dtype=torch.float32, device=device)
             acted = algo.act(obs_tensor, state)
-            state = acted.state
             next_obs, rewards, terminated, truncated, infos = train_envs.step(acted.env_actions)
+            state = algo.reset_state(acted.state, torch.as_tensor(terminated | truncated, device=device))
             algo.observe(
                 Transitions(
                     obs=obs_tensor,
@@ -237,8 +237,8 @@ def evaluate(
     state: Any = None
     while not finished.all():
         acted = algo.act(torch.as_tensor(obs, dtype=torch.float32, device=device), state, deterministic=True)
-        state = acted.state
         obs, rewards, terminated, truncated, _ = eval_envs.step(acted.env_actions)
+        state = algo.reset_state(acted.state, torch.as_tensor(terminated | truncated, device=device))
         running = ~finished
         returns[running] += rewards[running]
         lengths[running] += 1

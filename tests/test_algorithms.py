@@ -12,23 +12,40 @@ from agents.envs import env_spec
 
 SMALL = {
     "ppo": {"num_steps": 16, "num_minibatches": 2, "num_epochs": 2, "hidden_sizes": [16, 16]},
-    "sac": {"learning_starts": 8, "batch_size": 8, "hidden_sizes": [16, 16], "buffer_size": 1000},
+    "sac": {"start_steps": 4, "learning_starts": 8, "batch_size": 8, "hidden_sizes": [16, 16], "buffer_size": 1000},
+    "ddpg": {"learning_starts": 8, "batch_size": 8, "hidden_sizes": [16, 16], "buffer_size": 1000},
+    "td3": {"start_steps": 4, "learning_starts": 8, "batch_size": 8, "hidden_sizes": [16, 16], "buffer_size": 1000},
+    "dqn": {"learning_starts": 8, "batch_size": 8, "hidden_sizes": [16, 16], "buffer_size": 1000, "update_every": 1},
+    "mpo": {"learning_starts": 8, "batch_size": 8, "hidden_sizes": [16, 16], "buffer_size": 1000, "num_action_samples": 4},
+}
+SEQUENCES = {"batch_size": 4, "sequence_length": 4, "burn_in": 2, "recurrent_size": 8}
+#: replay and network variants, each checked against the whole contract
+VARIANTS = {
+    "dqn-dueling-per-nstep": ("dqn", "CartPole-v1", {"dueling": True, "prioritized": True, "n_step": 3}),
+    "dqn-gru": ("dqn", "CartPole-v1", {"recurrent": "gru", **SEQUENCES}),
+    "dqn-her": ("dqn", "reprorl/BitFlipping5-v0", {"her_strategy": "future"}),
+    "sac-lstm": ("sac", "Pendulum-v1", {"recurrent": "lstm", **SEQUENCES}),
+    "sac-per-ere": ("sac", "Pendulum-v1", {"prioritized": True, "emphasize_recent": True, "ere_c_min": 4}),
+    "sac-3-critics-extractors": ("sac", "Pendulum-v1", {"num_critics": 3, "obs_extractor_sizes": [8], "act_extractor_sizes": [4]}),
+    "ddpg-ou-nstep": ("ddpg", "Pendulum-v1", {"exploration_noise": "ou", "n_step": 2}),
+    "td3-per": ("td3", "Pendulum-v1", {"prioritized": True}),
+    "mpo-shared-constraint": ("mpo", "Pendulum-v1", {"per_dim_constraints": False}),
 }
 CASES = [
-    (name, env_id)
+    pytest.param(name, env_id, {}, id=f"{name}-{env_id}")
     for name, cls in sorted(agents.ALGORITHMS.items())
     for env_id in ("CartPole-v1", "Pendulum-v1")
     if (cls.supports_discrete if env_spec(env_id).discrete else cls.supports_continuous)
-]
+] + [pytest.param(*variant, id=label) for label, variant in VARIANTS.items()]
 
 
 def test_every_algorithm_is_covered():
-    assert {name for name, _ in CASES} == set(agents.ALGORITHMS)
+    assert {case.values[0] for case in CASES} == set(agents.ALGORITHMS)
 
 
-def build(name: str, env_id: str, seed: int = 0, **overrides):
+def build(name: str, env_id: str, variant: dict | None = None, seed: int = 0, **overrides):
     torch.manual_seed(seed)
-    return agents.make(name, env_spec(env_id), {**SMALL[name], **overrides}, total_steps=1000, seed=seed)
+    return agents.make(name, env_spec(env_id), {**SMALL[name], **(variant or {}), **overrides}, total_steps=1000, seed=seed)
 
 
 def feed(algo, env_id: str, steps: int, seed: int = 0) -> None:
@@ -58,9 +75,9 @@ def one_batch(algo):
     return algo.buffer.sample(algo.config.batch_size, torch.Generator().manual_seed(0))
 
 
-@pytest.mark.parametrize("name,env_id", CASES)
-def test_act_shapes_and_bounds(name, env_id):
-    algo, spec = build(name, env_id), env_spec(env_id)
+@pytest.mark.parametrize("name,env_id,variant", CASES)
+def test_act_shapes_and_bounds(name, env_id, variant):
+    algo, spec = build(name, env_id, variant), env_spec(env_id)
     obs = torch.randn(5, *spec.observation_shape)
     for deterministic in (False, True):
         acted = algo.act(obs, deterministic=deterministic)
@@ -70,9 +87,9 @@ def test_act_shapes_and_bounds(name, env_id):
     torch.testing.assert_close(algo.act(obs, deterministic=True).actions, algo.act(obs, deterministic=True).actions)
 
 
-@pytest.mark.parametrize("name,env_id", CASES)
-def test_update_changes_weights_and_reports_finite_losses(name, env_id):
-    algo = build(name, env_id)
+@pytest.mark.parametrize("name,env_id,variant", CASES)
+def test_update_changes_weights_and_reports_finite_losses(name, env_id, variant):
+    algo = build(name, env_id, variant)
     before = algo.get_weights()
     while not algo.ready_to_update():
         feed(algo, env_id, 1)
@@ -82,9 +99,9 @@ def test_update_changes_weights_and_reports_finite_losses(name, env_id):
     assert any(not torch.equal(before[net][key], after[net][key]) for net in before for key in before[net])
 
 
-@pytest.mark.parametrize("name,env_id", CASES)
-def test_state_dict_round_trip_through_plain_tensors(name, env_id):
-    trained = build(name, env_id, seed=0)
+@pytest.mark.parametrize("name,env_id,variant", CASES)
+def test_state_dict_round_trip_through_plain_tensors(name, env_id, variant):
+    trained = build(name, env_id, variant, seed=0)
     feed(trained, env_id, 16)
     trained.update()
     buffer = io.BytesIO()
@@ -92,15 +109,15 @@ def test_state_dict_round_trip_through_plain_tensors(name, env_id):
     buffer.seek(0)
     state = torch.load(buffer, weights_only=True)  # tensors and primitives only, no pickled objects
 
-    restored = build(name, env_id, seed=1)
+    restored = build(name, env_id, variant, seed=1)
     restored.load_state_dict(state)
     obs = torch.randn(7, *env_spec(env_id).observation_shape)
     torch.testing.assert_close(restored.act(obs, deterministic=True).actions, trained.act(obs, deterministic=True).actions)
 
 
-@pytest.mark.parametrize("name,env_id", CASES)
-def test_get_set_weights(name, env_id):
-    source, target = build(name, env_id, seed=0), build(name, env_id, seed=1)
+@pytest.mark.parametrize("name,env_id,variant", CASES)
+def test_get_set_weights(name, env_id, variant):
+    source, target = build(name, env_id, variant, seed=0), build(name, env_id, variant, seed=1)
     target.set_weights(source.get_weights())
     obs = torch.randn(4, *env_spec(env_id).observation_shape)
     torch.testing.assert_close(target.act(obs, deterministic=True).actions, source.act(obs, deterministic=True).actions)
@@ -108,10 +125,10 @@ def test_get_set_weights(name, env_id):
         target.set_weights({"nonexistent": {}})
 
 
-@pytest.mark.parametrize("name,env_id", CASES)
-def test_gradients_computed_on_one_learner_apply_on_another(name, env_id):
+@pytest.mark.parametrize("name,env_id,variant", CASES)
+def test_gradients_computed_on_one_learner_apply_on_another(name, env_id, variant):
     """The distributed path: a worker computes gradients, the learner applies them."""
-    learner, worker = build(name, env_id, seed=0), build(name, env_id, seed=1)
+    learner, worker = build(name, env_id, variant, seed=0), build(name, env_id, variant, seed=1)
     feed(learner, env_id, 16)
     worker.load_state_dict(learner.state_dict())
     batch = one_batch(learner)
@@ -129,9 +146,9 @@ def test_gradients_computed_on_one_learner_apply_on_another(name, env_id):
             torch.testing.assert_close(worker.get_weights()[net][key], value)
 
 
-@pytest.mark.parametrize("name,env_id", CASES)
-def test_update_parameter(name, env_id):
-    algo = build(name, env_id)
+@pytest.mark.parametrize("name,env_id,variant", CASES)
+def test_update_parameter(name, env_id, variant):
+    algo = build(name, env_id, variant)
     parameter = algo.tunable_parameters[0]
     algo.update_parameter(parameter, 1e-5)
     assert getattr(algo.config, parameter) == 1e-5
@@ -167,11 +184,17 @@ def test_bad_hyperparameters_rejected(name, bad, message):
         agents.resolve_config(name, bad)
 
 
-def test_sac_refuses_discrete_actions():
-    with pytest.raises(ConfigError, match="sac needs continuous"):
-        agents.make("sac", env_spec("CartPole-v1"), total_steps=10)
+@pytest.mark.parametrize("name", ["ddpg", "td3", "mpo"])
+def test_continuous_only_algorithms_refuse_discrete_actions(name):
+    with pytest.raises(ConfigError, match=f"{name} needs continuous"):
+        agents.make(name, env_spec("CartPole-v1"), total_steps=10)
+
+
+def test_dqn_refuses_continuous_actions():
+    with pytest.raises(ConfigError, match="dqn needs discrete actions"):
+        agents.make("dqn", env_spec("Pendulum-v1"), total_steps=10)
 
 
 def test_unknown_algorithm_lists_choices():
-    with pytest.raises(ConfigError, match="unknown algorithm 'ppo2'.*available: ppo, sac"):
+    with pytest.raises(ConfigError, match="unknown algorithm 'ppo2'.*available: ddpg, dqn, mpo, ppo, sac, td3"):
         agents.algorithm_class("ppo2")

@@ -1,9 +1,9 @@
-"""Rollout storage with GAE, and the replay buffer."""
+"""Rollout storage with GAE."""
 
 import pytest
 import torch
 
-from agents.buffers import ReplayBuffer, RolloutStorage, compute_gae
+from agents.buffers import RolloutStorage, compute_gae
 
 GAMMA, LAMBDA = 0.9, 0.8
 
@@ -78,41 +78,3 @@ def test_rollout_minibatches_cover_every_sample_once():
     with pytest.raises(RuntimeError, match="full"):
         storage.insert(*(torch.zeros(2, 1), torch.zeros(2), torch.zeros(2), torch.zeros(2), torch.zeros(2)),
                        terminated=torch.zeros(2, dtype=torch.bool), truncated=torch.zeros(2, dtype=torch.bool))
-
-
-def _add(buffer: ReplayBuffer, first: int, count: int) -> None:
-    ids = torch.arange(first, first + count, dtype=torch.float32)
-    buffer.add(ids[:, None], ids[:, None], ids, ids[:, None] + 0.5, torch.zeros(count))
-
-
-def test_replay_wraps_around_and_overwrites_oldest():
-    buffer = ReplayBuffer(capacity=5, obs_shape=(1,), action_shape=(1,))
-    _add(buffer, 0, 3)
-    assert len(buffer) == 3 and buffer.position == 3
-    _add(buffer, 3, 4)  # ids 3, 4 fill slots 3, 4; ids 5, 6 overwrite slots 0, 1
-    assert len(buffer) == 5 and buffer.position == 2
-    assert buffer.obs.squeeze(1).tolist() == [5.0, 6.0, 2.0, 3.0, 4.0]
-    assert buffer.next_obs.squeeze(1).tolist() == [5.5, 6.5, 2.5, 3.5, 4.5]
-    batch = buffer.sample(1000, torch.Generator().manual_seed(0))
-    assert set(batch["obs"].squeeze(1).tolist()) == {2.0, 3.0, 4.0, 5.0, 6.0}
-    torch.testing.assert_close(batch["next_obs"], batch["obs"] + 0.5)  # rows stay aligned
-
-
-def test_replay_samples_only_filled_slots_and_rejects_oversized_batches():
-    buffer = ReplayBuffer(capacity=10, obs_shape=(1,), action_shape=(1,))
-    with pytest.raises(RuntimeError, match="empty"):
-        buffer.sample(4)
-    _add(buffer, 0, 2)
-    assert set(buffer.sample(200)["obs"].squeeze(1).tolist()) == {0.0, 1.0}
-    with pytest.raises(ValueError, match="capacity"):
-        _add(buffer, 0, 11)
-
-
-def test_replay_state_dict_round_trip():
-    buffer = ReplayBuffer(capacity=4, obs_shape=(1,), action_shape=(1,))
-    _add(buffer, 0, 3)
-    _add(buffer, 3, 3)  # wrapped: position 2
-    restored = ReplayBuffer(capacity=4, obs_shape=(1,), action_shape=(1,))
-    restored.load_state_dict(buffer.state_dict())
-    assert restored.position == buffer.position and len(restored) == len(buffer)
-    torch.testing.assert_close(restored.obs, buffer.obs)

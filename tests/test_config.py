@@ -54,11 +54,11 @@ def test_shipped_suites_are_valid():
 @pytest.mark.parametrize(
     "body,message",
     [
-        ("experiments: [{algo: ppx, envs: [CartPole-v1]}]", r"experiments\[0\]: unknown algorithm 'ppx' \(did you mean 'ppo'\?\); available: ppo, sac"),
+        ("experiments: [{algo: ppx, envs: [CartPole-v1]}]", r"experiments\[0\]: unknown algorithm 'ppx' \(did you mean 'ppo'\?\); available: ddpg, dqn, mpo, ppo, sac, td3"),
         ("experiments: [{algo: ppo, envs: [CartPole-v7]}]", r"unknown environment 'CartPole-v7' \(did you mean 'CartPole-v1'\?\)"),
         ("experiments: [{algo: ppo, envs: [CartPole-v1], hyperparameters: {lr: 0.1}}]", r"unknown hyperparameter 'lr' for PPOConfig"),
         ("experiments: [{algo: ppo, envs: [CartPole-v1], hyperparameters: {gae_lambda: 2}}]", r"'gae_lambda' must be <= 1.0"),
-        ("experiments: [{algo: sac, envs: [CartPole-v1]}]", r"sac needs continuous \(Box\) actions; CartPole-v1 has Discrete\(2\)"),
+        ("experiments: [{algo: td3, envs: [CartPole-v1]}]", r"td3 needs continuous \(Box\) actions; CartPole-v1 has Discrete\(2\)"),
         ("experiments: [{algo: ppo, envs: [CartPole-v1], budgett: {}}]", r"unknown experiment key 'budgett' \(did you mean 'budget'\?\)"),
         ("experiments: [{algo: ppo, envs: [CartPole-v1], grid: {learning_rate: 0.1}}]", r"grid.learning_rate must be a non-empty list"),
         ("experiments: []", r"'experiments' must be a non-empty list"),

@@ -1,5 +1,8 @@
 """Loss terms against hand-computed values."""
 
+import math
+
+import pytest
 import torch
 
 import agents
@@ -35,13 +38,16 @@ def test_sac_fixed_alpha_is_not_trained():
         "sac", env_spec("Pendulum-v1"), {"alpha": 0.2, "learning_starts": 0, "batch_size": 4, "hidden_sizes": [8]}, total_steps=100
     )
     for _ in range(8):
-        algo.buffer.add(torch.randn(1, 3), torch.rand(1, 1) * 2 - 1, torch.randn(1), torch.randn(1, 3), torch.zeros(1))
+        algo.buffer.add(torch.randn(1, 3), torch.rand(1, 1) * 2 - 1, torch.randn(1), torch.randn(1, 3), torch.zeros(1, dtype=torch.bool))
     gradients, info = algo.compute_gradients(algo.buffer.sample(4))
-    assert len(gradients) == len(algo.critic_parameters) + len(algo.actor_parameters)
+    groups = algo.parameter_groups()
+    assert len(gradients) == len(groups["critic"][0]) + len(groups["actor"][0])
     algo.apply_gradients(gradients)
     assert abs(info["alpha"] - 0.2) < 1e-6 and abs(algo.log_alpha.exp().item() - 0.2) < 1e-6 and "alpha_loss" not in info
 
 
-def test_sac_target_entropy_defaults_to_minus_action_dim():
+def test_sac_target_entropy_defaults_to_minus_action_dim_or_a_fraction_of_log_num_actions():
     algo = agents.make("sac", env_spec("Pendulum-v1"), {"hidden_sizes": [8]}, total_steps=100)
     assert algo.target_entropy == -1.0
+    discrete = agents.make("sac", env_spec("CartPole-v1"), {"hidden_sizes": [8]}, total_steps=100)
+    assert discrete.target_entropy == pytest.approx(0.98 * math.log(2))

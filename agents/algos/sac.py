@@ -1,9 +1,8 @@
-"""Soft Actor-Critic with twin Q-functions and automatic entropy tuning.
+"""Soft Actor-Critic with N Q-functions and automatic entropy tuning, for Box or Discrete actions.
 
 Haarnoja, Zhou, Hartikainen, Tucker, Ha, Tan, Kumar, Zhu, Gupta, Abbeel, Levine (2018),
 "Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905, Algorithm 1:
 
-    for each environment step: a ~ pi(.|s); store (s, a, r, s', terminated) in D
     for each gradient step, on a batch from D:
         y      = r + gamma (1 - terminated) (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi(.|s')
         critic: minimize sum_i (Q_i(s, a) - y)^2
@@ -11,40 +10,44 @@ Haarnoja, Zhou, Hartikainen, Tucker, Ha, Tan, Kumar, Zhu, Gupta, Abbeel, Levine 
         alpha:  minimize -log(alpha) (log pi(a~|s) + H_target), H_target = -dim(A)
         Q'_i <- tau Q_i + (1 - tau) Q'_i
 
+Discrete actions follow Christodoulou (2019), "Soft Actor-Critic for Discrete Action
+Settings", arXiv:1910.07207: the critics output Q(s, .) for every action and the expectations
+over pi are computed exactly instead of sampled (V(s') = sum_a pi(a|s') (min_i Q'_i(s', a) -
+alpha log pi(a|s'))); the entropy target is 0.98 log |A|.
+
 Defaults are the paper's (Table 1: Adam 3e-4 for all losses, batch 256, buffer 1e6, two
 hidden layers of 256 ReLU units, tau 0.005, gamma 0.99, one gradient step per env step,
 target entropy -dim(A)); uniform-random warm-up for the first 5,000 steps as in CleanRL's
-``sac_continuous_action.py``.
+``sac_continuous_action.py``. With n-step or prioritized replay, targets use the batch's
+discounts gamma^m and the losses its importance weights. With ``recurrent`` a GRU/LSTM
+encoder, trained by the critic loss, feeds the actor and critics (sequences with burn-in).
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 import torch
 
-from agents.api import Acted, Algorithm, Hyperparameters, Transitions, hp, parameters_of, set_gradients
-from agents.buffers import ReplayBuffer
-from agents.envs import EnvSpec
-from agents.nets import QEnsemble, SquashedGaussianActor, polyak_update
+from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, weighted_mse
+from agents.api import hp, parameters_of
+from agents.nets import polyak_update
+from agents.nets.offpolicy import CategoricalActor, SquashedGaussianActor, make_critics
 
 
 @dataclass
-class SACConfig(Hyperparameters):
+class SACConfig(OffPolicyConfig):
     """SAC hyperparameters; defaults from Haarnoja et al. (2018b) Table 1."""
 
-    buffer_size: int = hp(1_000_000, ge=1)
-    """Replay capacity in transitions."""
-    batch_size: int = hp(256, ge=1)
-    """Transitions per gradient step."""
+    start_steps: int = hp(5_000, ge=0)
     learning_starts: int = hp(5_000, ge=0)
-    """Env steps of uniform-random actions before learning starts."""
-    policy_lr: float = hp(3e-4, gt=0.0, le=1.0)
+    actor_lr: float = hp(3e-4, gt=0.0, le=1.0)
     """Adam step size of the actor."""
-    q_lr: float = hp(3e-4, gt=0.0, le=1.0)
+    critic_lr: float = hp(3e-4, gt=0.0, le=1.0)
     """Adam step size of the critics."""
     alpha_lr: float = hp(3e-4, gt=0.0, le=1.0)
     """Adam step size of log(alpha) when tuned automatically."""
@@ -55,104 +58,62 @@ class SACConfig(Hyperparameters):
     initial_alpha: float = hp(1.0, gt=0.0)
     """Starting temperature when tuned automatically."""
     target_entropy: float | None = hp(None)
-    """Entropy target; None means -dim(A)."""
+    """Entropy target; None means -dim(A) (Box) or 0.98 log |A| (Discrete, Christodoulou 2019)."""
     num_critics: int = hp(2, ge=1)
-    """Q-functions; targets use the minimum (clipped double Q)."""
-    update_every: int = hp(1, ge=1)
-    """Env steps (summed over envs) between updates."""
-    gradient_steps: int = hp(1, ge=1)
-    """Gradient steps per update."""
-    hidden_sizes: tuple[int, ...] = hp((256, 256), ge=1)
-    """Hidden layer widths of the actor and of each critic."""
-    activation: str = hp("relu", choices=("tanh", "relu", "elu", "gelu"))
-    """Hidden activation."""
+    """Q-functions; targets and the actor use their minimum (clipped double Q)."""
 
 
-class SAC(Algorithm):
-    """SAC for continuous (Box) action spaces; actions are tanh-squashed, then rescaled."""
+class SAC(OffPolicyAlgorithm):
+    """SAC: tanh-squashed Gaussian policy for Box actions, categorical policy for Discrete."""
 
     name = "sac"
     Config = SACConfig
-    tunable_parameters = ("policy_lr", "q_lr", "alpha_lr", "tau", "batch_size", "gradient_steps")
-    supports_discrete = False
+    config: SACConfig
+    supports_recurrent = True
+    tunable_parameters = ("actor_lr", "critic_lr", "alpha_lr", "tau", "batch_size", "gradient_steps")
 
-    def __init__(
-        self,
-        env_spec: EnvSpec,
-        config: SACConfig,
-        total_steps: int,
-        device: torch.device | str = "cpu",
-        seed: int = 0,
-    ):
-        self.check_env_spec(env_spec)
-        self.spec, self.config, self.device = env_spec, config, torch.device(device)
-        self.actor = SquashedGaussianActor(env_spec, config.hidden_sizes, config.activation).to(self.device)
-        self.critic = QEnsemble(env_spec, config.num_critics, config.hidden_sizes, config.activation).to(self.device)
+    def __init__(self, env_spec, config: SACConfig, total_steps: int, device: torch.device | str = "cpu", seed: int = 0):
+        super().__init__(env_spec, config, total_steps, device, seed)
+        shape, spec = self.head_shape(), env_spec
+        actor_class = CategoricalActor if spec.discrete else SquashedGaussianActor
+        self.actor = actor_class(self.feature_dim, spec.num_actions, shape).to(self.device)
+        self.critic = make_critics(self.feature_dim, spec.discrete, spec.num_actions, shape, config.num_critics).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.auto_alpha = config.alpha is None
         initial = config.initial_alpha if self.auto_alpha else config.alpha
         self.log_alpha = torch.tensor(float(np.log(initial)), device=self.device, requires_grad=self.auto_alpha)
-        self.target_entropy = config.target_entropy if config.target_entropy is not None else -float(env_spec.num_actions)
-
-        self.critic_parameters = parameters_of(self.critic)
-        self.actor_parameters = parameters_of(self.actor)
-        self.alpha_parameters = [self.log_alpha] if self.auto_alpha else []
-        self.critic_optimizer = torch.optim.Adam(self.critic_parameters, lr=config.q_lr)
-        self.actor_optimizer = torch.optim.Adam(self.actor_parameters, lr=config.policy_lr)
-        self.alpha_optimizer = torch.optim.Adam(self.alpha_parameters, lr=config.alpha_lr) if self.auto_alpha else None
-
-        self.buffer = ReplayBuffer(config.buffer_size, env_spec.observation_shape, env_spec.action_shape, self.device)
-        self.generator = torch.Generator().manual_seed(seed)
-        self.num_steps = 0  # env steps observed, summed over envs
-        self._steps_since_update = 0
-        low = torch.tensor(env_spec.action_low, dtype=torch.float32)
-        high = torch.tensor(env_spec.action_high, dtype=torch.float32)
-        self._action_scale, self._action_bias = (high - low) / 2, (high + low) / 2
-
-    # -- acting and collecting --------------------------------------------------------------
-
-    @torch.inference_mode()
-    def act(self, obs: torch.Tensor, state: Any = None, deterministic: bool = False) -> Acted:
-        if not deterministic and self.num_steps < self.config.learning_starts:
-            shape = (obs.shape[0], self.spec.num_actions)
-            actions = (torch.rand(shape, generator=self.generator) * 2 - 1).to(self.device)
+        if config.target_entropy is not None:
+            self.target_entropy = config.target_entropy
         else:
-            dist = self.actor(obs)
-            actions = dist.mode() if deterministic else dist.sample()
-        env_actions = (actions.cpu() * self._action_scale + self._action_bias).numpy()
-        return Acted(actions, env_actions)
+            self.target_entropy = 0.98 * math.log(spec.num_actions) if spec.discrete else -float(spec.num_actions)
+        # a recurrent encoder learns from the critic loss; the actor reads its features detached
+        self.critic_parameters = parameters_of(*([self.encoder] if self.encoder is not None else []), self.critic)
+        self.critic_optimizer = torch.optim.Adam(self.critic_parameters, lr=config.critic_lr)
+        self.actor_optimizer = torch.optim.Adam(parameters_of(self.actor), lr=config.actor_lr)
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.alpha_lr) if self.auto_alpha else None
 
-    def observe(self, transitions: Transitions) -> None:
-        self.buffer.add(
-            transitions.obs, transitions.acted.actions, transitions.rewards, transitions.next_obs, transitions.terminated
-        )
-        n = transitions.obs.shape[0]
-        self.num_steps += n
-        self._steps_since_update += n
+    def parameter_groups(self):
+        return {
+            "critic": (self.critic_parameters, self.critic_optimizer),
+            "actor": (parameters_of(self.actor), self.actor_optimizer),
+            "alpha": ([self.log_alpha] if self.auto_alpha else [], self.alpha_optimizer),
+        }
 
-    def ready_to_update(self) -> bool:
-        return self.num_steps >= self.config.learning_starts and self._steps_since_update >= self.config.update_every
+    def policy_actions(self, features: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        dist = self.actor(features)
+        return dist.mode() if deterministic else dist.sample()
 
-    # -- learning ---------------------------------------------------------------------------
-
-    def update(self) -> dict[str, float]:
-        self._steps_since_update = 0
-        logs: dict[str, list[float]] = {}
-        for _ in range(self.config.gradient_steps):
-            batch = self.buffer.sample(self.config.batch_size, self.generator)
-            gradients, info = self.compute_gradients(batch)
-            self.apply_gradients(gradients)
-            for key, value in info.items():
-                logs.setdefault(key, []).append(value)
-        return {key: float(np.mean(values)) for key, values in logs.items()}
+    # -- losses -----------------------------------------------------------------------------
 
     def compute_gradients(self, batch: Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
         """Critic, actor and temperature losses on one batch -> their gradients, in that order."""
+        batch = self.encode(batch)
         alpha = self.log_alpha.exp().detach()
         critic_loss, q_mean = self._critic_loss(batch, alpha)
-        actor_loss, log_probs = self._actor_loss(batch["obs"], alpha)
-        gradients = list(torch.autograd.grad(critic_loss, self.critic_parameters))
-        gradients += torch.autograd.grad(actor_loss, self.actor_parameters)
+        actor_loss, log_probs = self._actor_loss(batch["features"].detach(), alpha)
+        groups = self.parameter_groups()
+        gradients = list(torch.autograd.grad(critic_loss, groups["critic"][0]))
+        gradients += torch.autograd.grad(actor_loss, groups["actor"][0])
         info = {
             "critic_loss": critic_loss.item(),
             "actor_loss": actor_loss.item(),
@@ -161,75 +122,58 @@ class SAC(Algorithm):
             "entropy": -log_probs.mean().item(),
         }
         if self.auto_alpha:
-            alpha_loss = self._temperature_loss(log_probs)
-            gradients += torch.autograd.grad(alpha_loss, self.alpha_parameters)
+            alpha_loss = -(self.log_alpha * (log_probs + self.target_entropy)).mean()
+            gradients += torch.autograd.grad(alpha_loss, [self.log_alpha])
             info["alpha_loss"] = alpha_loss.item()
         return gradients, info
 
     def _critic_loss(self, batch: Mapping[str, torch.Tensor], alpha: torch.Tensor) -> tuple[torch.Tensor, float]:
+        obs, next_obs, target_next_obs = batch["features"], batch["next_features"], batch["target_next_features"]
         with torch.no_grad():
-            next_actions, next_log_probs = self.actor(batch["next_obs"]).rsample_with_log_prob()
-            next_q = self.critic_target(batch["next_obs"], next_actions).min(dim=0).values
-            soft_next_value = next_q - alpha * next_log_probs
-            targets = batch["rewards"] + self.config.gamma * (1.0 - batch["terminated"]) * soft_next_value
-        q_values = self.critic(batch["obs"], batch["actions"])  # (num_critics, B)
-        loss = (q_values - targets).pow(2).mean(dim=1).sum()
-        return loss, q_values.mean().item()
+            if self.spec.discrete:
+                next_dist = self.actor(next_obs)
+                next_probs = next_dist.logits.softmax(-1)
+                next_log_probs = next_dist.logits.log_softmax(-1)
+                next_q = self.critic_target(target_next_obs).min(dim=0).values  # (B, A)
+                soft_next_value = (next_probs * (next_q - alpha * next_log_probs)).sum(-1)
+            else:
+                next_actions, next_log_probs = self.actor(next_obs).rsample_with_log_prob()
+                soft_next_value = self.critic_target(target_next_obs, next_actions).min(dim=0).values - alpha * next_log_probs
+            targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * soft_next_value
+        if self.spec.discrete:
+            q_values = self.critic(obs).gather(2, batch["actions"].long()[None, :, None].expand(self.config.num_critics, -1, 1)).squeeze(-1)
+        else:
+            q_values = self.critic(obs, batch["actions"])  # (num_critics, B)
+        self.td_errors = (q_values.detach() - targets).abs().mean(dim=0)
+        return weighted_mse(q_values, targets, batch["weights"]), q_values.mean().item()
 
     def _actor_loss(self, obs: torch.Tensor, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actor loss and log pi (B,) for the temperature loss (an expectation over actions when discrete).
+
+        ``obs`` are observations, or detached encoder features when recurrent."""
+        if self.spec.discrete:
+            dist = self.actor(obs)
+            probs, log_probs = dist.logits.softmax(-1), dist.logits.log_softmax(-1)
+            with torch.no_grad():
+                q_values = self.critic(obs).min(dim=0).values
+            loss = (probs * (alpha * log_probs - q_values)).sum(-1).mean()
+            return loss, (probs * log_probs).sum(-1).detach()
         actions, log_probs = self.actor(obs).rsample_with_log_prob()
         q_values = self.critic(obs, actions).min(dim=0).values
         return (alpha * log_probs - q_values).mean(), log_probs.detach()
 
-    def _temperature_loss(self, log_probs: torch.Tensor) -> torch.Tensor:
-        return -(self.log_alpha * (log_probs + self.target_entropy)).mean()
-
-    def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
-        """Step the critic, actor and temperature optimizers, then move the target critics."""
-        parameters = self.critic_parameters + self.actor_parameters + self.alpha_parameters
-        if gradients is not None:
-            set_gradients(parameters, gradients)
-        self.critic_optimizer.step()
-        self.actor_optimizer.step()
-        if self.alpha_optimizer is not None:
-            self.alpha_optimizer.step()
+    def update_targets(self) -> None:
         polyak_update(self.critic_target, self.critic, self.config.tau)
-
-    def _on_parameter_updated(self, name: str) -> None:
-        optimizer = {"policy_lr": self.actor_optimizer, "q_lr": self.critic_optimizer, "alpha_lr": self.alpha_optimizer}.get(name)
-        if optimizer is not None:
-            for group in optimizer.param_groups:
-                group["lr"] = getattr(self.config, name)
+        self.update_encoder_target(self.config.tau)
 
     # -- weights and state ------------------------------------------------------------------
 
     def modules(self) -> dict[str, torch.nn.Module]:
-        return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target}
+        return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target, **self.encoder_modules()}
 
-    def state_dict(self) -> dict[str, Any]:
-        """Networks, optimizers, temperature and counters (the replay buffer is not included)."""
-        return {
-            "actor": self.actor.state_dict(),
-            "critic": self.critic.state_dict(),
-            "critic_target": self.critic_target.state_dict(),
-            "log_alpha": self.log_alpha.detach().clone(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-            "alpha_optimizer": self.alpha_optimizer.state_dict() if self.alpha_optimizer else None,
-            "num_steps": self.num_steps,
-            "generator": self.generator.get_state(),
-            "config": self.config.to_dict(),
-        }
+    def extra_state(self) -> dict[str, Any]:
+        return {"log_alpha": self.log_alpha.detach().clone()}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.actor.load_state_dict(state["actor"])
-        self.critic.load_state_dict(state["critic"])
-        self.critic_target.load_state_dict(state["critic_target"])
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        if self.alpha_optimizer is not None and state["alpha_optimizer"] is not None:
-            self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
-        self.num_steps = int(state["num_steps"])
-        self.generator.set_state(state["generator"])

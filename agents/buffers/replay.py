@@ -1,38 +1,110 @@
-"""Uniform experience replay on preallocated tensors (ring buffer)."""
+"""Experience replay on preallocated tensors, laid out (time, env) for vectorized envs.
+
+One vector-env step writes one row: ``obs[t, e]`` is env e's observation at row t. The rows
+form a ring over time, so consecutive rows of a column are consecutive steps of one env;
+that makes n-step returns, hindsight goals and sequences plain index arithmetic. A flat index
+``t * num_envs + e`` names one transition; samplers (uniform, prioritized) draw flat indices
+from a window (everything, or the newest data for ERE).
+
+Every batch carries ``discounts``: gamma^m for an m-step return (m = 1 without n-step), so
+algorithms form targets as ``rewards + discounts * (1 - terminated) * V(next_obs)``.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from agents.buffers.prioritized import PrioritizedSampler, UniformSampler, Window
+from agents.buffers.recent import RecentExperience
+
+if TYPE_CHECKING:
+    from agents.buffers.hindsight import HindsightRelabeler
+
+FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
+
 
 class ReplayBuffer:
-    """Stores (obs, action, reward, next_obs, terminated) transitions; oldest overwritten first.
+    """Ring buffer of transitions from ``num_envs`` parallel envs; oldest rows overwritten first.
 
-    ``terminated`` (not truncated) is kept, so time-limit ends still bootstrap from next_obs.
+    Args:
+        capacity: transitions in all (rounded up to whole rows of ``num_envs``).
+        n_step: length of the multi-step returns in sampled batches. The return is cut at
+            the first episode end: no bootstrap after a termination, a bootstrap from the
+            true final observation after a truncation; at the newest data it is shortened
+            to the steps stored so far.
+        sampler: uniform (default) or ``PrioritizedSampler`` of the same flat capacity.
+        recent: an ERE window schedule; None samples from everything stored.
+        relabeler: hindsight goal relabeling (one-step returns only).
+        extras: per-step tensors to store besides the transition, name -> (shape, dtype),
+            e.g. recurrent hidden states.
     """
 
     def __init__(
         self,
         capacity: int,
+        num_envs: int,
         obs_shape: tuple[int, ...],
         action_shape: tuple[int, ...],
         device: torch.device | str = "cpu",
+        *,
         action_dtype: torch.dtype = torch.float32,
+        gamma: float = 0.99,
+        n_step: int = 1,
+        sampler: UniformSampler | PrioritizedSampler | None = None,
+        recent: RecentExperience | None = None,
+        relabeler: HindsightRelabeler | None = None,
+        extras: dict[str, tuple[tuple[int, ...], torch.dtype]] | None = None,
     ):
-        self.capacity = capacity
+        if capacity < 1 or num_envs < 1 or n_step < 1:
+            raise ValueError(f"capacity, num_envs and n_step must be >= 1, got {capacity}, {num_envs}, {n_step}")
+        if relabeler is not None and n_step > 1:
+            raise ValueError("hindsight relabeling recomputes one-step rewards; it cannot be combined with n_step > 1")
+        self.num_envs = num_envs
+        self.num_rows = math.ceil(capacity / num_envs)
+        self.capacity = self.num_rows * num_envs
         self.device = torch.device(device)
-        self.obs = torch.zeros((capacity, *obs_shape), dtype=torch.float32, device=device)
-        self.next_obs = torch.zeros((capacity, *obs_shape), dtype=torch.float32, device=device)
-        self.actions = torch.zeros((capacity, *action_shape), dtype=action_dtype, device=device)
-        self.rewards = torch.zeros(capacity, dtype=torch.float32, device=device)
-        self.terminated = torch.zeros(capacity, dtype=torch.float32, device=device)
-        self.position = 0  # next slot to write
-        self.size = 0
+        self.gamma, self.n_step = gamma, n_step
+        self.sampler = sampler or UniformSampler()
+        self.recent, self.relabeler = recent, relabeler
+
+        rows, envs = self.num_rows, num_envs
+
+        def zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+            return torch.zeros((rows, envs, *shape), dtype=dtype, device=self.device)
+
+        self.storage: dict[str, torch.Tensor] = {
+            "obs": zeros(obs_shape, torch.float32),
+            "actions": zeros(action_shape, action_dtype),
+            "rewards": zeros((), torch.float32),
+            "next_obs": zeros(obs_shape, torch.float32),
+            "terminated": zeros((), torch.bool),
+            "truncated": zeros((), torch.bool),
+        }
+        for name, (shape, dtype) in (extras or {}).items():
+            self.storage[name] = zeros(shape, dtype)
+        # episode bookkeeping, in absolute step counts (rows ever written), for HER and sequences
+        self.episode_start = zeros((), torch.long)
+        self.episode_end = zeros((), torch.long)  # -1 while the episode is still running
+        self._current_start = torch.zeros(envs, dtype=torch.long, device=self.device)
+        self._running_returns = torch.zeros(envs, dtype=torch.float64)
+        self.rows_written = 0  # absolute count; the next row goes to rows_written % num_rows
+
+    # -- inserting ----------------------------------------------------------------------------
+
+    @property
+    def position(self) -> int:
+        """Ring row the next insert writes."""
+        return self.rows_written % self.num_rows
+
+    @property
+    def rows_stored(self) -> int:
+        return min(self.rows_written, self.num_rows)
 
     def __len__(self) -> int:
-        return self.size
+        return self.rows_stored * self.num_envs
 
     def add(
         self,
@@ -41,51 +113,141 @@ class ReplayBuffer:
         rewards: torch.Tensor,
         next_obs: torch.Tensor,
         terminated: torch.Tensor,
+        truncated: torch.Tensor | None = None,
+        extras: dict[str, torch.Tensor] | None = None,
     ) -> None:
-        """Insert a batch of N transitions (leading dim N), wrapping around at capacity."""
-        n = obs.shape[0]
-        if n > self.capacity:
-            raise ValueError(f"batch of {n} transitions exceeds capacity {self.capacity}")
-        end = self.position + n
-        # the common case is a contiguous slice; only a write across the end needs an index
-        indices: slice | torch.Tensor = (
-            slice(self.position, end) if end <= self.capacity else torch.arange(self.position, end, device=self.device) % self.capacity
-        )
-        self.obs[indices] = obs.to(self.device)
-        self.actions[indices] = actions.to(self.device, self.actions.dtype)
-        self.rewards[indices] = rewards.to(self.device, torch.float32)
-        self.next_obs[indices] = next_obs.to(self.device)
-        self.terminated[indices] = terminated.to(self.device, torch.float32)
-        self.position = (self.position + n) % self.capacity
-        self.size = min(self.size + n, self.capacity)
+        """Store one vector step: every argument has leading dim num_envs.
+
+        ``next_obs`` is the true next observation (the final one where an episode ended).
+        """
+        if obs.shape[0] != self.num_envs:
+            raise ValueError(f"expected a step of {self.num_envs} envs, got {obs.shape[0]}")
+        row, now = self.position, self.rows_written
+        if truncated is None:
+            truncated = torch.zeros_like(terminated, dtype=torch.bool)
+        values = {
+            "obs": obs,
+            "actions": actions,
+            "rewards": rewards,
+            "next_obs": next_obs,
+            "terminated": terminated,
+            "truncated": truncated,
+            **(extras or {}),
+        }
+        for name, value in values.items():
+            target = self.storage[name]
+            target[row] = value.to(self.device, target.dtype)
+        self.episode_start[row] = self._current_start
+        self.episode_end[row] = -1
+        done = (terminated.to(self.device, torch.bool) | truncated.to(self.device, torch.bool))
+        self.rows_written += 1
+        self.sampler.on_insert(torch.arange(row * self.num_envs, (row + 1) * self.num_envs))
+        if self.recent is not None:
+            self._running_returns += rewards.detach().double().cpu()
+        if bool(done.any()):
+            self._close_episodes(done, now)
+
+    def _close_episodes(self, done: torch.Tensor, now: int) -> None:
+        """Mark the end (absolute step ``now``) on every stored row of the episodes that ended."""
+        for env in torch.nonzero(done).flatten().tolist():
+            start = max(int(self._current_start[env]), self.rows_written - self.num_rows)
+            rows = torch.arange(start, now + 1, device=self.device) % self.num_rows
+            self.episode_end[rows, env] = now
+            if self.recent is not None:
+                self.recent.record_episode(float(self._running_returns[env]))
+            self._running_returns[env] = 0.0
+        self._current_start[done] = now + 1
+
+    # -- sampling -----------------------------------------------------------------------------
+
+    def set_progress(self, fraction: float) -> None:
+        """Fraction of training done, in [0, 1], for annealed quantities (PER beta, ERE eta)."""
+        self.sampler.set_progress(fraction)
+        if self.recent is not None:
+            self.recent.set_progress(fraction)
+
+    def sample_window(self) -> Window:
+        """The flat range a batch is drawn from: all stored data, or ERE's newest c_k."""
+        stored = len(self)
+        if stored == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        if self.recent is None:
+            return Window(0, stored, self.capacity)
+        rows = math.ceil(self.recent.window_size(stored) / self.num_envs)
+        start_row = (self.position - rows) % self.num_rows
+        return Window(start_row * self.num_envs, rows * self.num_envs, self.capacity)
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
-        """A uniform batch (with replacement) of ``batch_size`` transitions."""
-        if self.size == 0:
-            raise RuntimeError("cannot sample from an empty replay buffer")
-        indices = torch.randint(0, self.size, (batch_size,), generator=generator).to(self.device)
-        return {
-            "obs": self.obs[indices],
-            "actions": self.actions[indices],
-            "rewards": self.rewards[indices],
-            "next_obs": self.next_obs[indices],
-            "terminated": self.terminated[indices],
-        }
+        """A batch of ``batch_size`` transitions (with replacement).
+
+        Keys: obs, actions, rewards (n-step discounted sums), next_obs, terminated (of the last
+        step used), discounts (gamma^m), indices (flat, for ``update_priorities``), weights
+        (importance weights; ones without prioritization), and any extras at the first step.
+        """
+        indices, weights = self.sampler.sample(batch_size, self.sample_window(), generator)
+        indices = indices.to(self.device)
+        rows, envs = indices // self.num_envs, indices % self.num_envs
+        batch = {name: tensor[rows, envs] for name, tensor in self.storage.items() if name not in ("rewards", "next_obs", "terminated", "truncated")}
+        if self.n_step == 1:
+            last_rows = rows
+            batch["rewards"] = self.storage["rewards"][rows, envs]
+            batch["discounts"] = torch.full((batch_size,), self.gamma, device=self.device)
+        else:
+            batch["rewards"], batch["discounts"], last_rows = self._n_step_returns(rows, envs)
+        batch["next_obs"] = self.storage["next_obs"][last_rows, envs]
+        batch["terminated"] = self.storage["terminated"][last_rows, envs].float()
+        batch["indices"] = indices
+        batch["weights"] = torch.ones(batch_size, device=self.device) if weights is None else weights.to(self.device)
+        if self.relabeler is not None:
+            self.relabeler.relabel(self, batch, rows, envs, generator)
+        return batch
+
+    def _n_step_returns(self, rows: torch.Tensor, envs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """sum_{k<m} gamma^k r_{t+k}, gamma^m and the row t+m-1, with m <= n cut at episode ends."""
+        offsets = torch.arange(self.n_step, device=self.device)
+        # how many newer rows exist after each sampled row (never read past the write head)
+        newer = (self.position - 1 - rows) % self.num_rows
+        step_rows = (rows[:, None] + offsets) % self.num_rows  # (B, n)
+        rewards = self.storage["rewards"][step_rows, envs[:, None]]
+        ended = self.storage["terminated"][step_rows, envs[:, None]] | self.storage["truncated"][step_rows, envs[:, None]]
+        # step k is used if it exists and no episode ended at an earlier step
+        ended_before = torch.cumsum(ended.long(), dim=1) - ended.long()
+        used = (offsets[None, :] <= newer[:, None]) & (ended_before == 0)
+        discount_powers = self.gamma ** offsets.double()
+        returns = (rewards.double() * discount_powers * used).sum(dim=1).float()
+        steps = used.long().sum(dim=1)  # m >= 1: step 0 is always used
+        last_rows = (rows + steps - 1) % self.num_rows
+        discounts = (self.gamma ** steps.double()).float()
+        return returns, discounts, last_rows
+
+    def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None:
+        """New priorities from the TD errors of the batch drawn at flat ``indices`` (PER only)."""
+        self.sampler.update_priorities(indices, td_errors)
+
+    # -- checkpointing ------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        n = self.size
+        rows = self.rows_stored
         return {
-            "obs": self.obs[:n].clone(),
-            "next_obs": self.next_obs[:n].clone(),
-            "actions": self.actions[:n].clone(),
-            "rewards": self.rewards[:n].clone(),
-            "terminated": self.terminated[:n].clone(),
-            "position": self.position,
-            "size": self.size,
+            "storage": {name: tensor[:rows].clone() for name, tensor in self.storage.items()},
+            "episode_start": self.episode_start[:rows].clone(),
+            "episode_end": self.episode_end[:rows].clone(),
+            "current_start": self._current_start.clone(),
+            "running_returns": self._running_returns.clone(),
+            "rows_written": self.rows_written,
+            "sampler": self.sampler.state_dict(),
+            "recent": self.recent.state_dict() if self.recent is not None else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        n = state["size"]
-        for key in ("obs", "next_obs", "actions", "rewards", "terminated"):
-            getattr(self, key)[:n] = state[key].to(self.device)
-        self.position, self.size = state["position"], n
+        rows = min(state["rows_written"], self.num_rows)
+        for name, tensor in state["storage"].items():
+            self.storage[name][:rows] = tensor.to(self.device)
+        self.episode_start[:rows] = state["episode_start"].to(self.device)
+        self.episode_end[:rows] = state["episode_end"].to(self.device)
+        self._current_start.copy_(state["current_start"])
+        self._running_returns.copy_(state["running_returns"])
+        self.rows_written = int(state["rows_written"])
+        self.sampler.load_state_dict(state["sampler"])
+        if self.recent is not None and state["recent"] is not None:
+            self.recent.load_state_dict(state["recent"])

@@ -2,15 +2,35 @@
 
 from agents.nets.distributions import Categorical, DiagGaussian, TanhGaussian
 from agents.nets.mlp import mlp, polyak_update
-from agents.nets.policies import ActorCritic, QEnsemble, SquashedGaussianActor
+from agents.nets.offpolicy import (
+    CategoricalActor,
+    ContinuousQ,
+    Critics,
+    DeterministicActor,
+    DiscreteQ,
+    GaussianActor,
+    NetworkShape,
+    RecurrentEncoder,
+    SquashedGaussianActor,
+    make_critics,
+)
+from agents.nets.policies import ActorCritic
 
 __all__ = [
     "ActorCritic",
     "Categorical",
+    "CategoricalActor",
+    "ContinuousQ",
+    "Critics",
+    "DeterministicActor",
     "DiagGaussian",
-    "QEnsemble",
+    "DiscreteQ",
+    "GaussianActor",
+    "NetworkShape",
+    "RecurrentEncoder",
     "SquashedGaussianActor",
     "TanhGaussian",
+    "make_critics",
     "mlp",
     "polyak_update",
 ]

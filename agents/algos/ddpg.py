@@ -1,0 +1,196 @@
+"""Deterministic policy gradients: DDPG and TD3.
+
+DDPG, Lillicrap, Hunt, Pritzel, Heess, Erez, Tassa, Silver, Wierstra (2016), "Continuous
+control with deep reinforcement learning", Algorithm 1:
+
+    a = mu(s) + exploration noise (Ornstein-Uhlenbeck in the paper, or Gaussian)
+    for each gradient step, on a batch from D:
+        y      = r + gamma (1 - terminated) Q'(s', mu'(s'))
+        critic: minimize (Q(s, a) - y)^2
+        actor:  maximize Q(s, mu(s))
+        Q' <- tau Q + (1 - tau) Q';  mu' <- tau mu + (1 - tau) mu'
+
+Defaults are the paper's (Sec. 7: Adam 1e-4 actor / 1e-3 critic, L2 weight decay 1e-2 on
+the critic, gamma 0.99, tau 0.001, hidden layers 400 and 300, batch 64, buffer 1e6, OU noise
+theta 0.15, sigma 0.2).
+
+TD3, Fujimoto, van Hoof, Meger (2018), "Addressing Function Approximation Error in
+Actor-Critic Methods", Algorithm 1, adds to DDPG:
+
+    clipped double Q:         y = r + gamma (1 - terminated) min_{i=1,2} Q'_i(s', a~)
+    target policy smoothing:  a~ = clip(mu'(s') + clip(N(0, sigma~), -c, c), -1, 1)
+    delayed updates:          the actor and all targets move every d-th critic step
+
+TD3's defaults are those of the authors' reference implementation (github.com/sfujimoto/TD3,
+main.py: 256-256 networks, Adam 3e-4, batch 256, tau 0.005, Gaussian exploration noise 0.1,
+sigma~ 0.2, c 0.5, d 2, 25,000 initial random steps).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+
+from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, weighted_mse
+from agents.api import Transitions, hp, parameters_of
+from agents.nets import polyak_update
+from agents.nets.offpolicy import DeterministicActor, make_critics
+
+
+@dataclass
+class DDPGConfig(OffPolicyConfig):
+    """DDPG hyperparameters; defaults from Lillicrap et al. (2016) Sec. 7."""
+
+    batch_size: int = hp(64, ge=1)
+    learning_starts: int = hp(64, ge=0)
+    hidden_sizes: tuple[int, ...] = hp((400, 300), ge=1)
+    actor_lr: float = hp(1e-4, gt=0.0, le=1.0)
+    """Adam step size of the actor."""
+    critic_lr: float = hp(1e-3, gt=0.0, le=1.0)
+    """Adam step size of the critics."""
+    critic_weight_decay: float = hp(1e-2, ge=0.0)
+    """L2 penalty on the critic weights (Adam weight_decay)."""
+    tau: float = hp(0.001, gt=0.0, le=1.0)
+    """Polyak coefficient of the target networks."""
+    exploration_noise: str = hp("ou", choices=("ou", "gaussian"))
+    """Ornstein-Uhlenbeck (temporally correlated) or independent Gaussian action noise."""
+    noise_sigma: float = hp(0.2, ge=0.0)
+    """Noise scale, in units of half the action range."""
+    ou_theta: float = hp(0.15, ge=0.0)
+    """Mean reversion rate of the OU process."""
+    num_critics: int = hp(1, ge=1)
+    """Q-functions; targets use their minimum."""
+    policy_delay: int = hp(1, ge=1)
+    """Critic steps per actor (and target) step."""
+    target_policy_noise: float = hp(0.0, ge=0.0)
+    """Std of the Gaussian noise on target actions (TD3's smoothing; 0 disables it)."""
+    target_noise_clip: float = hp(0.5, ge=0.0)
+    """Clip of the target action noise."""
+
+
+@dataclass
+class TD3Config(DDPGConfig):
+    """TD3 hyperparameters; defaults from Fujimoto et al.'s reference implementation."""
+
+    batch_size: int = hp(256, ge=1)
+    start_steps: int = hp(25_000, ge=0)
+    learning_starts: int = hp(25_000, ge=0)
+    hidden_sizes: tuple[int, ...] = hp((256, 256), ge=1)
+    actor_lr: float = hp(3e-4, gt=0.0, le=1.0)
+    critic_lr: float = hp(3e-4, gt=0.0, le=1.0)
+    critic_weight_decay: float = hp(0.0, ge=0.0)
+    tau: float = hp(0.005, gt=0.0, le=1.0)
+    exploration_noise: str = hp("gaussian", choices=("ou", "gaussian"))
+    noise_sigma: float = hp(0.1, ge=0.0)
+    num_critics: int = hp(2, ge=1)
+    policy_delay: int = hp(2, ge=1)
+    target_policy_noise: float = hp(0.2, ge=0.0)
+
+
+class DDPG(OffPolicyAlgorithm):
+    """DDPG for Box actions; TD3 is the same algorithm with its three changes switched on."""
+
+    name = "ddpg"
+    Config = DDPGConfig
+    config: DDPGConfig
+    supports_discrete = False
+    tunable_parameters = ("actor_lr", "critic_lr", "tau", "noise_sigma", "batch_size", "gradient_steps")
+
+    def __init__(self, env_spec, config: DDPGConfig, total_steps: int, device: torch.device | str = "cpu", seed: int = 0):
+        super().__init__(env_spec, config, total_steps, device, seed)
+        shape = config.network_shape()
+        self.actor = DeterministicActor(self.obs_dim, env_spec.num_actions, shape).to(self.device)
+        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
+        self.critic = make_critics(self.obs_dim, False, env_spec.num_actions, shape, config.num_critics).to(self.device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.actor_optimizer = torch.optim.Adam(parameters_of(self.actor), lr=config.actor_lr)
+        self.critic_optimizer = torch.optim.Adam(
+            parameters_of(self.critic), lr=config.critic_lr, weight_decay=config.critic_weight_decay
+        )
+        self.ou_state = torch.zeros(config.num_envs, env_spec.num_actions, device=self.device)
+
+    def parameter_groups(self):
+        return {
+            "critic": (parameters_of(self.critic), self.critic_optimizer),
+            "actor": (parameters_of(self.actor), self.actor_optimizer),
+        }
+
+    # -- acting: the deterministic policy plus exploration noise -----------------------------
+
+    def policy_actions(self, obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        actions = self.actor(obs)
+        if deterministic:
+            return actions
+        return (actions + self._noise(actions.shape)).clamp(-1.0, 1.0)
+
+    def _noise(self, shape: torch.Size) -> torch.Tensor:
+        sigma = self.config.noise_sigma
+        gaussian = torch.randn(shape, generator=self.generator).to(self.device)
+        if self.config.exploration_noise == "gaussian" or shape[0] != self.ou_state.shape[0]:
+            return sigma * gaussian
+        # Ornstein-Uhlenbeck with dt = 1: x <- x - theta x + sigma N(0, 1), one process per env
+        self.ou_state += -self.config.ou_theta * self.ou_state + sigma * gaussian
+        return self.ou_state
+
+    def observe(self, transitions: Transitions) -> None:
+        super().observe(transitions)
+        ended = (transitions.terminated | transitions.truncated).to(self.device)
+        self.ou_state[ended] = 0.0  # a new episode starts a new noise process
+
+    # -- losses -----------------------------------------------------------------------------
+
+    def _actor_step_now(self) -> bool:
+        return (self.num_updates + 1) % self.config.policy_delay == 0
+
+    def compute_gradients(self, batch: Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+        """Critic gradients, then actor gradients (None on the steps the actor is delayed)."""
+        obs = batch["obs"]
+        with torch.no_grad():
+            next_actions = self.actor_target(batch["next_obs"])
+            if self.config.target_policy_noise > 0:
+                noise = torch.randn(next_actions.shape, generator=self.generator).to(self.device)
+                noise = (noise * self.config.target_policy_noise).clamp(-self.config.target_noise_clip, self.config.target_noise_clip)
+                next_actions = (next_actions + noise).clamp(-1.0, 1.0)
+            next_q = self.critic_target(batch["next_obs"], next_actions).min(dim=0).values
+            targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * next_q
+        q_values = self.critic(obs, batch["actions"])  # (num_critics, B)
+        self.td_errors = (q_values.detach() - targets).abs().mean(dim=0)
+        critic_loss = weighted_mse(q_values, targets, batch["weights"])
+        groups = self.parameter_groups()
+        gradients: list[torch.Tensor | None] = list(torch.autograd.grad(critic_loss, groups["critic"][0]))
+        info = {"critic_loss": critic_loss.item(), "q_mean": q_values.mean().item()}
+        actor_parameters = groups["actor"][0]
+        if self._actor_step_now():
+            actor_loss = -self.critic.qs[0](obs, self.actor(obs)).mean()
+            gradients += torch.autograd.grad(actor_loss, actor_parameters)
+            info["actor_loss"] = actor_loss.item()
+        else:
+            gradients += [None] * len(actor_parameters)
+        return gradients, info
+
+    def update_targets(self) -> None:
+        if self.num_updates % self.config.policy_delay == 0:
+            polyak_update(self.critic_target, self.critic, self.config.tau)
+            polyak_update(self.actor_target, self.actor, self.config.tau)
+
+    # -- weights and state ------------------------------------------------------------------
+
+    def modules(self) -> dict[str, torch.nn.Module]:
+        return {"actor": self.actor, "actor_target": self.actor_target, "critic": self.critic, "critic_target": self.critic_target}
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"ou_state": self.ou_state.clone()}
+
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:
+        self.ou_state.copy_(state["ou_state"])
+
+
+class TD3(DDPG):
+    """Twin Delayed DDPG: DDPG with clipped double Q, target policy smoothing and delayed updates."""
+
+    name = "td3"
+    Config = TD3Config
+    config: TD3Config

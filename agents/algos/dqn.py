@@ -1,0 +1,133 @@
+"""Deep Q-Networks with double Q-learning, dueling heads, Huber loss and target networks.
+
+Mnih et al. (2015), "Human-level control through deep reinforcement learning", Algorithm 1,
+with the double-DQN target of van Hasselt, Guez, Silver (2016), eq. 4:
+
+    a = random with probability epsilon (annealed linearly), else argmax_a Q(s, a)
+    for each gradient step, on a batch from D:
+        a* = argmax_a Q(s', a)                    (double DQN; max_a Q'(s', a) without it)
+        y  = r + gamma (1 - terminated) Q'(s', a*)
+        minimize Huber(Q(s, a) - y)               (the paper's error clipping to [-1, 1])
+        every target_update_every gradient steps: Q' <- tau Q + (1 - tau) Q' (tau = 1: copy)
+
+Defaults follow Mnih et al. (2015) Extended Data Table 1 for replay (1e6), batch (32), the
+update period (every 4 steps), the target period (10,000 gradient steps), replay start
+(50,000) and gamma; Adam at 1e-4, gradient-norm clipping at 10, the epsilon schedule (1 to
+0.05 over the first 10% of training) and 64-64 MLPs for vector observations are
+Stable-Baselines3's DQN defaults. Dueling heads: Wang et al. (2016). With ``recurrent`` the
+Q-network reads a GRU/LSTM encoder and trains on burned-in sequences (R2D2, Kapturowski et
+al. 2019, without its value rescaling).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Mapping
+
+import torch
+import torch.nn.functional as F
+
+from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, clip_gradients
+from agents.api import hp, parameters_of
+from agents.nets import polyak_update
+from agents.nets.offpolicy import DiscreteQ
+
+
+@dataclass
+class DQNConfig(OffPolicyConfig):
+    """DQN hyperparameters; defaults from Mnih et al. (2015) and SB3 (see module docstring)."""
+
+    batch_size: int = hp(32, ge=1)
+    learning_starts: int = hp(50_000, ge=0)
+    update_every: int = hp(4, ge=1)
+    hidden_sizes: tuple[int, ...] = hp((64, 64), ge=1)
+    learning_rate: float = hp(1e-4, gt=0.0, le=1.0)
+    """Adam step size."""
+    double_q: bool = hp(True)
+    """Double DQN: the online network picks the next action, the target network values it."""
+    dueling: bool = hp(False)
+    """Dueling value/advantage head."""
+    huber: bool = hp(True)
+    """Huber (smooth L1) loss instead of squared error."""
+    max_grad_norm: float | None = hp(10.0, gt=0.0)
+    """Clip the global gradient norm (None: no clipping)."""
+    target_update_every: int = hp(10_000, ge=1)
+    """Gradient steps between target network updates."""
+    tau: float = hp(1.0, gt=0.0, le=1.0)
+    """Target update coefficient: 1 copies the online network (hard update), < 1 is Polyak averaging."""
+    epsilon_start: float = hp(1.0, ge=0.0, le=1.0)
+    """Exploration rate at the start of training."""
+    epsilon_final: float = hp(0.05, ge=0.0, le=1.0)
+    """Exploration rate after the decay."""
+    exploration_fraction: float = hp(0.1, gt=0.0, le=1.0)
+    """Fraction of the training budget over which epsilon decays linearly."""
+
+
+class DQN(OffPolicyAlgorithm):
+    """DQN for Discrete actions (double Q-learning on by default)."""
+
+    name = "dqn"
+    Config = DQNConfig
+    config: DQNConfig
+    supports_continuous = False
+    supports_recurrent = True
+    tunable_parameters = ("learning_rate", "batch_size", "gradient_steps", "epsilon_final", "target_update_every")
+
+    def __init__(self, env_spec, config: DQNConfig, total_steps: int, device: torch.device | str = "cpu", seed: int = 0):
+        super().__init__(env_spec, config, total_steps, device, seed)
+        self.q_network = DiscreteQ(self.feature_dim, env_spec.num_actions, self.head_shape(), config.dueling).to(self.device)
+        self.q_target = copy.deepcopy(self.q_network).requires_grad_(False)
+        self.q_parameters = parameters_of(*([self.encoder] if self.encoder is not None else []), self.q_network)
+        self.optimizer = torch.optim.Adam(self.q_parameters, lr=config.learning_rate)
+
+    def parameter_groups(self):
+        return {"q": (self.q_parameters, self.optimizer)}
+
+    def _on_parameter_updated(self, name: str) -> None:
+        if name == "learning_rate":
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.config.learning_rate
+
+    @property
+    def epsilon(self) -> float:
+        """Linear decay from epsilon_start to epsilon_final over exploration_fraction of training."""
+        config = self.config
+        progress = min(1.0, self.num_steps / (config.exploration_fraction * self.total_steps))
+        return config.epsilon_start + progress * (config.epsilon_final - config.epsilon_start)
+
+    def policy_actions(self, features: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        greedy = self.q_network(features).argmax(dim=-1)
+        if deterministic:
+            return greedy
+        explore = torch.rand(greedy.shape, generator=self.generator).to(self.device) < self.epsilon
+        return torch.where(explore, self.random_actions(greedy.shape[0]), greedy)
+
+    def compute_gradients(self, batch: Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+        """TD loss on one batch -> gradients of the Q-network (norm-clipped)."""
+        batch = self.encode(batch)
+        with torch.no_grad():
+            next_q_target = self.q_target(batch["target_next_features"])
+            if self.config.double_q:
+                next_actions = self.q_network(batch["next_features"]).argmax(dim=-1, keepdim=True)
+                next_values = next_q_target.gather(1, next_actions).squeeze(1)
+            else:
+                next_values = next_q_target.max(dim=-1).values
+            targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * next_values
+        q_values = self.q_network(batch["features"]).gather(1, batch["actions"].long().unsqueeze(1)).squeeze(1)
+        self.td_errors = (q_values.detach() - targets).abs()
+        elementwise = F.smooth_l1_loss(q_values, targets, reduction="none") if self.config.huber else (q_values - targets).pow(2)
+        loss = (elementwise * batch["weights"]).mean()
+        gradients = list(torch.autograd.grad(loss, self.q_parameters))
+        info = {"loss": loss.item(), "q_mean": q_values.mean().item(), "epsilon": self.epsilon}
+        if self.config.max_grad_norm is not None:
+            info["grad_norm"] = clip_gradients(gradients, self.config.max_grad_norm)
+        return gradients, info
+
+    def update_targets(self) -> None:
+        if self.num_updates % self.config.target_update_every == 0:
+            polyak_update(self.q_target, self.q_network, self.config.tau)
+            self.update_encoder_target(self.config.tau)
+
+    def modules(self) -> dict[str, torch.nn.Module]:
+        return {"q_network": self.q_network, "q_target": self.q_target, **self.encoder_modules()}

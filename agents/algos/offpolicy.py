@@ -1,0 +1,410 @@
+"""What every off-policy algorithm shares: the replay configuration, warm-up and the update loop.
+
+    for each vector env step:
+        a = uniform random for the first start_steps env steps, else the policy's (with noise)
+        store (s, a, reward_scale * r, s', terminated, truncated) in the replay buffer
+        after learning_starts env steps, every update_every env steps:
+            gradient_steps times: batch <- buffer; compute_gradients; apply_gradients;
+                                  with PER, new priorities from the batch's TD errors
+
+Step counts are env steps summed over parallel envs, so the ratio of gradient steps to
+collected transitions does not depend on num_envs. Subclasses implement the policy
+(``policy_actions``), the losses (``compute_gradients``) and the optimizer step.
+
+Recurrent variants (``recurrent: gru | lstm``, for algorithms with ``supports_recurrent``) put
+a ``RecurrentEncoder`` in front of every head: the actor acts on its features and stores its
+hidden state with each step; updates sample sequences, burn in the stored state over the
+first ``burn_in`` steps without gradients (R2D2), and train on the rest. Losses read three
+feature tensors from ``encode(batch)``: ``features`` (online encoder on obs, with gradients),
+``next_features`` (online encoder on next_obs) and ``target_next_features`` (target encoder on
+next_obs); without recurrence all three are just the observations.
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+import torch
+
+from agents.api import Acted, Algorithm, ConfigError, Hyperparameters, Transitions, hp, set_gradients
+from agents.buffers import HindsightRelabeler, PrioritizedSampler, RecentExperience, ReplayBuffer, SequenceReplayBuffer
+from agents.buffers.recent import ANNEAL_SCHEDULES
+from agents.envs import EnvSpec, goal_functions
+from agents.nets import polyak_update
+from agents.nets.offpolicy import NetworkShape, RecurrentEncoder
+
+
+@dataclass
+class OffPolicyConfig(Hyperparameters):
+    """Replay, warm-up and network settings shared by DDPG, TD3, SAC, DQN and MPO."""
+
+    buffer_size: int = hp(1_000_000, ge=1)
+    """Replay capacity in transitions."""
+    batch_size: int = hp(256, ge=1)
+    """Transitions per gradient step."""
+    start_steps: int = hp(0, ge=0)
+    """Env steps of uniform-random actions at the start of training."""
+    learning_starts: int = hp(0, ge=0)
+    """Env steps collected before the first gradient step (warm-up)."""
+    update_every: int = hp(1, ge=1)
+    """Env steps between updates."""
+    gradient_steps: int = hp(1, ge=1)
+    """Gradient steps per update (per update_every env steps)."""
+    reward_scale: float = hp(1.0, gt=0.0)
+    """Rewards are multiplied by this before storage."""
+    n_step: int = hp(1, ge=1)
+    """Length of multi-step returns (cut at episode ends)."""
+    prioritized: bool = hp(False)
+    """Prioritized experience replay (Schaul et al. 2016)."""
+    per_alpha: float = hp(0.6, ge=0.0)
+    """How much prioritization is used (0 = uniform)."""
+    per_beta: float = hp(0.4, ge=0.0, le=1.0)
+    """Initial importance-sampling exponent, annealed to 1 over training."""
+    per_eps: float = hp(1e-6, gt=0.0)
+    """Added to |TD error| so no transition gets zero priority."""
+    emphasize_recent: bool = hp(False)
+    """Emphasizing recent experience (Wang & Ross 2019)."""
+    ere_eta: float = hp(0.996, gt=0.0, le=1.0)
+    """ERE's initial eta (1 = uniform)."""
+    ere_c_min: int = hp(5_000, ge=1)
+    """ERE's smallest window, in transitions."""
+    ere_anneal: str = hp("performance", choices=ANNEAL_SCHEDULES)
+    """How eta moves toward 1: by recent improvement, linearly in time, or not at all."""
+    her_strategy: str = hp("none", choices=("none", "future", "final", "episode"))
+    """Hindsight relabeling of goals (goal envs only); none disables it."""
+    her_k: int = hp(4, ge=0)
+    """HER relabel ratio: k relabeled transitions per original one (fraction k / (k + 1))."""
+    hidden_sizes: tuple[int, ...] = hp((256, 256), ge=1)
+    """Widths of the common trunk of every network."""
+    activation: str = hp("relu", choices=("tanh", "relu", "elu", "gelu"))
+    """Hidden activation."""
+    obs_extractor_sizes: tuple[int, ...] = hp((), ge=1)
+    """Observation feature extractor widths (empty: identity)."""
+    act_extractor_sizes: tuple[int, ...] = hp((), ge=1)
+    """Action feature extractor widths of the critics (empty: identity)."""
+    recurrent: str = hp("none", choices=("none", "gru", "lstm"))
+    """Recurrent encoder in front of every network (dqn and sac); none for feed-forward."""
+    recurrent_size: int = hp(128, ge=1)
+    """Hidden units of the recurrent cell."""
+    sequence_length: int = hp(80, ge=1)
+    """Steps per replayed sequence that the loss covers (R2D2: 80)."""
+    burn_in: int = hp(40, ge=0)
+    """Steps before each sequence that only recompute the hidden state (R2D2: 40)."""
+    sequence_overlap: float = hp(0.5, ge=0.0, lt=1.0)
+    """Fraction of a sequence shared with the next one of the same env (R2D2: 0.5)."""
+
+    def network_shape(self) -> NetworkShape:
+        return NetworkShape(self.hidden_sizes, self.activation, self.obs_extractor_sizes, self.act_extractor_sizes)
+
+
+class OffPolicyAlgorithm(Algorithm):
+    """Acting with warm-up, storage in the configured replay buffer, the update loop, state."""
+
+    Config: ClassVar[type[OffPolicyConfig]]
+    config: OffPolicyConfig
+    #: whether ``recurrent: gru | lstm`` is implemented
+    supports_recurrent: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        env_spec: EnvSpec,
+        config: OffPolicyConfig,
+        total_steps: int,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+    ):
+        self.check_env_spec(env_spec)
+        self.spec, self.config, self.device = env_spec, config, torch.device(device)
+        self.total_steps = max(1, total_steps)
+        self.obs_dim = int(np.prod(env_spec.observation_shape))
+        self.generator = torch.Generator().manual_seed(seed)
+        self.num_steps = 0  # env steps observed, summed over envs
+        self.num_updates = 0  # gradient steps applied
+        self._steps_since_update = 0
+        if not env_spec.discrete:
+            low = torch.tensor(env_spec.action_low, dtype=torch.float32)
+            high = torch.tensor(env_spec.action_high, dtype=torch.float32)
+            self._action_scale, self._action_bias = (high - low) / 2, (high + low) / 2
+        self.recurrent = config.recurrent != "none"
+        self.encoder: RecurrentEncoder | None = None
+        self.encoder_target: RecurrentEncoder | None = None
+        self.feature_dim = self.obs_dim
+        if self.recurrent:
+            if not self.supports_recurrent:
+                raise ConfigError(f"{self.name} has no recurrent variant; recurrent={config.recurrent!r} works with dqn and sac")
+            self.encoder = RecurrentEncoder(
+                self.obs_dim, config.obs_extractor_sizes, config.activation, config.recurrent, config.recurrent_size
+            ).to(self.device)
+            self.encoder_target = copy.deepcopy(self.encoder).requires_grad_(False)
+            self.feature_dim = config.recurrent_size
+        self.buffer = self.make_buffer()
+        self.td_errors: torch.Tensor | None = None  # of the last batch, for PER
+
+    # -- storage ----------------------------------------------------------------------------
+
+    def head_shape(self) -> NetworkShape:
+        """Layer sizes of the networks after the encoder (its extractor is the encoder's when recurrent)."""
+        shape = self.config.network_shape()
+        return replace(shape, obs_extractor_sizes=()) if self.recurrent else shape
+
+    def encoder_modules(self) -> dict[str, torch.nn.Module]:
+        return {"encoder": self.encoder, "encoder_target": self.encoder_target} if self.encoder is not None else {}
+
+    def make_buffer(self) -> ReplayBuffer:
+        """The replay buffer the config describes."""
+        config, spec = self.config, self.env_spec_checked()
+        if self.recurrent:
+            assert self.encoder is not None
+            return SequenceReplayBuffer(
+                config.buffer_size,
+                config.num_envs,
+                spec.observation_shape,
+                spec.action_shape,
+                (self.encoder.state_size,),
+                self.device,
+                action_dtype=torch.long if spec.discrete else torch.float32,
+                gamma=config.gamma,
+                sequence_length=config.sequence_length,
+                burn_in=config.burn_in,
+                overlap=config.sequence_overlap,
+            )
+        sampler = PrioritizedSampler(
+            self._rows(config) * config.num_envs, config.per_alpha, config.per_beta, config.per_eps, self.device
+        ) if config.prioritized else None
+        recent = RecentExperience(config.ere_eta, config.ere_c_min, anneal=config.ere_anneal) if config.emphasize_recent else None
+        relabeler = None
+        if config.her_strategy != "none":
+            compute_reward, compute_terminated = goal_functions(spec.env_id)
+            relabeler = HindsightRelabeler(
+                spec.goal, compute_reward, compute_terminated, config.her_strategy, config.her_k, config.reward_scale
+            )
+        return ReplayBuffer(
+            config.buffer_size,
+            config.num_envs,
+            spec.observation_shape,
+            spec.action_shape,
+            self.device,
+            action_dtype=torch.long if spec.discrete else torch.float32,
+            gamma=config.gamma,
+            n_step=config.n_step,
+            sampler=sampler,
+            recent=recent,
+            relabeler=relabeler,
+        )
+
+    @staticmethod
+    def _rows(config: OffPolicyConfig) -> int:
+        return -(-config.buffer_size // config.num_envs)
+
+    def env_spec_checked(self) -> EnvSpec:
+        """The env spec, after checking the replay options fit it."""
+        config, spec = self.config, self.spec
+        if config.her_strategy != "none":
+            if spec.goal is None:
+                raise ConfigError(f"her_strategy={config.her_strategy!r} needs a goal env; {spec.env_id} has no desired_goal")
+            if config.n_step > 1:
+                raise ConfigError("her_strategy cannot be combined with n_step > 1 (relabeling recomputes one-step rewards)")
+            if config.normalize_observations or config.normalize_rewards:
+                raise ConfigError("her_strategy needs raw observations and rewards: set normalize_observations and normalize_rewards to false")
+        if self.recurrent:
+            combined = [name for name, on in (
+                ("prioritized", config.prioritized),
+                ("emphasize_recent", config.emphasize_recent),
+                ("her_strategy", config.her_strategy != "none"),
+                ("n_step > 1", config.n_step > 1),
+            ) if on]
+            if combined:
+                raise ConfigError(f"recurrent sequence replay cannot be combined with {', '.join(combined)}")
+        return spec
+
+    # -- acting and collecting --------------------------------------------------------------
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor, state: Any = None, deterministic: bool = False) -> Acted:
+        """Actions for obs (N, *obs_shape); recurrent agents take and return the hidden state
+        (N, state_size) and report the one they acted with in ``extras["hidden"]``."""
+        obs = obs.to(self.device)
+        features, extras, next_state = obs, {}, state
+        if self.encoder is not None:
+            hidden = state if state is not None else self.encoder.initial_state(obs.shape[0], self.device)
+            features, next_state = self.encoder.step(obs, hidden)
+            extras = {"hidden": hidden}
+        if not deterministic and self.num_steps < self.config.start_steps:
+            actions = self.random_actions(obs.shape[0])
+        else:
+            actions = self.policy_actions(features, deterministic)
+        return Acted(actions, self.env_actions(actions), next_state, extras)
+
+    def reset_state(self, state: Any, episode_ended: torch.Tensor) -> Any:
+        if state is None or self.encoder is None:
+            return state
+        return state.masked_fill(episode_ended.to(self.device, torch.bool)[:, None], 0.0)
+
+    def random_actions(self, n: int) -> torch.Tensor:
+        """Uniform actions: indices for Discrete, points of (-1, 1)^d (the policy's box) for Box."""
+        if self.spec.discrete:
+            return torch.randint(0, self.spec.num_actions, (n,), generator=self.generator).to(self.device)
+        return (torch.rand((n, self.spec.num_actions), generator=self.generator) * 2 - 1).to(self.device)
+
+    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
+        """Policy actions -> what the env receives (Box actions rescaled from (-1, 1) to its bounds)."""
+        if self.spec.discrete:
+            return actions.cpu().numpy()
+        return (actions.cpu().clamp(-1.0, 1.0) * self._action_scale + self._action_bias).numpy()
+
+    @abc.abstractmethod
+    def policy_actions(self, features: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        """The policy's actions, with exploration unless deterministic, for observations
+        (N, *obs_shape), or the encoder's features (N, recurrent_size) when recurrent."""
+
+    def observe(self, transitions: Transitions) -> None:
+        self.buffer.add(
+            transitions.obs,
+            transitions.acted.actions,
+            transitions.rewards * self.config.reward_scale,
+            transitions.next_obs,
+            transitions.terminated,
+            transitions.truncated,
+            extras={"hidden": transitions.acted.extras["hidden"]} if self.recurrent else None,
+        )
+        n = transitions.obs.shape[0]
+        self.num_steps += n
+        self._steps_since_update += n
+        self.buffer.set_progress(self.num_steps / self.total_steps)
+
+    def ready_to_update(self) -> bool:
+        if self.recurrent and self.buffer.num_sequences() == 0:  # type: ignore[attr-defined]
+            return False
+        return self.num_steps >= self.config.learning_starts and self._steps_since_update >= self.config.update_every
+
+    def encode(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A flat training batch with ``features``, ``next_features`` and ``target_next_features``.
+
+        Recurrent: sequences (L, B) are burned in from their stored state (no gradients), then
+        unrolled over the remaining T steps; the result has T * B rows.
+        """
+        if self.encoder is None:
+            return {**batch, "features": batch["obs"], "next_features": batch["next_obs"], "target_next_features": batch["next_obs"]}
+        assert self.encoder_target is not None
+        burn_in = self.config.burn_in
+        obs, next_obs, resets = batch["obs"], batch["next_obs"], batch["resets"]
+        hidden = target_hidden = batch["initial_hidden"]
+        with torch.no_grad():
+            if burn_in > 0:
+                hidden = self.encoder.unroll(obs[:burn_in], hidden, resets[:burn_in])[1][-1]
+                target_hidden = self.encoder_target.unroll(obs[:burn_in], target_hidden, resets[:burn_in])[1][-1]
+        features, states = self.encoder.unroll(obs[burn_in:], hidden, resets[burn_in:])
+        steps, sequences = features.shape[:2]
+
+        def flat(x: torch.Tensor) -> torch.Tensor:
+            return x.reshape(steps * sequences, *x.shape[2:])
+
+        with torch.no_grad():
+            target_states = self.encoder_target.unroll(obs[burn_in:], target_hidden, resets[burn_in:])[1]
+            next_inputs = flat(next_obs[burn_in:])
+            next_features = self.encoder.step(next_inputs, flat(states.detach()))[0]
+            target_next_features = self.encoder_target.step(next_inputs, flat(target_states))[0]
+        encoded = {key: flat(batch[key][burn_in:]) for key in ("actions", "rewards", "discounts", "terminated")}
+        encoded.update(
+            features=flat(features),
+            next_features=next_features,
+            target_next_features=target_next_features,
+            weights=torch.ones(steps * sequences, device=self.device),
+        )
+        return encoded
+
+    def update_encoder_target(self, tau: float) -> None:
+        if self.encoder is not None and self.encoder_target is not None:
+            polyak_update(self.encoder_target, self.encoder, tau)
+
+    # -- learning ---------------------------------------------------------------------------
+
+    def update(self) -> dict[str, float]:
+        updates, self._steps_since_update = divmod(self._steps_since_update, self.config.update_every)
+        logs: dict[str, list[float]] = {}
+        for _ in range(updates * self.config.gradient_steps):
+            batch = self.buffer.sample(self.config.batch_size, self.generator)
+            gradients, info = self.compute_gradients(batch)
+            self.apply_gradients(gradients)
+            if self.config.prioritized and self.td_errors is not None and "indices" in batch:
+                self.buffer.update_priorities(batch["indices"], self.td_errors)
+            for key, value in info.items():
+                logs.setdefault(key, []).append(value)
+        return {key: float(np.mean(values)) for key, values in logs.items()}
+
+    @abc.abstractmethod
+    def parameter_groups(self) -> dict[str, tuple[list[torch.nn.Parameter], torch.optim.Optimizer | None]]:
+        """Trainable parameters by optimizer, in the order ``compute_gradients`` returns them."""
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for parameters, _ in self.parameter_groups().values() for p in parameters]
+
+    def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
+        """Set ``gradients`` (if given), step every optimizer, then the target networks."""
+        if gradients is not None:
+            set_gradients(self.trainable_parameters(), gradients)
+        for parameters, optimizer in self.parameter_groups().values():
+            if optimizer is not None and any(p.grad is not None for p in parameters):
+                optimizer.step()
+        self.num_updates += 1
+        self.update_targets()
+
+    def update_targets(self) -> None:
+        """Move the target networks after a gradient step (Polyak or periodic copies)."""
+
+    def _on_parameter_updated(self, name: str) -> None:
+        groups = self.parameter_groups()
+        for group_name, (_, optimizer) in groups.items():
+            if optimizer is not None and name == f"{group_name}_lr":
+                for group in optimizer.param_groups:
+                    group["lr"] = getattr(self.config, name)
+
+    # -- state ------------------------------------------------------------------------------
+
+    def extra_state(self) -> dict[str, Any]:
+        """Tensors besides modules and optimizers (e.g. a temperature); override to add."""
+        return {}
+
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, optimizers, counters and RNG; the replay buffer has its own ``state_dict``."""
+        return {
+            "modules": {name: module.state_dict() for name, module in self.modules().items()},
+            "optimizers": {
+                name: optimizer.state_dict() for name, (_, optimizer) in self.parameter_groups().items() if optimizer is not None
+            },
+            "extra": self.extra_state(),
+            "num_steps": self.num_steps,
+            "num_updates": self.num_updates,
+            "generator": self.generator.get_state(),
+            "config": self.config.to_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for name, module in self.modules().items():
+            module.load_state_dict(state["modules"][name])
+        for name, (_, optimizer) in self.parameter_groups().items():
+            if optimizer is not None:
+                optimizer.load_state_dict(state["optimizers"][name])
+        self.load_extra_state(state["extra"])
+        self.num_steps, self.num_updates = int(state["num_steps"]), int(state["num_updates"])
+        self.generator.set_state(state["generator"])
+
+
+def weighted_mse(predictions: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """mean_i w_i (prediction_i - target_i)^2, summed over leading critic dims: (..., B) -> scalar."""
+    return ((predictions - targets).pow(2) * weights).mean(dim=-1).sum()
+
+
+def clip_gradients(gradients: list[torch.Tensor], max_norm: float) -> float:
+    """Scale ``gradients`` in place so their global L2 norm is at most ``max_norm``; the norm before."""
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in gradients]))
+    scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+    torch._foreach_mul_(gradients, scale)
+    return norm.item()

@@ -1,0 +1,204 @@
+"""The off-policy actor's networks: feature extractors, N critics, actors, recurrent memory.
+
+Every network is ``extractors -> common trunk -> head``, as in pytorchrl's OffPolicyActor:
+
+    Q(s, a) = head(trunk(cat(obs_extractor(s), act_extractor(a))))   continuous actions
+    Q(s, .) = head(trunk(obs_extractor(s)))                           discrete: one value per action
+    pi(s)   = head(trunk(obs_extractor(s)))
+
+An extractor with no sizes is the identity. Each network owns its extractors (none are
+shared), so critics and actors learn their own features. ``Critics`` stacks N independent
+Q-functions and returns (N, B) or (N, B, num_actions).
+
+Recurrent agents put a ``Memory`` (GRU or LSTM cell) after the observation extractor; its
+hidden state is what the actor stores with each step and what sequences burn in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from agents.nets.distributions import Categorical, TanhGaussian
+from agents.nets.mlp import ACTIVATIONS, mlp
+
+
+@dataclass(frozen=True)
+class NetworkShape:
+    """Layer sizes shared by an algorithm's networks."""
+
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    activation: str = "relu"
+    obs_extractor_sizes: tuple[int, ...] = ()
+    act_extractor_sizes: tuple[int, ...] = ()
+
+
+def feature_extractor(in_features: int, sizes: Sequence[int], activation: str) -> tuple[nn.Module, int]:
+    """Linear -> activation per size (the identity for no sizes) and its output width."""
+    if not sizes:
+        return nn.Identity(), in_features
+    layers: list[nn.Module] = []
+    for fan_in, fan_out in zip([in_features, *sizes[:-1]], sizes):
+        layers += [nn.Linear(fan_in, fan_out), ACTIVATIONS[activation]()]
+    return nn.Sequential(*layers), sizes[-1]
+
+
+class ContinuousQ(nn.Module):
+    """Q(s, a) for Box actions -> (B,)."""
+
+    def __init__(self, obs_dim: int, action_dim: int, shape: NetworkShape):
+        super().__init__()
+        self.obs_extractor, obs_features = feature_extractor(obs_dim, shape.obs_extractor_sizes, shape.activation)
+        self.act_extractor, act_features = feature_extractor(action_dim, shape.act_extractor_sizes, shape.activation)
+        self.trunk = mlp(obs_features + act_features, shape.hidden_sizes, 1, shape.activation)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        features = torch.cat([self.obs_extractor(obs.flatten(1)), self.act_extractor(actions)], dim=-1)
+        return self.trunk(features).squeeze(-1)
+
+
+class DiscreteQ(nn.Module):
+    """Q(s, .) for Discrete actions -> (B, num_actions).
+
+    With ``dueling`` the trunk feeds a value and an advantage stream combined as
+    V(s) + A(s, a) - mean_a A(s, a) (Wang et al. 2016, "Dueling Network Architectures", eq. 9).
+    """
+
+    def __init__(self, obs_dim: int, num_actions: int, shape: NetworkShape, dueling: bool = False):
+        super().__init__()
+        self.obs_extractor, features = feature_extractor(obs_dim, shape.obs_extractor_sizes, shape.activation)
+        self.dueling = dueling
+        if dueling:
+            *body, last = shape.hidden_sizes or (features,)
+            self.trunk, width = feature_extractor(features, tuple(body), shape.activation)
+            self.value = mlp(width, (last,), 1, shape.activation)
+            self.advantage = mlp(width, (last,), num_actions, shape.activation)
+        else:
+            self.trunk = mlp(features, shape.hidden_sizes, num_actions, shape.activation)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        features = self.trunk(self.obs_extractor(obs.flatten(1)))
+        if not self.dueling:
+            return features
+        advantages = self.advantage(features)
+        return self.value(features) + advantages - advantages.mean(dim=-1, keepdim=True)
+
+
+class Critics(nn.Module):
+    """``n`` independent Q-functions; forward stacks them: (n, B) or (n, B, num_actions)."""
+
+    def __init__(self, critics: Sequence[nn.Module]):
+        super().__init__()
+        self.qs = nn.ModuleList(critics)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor | None = None) -> torch.Tensor:
+        if actions is None:
+            return torch.stack([q(obs) for q in self.qs])
+        return torch.stack([q(obs, actions) for q in self.qs])
+
+
+def make_critics(obs_dim: int, discrete: bool, num_actions: int, shape: NetworkShape, n: int, dueling: bool = False) -> Critics:
+    if discrete:
+        return Critics([DiscreteQ(obs_dim, num_actions, shape, dueling) for _ in range(n)])
+    return Critics([ContinuousQ(obs_dim, num_actions, shape) for _ in range(n)])
+
+
+class _ActorBase(nn.Module):
+    def __init__(self, obs_dim: int, out_features: int, shape: NetworkShape):
+        super().__init__()
+        self.obs_extractor, features = feature_extractor(obs_dim, shape.obs_extractor_sizes, shape.activation)
+        self.trunk = mlp(features, shape.hidden_sizes, out_features, shape.activation)
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.trunk(self.obs_extractor(obs.flatten(1)))
+
+
+class DeterministicActor(_ActorBase):
+    """mu(s) in (-1, 1)^d through a tanh (DDPG, TD3)."""
+
+    def __init__(self, obs_dim: int, action_dim: int, shape: NetworkShape):
+        super().__init__(obs_dim, action_dim, shape)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.features(obs))
+
+
+class SquashedGaussianActor(_ActorBase):
+    """(mean, log_std) of a tanh-Gaussian over actions in (-1, 1)^d (SAC)."""
+
+    LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # as in the SAC authors' softlearning code
+
+    def __init__(self, obs_dim: int, action_dim: int, shape: NetworkShape):
+        super().__init__(obs_dim, 2 * action_dim, shape)
+        self.action_dim = action_dim
+
+    def forward(self, obs: torch.Tensor) -> TanhGaussian:
+        mean, log_std = self.features(obs).split(self.action_dim, dim=-1)
+        return TanhGaussian(mean, log_std.clamp(self.LOG_STD_MIN, self.LOG_STD_MAX))
+
+
+class CategoricalActor(_ActorBase):
+    """Logits over discrete actions (discrete SAC)."""
+
+    def forward(self, obs: torch.Tensor) -> Categorical:
+        return Categorical(self.features(obs))
+
+
+class GaussianActor(_ActorBase):
+    """Diagonal Gaussian (mean, std) in the (-1, 1) action box (MPO); std = softplus(.) + min_std."""
+
+    def __init__(self, obs_dim: int, action_dim: int, shape: NetworkShape, min_std: float = 1e-6):
+        super().__init__(obs_dim, 2 * action_dim, shape)
+        self.action_dim, self.min_std = action_dim, min_std
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, pre_std = self.features(obs).split(self.action_dim, dim=-1)
+        return torch.tanh(mean), F.softplus(pre_std) + self.min_std
+
+
+class RecurrentEncoder(nn.Module):
+    """Observation extractor followed by a GRU or LSTM cell: features of the history so far.
+
+    The hidden state is one flat tensor (B, state_size): h for a GRU, cat(h, c) for an LSTM,
+    so buffers store it as they store any other per-step tensor. Features are h (B, size).
+    """
+
+    def __init__(self, obs_dim: int, extractor_sizes: Sequence[int], activation: str, kind: str, size: int):
+        super().__init__()
+        if kind not in ("gru", "lstm"):
+            raise ValueError(f"recurrent kind must be gru or lstm, got {kind!r}")
+        self.obs_extractor, features = feature_extractor(obs_dim, extractor_sizes, activation)
+        self.kind, self.size = kind, size
+        self.cell: nn.GRUCell | nn.LSTMCell = nn.GRUCell(features, size) if kind == "gru" else nn.LSTMCell(features, size)
+        self.state_size = size if kind == "gru" else 2 * size
+
+    def initial_state(self, batch_size: int, device: torch.device | str) -> torch.Tensor:
+        return torch.zeros(batch_size, self.state_size, device=device)
+
+    def _cell(self, inputs: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        if self.kind == "gru":
+            return self.cell(inputs, hidden)
+        h, c = self.cell(inputs, (hidden[:, : self.size], hidden[:, self.size :]))
+        return torch.cat([h, c], dim=-1)
+
+    def step(self, obs: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step: obs (B, *obs_shape), hidden (B, state_size) -> features (B, size), next hidden."""
+        hidden = self._cell(self.obs_extractor(obs.flatten(1)), hidden)
+        return hidden[:, : self.size], hidden
+
+    def unroll(self, obs: torch.Tensor, hidden: torch.Tensor, resets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run a sequence: obs (L, B, *obs_shape) from hidden (B, state_size); where resets (L, B)
+        is true the state is zeroed before that step (a new episode). Returns the features
+        (L, B, size) and the hidden state after every step (L, B, state_size)."""
+        inputs = self.obs_extractor(obs.flatten(2))
+        states = []
+        for t in range(obs.shape[0]):
+            hidden = torch.where(resets[t, :, None], torch.zeros_like(hidden), hidden)
+            hidden = self._cell(inputs[t], hidden)
+            states.append(hidden)
+        stacked = torch.stack(states)
+        return stacked[..., : self.size], stacked
