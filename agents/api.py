@@ -226,6 +226,10 @@ class Algorithm(abc.ABC):
         if not spec.discrete and not cls.supports_continuous:
             raise ConfigError(f"{cls.name} needs discrete actions; {spec.env_id} has Box({spec.num_actions},)")
 
+    @classmethod
+    def check_config(cls, config: Any, spec: Any) -> None:
+        """ConfigError if ``config`` cannot run on an env of this spec (checked before any run starts)."""
+
     @abc.abstractmethod
     def act(self, obs: torch.Tensor, state: Any = None, deterministic: bool = False) -> Acted:
         """Actions for a batch of observations (N, *obs_shape)."""

@@ -219,6 +219,7 @@ def _expand_experiment(
         for combination in combinations:
             overrides = {**fixed, **combination}
             config = agents.resolve_config(algo, overrides)
+            algo_class.check_config(config, env_spec(str(env_id)))
             for seed in seeds:
                 specs.append(RunSpec(suite_name, algo, str(env_id), seed, config.to_dict(), budget, device, 1, overrides))
     return specs

@@ -21,7 +21,7 @@ import torch
 import agents
 from agents.api import Algorithm, ConfigError, Transitions
 from agents.envs import (
-    EnvSpec,
+    env_spec,
     finished_episodes,
     freeze_normalization,
     load_normalization_state,
@@ -140,10 +140,7 @@ def run(
         clip_observations=config.clip_observations,
     )
     freeze_normalization(eval_envs)
-    env_spec = EnvSpec.from_spaces(
-        spec.env_id, train_envs.single_observation_space, train_envs.single_action_space, train_envs.spec.max_episode_steps
-    )
-    algo = agents.make(spec.algo, env_spec, config, total_steps=budget.total_steps, device=device, seed=spec.seed)
+    algo = agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=budget.total_steps, device=device, seed=spec.seed)
     result = RunResult(spec, device=str(device))
 
     def evaluate_now(step: int) -> None:

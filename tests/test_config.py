@@ -48,7 +48,15 @@ def test_shipped_suites_are_valid():
     smoke = load_suite("smoke")
     assert len(smoke.specs) == 6 and {s.env_id for s in smoke.specs} == {"CartPole-v1", "Pendulum-v1"}
     mujoco = load_suite("mujoco")
-    assert len(mujoco.specs) == 100 and all(s.budget.total_steps == 1_000_000 for s in mujoco.specs)
+    assert len(mujoco.specs) == 250 and all(s.budget.total_steps == 1_000_000 for s in mujoco.specs)
+    assert {s.algo for s in mujoco.specs} == {"ppo", "ddpg", "td3", "sac", "mpo"}
+    classic = load_suite("classic")
+    assert {(s.algo, s.env_id) for s in classic.specs} == {
+        ("dqn", "CartPole-v1"), ("dqn", "Acrobot-v1"),
+        ("ddpg", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("sac", "Pendulum-v1"), ("mpo", "Pendulum-v1"),
+    }
+    her = load_suite("her")
+    assert sorted(s.hyperparameters["her_strategy"] for s in her.specs) == ["future"] * 3 + ["none"] * 3
 
 
 @pytest.mark.parametrize(
@@ -59,6 +67,8 @@ def test_shipped_suites_are_valid():
         ("experiments: [{algo: ppo, envs: [CartPole-v1], hyperparameters: {lr: 0.1}}]", r"unknown hyperparameter 'lr' for PPOConfig"),
         ("experiments: [{algo: ppo, envs: [CartPole-v1], hyperparameters: {gae_lambda: 2}}]", r"'gae_lambda' must be <= 1.0"),
         ("experiments: [{algo: td3, envs: [CartPole-v1]}]", r"td3 needs continuous \(Box\) actions; CartPole-v1 has Discrete\(2\)"),
+        ("experiments: [{algo: sac, envs: [Pendulum-v1], hyperparameters: {her_strategy: future}}]", r"needs a goal env; Pendulum-v1 has no desired_goal"),
+        ("experiments: [{algo: td3, envs: [Pendulum-v1], hyperparameters: {recurrent: gru}}]", r"td3 has no recurrent variant"),
         ("experiments: [{algo: ppo, envs: [CartPole-v1], budgett: {}}]", r"unknown experiment key 'budgett' \(did you mean 'budget'\?\)"),
         ("experiments: [{algo: ppo, envs: [CartPole-v1], grid: {learning_rate: 0.1}}]", r"grid.learning_rate must be a non-empty list"),
         ("experiments: []", r"'experiments' must be a non-empty list"),

@@ -10,7 +10,17 @@ SPECS = {
     "ppo-discrete": ("ppo", "CartPole-v1", {"num_envs": 2, "num_steps": 64, "num_minibatches": 4, "num_epochs": 2}),
     # continuous PPO with observation and reward normalization (the MuJoCo defaults)
     "ppo-continuous-normalized": ("ppo", "Pendulum-v1", {"num_envs": 2, "num_steps": 128, "num_minibatches": 4, "num_epochs": 2}),
-    "sac": ("sac", "Pendulum-v1", {"learning_starts": 200, "batch_size": 64, "hidden_sizes": [32, 32]}),
+    "sac": ("sac", "Pendulum-v1", {"start_steps": 200, "learning_starts": 200, "batch_size": 64, "hidden_sizes": [32, 32]}),
+    "td3-ou-noise": ("td3", "Pendulum-v1", {"start_steps": 200, "learning_starts": 200, "batch_size": 64, "hidden_sizes": [32, 32],
+                                            "exploration_noise": "ou"}),
+    "mpo": ("mpo", "Pendulum-v1", {"learning_starts": 200, "batch_size": 64, "hidden_sizes": [32, 32], "num_action_samples": 5}),
+    "dqn-per-ere-nstep": ("dqn", "CartPole-v1", {"learning_starts": 200, "update_every": 1, "batch_size": 64, "hidden_sizes": [32],
+                                                 "prioritized": True, "emphasize_recent": True, "ere_c_min": 100, "n_step": 3,
+                                                 "target_update_every": 50}),
+    "dqn-gru": ("dqn", "CartPole-v1", {"learning_starts": 200, "update_every": 8, "batch_size": 8, "hidden_sizes": [32],
+                                       "recurrent": "gru", "recurrent_size": 16, "sequence_length": 8, "burn_in": 4}),
+    "dqn-her": ("dqn", "reprorl/BitFlipping5-v0", {"learning_starts": 200, "update_every": 1, "batch_size": 64, "hidden_sizes": [32],
+                                                   "her_strategy": "future"}),
 }
 
 

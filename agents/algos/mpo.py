@@ -78,6 +78,20 @@ def _inverse_softplus(x: float) -> float:
     return x + math.log(-math.expm1(-x))
 
 
+def e_step(sampled_q: torch.Tensor, temperature: torch.Tensor, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Non-parametric improved policy and the temperature's dual loss (MPO eq. 9 and 10).
+
+    sampled_q (N, B): Q of N actions sampled from the old policy in each of B states.
+    Returns weights q(a_j|s) = softmax_j(Q / eta) (N, B), detached, and
+    g(eta) = eta epsilon + eta mean_s log mean_j exp(Q(s, a_j) / eta), whose minimum over eta
+    makes the mean KL(q || pi_old) equal to epsilon.
+    """
+    scaled = sampled_q / temperature
+    log_mean_exp = torch.logsumexp(scaled, dim=0) - math.log(sampled_q.shape[0])
+    dual = (temperature * epsilon + temperature * log_mean_exp.mean()).sum()
+    return torch.softmax(scaled.detach(), dim=0), dual
+
+
 def _gaussian_kl(mean_p: torch.Tensor, std_p: torch.Tensor, mean_q: torch.Tensor, std_q: torch.Tensor) -> torch.Tensor:
     """KL(N(mean_p, std_p) || N(mean_q, std_q)) per dimension: (B, d)."""
     return torch.log(std_q / std_p) + (std_p.pow(2) + (mean_p - mean_q).pow(2)) / (2 * std_q.pow(2)) - 0.5
@@ -161,12 +175,8 @@ class MPO(OffPolicyAlgorithm):
         self.td_errors = (q_values.detach() - targets).abs().mean(dim=0)
         critic_loss = weighted_mse(q_values, targets, batch["weights"])
 
-        # E-step: temperature dual and the non-parametric weights
         temperature = F.softplus(self.temperature_param) + 1e-8
-        scaled = sampled_q / temperature  # (N, B)
-        log_mean_exp = torch.logsumexp(scaled, dim=0) - math.log(config.num_action_samples)
-        temperature_loss = (temperature * config.epsilon + temperature * log_mean_exp.mean()).sum()
-        weights = torch.softmax(scaled.detach(), dim=0)  # (N, B)
+        weights, temperature_loss = e_step(sampled_q, temperature, config.epsilon)
 
         # M-step: weighted maximum likelihood with decoupled mean and std
         mean, std = self.actor(obs)

@@ -118,6 +118,7 @@ class OffPolicyAlgorithm(Algorithm):
         seed: int = 0,
     ):
         self.check_env_spec(env_spec)
+        self.check_config(config, env_spec)
         self.spec, self.config, self.device = env_spec, config, torch.device(device)
         self.total_steps = max(1, total_steps)
         self.obs_dim = int(np.prod(env_spec.observation_shape))
@@ -134,8 +135,6 @@ class OffPolicyAlgorithm(Algorithm):
         self.encoder_target: RecurrentEncoder | None = None
         self.feature_dim = self.obs_dim
         if self.recurrent:
-            if not self.supports_recurrent:
-                raise ConfigError(f"{self.name} has no recurrent variant; recurrent={config.recurrent!r} works with dqn and sac")
             self.encoder = RecurrentEncoder(
                 self.obs_dim, config.obs_extractor_sizes, config.activation, config.recurrent, config.recurrent_size
             ).to(self.device)
@@ -156,7 +155,7 @@ class OffPolicyAlgorithm(Algorithm):
 
     def make_buffer(self) -> ReplayBuffer:
         """The replay buffer the config describes."""
-        config, spec = self.config, self.env_spec_checked()
+        config, spec = self.config, self.spec
         if self.recurrent:
             assert self.encoder is not None
             return SequenceReplayBuffer(
@@ -200,9 +199,9 @@ class OffPolicyAlgorithm(Algorithm):
     def _rows(config: OffPolicyConfig) -> int:
         return -(-config.buffer_size // config.num_envs)
 
-    def env_spec_checked(self) -> EnvSpec:
-        """The env spec, after checking the replay options fit it."""
-        config, spec = self.config, self.spec
+    @classmethod
+    def check_config(cls, config: OffPolicyConfig, spec: EnvSpec) -> None:
+        """The replay options must fit the env and each other."""
         if config.her_strategy != "none":
             if spec.goal is None:
                 raise ConfigError(f"her_strategy={config.her_strategy!r} needs a goal env; {spec.env_id} has no desired_goal")
@@ -210,7 +209,9 @@ class OffPolicyAlgorithm(Algorithm):
                 raise ConfigError("her_strategy cannot be combined with n_step > 1 (relabeling recomputes one-step rewards)")
             if config.normalize_observations or config.normalize_rewards:
                 raise ConfigError("her_strategy needs raw observations and rewards: set normalize_observations and normalize_rewards to false")
-        if self.recurrent:
+        if config.recurrent != "none":
+            if not cls.supports_recurrent:
+                raise ConfigError(f"{cls.name} has no recurrent variant; recurrent={config.recurrent!r} works with dqn and sac")
             combined = [name for name, on in (
                 ("prioritized", config.prioritized),
                 ("emphasize_recent", config.emphasize_recent),
@@ -219,7 +220,6 @@ class OffPolicyAlgorithm(Algorithm):
             ) if on]
             if combined:
                 raise ConfigError(f"recurrent sequence replay cannot be combined with {', '.join(combined)}")
-        return spec
 
     # -- acting and collecting --------------------------------------------------------------
 
@@ -271,15 +271,16 @@ class OffPolicyAlgorithm(Algorithm):
             transitions.truncated,
             extras={"hidden": transitions.acted.extras["hidden"]} if self.recurrent else None,
         )
-        n = transitions.obs.shape[0]
-        self.num_steps += n
-        self._steps_since_update += n
+        previous = self.num_steps
+        self.num_steps += transitions.obs.shape[0]
+        # only steps after the warm-up count toward updates: no burst of updates when it ends
+        self._steps_since_update += max(0, self.num_steps - max(previous, self.config.learning_starts))
         self.buffer.set_progress(self.num_steps / self.total_steps)
 
     def ready_to_update(self) -> bool:
         if self.recurrent and self.buffer.num_sequences() == 0:  # type: ignore[attr-defined]
             return False
-        return self.num_steps >= self.config.learning_starts and self._steps_since_update >= self.config.update_every
+        return len(self.buffer) > 0 and self._steps_since_update >= self.config.update_every
 
     def encode(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """A flat training batch with ``features``, ``next_features`` and ``target_next_features``.
