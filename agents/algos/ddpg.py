@@ -21,7 +21,10 @@ Actor-Critic Methods", Algorithm 1, adds to DDPG:
     target policy smoothing:  a~ = clip(mu'(s') + clip(N(0, sigma~), -c, c), -1, 1)
     delayed updates:          the actor and all targets move every d-th critic step
 
-TD3's defaults are those of the authors' reference implementation (github.com/sfujimoto/TD3,
+Both networks' gradients are computed on the same batch before either optimizer steps (the
+compute_gradients / apply_gradients split lets workers compute them remotely), so the actor
+follows the critic of the previous step; the reference implementations step the critic
+first. TD3's defaults are those of the authors' reference implementation (github.com/sfujimoto/TD3,
 main.py: 256-256 networks, Adam 3e-4, batch 256, tau 0.005, Gaussian exploration noise 0.1,
 sigma~ 0.2, c 0.5, d 2, 25,000 initial random steps).
 """

@@ -17,7 +17,9 @@ arXiv:1812.02256, Sec. 4.2. For a batch of states s and N actions a_j ~ pi_old(.
              so each KL bound limits one of them.
 
 pi_old is a target policy copied every ``target_update_every`` gradient steps, as is the
-target critic. The policy is a diagonal Gaussian; actions are clipped to the action box.
+target critic. The policy is a diagonal Gaussian whose mean is squashed into the action box
+by a tanh (Acme leaves it unbounded); sampled actions are clipped to the box. All losses
+come from one batch and are applied together, as in Acme.
 Defaults are those of DeepMind's Acme MPO agent for continuous control (epsilon 0.1,
 epsilon_mean 2.5e-3, epsilon_stddev 1e-6, per-dimension constraints, 20 sampled actions,
 Adam 1e-4 for the policy and critic and 1e-2 for the dual variables, targets copied every
@@ -58,10 +60,10 @@ class MPOConfig(OffPolicyConfig):
     """M-step KL bound on the change of the standard deviation."""
     num_action_samples: int = hp(20, ge=1)
     """Actions sampled per state for the E-step and the critic target."""
-    initial_temperature: float = hp(1.0, gt=0.0)
-    """Starting eta."""
-    initial_alpha_mean: float = hp(1.0, gt=0.0)
-    """Starting Lagrange multiplier of the mean constraint."""
+    initial_temperature: float = hp(1.3133, gt=0.0)
+    """Starting eta (Acme: softplus(1))."""
+    initial_alpha_mean: float = hp(1.3133, gt=0.0)
+    """Starting Lagrange multiplier of the mean constraint (Acme: softplus(1))."""
     initial_alpha_stddev: float = hp(10.0, gt=0.0)
     """Starting Lagrange multiplier of the std constraint."""
     per_dim_constraints: bool = hp(True)

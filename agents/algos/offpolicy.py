@@ -275,6 +275,8 @@ class OffPolicyAlgorithm(Algorithm):
         self.num_steps += transitions.obs.shape[0]
         # only steps after the warm-up count toward updates: no burst of updates when it ends
         self._steps_since_update += max(0, self.num_steps - max(previous, self.config.learning_starts))
+        if self.recurrent and self.buffer.num_sequences() == 0:  # type: ignore[attr-defined]
+            self._steps_since_update = 0  # nor when the first whole sequence is stored
         self.buffer.set_progress(self.num_steps / self.total_steps)
 
     def ready_to_update(self) -> bool:
@@ -383,6 +385,7 @@ class OffPolicyAlgorithm(Algorithm):
             "extra": self.extra_state(),
             "num_steps": self.num_steps,
             "num_updates": self.num_updates,
+            "steps_since_update": self._steps_since_update,
             "generator": self.generator.get_state(),
             "config": self.config.to_dict(),
         }
@@ -395,6 +398,7 @@ class OffPolicyAlgorithm(Algorithm):
                 optimizer.load_state_dict(state["optimizers"][name])
         self.load_extra_state(state["extra"])
         self.num_steps, self.num_updates = int(state["num_steps"]), int(state["num_updates"])
+        self._steps_since_update = int(state["steps_since_update"])
         self.generator.set_state(state["generator"])
 
 

@@ -10,7 +10,9 @@ desired goal, the achieved goal of a state from the same episode:
 - ``final``: the episode's last state;
 - ``episode``: any state of the episode.
 
-Rewards and terminations of relabeled transitions are recomputed with the env's functions.
+Rewards and terminations of relabeled transitions are recomputed with the env's functions
+(an env without ``compute_terminated`` keeps the stored flag: its episodes must not end on
+success).
 Relabeling happens at sampling time, so the stored data stays as collected.
 """
 

@@ -80,6 +80,8 @@ class PrioritizedSampler:
     def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None:
         """Set p_i = |delta_i| + eps for the transitions of the last batch."""
         priorities = td_errors.detach().abs().double().to(self.tree.device) + self.eps
+        if not bool(torch.isfinite(priorities).all()):
+            raise ValueError("prioritized replay got non-finite TD errors; the losses diverged")
         self.max_priority = max(self.max_priority, float(priorities.max()))
         self.tree.update(indices, priorities.pow(self.alpha))
 
@@ -101,7 +103,8 @@ class PrioritizedSampler:
         in_first = targets < first_mass
         cumulative = torch.where(in_first, prefix[0].to(self.tree.device) + targets, targets - first_mass)
         indices = self.tree.find(cumulative)
-        probabilities = self.tree.get(indices) / mass
+        # a draw that rounding put on an empty leaf must not get an infinite weight
+        probabilities = (self.tree.get(indices) / mass).clamp(min=1e-12)
         weights = (window.count * probabilities).pow(-self.beta)
         weights = (weights / weights.max()).float()
         return indices, weights

@@ -41,6 +41,8 @@ class RecentExperience:
     ):
         if not 0.0 < eta <= 1.0:
             raise ValueError(f"ERE eta must be in (0, 1], got {eta}")
+        if window_episodes < 1:
+            raise ValueError(f"ERE window_episodes must be >= 1, got {window_episodes}")
         if anneal not in ANNEAL_SCHEDULES:
             raise ValueError(f"ERE anneal must be one of {ANNEAL_SCHEDULES}, got {anneal!r}")
         self.initial_eta, self.eta = eta, eta

@@ -94,7 +94,7 @@ class SequenceReplayBuffer(ReplayBuffer):
         batch["resets"] = self.episode_start[rows, columns] == steps
         batch["initial_hidden"] = self.storage[HIDDEN][rows[0], envs]
         batch["hidden"] = self.storage[HIDDEN][rows, columns]  # what the actor had at each step (for tests)
-        batch["envs"], batch["starts"] = envs, starts
+        batch["envs"], batch["starts"] = envs, starts.to(self.device)
         return batch
 
     def state_dict(self) -> dict[str, Any]:

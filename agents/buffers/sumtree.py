@@ -41,6 +41,12 @@ class SumTree:
         priorities = priorities.to(self.device, torch.float64)
         if priorities.numel() and bool((priorities < 0).any()):
             raise ValueError("priorities must be non-negative")
+        if indices.numel() > 1:
+            # keep the last write per index: torch leaves the winner of duplicate writes unspecified
+            sorted_indices, order = torch.sort(indices, stable=True)
+            last = torch.ones_like(sorted_indices, dtype=torch.bool)
+            last[:-1] = sorted_indices[1:] != sorted_indices[:-1]
+            indices, priorities = sorted_indices[last], priorities[order[last]]
         nodes = indices + self.num_leaves
         self.nodes[nodes] = priorities
         for _ in range(self.depth):

@@ -10,8 +10,9 @@ An extractor with no sizes is the identity. Each network owns its extractors (no
 shared), so critics and actors learn their own features. ``Critics`` stacks N independent
 Q-functions and returns (N, B) or (N, B, num_actions).
 
-Recurrent agents put a ``Memory`` (GRU or LSTM cell) after the observation extractor; its
-hidden state is what the actor stores with each step and what sequences burn in.
+Recurrent agents put a ``RecurrentEncoder`` (observation extractor, then a GRU or LSTM cell)
+in front of the heads; its hidden state is what the actor stores with each step and what
+replayed sequences burn in.
 """
 
 from __future__ import annotations
