@@ -10,7 +10,7 @@ ARGS   ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install bench test ui list clean-results
+.PHONY: install bench test perf ui list clean-results
 
 install: $(STAMP)
 
@@ -26,6 +26,11 @@ bench: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
+
+# micro-benchmarks (pytest-benchmark): buffer insert/sample at capacity 1M, one update per algorithm
+perf: $(STAMP)
+	$(BIN)/python -m pytest benchmarks -p no:xdist --benchmark-enable --benchmark-only \
+		--benchmark-columns=min,median,mean,ops,rounds --benchmark-sort=fullname $(ARGS)
 
 list: $(STAMP)
 	$(BIN)/python -m benchmark list

@@ -317,3 +317,13 @@ def test_sequences_start_on_the_overlap_grid_carry_stored_state_and_mark_resets(
     expected_resets = (batch["obs"][:, :, 0] == 9) & (batch["envs"] == 0)[None, :]
     expected_resets |= (batch["obs"][:, :, 0] == 0)
     assert torch.equal(batch["resets"], expected_resets)
+
+
+def test_sum_tree_incremental_sums_match_an_exact_rebuild():
+    tree = SumTree(1000)
+    generator = torch.Generator().manual_seed(2)
+    for _ in range(50):
+        tree.update(torch.randint(0, 1000, (64,), generator=generator), torch.rand(64, generator=generator, dtype=torch.float64))
+    incremental = tree.nodes.clone()
+    tree.rebuild()
+    torch.testing.assert_close(incremental, tree.nodes, rtol=1e-12, atol=1e-12)

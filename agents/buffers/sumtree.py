@@ -23,6 +23,8 @@ class SumTree:
         self.device = torch.device(device)
         # float64: sums of a million float32 priorities lose the small ones to rounding
         self.nodes = torch.zeros(2 * self.num_leaves, dtype=torch.float64, device=self.device)
+        self._shifts = torch.arange(1, self.depth + 1, device=self.device)
+        self._writes_since_rebuild = 0
 
     @property
     def total(self) -> float:
@@ -33,9 +35,12 @@ class SumTree:
         return self.nodes[indices.to(self.device) + self.num_leaves]
 
     def update(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
-        """Set leaves ``indices`` (B,) to ``priorities`` (B,) and recompute their ancestors.
+        """Set leaves ``indices`` (B,) to ``priorities`` (B,); the last write wins for repeats.
 
-        With repeated indices the last write wins, as in sequential assignment.
+        Every ancestor moves by the change of its leaves, in one scatter-add over all levels
+        (a handful of tensor ops instead of a pass per level). The float64 sums drift by
+        rounding, so the tree is rebuilt exactly from its leaves after every ``num_leaves``
+        leaf writes.
         """
         indices = indices.to(self.device, torch.long)
         priorities = priorities.to(self.device, torch.float64)
@@ -47,11 +52,22 @@ class SumTree:
             last = torch.ones_like(sorted_indices, dtype=torch.bool)
             last[:-1] = sorted_indices[1:] != sorted_indices[:-1]
             indices, priorities = sorted_indices[last], priorities[order[last]]
-        nodes = indices + self.num_leaves
-        self.nodes[nodes] = priorities
-        for _ in range(self.depth):
-            nodes = torch.unique(nodes // 2)
-            self.nodes[nodes] = self.nodes[2 * nodes] + self.nodes[2 * nodes + 1]
+        leaves = indices + self.num_leaves
+        changes = priorities - self.nodes[leaves]
+        self.nodes[leaves] = priorities
+        ancestors = leaves[None, :] >> self._shifts[:, None]  # (depth, B): parent, grandparent, ..., root
+        self.nodes.index_add_(0, ancestors.flatten(), changes.repeat(self.depth))
+        self._writes_since_rebuild += indices.numel()
+        if self._writes_since_rebuild >= self.num_leaves:
+            self.rebuild()
+
+    def rebuild(self) -> None:
+        """Recompute every inner node exactly from the leaves."""
+        for level in range(self.depth - 1, -1, -1):
+            first, count = 1 << level, 1 << level
+            children = self.nodes[2 * first : 2 * (first + count)].view(count, 2)
+            self.nodes[first : first + count] = children.sum(dim=1)
+        self._writes_since_rebuild = 0
 
     def prefix_sum(self, indices: torch.Tensor) -> torch.Tensor:
         """Sum of the leaves strictly before each of ``indices`` (B,), which may equal capacity."""
