@@ -24,6 +24,7 @@ VARIANTS = {
     "dqn-dueling-per-nstep": ("dqn", "CartPole-v1", {"dueling": True, "prioritized": True, "n_step": 3}),
     "dqn-gru": ("dqn", "CartPole-v1", {"recurrent": "gru", **SEQUENCES}),
     "dqn-her": ("dqn", "reprorl/BitFlipping5-v0", {"her_strategy": "future"}),
+    "sac-discrete-her-final": ("sac", "reprorl/BitFlipping5-v0", {"her_strategy": "final", "her_k": 2}),
     "sac-lstm": ("sac", "Pendulum-v1", {"recurrent": "lstm", **SEQUENCES}),
     "sac-per-ere": ("sac", "Pendulum-v1", {"prioritized": True, "emphasize_recent": True, "ere_c_min": 4}),
     "sac-3-critics-extractors": ("sac", "Pendulum-v1", {"num_critics": 3, "obs_extractor_sizes": [8], "act_extractor_sizes": [4]}),

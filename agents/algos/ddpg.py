@@ -162,7 +162,7 @@ class DDPG(OffPolicyAlgorithm):
         q_values = self.critic(obs, batch["actions"])  # (num_critics, B)
         self.td_errors = (q_values.detach() - targets).abs().mean(dim=0)
         critic_loss = weighted_mse(q_values, targets, batch["weights"])
-        groups = self.parameter_groups()
+        groups = self.groups
         gradients: list[torch.Tensor | None] = list(torch.autograd.grad(critic_loss, groups["critic"][0]))
         info = {"critic_loss": critic_loss.item(), "q_mean": q_values.mean().item()}
         actor_parameters = groups["actor"][0]

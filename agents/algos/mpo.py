@@ -197,7 +197,7 @@ class MPO(OffPolicyAlgorithm):
             alpha_std * (config.epsilon_stddev - kl_std.detach())
         ).sum()
 
-        groups = self.parameter_groups()
+        groups = self.groups
         critic_gradients = list(torch.autograd.grad(critic_loss, groups["critic"][0]))
         actor_gradients = list(torch.autograd.grad(actor_loss, groups["actor"][0]))
         dual_gradients = list(torch.autograd.grad(temperature_loss + multiplier_loss, self.dual_parameters))

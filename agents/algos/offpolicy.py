@@ -343,14 +343,21 @@ class OffPolicyAlgorithm(Algorithm):
     def parameter_groups(self) -> dict[str, tuple[list[torch.nn.Parameter], torch.optim.Optimizer | None]]:
         """Trainable parameters by optimizer, in the order ``compute_gradients`` returns them."""
 
+    @property
+    def groups(self) -> dict[str, tuple[list[torch.nn.Parameter], torch.optim.Optimizer | None]]:
+        """``parameter_groups()``, built once: loading weights keeps the same Parameter objects."""
+        if not hasattr(self, "_groups"):
+            self._groups = self.parameter_groups()
+        return self._groups
+
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
-        return [p for parameters, _ in self.parameter_groups().values() for p in parameters]
+        return [p for parameters, _ in self.groups.values() for p in parameters]
 
     def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
         """Set ``gradients`` (if given), step every optimizer, then the target networks."""
         if gradients is not None:
             set_gradients(self.trainable_parameters(), gradients)
-        for parameters, optimizer in self.parameter_groups().values():
+        for parameters, optimizer in self.groups.values():
             if optimizer is not None and any(p.grad is not None for p in parameters):
                 optimizer.step()
         self.num_updates += 1
@@ -360,7 +367,7 @@ class OffPolicyAlgorithm(Algorithm):
         """Move the target networks after a gradient step (Polyak or periodic copies)."""
 
     def _on_parameter_updated(self, name: str) -> None:
-        groups = self.parameter_groups()
+        groups = self.groups
         for group_name, (_, optimizer) in groups.items():
             if optimizer is not None and name == f"{group_name}_lr":
                 for group in optimizer.param_groups:
@@ -380,7 +387,7 @@ class OffPolicyAlgorithm(Algorithm):
         return {
             "modules": {name: module.state_dict() for name, module in self.modules().items()},
             "optimizers": {
-                name: optimizer.state_dict() for name, (_, optimizer) in self.parameter_groups().items() if optimizer is not None
+                name: optimizer.state_dict() for name, (_, optimizer) in self.groups.items() if optimizer is not None
             },
             "extra": self.extra_state(),
             "num_steps": self.num_steps,
@@ -393,7 +400,7 @@ class OffPolicyAlgorithm(Algorithm):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         for name, module in self.modules().items():
             module.load_state_dict(state["modules"][name])
-        for name, (_, optimizer) in self.parameter_groups().items():
+        for name, (_, optimizer) in self.groups.items():
             if optimizer is not None:
                 optimizer.load_state_dict(state["optimizers"][name])
         self.load_extra_state(state["extra"])

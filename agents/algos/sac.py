@@ -111,7 +111,7 @@ class SAC(OffPolicyAlgorithm):
         alpha = self.log_alpha.exp().detach()
         critic_loss, q_mean = self._critic_loss(batch, alpha)
         actor_loss, log_probs = self._actor_loss(batch["features"].detach(), alpha)
-        groups = self.parameter_groups()
+        groups = self.groups
         gradients = list(torch.autograd.grad(critic_loss, groups["critic"][0]))
         gradients += torch.autograd.grad(actor_loss, groups["actor"][0])
         info = {

@@ -141,7 +141,8 @@ class ReplayBuffer:
         self.episode_end[row] = -1
         done = (terminated.to(self.device, torch.bool) | truncated.to(self.device, torch.bool))
         self.rows_written += 1
-        self.sampler.on_insert(torch.arange(row * self.num_envs, (row + 1) * self.num_envs))
+        if self.sampler.prioritized:
+            self.sampler.on_insert(torch.arange(row * self.num_envs, (row + 1) * self.num_envs))
         if self.recent is not None:
             self._running_returns += rewards.detach().double().cpu()
         if bool(done.any()):
