@@ -172,7 +172,11 @@ class OffPolicyAlgorithm(Algorithm):
                 overlap=config.sequence_overlap,
             )
         sampler = PrioritizedSampler(
-            self._rows(config) * config.num_envs, config.per_alpha, config.per_beta, config.per_eps, self.device
+            ReplayBuffer.rounded_capacity(config.buffer_size, config.num_envs),
+            config.per_alpha,
+            config.per_beta,
+            config.per_eps,
+            self.device,
         ) if config.prioritized else None
         recent = RecentExperience(config.ere_eta, config.ere_c_min, anneal=config.ere_anneal) if config.emphasize_recent else None
         relabeler = None
@@ -194,10 +198,6 @@ class OffPolicyAlgorithm(Algorithm):
             recent=recent,
             relabeler=relabeler,
         )
-
-    @staticmethod
-    def _rows(config: OffPolicyConfig) -> int:
-        return -(-config.buffer_size // config.num_envs)
 
     @classmethod
     def check_config(cls, config: OffPolicyConfig, spec: EnvSpec) -> None:

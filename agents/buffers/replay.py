@@ -63,8 +63,10 @@ class ReplayBuffer:
         if relabeler is not None and n_step > 1:
             raise ValueError("hindsight relabeling recomputes one-step rewards; it cannot be combined with n_step > 1")
         self.num_envs = num_envs
-        self.num_rows = math.ceil(capacity / num_envs)
-        self.capacity = self.num_rows * num_envs
+        self.capacity = self.rounded_capacity(capacity, num_envs)
+        self.num_rows = self.capacity // num_envs
+        if isinstance(sampler, PrioritizedSampler) and sampler.tree.capacity != self.capacity:
+            raise ValueError(f"the prioritized sampler holds {sampler.tree.capacity} priorities for {self.capacity} transitions")
         self.device = torch.device(device)
         self.gamma, self.n_step = gamma, n_step
         self.sampler = sampler or UniformSampler()
@@ -91,6 +93,11 @@ class ReplayBuffer:
         self._current_start = torch.zeros(envs, dtype=torch.long, device=self.device)
         self._running_returns = torch.zeros(envs, dtype=torch.float64)
         self.rows_written = 0  # absolute count; the next row goes to rows_written % num_rows
+
+    @staticmethod
+    def rounded_capacity(capacity: int, num_envs: int) -> int:
+        """Capacity rounded up to whole rows of ``num_envs`` transitions."""
+        return math.ceil(capacity / num_envs) * num_envs
 
     # -- inserting ----------------------------------------------------------------------------
 
