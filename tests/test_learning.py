@@ -1,8 +1,8 @@
 """One learning test per algorithm: a suite's own settings reach a score on a small task.
 
 Budgets (seed 0, one CPU core): PPO on CartPole-v1, 100k steps (smoke suite, ~25 s); DQN on
-CartPole-v1, 50k steps (classic, ~75 s); DDPG, TD3, SAC and MPO on Pendulum-v1, 10k steps
-after 1k uniform random ones (classic, ~40-130 s each). Thresholds are on the final
+CartPole-v1, 50k steps (classic, ~60 s); DDPG, TD3, SAC and MPO on Pendulum-v1, 20k steps
+of which the first 1k uniformly random (classic, ~60-150 s each). Thresholds are on the final
 deterministic evaluation over 10 episodes: 475 is CartPole's "solved" level, -300 on Pendulum
 is a swing-up (random policies score about -1200, good ones -150 to -200).
 HER: DQN on 10-bit flipping (her suite, 20k steps) solves it with hindsight relabeling and
