@@ -59,7 +59,7 @@ def test_run_logs_parent_and_children_to_mlflow(tiny_suite, tmp_path):
 def test_dry_run_lists_mujoco_runs(tmp_path):
     completed = run_cli("run", "--suite", "mujoco", "--dry-run", cwd=ROOT)
     assert completed.returncode == 0, completed.stderr
-    assert "100 runs in suite 'mujoco'" in completed.stdout
+    assert "250 runs in suite 'mujoco'" in completed.stdout
     assert not (tmp_path / "results").exists()
 
 
