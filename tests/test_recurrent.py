@@ -34,19 +34,20 @@ def collect(name: str, env_id: str, steps: int, **overrides):
 def test_hidden_state_after_burn_in_equals_running_the_sequence_from_its_start(name, env_id, kind, steps):
     algo = collect(name, env_id, steps, recurrent=kind, start_steps=0)
     batch = algo.buffer.sample(64, torch.Generator().manual_seed(0))
+    stored = algo.buffer.stored_hidden(batch)  # what the actor had at each step
     assert batch["resets"][1:].any()  # episodes end inside some sequences
     burn_in = algo.config.burn_in
     with torch.no_grad():
         _, states = algo.encoder.unroll(batch["obs"][:burn_in], batch["initial_hidden"], batch["resets"][:burn_in])
     # the state entering step burn_in (zeroed if a new episode starts there) is the one the actor had
     entering = torch.where(batch["resets"][burn_in][:, None], torch.zeros_like(states[-1]), states[-1])
-    torch.testing.assert_close(entering, batch["hidden"][burn_in])
+    torch.testing.assert_close(entering, stored[burn_in])
     # and every stored state along the sequence is reproduced step by step
     with torch.no_grad():
         _, all_states = algo.encoder.unroll(batch["obs"], batch["initial_hidden"], batch["resets"])
     for t in range(1, batch["obs"].shape[0]):
         expected = torch.where(batch["resets"][t][:, None], torch.zeros_like(all_states[t - 1]), all_states[t - 1])
-        torch.testing.assert_close(expected, batch["hidden"][t])
+        torch.testing.assert_close(expected, stored[t])
 
 
 def test_reset_state_zeroes_only_the_envs_whose_episode_ended():

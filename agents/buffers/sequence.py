@@ -61,6 +61,11 @@ class SequenceReplayBuffer(ReplayBuffer):
         if self.total_length > self.num_rows:
             raise ValueError(f"sequences of {self.total_length} steps do not fit in {self.num_rows} rows per env")
 
+    def stored_hidden(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The hidden state the actor had at every step of a sampled batch: (L, B, *hidden_shape)."""
+        steps = batch["starts"][None, :] + torch.arange(self.total_length, device=self.device)[:, None]
+        return self.storage[HIDDEN][steps % self.num_rows, batch["envs"][None, :]]
+
     def num_sequences(self) -> int:
         """Sequence start points available per env (0 until a whole sequence is stored)."""
         first, last = self._start_range()
@@ -93,8 +98,7 @@ class SequenceReplayBuffer(ReplayBuffer):
         batch["discounts"] = torch.full(rows.shape, self.gamma, device=self.device)
         batch["resets"] = self.episode_start[rows, columns] == steps
         batch["initial_hidden"] = self.storage[HIDDEN][rows[0], envs]
-        batch["hidden"] = self.storage[HIDDEN][rows, columns]  # what the actor had at each step (for tests)
-        batch["envs"], batch["starts"] = envs, starts.to(self.device)
+        batch["envs"], batch["starts"] = envs, starts.to(self.device)  # where each sequence lies
         return batch
 
     def state_dict(self) -> dict[str, Any]:
