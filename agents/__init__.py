@@ -10,12 +10,14 @@ from typing import Any, Mapping
 
 import torch
 
-from agents.algos import DDPG, DQN, MPO, PPO, SAC, TD3
+from agents.algos import A2C, DDPG, DQN, MPO, PPO, REINFORCE, SAC, TD3, TRPO, VPG, PPOAdaptiveKL, SurrogatePG
 from agents.api import Acted, Algorithm, ConfigError, Hyperparameters, Transitions, suggest
 from agents.envs import EnvSpec
 
 #: every algorithm by its registry name
-ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (PPO, DDPG, TD3, SAC, DQN, MPO)}
+ALGORITHMS: dict[str, type[Algorithm]] = {
+    cls.name: cls for cls in (VPG, REINFORCE, A2C, PPO, PPOAdaptiveKL, SurrogatePG, TRPO, DDPG, TD3, SAC, DQN, MPO)
+}
 
 
 def algorithm_class(name: str) -> type[Algorithm]:

@@ -215,16 +215,22 @@ class Algorithm(abc.ABC):
     #: which action spaces the algorithm handles
     supports_discrete: ClassVar[bool] = True
     supports_continuous: ClassVar[bool] = True
+    supports_multi_discrete: ClassVar[bool] = False
 
     config: Hyperparameters
 
     @classmethod
     def check_env_spec(cls, spec: Any) -> None:
         """ConfigError if this algorithm cannot act in an environment of this spec."""
+        if spec.multi_discrete and not cls.supports_multi_discrete:
+            raise ConfigError(
+                f"{cls.name} cannot act in {spec.env_id}'s {spec.action_space_name} action space; "
+                "the on-policy algorithms (vpg, reinforce, a2c, ppo, ppo_kl, surrogate_pg, trpo) can"
+            )
         if spec.discrete and not cls.supports_discrete:
-            raise ConfigError(f"{cls.name} needs continuous (Box) actions; {spec.env_id} has Discrete({spec.num_actions})")
+            raise ConfigError(f"{cls.name} needs continuous (Box) actions; {spec.env_id} has {spec.action_space_name}")
         if not spec.discrete and not cls.supports_continuous:
-            raise ConfigError(f"{cls.name} needs discrete actions; {spec.env_id} has Box({spec.num_actions},)")
+            raise ConfigError(f"{cls.name} needs discrete actions; {spec.env_id} has {spec.action_space_name}")
 
     @classmethod
     def check_config(cls, config: Any, spec: Any) -> None:

@@ -22,9 +22,11 @@ from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers.utils import RunningMeanStd
 
 from agents.api import ConfigError, suggest
+from agents.classic_envs import register_classic_envs
 from agents.goal_envs import register_goal_envs
 
 register_goal_envs()
+register_classic_envs()
 
 
 GOAL_KEYS = ("achieved_goal", "desired_goal", "observation")
@@ -64,12 +66,25 @@ class EnvSpec:
     env_id: str
     observation_shape: tuple[int, ...]
     discrete: bool
-    action_shape: tuple[int, ...]  # () for discrete actions
-    num_actions: int  # discrete: number of actions; continuous: action dimension
+    action_shape: tuple[int, ...]  # () for Discrete, (k,) for MultiDiscrete and Box
+    num_actions: int  # Discrete: number of actions; MultiDiscrete: sum of nvec; Box: dimension
     action_low: tuple[float, ...] | None  # continuous only
     action_high: tuple[float, ...] | None
     max_episode_steps: int | None
     goal: GoalLayout | None = None  # set for goal envs, whose observations are flattened dicts
+    action_nvec: tuple[int, ...] | None = None  # MultiDiscrete only: choices per action component
+
+    @property
+    def multi_discrete(self) -> bool:
+        """k independent discrete choices per step (``discrete`` is also true)."""
+        return self.action_nvec is not None
+
+    @property
+    def action_space_name(self) -> str:
+        """The action space in words, for messages."""
+        if self.multi_discrete:
+            return f"MultiDiscrete({list(self.action_nvec)})"
+        return f"Discrete({self.num_actions})" if self.discrete else f"Box({self.num_actions},)"
 
     @classmethod
     def from_spaces(
@@ -87,6 +102,12 @@ class EnvSpec:
             raise ConfigError(f"{env_id}: observation space {observation_space} is not a Box (nor a goal Dict)")
         if isinstance(action_space, gym.spaces.Discrete):
             return cls(env_id, tuple(observation_space.shape), True, (), int(action_space.n), None, None, max_episode_steps, goal)
+        if isinstance(action_space, gym.spaces.MultiDiscrete) and len(action_space.shape) == 1:
+            if np.any(action_space.start != 0):
+                raise ConfigError(f"{env_id}: MultiDiscrete actions must start at 0, got start={action_space.start.tolist()}")
+            nvec = tuple(int(n) for n in action_space.nvec)
+            shape = (len(nvec),)
+            return cls(env_id, tuple(observation_space.shape), True, shape, sum(nvec), None, None, max_episode_steps, goal, nvec)
         if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
             return cls(
                 env_id,
@@ -99,7 +120,7 @@ class EnvSpec:
                 max_episode_steps,
                 goal,
             )
-        raise ConfigError(f"{env_id}: action space {action_space} is neither Discrete nor a 1-D Box")
+        raise ConfigError(f"{env_id}: action space {action_space} is not Discrete, 1-D MultiDiscrete or a 1-D Box")
 
 
 

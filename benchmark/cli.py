@@ -156,7 +156,9 @@ def command_list(args: argparse.Namespace, console: Console) -> int:
         env_ids = sorted({s.env_id for suite in suites.values() for s in suite.specs})
         for env_id in env_ids:
             spec = env_spec(env_id)
-            actions = f"Discrete({spec.num_actions})" if spec.discrete else f"Box({spec.num_actions},) in [{min(spec.action_low):g}, {max(spec.action_high):g}]"
+            actions = spec.action_space_name
+            if not spec.discrete:
+                actions += f" in [{min(spec.action_low):g}, {max(spec.action_high):g}]"
             table.add_row(env_id, f"Box{spec.observation_shape}", actions, str(spec.max_episode_steps))
         console.print(table)
     return 0

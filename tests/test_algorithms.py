@@ -10,8 +10,15 @@ import agents
 from agents.api import ConfigError, Transitions
 from agents.envs import env_spec
 
+ON_POLICY = {"num_steps": 16, "hidden_sizes": [16, 16]}
 SMALL = {
-    "ppo": {"num_steps": 16, "num_minibatches": 2, "num_epochs": 2, "hidden_sizes": [16, 16]},
+    "ppo": {**ON_POLICY, "num_minibatches": 2, "num_epochs": 2},
+    "ppo_kl": {**ON_POLICY, "num_minibatches": 2, "num_epochs": 2},
+    "surrogate_pg": {**ON_POLICY, "num_minibatches": 2, "num_epochs": 2},
+    "vpg": {**ON_POLICY, "value_epochs": 2, "value_num_minibatches": 2},
+    "reinforce": ON_POLICY,
+    "a2c": {**ON_POLICY, "num_envs": 1},
+    "trpo": {**ON_POLICY, "value_epochs": 2, "value_num_minibatches": 2},
     "sac": {"start_steps": 4, "learning_starts": 8, "batch_size": 8, "hidden_sizes": [16, 16], "buffer_size": 1000},
     "ddpg": {"learning_starts": 8, "batch_size": 8, "hidden_sizes": [16, 16], "buffer_size": 1000},
     "td3": {"start_steps": 4, "learning_starts": 8, "batch_size": 8, "hidden_sizes": [16, 16], "buffer_size": 1000},
@@ -31,6 +38,17 @@ VARIANTS = {
     "ddpg-ou-nstep": ("ddpg", "Pendulum-v1", {"exploration_noise": "ou", "n_step": 2}),
     "td3-per": ("td3", "Pendulum-v1", {"prioritized": True}),
     "mpo-shared-constraint": ("mpo", "Pendulum-v1", {"per_dim_constraints": False}),
+    "ppo-gru-sequences": ("ppo", "CartPole-v1", {"recurrent": "gru", "recurrent_size": 8, "sequence_length": 4}),
+    "ppo-lstm-shared-pendulum": ("ppo", "Pendulum-v1", {"recurrent": "lstm", "recurrent_size": 8, "shared_network": True, "num_minibatches": 1}),
+    "ppo-multidiscrete": ("ppo", "reprorl/MultiDiscreteMatch-v0", {"anneal_clip_range": True}),
+    "ppo_kl-lstm-multidiscrete": ("ppo_kl", "reprorl/MultiDiscreteMatch-v0", {"recurrent": "lstm", "recurrent_size": 8, "sequence_length": 8}),
+    "trpo-gru-pendulum": ("trpo", "Pendulum-v1", {"recurrent": "gru", "recurrent_size": 8, "sequence_length": 8}),
+    "trpo-multidiscrete-max-entropy": (
+        "trpo", "reprorl/MultiDiscreteMatch-v0", {"entropy_method": "max", "policy_ent_coeff": 0.1, "use_softplus_entropy": True}
+    ),
+    "vpg-shared-regularized": ("vpg", "CartPole-v1", {"shared_network": True, "entropy_method": "regularized", "policy_ent_coeff": 0.01}),
+    "a2c-adam-lstm-pendulum": ("a2c", "Pendulum-v1", {"optimizer": "adam", "recurrent": "lstm", "recurrent_size": 8}),
+    "reinforce-positive-adv": ("reinforce", "CartPole-v1", {"center_adv": True, "positive_adv": True}),
 }
 CASES = [
     pytest.param(name, env_id, {}, id=f"{name}-{env_id}")
@@ -72,7 +90,7 @@ def one_batch(algo):
     """A training batch as the algorithm's own update would draw it."""
     if hasattr(algo, "storage"):
         algo.storage.compute_returns(torch.zeros(algo.config.num_envs), algo.config.gamma, algo.config.gae_lambda)
-        return next(algo.storage.minibatches(1))
+        return next(algo.minibatches(1))
     return algo.buffer.sample(algo.config.batch_size, torch.Generator().manual_seed(0))
 
 
@@ -162,7 +180,28 @@ def test_update_parameter(name, env_id, variant):
 def test_learning_rate_update_reaches_the_optimizer():
     algo = build("ppo", "CartPole-v1")
     algo.update_parameter("learning_rate", 1e-5)
-    assert algo.optimizer.param_groups[0]["lr"] == 1e-5
+    assert algo.optimizers["joint"].param_groups[0]["lr"] == 1e-5
+    vpg = build("vpg", "CartPole-v1")
+    vpg.update_parameter("value_learning_rate", 2e-5)
+    assert vpg.optimizers["value"].param_groups[0]["lr"] == 2e-5 and vpg.optimizers["policy"].param_groups[0]["lr"] == 3e-4
+
+
+def test_learning_rate_and_clip_range_schedules_anneal_linearly():
+    """anneal_lr / anneal_clip_range scale the configured value by the fraction of updates left,
+    and a value set through update_parameter is annealed from then on."""
+    algo = agents.make(
+        "ppo", env_spec("CartPole-v1"), {**SMALL["ppo"], "anneal_lr": True, "anneal_clip_range": True}, total_steps=64
+    )  # 4 updates of 16 steps
+    learning_rates, clip_ranges = [], []
+    for _ in range(3):
+        feed(algo, "CartPole-v1", 16)
+        clip_ranges.append(algo.clip_range)
+        learning_rates.append(algo.update()["learning_rate"])
+    assert learning_rates == pytest.approx([3e-4, 2.25e-4, 1.5e-4])
+    assert clip_ranges == pytest.approx([0.2, 0.15, 0.1])
+    algo.update_parameter("learning_rate", 1e-3)
+    algo.update_parameter("clip_range", 0.4)
+    assert algo.optimizers["joint"].param_groups[0]["lr"] == pytest.approx(0.25e-3) and algo.clip_range == pytest.approx(0.1)
 
 
 @pytest.mark.parametrize(
@@ -178,6 +217,12 @@ def test_learning_rate_update_reaches_the_optimizer():
         ("sac", {"batch_size": 1.5}, "must be an integer"),
         ("sac", {"hidden_sizes": 256}, "must be a list"),
         ("sac", {"alpha": -0.2}, "must be > 0"),
+        ("vpg", {"policy_ent_coeff": 0.1}, "policy_ent_coeff is 0.1 but entropy_method is 'no_entropy'"),
+        ("ppo", {"entropy_method": "maximum"}, "'entropy_method' must be one of"),
+        ("trpo", {"max_kl": 0}, "'max_kl' must be > 0"),
+        ("ppo", {"recurrent": "rnn"}, "'recurrent' must be one of"),
+        ("ppo", {"recurrent": "gru", "num_steps": 100, "sequence_length": 30}, "sequence_length 30 must divide num_steps 100"),
+        ("a2c", {"optimizer": "sgd"}, "'optimizer' must be one of"),
     ],
 )
 def test_bad_hyperparameters_rejected(name, bad, message):
@@ -197,5 +242,26 @@ def test_dqn_refuses_continuous_actions():
 
 
 def test_unknown_algorithm_lists_choices():
-    with pytest.raises(ConfigError, match="unknown algorithm 'ppo2'.*available: ddpg, dqn, mpo, ppo, sac, td3"):
+    with pytest.raises(ConfigError, match="unknown algorithm 'ppo2'.*available: a2c, ddpg, dqn, mpo, ppo, ppo_kl, reinforce"):
         agents.algorithm_class("ppo2")
+
+
+@pytest.mark.parametrize(
+    "name,overrides,message",
+    [
+        ("trpo", {"shared_network": True}, "trpo needs separate policy and value networks"),
+        ("ppo", {"num_minibatches": 64}, "num_minibatches is 64 but a rollout has only 16 samples"),
+        ("ppo", {"recurrent": "gru", "sequence_length": 8, "num_minibatches": 4}, "only 2 sequences"),
+        ("ppo", {"sequence_length": 8}, "sequence_length applies only to recurrent policies"),
+        ("vpg", {"value_num_minibatches": 17}, "value_num_minibatches is 17"),
+    ],
+)
+def test_inconsistent_on_policy_settings_rejected(name, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        build(name, "CartPole-v1", overrides)
+
+
+@pytest.mark.parametrize("name", ["dqn", "sac", "ddpg"])
+def test_off_policy_algorithms_refuse_multi_discrete_actions(name):
+    with pytest.raises(ConfigError, match=rf"{name} cannot act in .*MultiDiscrete\(\[2, 3, 4\]\)"):
+        agents.make(name, env_spec("reprorl/MultiDiscreteMatch-v0"), total_steps=10)

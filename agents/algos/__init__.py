@@ -3,7 +3,37 @@
 from agents.algos.ddpg import DDPG, TD3, DDPGConfig, TD3Config
 from agents.algos.dqn import DQN, DQNConfig
 from agents.algos.mpo import MPO, MPOConfig
-from agents.algos.ppo import PPO, PPOConfig
+from agents.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
+from agents.algos.ppo import PPO, PPOAdaptiveKL, PPOAdaptiveKLConfig, PPOConfig, SurrogateConfig, SurrogatePG
 from agents.algos.sac import SAC, SACConfig
+from agents.algos.trpo import TRPO, TRPOConfig
+from agents.algos.vpg import A2C, REINFORCE, VPG, A2CConfig, REINFORCEConfig, VPGConfig
 
-__all__ = ["DDPG", "DDPGConfig", "DQN", "DQNConfig", "MPO", "MPOConfig", "PPO", "PPOConfig", "SAC", "SACConfig", "TD3", "TD3Config"]
+__all__ = [
+    "A2C",
+    "A2CConfig",
+    "DDPG",
+    "DDPGConfig",
+    "DQN",
+    "DQNConfig",
+    "MPO",
+    "MPOConfig",
+    "OnPolicyAlgorithm",
+    "OnPolicyConfig",
+    "PPO",
+    "PPOAdaptiveKL",
+    "PPOAdaptiveKLConfig",
+    "PPOConfig",
+    "REINFORCE",
+    "REINFORCEConfig",
+    "SAC",
+    "SACConfig",
+    "SurrogateConfig",
+    "SurrogatePG",
+    "TD3",
+    "TD3Config",
+    "TRPO",
+    "TRPOConfig",
+    "VPG",
+    "VPGConfig",
+]

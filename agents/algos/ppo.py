@@ -1,38 +1,41 @@
-"""Proximal Policy Optimization with the clipped surrogate objective.
+"""Proximal Policy Optimization: clipped objective, adaptive KL penalty, and the plain surrogate.
 
 Schulman, Wolski, Dhariwal, Radford, Klimov (2017), "Proximal Policy Optimization Algorithms",
-arXiv:1707.06347, Algorithm 1:
+arXiv:1707.06347, Algorithm 1 with the objectives of Sec. 3-4 (r_t = pi(a_t|s_t) / pi_old(a_t|s_t)):
 
     for iteration = 1, 2, ...:
         run the policy for T steps in each of N envs; compute GAE advantages A_t
-        for K epochs, over minibatches of the N*T samples:
-            maximize  E[min(r_t A_t, clip(r_t, 1-eps, 1+eps) A_t)] - c1 L^VF + c2 H[pi]
+        for K epochs, over minibatches of the N*T samples, maximize one of
+            surrogate_pg:  E[r_t A_t]                                        (L^CPI, no constraint)
+            ppo:           E[min(r_t A_t, clip(r_t, 1-eps, 1+eps) A_t)]       (L^CLIP)
+            ppo_kl:        E[r_t A_t] - beta KL[pi_old(.|s_t), pi(.|s_t)]   (L^KLPEN)
+        minus c1 L^VF, plus c2 H[pi]
+        ppo_kl only: d = measured KL; beta /= 2 if d < d_targ / 1.5; beta *= 2 if d > d_targ * 1.5
 
 Defaults are the paper's MuJoCo settings (Table 3: T=2048, Adam 3e-4, 10 epochs, minibatch
-64, gamma 0.99, lambda 0.95, eps 0.2) with the implementation details of OpenAI baselines'
-ppo2 that reproduce its scores (Huang et al. 2022, "The 37 Implementation Details of PPO"):
-orthogonal init, separate 64x64 tanh networks, observation and reward normalization,
-advantage normalization per minibatch, value clipping, gradient clipping at 0.5, linear
-learning-rate annealing.
+64, gamma 0.99, lambda 0.95, eps 0.2; Sec. 4: d_targ 0.01, beta_0 1) with the implementation
+details of OpenAI baselines' ppo2 that reproduce its scores (Huang et al. 2022, "The 37
+Implementation Details of PPO"): orthogonal init, separate 64x64 tanh networks, observation
+and reward normalization, advantage normalization per minibatch, value clipping (ppo only),
+gradient clipping at 0.5, linear learning-rate annealing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 import torch
 
-from agents.api import Acted, Algorithm, Hyperparameters, Transitions, hp, parameters_of, set_gradients
-from agents.buffers import RolloutStorage
-from agents.envs import EnvSpec
-from agents.nets import ActorCritic
+from agents.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
+from agents.api import hp
+from agents.nets.policies import PolicyDistribution
 
 
 @dataclass
-class PPOConfig(Hyperparameters):
-    """PPO hyperparameters; defaults from Schulman et al. (2017) Table 3 and baselines ppo2."""
+class SurrogateConfig(OnPolicyConfig):
+    """Hyperparameters of the minibatch surrogate family; Schulman et al. (2017) Table 3 and ppo2."""
 
     normalize_observations: bool = hp(True)
     """Running mean/std observation normalization (ppo2's VecNormalize)."""
@@ -47,198 +50,154 @@ class PPOConfig(Hyperparameters):
     num_epochs: int = hp(10, ge=1)
     """Passes over each rollout (K)."""
     num_minibatches: int = hp(32, ge=1)
-    """Minibatches per epoch; 2048 / 32 = 64 samples each."""
+    """Minibatches per epoch; 2048 / 32 = 64 samples each (sequences, for recurrent policies)."""
     gae_lambda: float = hp(0.95, ge=0.0, le=1.0)
     """GAE lambda."""
-    clip_range: float = hp(0.2, gt=0.0)
-    """Clipping epsilon of the probability ratio."""
-    clip_value_loss: bool = hp(True)
-    """Clip the value update around the old values with the same epsilon (ppo2)."""
-    normalize_advantages: bool = hp(True)
-    """Standardize advantages within each minibatch."""
-    entropy_coef: float = hp(0.0, ge=0.0)
-    """Entropy bonus coefficient c2."""
-    value_coef: float = hp(0.5, ge=0.0)
-    """Value loss coefficient c1."""
-    max_grad_norm: float = hp(0.5, gt=0.0)
+    entropy_method: str = hp("regularized", choices=("no_entropy", "regularized", "max"))
+    """ppo2 adds an entropy bonus c2 H to the objective (with c2 = 0 on MuJoCo)."""
+    max_grad_norm: float | None = hp(0.5, gt=0.0)
     """Global gradient-norm clip."""
     target_kl: float | None = hp(None, gt=0.0)
-    """Stop the epochs early once the approximate KL exceeds this (None: never)."""
-    hidden_sizes: tuple[int, ...] = hp((64, 64), ge=1)
-    """Hidden layer widths of the policy and of the value network."""
-    activation: str = hp("tanh", choices=("tanh", "relu", "elu", "gelu"))
-    """Hidden activation."""
-    initial_log_std: float = hp(0.0)
-    """Initial log standard deviation of the Gaussian policy (continuous actions)."""
+    """Stop the epochs early once the mean approximate KL of an epoch exceeds this (None: never)."""
 
 
-class PPO(Algorithm):
-    """PPO-clip for discrete and continuous action spaces."""
+@dataclass
+class PPOConfig(SurrogateConfig):
+    """PPO-clip: Table 3 of Schulman et al. (2017) and baselines ppo2."""
+
+    clip_range: float = hp(0.2, gt=0.0)
+    """Clipping epsilon of the probability ratio."""
+    anneal_clip_range: bool = hp(False)
+    """Decay the clip range linearly to 0 over the run (ppo2's cliprange schedule)."""
+    value_clip_range: float | None = hp(0.2, gt=0.0)
+    """ppo2 clips the value update with the same epsilon."""
+
+
+@dataclass
+class PPOAdaptiveKLConfig(SurrogateConfig):
+    """PPO with the adaptive KL penalty: Sec. 4 of Schulman et al. (2017) (d_targ 0.01, beta_0 1)."""
+
+    kl_target: float = hp(0.01, gt=0.0)
+    """d_targ: the KL per update the penalty steers towards."""
+    kl_penalty: float = hp(1.0, gt=0.0)
+    """Initial penalty coefficient beta (halved or doubled after each update)."""
+
+
+class SurrogatePG(OnPolicyAlgorithm):
+    """The unconstrained surrogate E[r_t A_t] (PPO paper Table 1, "no clipping or penalty")."""
+
+    name = "surrogate_pg"
+    Config: ClassVar[type[SurrogateConfig]] = SurrogateConfig
+    tunable_parameters = (*OnPolicyAlgorithm.tunable_parameters, "target_kl")
+
+    config: SurrogateConfig
+
+    @classmethod
+    def check_config(cls, config: Any, spec: Any) -> None:
+        super().check_config(config, spec)
+        config.check_minibatches("num_minibatches", config.num_minibatches)
+
+    def _optimize(self) -> dict[str, float]:
+        """K epochs of minibatch steps, stopping early past target_kl."""
+        config = self.config
+        logs: dict[str, list[float]] = {}
+        for _ in range(config.num_epochs):
+            epoch_kls = []
+            for batch in self.minibatches(config.num_minibatches):
+                gradients, info = self.compute_gradients(batch)
+                self.apply_gradients(gradients)
+                epoch_kls.append(info["approx_kl"])
+                for key, value in info.items():
+                    logs.setdefault(key, []).append(value)
+            if config.target_kl is not None and np.mean(epoch_kls) > config.target_kl:
+                break
+        return {key: float(np.mean(values)) for key, values in logs.items()}
+
+    def _ratio(self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        """r_t and the approximate KL E[(r - 1) - log r] (Schulman's low-variance estimator)."""
+        log_ratio = dist.log_prob(batch["actions"]) - batch["log_probs"]
+        ratio = log_ratio.exp()
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - log_ratio).mean()
+        return ratio, {"approx_kl": approx_kl.item()}
+
+    def _policy_loss(
+        self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor], advantages: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        ratio, info = self._ratio(dist, batch)
+        return -(ratio * advantages).mean(), info
+
+
+class PPO(SurrogatePG):
+    """PPO-clip for Discrete, MultiDiscrete and Box action spaces."""
 
     name = "ppo"
     Config = PPOConfig
-    tunable_parameters = ("learning_rate", "clip_range", "entropy_coef", "value_coef", "max_grad_norm", "target_kl")
+    tunable_parameters = (*SurrogatePG.tunable_parameters, "clip_range")
 
-    def __init__(
-        self,
-        env_spec: EnvSpec,
-        config: PPOConfig,
-        total_steps: int,
-        device: torch.device | str = "cpu",
-        seed: int = 0,
-    ):
-        self.spec, self.config, self.device = env_spec, config, torch.device(device)
-        self.actor_critic = ActorCritic(env_spec, config.hidden_sizes, config.activation, config.initial_log_std).to(self.device)
-        self.parameters = parameters_of(self.actor_critic)
-        self.optimizer = torch.optim.Adam(self.parameters, lr=config.learning_rate, eps=1e-5)
-        self.storage = RolloutStorage(
-            config.num_steps, config.num_envs, env_spec.observation_shape, env_spec.action_shape, self.device, env_spec.discrete
-        )
-        self.generator = torch.Generator().manual_seed(seed)
-        self.num_updates_total = max(1, total_steps // (config.num_steps * config.num_envs))
-        self.num_updates = 0
-        self._last_next_obs: torch.Tensor | None = None
-        if not env_spec.discrete:
-            self._action_low = np.asarray(env_spec.action_low, dtype=np.float32)
-            self._action_high = np.asarray(env_spec.action_high, dtype=np.float32)
+    config: PPOConfig
 
-    # -- acting and collecting --------------------------------------------------------------
+    @property
+    def clip_range(self) -> float:
+        """The clip range in force now (annealed if anneal_clip_range)."""
+        fraction = self._schedule_fraction() if self.config.anneal_clip_range else 1.0
+        return self.config.clip_range * fraction
 
-    @torch.inference_mode()
-    def act(self, obs: torch.Tensor, state: Any = None, deterministic: bool = False) -> Acted:
-        dist = self.actor_critic.distribution(obs)
-        actions = dist.mode() if deterministic else dist.sample()
-        extras = {"log_prob": dist.log_prob(actions), "value": self.actor_critic.value(obs)}
-        env_actions = actions.cpu().numpy()
-        if not self.spec.discrete:
-            env_actions = np.clip(env_actions, self._action_low, self._action_high)
-        return Acted(actions, env_actions, None, extras)
-
-    def observe(self, transitions: Transitions) -> None:
-        truncation_values = None
-        if transitions.truncated.any():
-            with torch.inference_mode():
-                truncation_values = self.actor_critic.value(transitions.next_obs)
-        extras = transitions.acted.extras
-        self.storage.insert(
-            transitions.obs,
-            transitions.acted.actions,
-            extras["log_prob"],
-            extras["value"],
-            transitions.rewards,
-            transitions.terminated,
-            transitions.truncated,
-            truncation_values,
-        )
-        self._last_next_obs = transitions.next_obs
-
-    def ready_to_update(self) -> bool:
-        return self.storage.full
-
-    # -- learning ---------------------------------------------------------------------------
-
-    def update(self) -> dict[str, float]:
-        """Advantages for the full rollout, then K epochs of minibatch steps."""
-        config = self.config
-        with torch.no_grad():
-            last_values = self.actor_critic.value(self._last_next_obs)
-        self.storage.compute_returns(last_values, config.gamma, config.gae_lambda)
-        if config.anneal_lr:
-            fraction = 1.0 - self.num_updates / self.num_updates_total
-            self._set_learning_rate(config.learning_rate * max(fraction, 0.0))
-
-        logs: dict[str, list[float]] = {}
-        for _ in range(config.num_epochs):
-            for batch in self.storage.minibatches(config.num_minibatches, self.generator):
-                gradients, info = self.compute_gradients(batch)
-                self.apply_gradients(gradients)
-                for key, value in info.items():
-                    logs.setdefault(key, []).append(value)
-            if config.target_kl is not None and np.mean(logs["approx_kl"][-config.num_minibatches :]) > config.target_kl:
-                break
-
-        values, returns = self.storage.values.flatten(), self.storage.returns.flatten()
-        explained_variance = 1.0 - (returns - values).var() / returns.var().clamp_min(1e-8)
-        self.storage.reset()
-        self.num_updates += 1
-        result = {key: float(np.mean(vals)) for key, vals in logs.items()}
-        result["explained_variance"] = float(explained_variance)
-        result["learning_rate"] = self.optimizer.param_groups[0]["lr"]
-        return result
-
-    def compute_gradients(self, batch: Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
-        """Clipped surrogate + value + entropy loss on one minibatch -> gradients."""
-        config = self.config
-        dist = self.actor_critic.distribution(batch["obs"])
-        log_probs = dist.log_prob(batch["actions"])
-        log_ratio = log_probs - batch["log_probs"]
-        ratio = log_ratio.exp()
-
-        advantages = batch["advantages"]
-        if config.normalize_advantages and advantages.numel() > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        policy_loss = self._policy_loss(ratio, advantages)
-        value_loss = self._value_loss(self.actor_critic.value(batch["obs"]), batch["values"], batch["returns"])
-        entropy = dist.entropy().mean()
-        loss = policy_loss + config.value_coef * value_loss - config.entropy_coef * entropy
-
-        gradients = torch.autograd.grad(loss, self.parameters, allow_unused=True)
-        with torch.no_grad():
-            approx_kl = ((ratio - 1) - log_ratio).mean()  # Schulman's low-variance KL estimator
-            clip_fraction = ((ratio - 1).abs() > config.clip_range).float().mean()
-        info = {
-            "policy_loss": policy_loss.item(),
-            "value_loss": value_loss.item(),
-            "entropy": entropy.item(),
-            "approx_kl": approx_kl.item(),
-            "clip_fraction": clip_fraction.item(),
-        }
-        return list(gradients), info
-
-    def _policy_loss(self, ratio: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    def _policy_loss(
+        self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor], advantages: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         """-min(r A, clip(r, 1-eps, 1+eps) A), averaged."""
-        clipped = ratio.clamp(1 - self.config.clip_range, 1 + self.config.clip_range)
-        return -torch.min(ratio * advantages, clipped * advantages).mean()
+        ratio, info = self._ratio(dist, batch)
+        eps = self.clip_range
+        clipped = ratio.clamp(1 - eps, 1 + eps)
+        loss = -torch.min(ratio * advantages, clipped * advantages).mean()
+        with torch.no_grad():
+            info["clip_fraction"] = ((ratio - 1).abs() > eps).float().mean().item()
+        return loss, info
 
-    def _value_loss(self, values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
-        """0.5 (V - R)^2, optionally the max with the clipped update's error (ppo2)."""
-        unclipped = (values - returns).pow(2)
-        if not self.config.clip_value_loss:
-            return 0.5 * unclipped.mean()
-        eps = self.config.clip_range
-        clipped_values = old_values + (values - old_values).clamp(-eps, eps)
-        return 0.5 * torch.max(unclipped, (clipped_values - returns).pow(2)).mean()
 
-    def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
-        if gradients is not None:
-            set_gradients(self.parameters, gradients)
-        torch.nn.utils.clip_grad_norm_(self.parameters, self.config.max_grad_norm)
-        self.optimizer.step()
+class PPOAdaptiveKL(SurrogatePG):
+    """PPO with the adaptive KL penalty (L^KLPEN)."""
 
-    def _set_learning_rate(self, learning_rate: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
+    name = "ppo_kl"
+    Config = PPOAdaptiveKLConfig
+    tunable_parameters = (*SurrogatePG.tunable_parameters, "kl_target")
 
-    def _on_parameter_updated(self, name: str) -> None:
-        if name == "learning_rate":
-            self._set_learning_rate(self.config.learning_rate)
+    config: PPOAdaptiveKLConfig
 
-    # -- weights and state ------------------------------------------------------------------
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.kl_coef = self.config.kl_penalty
 
-    def modules(self) -> dict[str, torch.nn.Module]:
-        return {"actor_critic": self.actor_critic}
+    def _policy_loss(
+        self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor], advantages: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """-E[r A] + beta KL[pi_old, pi], the old policy rebuilt from the stored parameters."""
+        ratio, info = self._ratio(dist, batch)
+        kl = self.actor_critic.distribution(batch["dist_params"]).kl(dist).mean()
+        info["kl"] = kl.item()
+        return -(ratio * advantages).mean() + self.kl_coef * kl, info
 
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "actor_critic": self.actor_critic.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "num_updates": self.num_updates,
-            "generator": self.generator.get_state(),
-            "config": self.config.to_dict(),
-        }
+    def _optimize(self) -> dict[str, float]:
+        logs = super()._optimize()
+        with torch.no_grad():
+            dist, _, flat = self.evaluate(self.storage.full_batch(self._sequence_length_or_none()))
+            measured = self.actor_critic.distribution(flat["dist_params"]).kl(dist).mean().item()
+        self.kl_coef = self.adapt_kl_coef(self.kl_coef, measured, self.config.kl_target)
+        logs.update(measured_kl=measured, kl_coef=self.kl_coef)
+        return logs
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.actor_critic.load_state_dict(state["actor_critic"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.num_updates = int(state["num_updates"])
-        self.generator.set_state(state["generator"])
+    @staticmethod
+    def adapt_kl_coef(kl_coef: float, measured_kl: float, kl_target: float) -> float:
+        """Sec. 4: halve beta when the KL fell below d_targ / 1.5, double it above d_targ * 1.5."""
+        if measured_kl < kl_target / 1.5:
+            return kl_coef / 2
+        if measured_kl > kl_target * 1.5:
+            return kl_coef * 2
+        return kl_coef
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"kl_coef": self.kl_coef}
+
+    def _load_extra_state(self, state: Mapping[str, Any]) -> None:
+        self.kl_coef = float(state["kl_coef"])

@@ -37,7 +37,14 @@ def compute_gae(
 
 
 class RolloutStorage:
-    """Fixed-size (T steps x N envs) storage, preallocated on ``device``."""
+    """Fixed-size (T steps x N envs) storage, preallocated on ``device``.
+
+    Besides what GAE needs it keeps, per step, the policy's distribution parameters when acting
+    (``dist_params``: the exact old policy for KL penalties and trust regions), the policy
+    entropy (for entropy added to rewards) and, for recurrent policies, the recurrent state
+    the step was acted from (``states``) and whether the step began an episode
+    (``episode_starts``), from which whole sequences are replayed.
+    """
 
     def __init__(
         self,
@@ -47,6 +54,8 @@ class RolloutStorage:
         action_shape: tuple[int, ...],
         device: torch.device | str = "cpu",
         discrete: bool = False,
+        dist_params_size: int = 0,
+        state_size: int = 0,
     ):
         self.num_steps, self.num_envs = num_steps, num_envs
         T, N = num_steps, num_envs
@@ -64,6 +73,11 @@ class RolloutStorage:
         self.truncation_values = zeros(T, N)  # V(final obs) where an episode was truncated
         self.advantages = zeros(T, N)
         self.returns = zeros(T, N)
+        self.dist_params = zeros(T, N, dist_params_size)
+        self.entropies = zeros(T, N)
+        self.states = zeros(T, N, state_size)
+        self.episode_starts = zeros(T, N, dtype=torch.bool)
+        self._next_starts = torch.ones(N, dtype=torch.bool, device=device)  # the first step after reset starts an episode
         self.step = 0
 
     @property
@@ -80,8 +94,12 @@ class RolloutStorage:
         terminated: torch.Tensor,
         truncated: torch.Tensor,
         truncation_values: torch.Tensor | None = None,
+        dist_params: torch.Tensor | None = None,
+        entropies: torch.Tensor | None = None,
+        states: torch.Tensor | None = None,
     ) -> None:
-        """Store one vector step; ``truncation_values`` (N,) is V(final obs), used where truncated."""
+        """Store one vector step; ``truncation_values`` (N,) is V(final obs), used where truncated;
+        ``dist_params`` (N, P), ``entropies`` (N,) and ``states`` (N, S) where the algorithm uses them."""
         if self.full:
             raise RuntimeError("rollout storage is full; call compute_returns and reset first")
         t = self.step
@@ -94,6 +112,14 @@ class RolloutStorage:
         self.truncated[t] = truncated
         if truncation_values is not None:
             self.truncation_values[t] = truncation_values
+        if dist_params is not None:
+            self.dist_params[t] = dist_params
+        if entropies is not None:
+            self.entropies[t] = entropies
+        if states is not None:
+            self.states[t] = states
+        self.episode_starts[t] = self._next_starts
+        self._next_starts = terminated | truncated
         self.step += 1
 
     def compute_returns(self, last_values: torch.Tensor, gamma: float, gae_lambda: float) -> None:
@@ -105,21 +131,66 @@ class RolloutStorage:
             self.rewards, self.values, next_values, self.terminated, dones, gamma, gae_lambda
         )
 
+    def _per_step(self) -> dict[str, torch.Tensor]:
+        return {
+            "obs": self.obs,
+            "actions": self.actions,
+            "log_probs": self.log_probs,
+            "values": self.values,
+            "advantages": self.advantages,
+            "returns": self.returns,
+            "dist_params": self.dist_params,
+        }
+
     def minibatches(self, num_minibatches: int, generator: torch.Generator | None = None) -> Iterator[dict[str, torch.Tensor]]:
         """One epoch of shuffled minibatches over all T*N samples, flattened to (B, ...)."""
         size = self.num_steps * self.num_envs
-        flat = {
-            "obs": self.obs.flatten(0, 1),
-            "actions": self.actions.flatten(0, 1),
-            "log_probs": self.log_probs.flatten(),
-            "values": self.values.flatten(),
-            "advantages": self.advantages.flatten(),
-            "returns": self.returns.flatten(),
-        }
+        flat = {key: tensor.flatten(0, 1) for key, tensor in self._per_step().items()}
         order = torch.randperm(size, generator=generator).to(self.obs.device)
         for indices in order.chunk(num_minibatches):
             yield {key: tensor[indices] for key, tensor in flat.items()}
 
+    def sequence_minibatches(
+        self,
+        num_minibatches: int,
+        sequence_length: int,
+        generator: torch.Generator | None = None,
+        shuffle: bool = True,
+    ) -> Iterator[dict[str, torch.Tensor]]:
+        """One epoch of shuffled minibatches of whole sequences, for recurrent policies.
+
+        Each env's T steps are cut into T / L sequences of ``sequence_length`` L (which must
+        divide T); every minibatch holds (L, B, ...) per-step tensors, ``episode_starts`` (L, B)
+        and ``states`` (B, S): the recurrent state each sequence was acted from.
+        """
+        T, N, L = self.num_steps, self.num_envs, sequence_length
+        if T % L:
+            raise ValueError(f"sequence_length {L} must divide the rollout length {T}")
+
+        def to_sequences(tensor: torch.Tensor) -> torch.Tensor:
+            # (T, N, ...) -> (T/L, L, N, ...) -> (L, T/L * N, ...): column j is chunk j // N of env j % N
+            chunks = tensor.reshape(T // L, L, N, *tensor.shape[2:]).transpose(0, 1)
+            return chunks.reshape(L, (T // L) * N, *tensor.shape[2:])
+
+        sequences = {key: to_sequences(tensor) for key, tensor in self._per_step().items()}
+        sequences["episode_starts"] = to_sequences(self.episode_starts)
+        initial_states = to_sequences(self.states)[0]
+        count = (T // L) * N
+        order = torch.randperm(count, generator=generator) if shuffle else torch.arange(count)
+        for indices in order.to(self.obs.device).chunk(num_minibatches):
+            batch = {key: tensor[:, indices] for key, tensor in sequences.items()}
+            batch["states"] = initial_states[indices]
+            yield batch
+
+    def full_batch(self, sequence_length: int | None = None) -> dict[str, torch.Tensor]:
+        """Every stored step as one batch: flat (T*N, ...), or as sequences of ``sequence_length``
+        (in a fixed order) when given."""
+        if sequence_length is None:
+            return {key: tensor.flatten(0, 1) for key, tensor in self._per_step().items()}
+        return next(self.sequence_minibatches(1, sequence_length, shuffle=False))
+
     def reset(self) -> None:
+        """Empty the storage for the next rollout (episodes carry over across rollouts)."""
         self.step = 0
         self.truncation_values.zero_()
+

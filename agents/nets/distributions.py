@@ -10,7 +10,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch.distributions import Categorical as _TorchCategorical
-from torch.distributions import Normal
+from torch.distributions import Normal, kl_divergence
 
 
 class Categorical:
@@ -32,6 +32,36 @@ class Categorical:
     def mode(self) -> torch.Tensor:
         return self.logits.argmax(dim=-1)
 
+    def kl(self, other: "Categorical") -> torch.Tensor:
+        """KL(self || other) per sample (B,)."""
+        return kl_divergence(self._dist, other._dist)
+
+
+class MultiCategorical:
+    """Independent categoricals, one per MultiDiscrete component: logits (B, sum(nvec)).
+
+    Actions are (B, k) integers; log-probabilities and entropies sum over the k components.
+    """
+
+    def __init__(self, logits: torch.Tensor, nvec: tuple[int, ...]):
+        self.parts = [Categorical(part) for part in logits.split(list(nvec), dim=-1)]
+
+    def sample(self) -> torch.Tensor:
+        return torch.stack([part.sample() for part in self.parts], dim=-1)
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        return sum(part.log_prob(actions[..., i]) for i, part in enumerate(self.parts))
+
+    def entropy(self) -> torch.Tensor:
+        return sum(part.entropy() for part in self.parts)
+
+    def mode(self) -> torch.Tensor:
+        return torch.stack([part.mode() for part in self.parts], dim=-1)
+
+    def kl(self, other: "MultiCategorical") -> torch.Tensor:
+        """KL(self || other) per sample (B,), summed over components."""
+        return sum(mine.kl(theirs) for mine, theirs in zip(self.parts, other.parts))
+
 
 class DiagGaussian:
     """Gaussian with diagonal covariance: mean (B, d), log_std (B, d) or (d,)."""
@@ -51,6 +81,10 @@ class DiagGaussian:
 
     def mode(self) -> torch.Tensor:
         return self.mean
+
+    def kl(self, other: "DiagGaussian") -> torch.Tensor:
+        """KL(self || other) per sample (B,), summed over action dimensions."""
+        return kl_divergence(self._dist, other._dist).sum(-1)
 
 
 class TanhGaussian:

@@ -25,15 +25,22 @@ def mlp(
     output layer ``output_gain`` (biases zero), as in the PPO implementations (Engstrom et
     al. 2020, "Implementation Matters"); otherwise PyTorch's default initialization.
     """
+    body, width = hidden_layers(in_features, hidden_sizes, activation, orthogonal_init)
+    return nn.Sequential(*body, linear(width, out_features, orthogonal_init, output_gain))
+
+
+def hidden_layers(
+    in_features: int, hidden_sizes: Sequence[int], activation: str = "relu", orthogonal_init: bool = False
+) -> tuple[nn.Sequential, int]:
+    """The hidden part of ``mlp`` alone (no output layer) and its output width."""
     layers: list[nn.Module] = []
     sizes = [in_features, *hidden_sizes]
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
-        layers += [_linear(fan_in, fan_out, orthogonal_init, math.sqrt(2)), ACTIVATIONS[activation]()]
-    layers.append(_linear(sizes[-1], out_features, orthogonal_init, output_gain))
-    return nn.Sequential(*layers)
+        layers += [linear(fan_in, fan_out, orthogonal_init, math.sqrt(2)), ACTIVATIONS[activation]()]
+    return nn.Sequential(*layers), sizes[-1]
 
 
-def _linear(fan_in: int, fan_out: int, orthogonal_init: bool, gain: float) -> nn.Linear:
+def linear(fan_in: int, fan_out: int, orthogonal_init: bool, gain: float) -> nn.Linear:
     layer = nn.Linear(fan_in, fan_out)
     if orthogonal_init:
         nn.init.orthogonal_(layer.weight, gain)

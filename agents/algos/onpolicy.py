@@ -1,0 +1,423 @@
+"""What every on-policy algorithm shares: acting, rollouts, advantages, entropy, recurrence.
+
+    repeat:
+        act for num_steps in each of num_envs envs (storing log-probs, values, the policy's
+            distribution parameters and, for recurrent policies, the state acted from)
+        [entropy_method == "max"]  r_t += policy_ent_coeff * H[pi(.|s_t)]
+        advantages A_t by GAE(gamma, gae_lambda); returns R_t = A_t + V(s_t)
+        [center_adv]    A <- (A - mean A) / std A        [positive_adv]  A <- A - min A + 1e-8
+        the algorithm's own optimization of its policy objective and value loss (_optimize)
+
+The options and their names follow garage's VPG family (center_adv, positive_adv,
+policy_ent_coeff, use_softplus_entropy, stop_entropy_gradient, entropy_method; Levine 2018,
+arXiv:1805.00909, for "max"). The discount is ``gamma``, as for every algorithm in the suite.
+Recurrent policies replay whole sequences of ``sequence_length`` steps from the recurrent state
+they were acted from, with the state zeroed where an episode began.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Iterator, Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from agents.api import Acted, Algorithm, ConfigError, Hyperparameters, Transitions, hp, parameters_of, set_gradients
+from agents.buffers import RolloutStorage
+from agents.envs import EnvSpec
+from agents.nets import ActorCritic
+from agents.nets.policies import PolicyDistribution
+
+ENTROPY_METHODS = ("no_entropy", "regularized", "max")
+PARTS = ("policy", "value")
+
+
+@dataclass
+class OnPolicyConfig(Hyperparameters):
+    """Options every on-policy algorithm accepts; each algorithm sets its published defaults."""
+
+    num_steps: int = hp(2048, ge=1)
+    """Steps collected per env between updates (the horizon T)."""
+    learning_rate: float = hp(3e-4, gt=0.0, le=1.0)
+    """Step size of the policy optimizer (of the value function's for TRPO)."""
+    anneal_lr: bool = hp(False)
+    """Decay the learning rates linearly to 0 over the run."""
+    gae_lambda: float = hp(0.95, ge=0.0, le=1.0)
+    """GAE lambda (1: Monte-Carlo returns minus the baseline; 0: one-step TD errors)."""
+    center_adv: bool = hp(True)
+    """Standardize advantages to mean 0, std 1 over the batch the loss sees."""
+    positive_adv: bool = hp(False)
+    """Shift advantages to be positive (after centering, if both)."""
+    entropy_method: str = hp("no_entropy", choices=ENTROPY_METHODS)
+    """no_entropy; regularized: entropy bonus in the objective; max: entropy added to every reward."""
+    policy_ent_coeff: float = hp(0.0, ge=0.0)
+    """Weight of the policy entropy under regularized or max."""
+    use_softplus_entropy: bool = hp(False)
+    """Pass the entropy through softplus, so the bonus never turns negative (Gaussian policies)."""
+    stop_entropy_gradient: bool = hp(False)
+    """Treat the regularized entropy bonus as a constant (no gradient through it)."""
+    value_coef: float = hp(0.5, ge=0.0)
+    """Weight of the value loss where policy and value are optimized as one loss."""
+    value_clip_range: float | None = hp(None, gt=0.0)
+    """Clip the value update to old value +- this (ppo2); None: plain squared error."""
+    max_grad_norm: float | None = hp(None, gt=0.0)
+    """Clip the global gradient norm of each optimizer's parameters (None: no clipping)."""
+    shared_network: bool = hp(False)
+    """One trunk with policy and value heads, instead of two networks."""
+    hidden_sizes: tuple[int, ...] = hp((64, 64), ge=1)
+    """Hidden layer widths."""
+    activation: str = hp("tanh", choices=("tanh", "relu", "elu", "gelu"))
+    """Hidden activation."""
+    initial_log_std: float = hp(0.0)
+    """Initial log standard deviation of the Gaussian policy (Box actions)."""
+    recurrent: str | None = hp(None, choices=("gru", "lstm"))
+    """A GRU or LSTM cell in front of each network (None: feed-forward)."""
+    recurrent_size: int = hp(64, ge=1)
+    """Width of the recurrent state (per network)."""
+    sequence_length: int | None = hp(None, ge=1)
+    """Length of the replayed sequences of a recurrent policy; must divide num_steps (None: num_steps)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.entropy_method == "no_entropy" and self.policy_ent_coeff > 0:
+            raise ConfigError(
+                f"policy_ent_coeff is {self.policy_ent_coeff} but entropy_method is 'no_entropy'; "
+                "set entropy_method to 'regularized' or 'max', or policy_ent_coeff to 0"
+            )
+        if self.sequence_length is not None and self.num_steps % self.sequence_length:
+            raise ConfigError(f"sequence_length {self.sequence_length} must divide num_steps {self.num_steps}")
+
+    @property
+    def num_sequences(self) -> int:
+        """Sequences per rollout for a recurrent policy."""
+        return self.num_envs * (self.num_steps // (self.sequence_length or self.num_steps))
+
+    def check_minibatches(self, name: str, count: int) -> None:
+        """ConfigError if a rollout cannot be split into ``count`` minibatches."""
+        available = self.num_sequences if self.recurrent else self.num_envs * self.num_steps
+        unit = "sequences (num_envs x num_steps / sequence_length)" if self.recurrent else "samples (num_envs x num_steps)"
+        if count > available:
+            raise ConfigError(f"{name} is {count} but a rollout has only {available} {unit}")
+
+
+class OnPolicyAlgorithm(Algorithm):
+    """Acting, rollout storage, returns and the shared losses; subclasses write ``_optimize``.
+
+    The default objective is the vanilla policy gradient -E[log pi(a|s) A]; subclasses
+    override ``_policy_loss``. Optimizers are named (``joint``, or ``policy`` and ``value``);
+    ``compute_gradients(batch, parts)`` differentiates the chosen parts of the loss.
+    """
+
+    Config: ClassVar[type[OnPolicyConfig]] = OnPolicyConfig
+    supports_multi_discrete = True
+    tunable_parameters: ClassVar[tuple[str, ...]] = (
+        "learning_rate",
+        "policy_ent_coeff",
+        "value_coef",
+        "value_clip_range",
+        "max_grad_norm",
+        "gae_lambda",
+    )
+    @property
+    def learns_value(self) -> bool:
+        """Whether the value function is learned and used as the baseline."""
+        return True
+
+    def __init__(
+        self,
+        env_spec: EnvSpec,
+        config: OnPolicyConfig,
+        total_steps: int,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+    ):
+        self.check_env_spec(env_spec)
+        self.check_config(config, env_spec)
+        self.spec, self.config, self.device = env_spec, config, torch.device(device)
+        self.actor_critic = ActorCritic(
+            env_spec,
+            config.hidden_sizes,
+            config.activation,
+            config.initial_log_std,
+            shared=config.shared_network,
+            recurrent=config.recurrent,
+            recurrent_size=config.recurrent_size,
+        ).to(self.device)
+        self.parameters = parameters_of(self.actor_critic)
+        self.sequence_length = config.sequence_length or config.num_steps
+        params_size = env_spec.num_actions * (1 if env_spec.discrete else 2)
+        self.storage = RolloutStorage(
+            config.num_steps,
+            config.num_envs,
+            env_spec.observation_shape,
+            env_spec.action_shape,
+            self.device,
+            env_spec.discrete,
+            dist_params_size=params_size,
+            state_size=self.actor_critic.state_size,
+        )
+        self.generator = torch.Generator().manual_seed(seed)
+        self.num_updates_total = max(1, total_steps // (config.num_steps * config.num_envs))
+        self.num_updates = 0
+        self._last_next_obs: torch.Tensor | None = None
+        self._last_state: torch.Tensor | None = None
+        self.optimizers = self._make_optimizers()
+        if not env_spec.discrete:
+            self._action_low = np.asarray(env_spec.action_low, dtype=np.float32)
+            self._action_high = np.asarray(env_spec.action_high, dtype=np.float32)
+
+    @classmethod
+    def check_config(cls, config: Any, spec: Any) -> None:
+        if config.recurrent is None and config.sequence_length is not None:
+            raise ConfigError("sequence_length applies only to recurrent policies; set recurrent to gru or lstm")
+
+    # -- optimizers and schedules -----------------------------------------------------------
+
+    def _make_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """One Adam over all parameters (eps 1e-5 as in baselines); subclasses may split it."""
+        return {"joint": torch.optim.Adam(self.parameters, lr=self.config.learning_rate, eps=1e-5)}
+
+    def _base_learning_rates(self) -> dict[str, float]:
+        """Each optimizer's configured learning rate (before annealing)."""
+        return {name: self.config.learning_rate for name in self.optimizers}
+
+    def _schedule_fraction(self) -> float:
+        """1 at the first update, falling linearly to 0 at the last."""
+        return max(1.0 - self.num_updates / self.num_updates_total, 0.0)
+
+    def _apply_schedules(self) -> None:
+        fraction = self._schedule_fraction() if self.config.anneal_lr else 1.0
+        for name, learning_rate in self._base_learning_rates().items():
+            for group in self.optimizers[name].param_groups:
+                group["lr"] = learning_rate * fraction
+
+    def _on_parameter_updated(self, name: str) -> None:
+        self._apply_schedules()
+
+    # -- acting and collecting --------------------------------------------------------------
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor, state: Any = None, deterministic: bool = False) -> Acted:
+        if state is None:
+            state = self.actor_critic.initial_state(obs.shape[0], obs.device)
+        params, values, next_state = self.actor_critic(obs, state)
+        dist = self.actor_critic.distribution(params)
+        actions = dist.mode() if deterministic else dist.sample()
+        if not self.learns_value:
+            values = torch.zeros_like(values)
+        extras = {"log_prob": dist.log_prob(actions), "value": values, "dist_params": params}
+        if self.config.entropy_method == "max":
+            extras["entropy"] = dist.entropy()
+        if state is not None:
+            extras["state"] = state
+        env_actions = actions.cpu().numpy()
+        if not self.spec.discrete:
+            env_actions = np.clip(env_actions, self._action_low, self._action_high)
+        return Acted(actions, env_actions, next_state, extras)
+
+    def reset_state(self, state: Any, episode_ended: torch.Tensor) -> Any:
+        if state is None:
+            return None
+        return torch.where(episode_ended.to(state.device).unsqueeze(-1), torch.zeros_like(state), state)
+
+    @torch.inference_mode()
+    def _values(self, obs: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
+        """V(obs) (B,) from recurrent ``state``; zeros without a learned baseline."""
+        if not self.learns_value:
+            return torch.zeros(obs.shape[0], device=obs.device)
+        return self.actor_critic(obs, state)[1]
+
+    def observe(self, transitions: Transitions) -> None:
+        acted = transitions.acted
+        truncation_values = None
+        if transitions.truncated.any():
+            truncation_values = self._values(transitions.next_obs, acted.state)
+        self.storage.insert(
+            transitions.obs,
+            acted.actions,
+            acted.extras["log_prob"],
+            acted.extras["value"],
+            transitions.rewards,
+            transitions.terminated,
+            transitions.truncated,
+            truncation_values,
+            dist_params=acted.extras["dist_params"],
+            entropies=acted.extras.get("entropy"),
+            states=acted.extras.get("state"),
+        )
+        self._last_next_obs, self._last_state = transitions.next_obs, acted.state
+
+    def ready_to_update(self) -> bool:
+        return self.storage.full
+
+    # -- the update template ----------------------------------------------------------------
+
+    def update(self) -> dict[str, float]:
+        """Returns and advantages for the full rollout, then the algorithm's optimization."""
+        logs = self._finish_rollout()
+        self._apply_schedules()
+        logs.update(self._optimize())
+        if self.learns_value:
+            values, returns = self.storage.values.flatten(), self.storage.returns.flatten()
+            logs["explained_variance"] = float(1.0 - (returns - values).var() / returns.var().clamp_min(1e-8))
+        for name, optimizer in self.optimizers.items():
+            suffix = "" if len(self.optimizers) == 1 else f"_{name}"
+            logs[f"learning_rate{suffix}"] = optimizer.param_groups[0]["lr"]
+        self.storage.reset()
+        self.num_updates += 1
+        return logs
+
+    def _optimize(self) -> dict[str, float]:
+        """One gradient step on the whole rollout (VPG, A2C); subclasses override."""
+        gradients, info = self.compute_gradients(self.storage.full_batch(self._sequence_length_or_none()))
+        self.apply_gradients(gradients)
+        return info
+
+    def _finish_rollout(self) -> dict[str, float]:
+        config, logs = self.config, {}
+        if config.entropy_method == "max":
+            bonus = config.policy_ent_coeff * self._entropy_transform(self.storage.entropies)
+            self.storage.rewards += bonus
+            logs["entropy_reward"] = float(bonus.mean())
+        last_values = self._values(self._last_next_obs, self._last_state)
+        self.storage.compute_returns(last_values, config.gamma, config.gae_lambda)
+        return logs
+
+    def _sequence_length_or_none(self) -> int | None:
+        return self.sequence_length if self.config.recurrent else None
+
+    def minibatches(self, num_minibatches: int) -> Iterator[dict[str, torch.Tensor]]:
+        """One shuffled epoch over the rollout: samples, or whole sequences when recurrent."""
+        if self.config.recurrent:
+            return self.storage.sequence_minibatches(num_minibatches, self.sequence_length, self.generator)
+        return self.storage.minibatches(num_minibatches, self.generator)
+
+    # -- losses -----------------------------------------------------------------------------
+
+    def evaluate(self, batch: Mapping[str, torch.Tensor]) -> tuple[PolicyDistribution, torch.Tensor, dict[str, torch.Tensor]]:
+        """The current policy and values on a batch, and the batch's per-step tensors flattened
+        to (M, ...): a recurrent batch of sequences is unrolled from its initial states."""
+        if self.config.recurrent:
+            params, values, _ = self.actor_critic(batch["obs"], batch["states"], batch["episode_starts"])
+            flat = {key: tensor.flatten(0, 1) for key, tensor in batch.items() if key not in ("states", "episode_starts")}
+        else:
+            params, values, _ = self.actor_critic(batch["obs"])
+            flat = dict(batch)
+        return self.actor_critic.distribution(params), values, flat
+
+    def process_advantages(self, advantages: torch.Tensor) -> torch.Tensor:
+        """center_adv, then positive_adv."""
+        if self.config.center_adv and advantages.numel() > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        if self.config.positive_adv:
+            advantages = advantages - advantages.min() + 1e-8
+        return advantages
+
+    def _entropy_transform(self, entropy: torch.Tensor) -> torch.Tensor:
+        return F.softplus(entropy) if self.config.use_softplus_entropy else entropy
+
+    def entropy_bonus(self, entropy: torch.Tensor) -> torch.Tensor:
+        """The objective's entropy term (B,) -> scalar: policy_ent_coeff * mean H under
+        'regularized', else 0."""
+        config = self.config
+        if config.entropy_method != "regularized":
+            return entropy.new_zeros(())
+        entropy = self._entropy_transform(entropy)
+        if config.stop_entropy_gradient:
+            entropy = entropy.detach()
+        return config.policy_ent_coeff * entropy.mean()
+
+    def value_loss(self, values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
+        """0.5 (V - R)^2, or with value_clip_range the max with the clipped update's error (ppo2)."""
+        unclipped = (values - returns).pow(2)
+        clip = self.config.value_clip_range
+        if clip is None:
+            return 0.5 * unclipped.mean()
+        clipped_values = old_values + (values - old_values).clamp(-clip, clip)
+        return 0.5 * torch.max(unclipped, (clipped_values - returns).pow(2)).mean()
+
+    def _policy_loss(
+        self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor], advantages: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Vanilla policy gradient: -mean(log pi(a|s) A)."""
+        return -(dist.log_prob(batch["actions"]) * advantages).mean(), {}
+
+    def loss(self, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS) -> tuple[torch.Tensor, dict[str, float]]:
+        """policy loss - entropy bonus + value_coef * value loss (the parts asked for)."""
+        dist, values, flat = self.evaluate(batch)
+        loss = values.new_zeros(())
+        info: dict[str, float] = {}
+        if "policy" in parts:
+            policy_loss, info = self._policy_loss(dist, flat, self.process_advantages(flat["advantages"]))
+            entropy = dist.entropy()
+            loss = loss + policy_loss - self.entropy_bonus(entropy)
+            info.update(policy_loss=policy_loss.item(), entropy=entropy.mean().item())
+        if "value" in parts and self.learns_value:
+            value_loss = self.value_loss(values, flat["values"], flat["returns"])
+            loss = loss + self.config.value_coef * value_loss
+            info["value_loss"] = value_loss.item()
+        return loss, info
+
+    def compute_gradients(
+        self, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS
+    ) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+        """Gradients of ``loss(batch, parts)`` for every parameter (None where unused)."""
+        loss, info = self.loss(batch, parts)
+        gradients = torch.autograd.grad(loss, self.parameters, allow_unused=True)
+        return list(gradients), info
+
+    def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
+        """Clip each optimizer's gradient norm, step every optimizer with gradients, clear them."""
+        if gradients is not None:
+            set_gradients(self.parameters, gradients)
+        for optimizer in self.optimizers.values():
+            with_gradients = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            if not with_gradients:
+                continue
+            if self.config.max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(with_gradients, self.config.max_grad_norm)
+            optimizer.step()
+        for parameter in self.parameters:
+            parameter.grad = None
+
+    def fit_value(self, epochs: int, num_minibatches: int) -> dict[str, float]:
+        """Regress V on the returns: ``epochs`` passes of ``num_minibatches`` steps."""
+        losses = []
+        for _ in range(epochs):
+            for batch in self.minibatches(num_minibatches):
+                gradients, info = self.compute_gradients(batch, parts=("value",))
+                self.apply_gradients(gradients)
+                losses.append(info["value_loss"])
+        return {"value_loss": float(np.mean(losses))} if losses else {}
+
+    # -- weights and state ------------------------------------------------------------------
+
+    def modules(self) -> dict[str, torch.nn.Module]:
+        return {"actor_critic": self.actor_critic}
+
+    def _extra_state(self) -> dict[str, Any]:
+        """Algorithm-specific counters or coefficients to checkpoint."""
+        return {}
+
+    def _load_extra_state(self, state: Mapping[str, Any]) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "actor_critic": self.actor_critic.state_dict(),
+            "optimizers": {name: optimizer.state_dict() for name, optimizer in self.optimizers.items()},
+            "num_updates": self.num_updates,
+            "generator": self.generator.get_state(),
+            "config": self.config.to_dict(),
+            **self._extra_state(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.actor_critic.load_state_dict(state["actor_critic"])
+        for name, optimizer in self.optimizers.items():
+            optimizer.load_state_dict(state["optimizers"][name])
+        self.num_updates = int(state["num_updates"])
+        self.generator.set_state(state["generator"])
+        self._load_extra_state(state)

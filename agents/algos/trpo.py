@@ -1,0 +1,171 @@
+"""Trust Region Policy Optimization.
+
+Schulman, Levine, Moritz, Jordan, Abbeel (2015), "Trust Region Policy Optimization", Sec. 6
+and App. C, with GAE advantages (Schulman et al. 2016):
+
+    for iteration = 1, 2, ...:
+        collect num_steps x num_envs steps; A_t by GAE
+        g = grad of L(theta) = E[pi_theta(a|s) / pi_old(a|s) A]  at theta_old
+        x = conjugate_gradient(F, g)        F v: Fisher-vector product of the mean KL, + damping v
+        s = sqrt(2 max_kl / x^T F x) x     the step whose quadratic KL model equals max_kl
+        theta = theta_old + shrink^j s     for the first j with KL[pi_old, pi] <= max_kl and L improved
+                                           (no such j within line_search_max_steps: keep theta_old)
+        fit V: value_epochs passes of value_num_minibatches Adam steps (its own optimizer)
+
+Defaults: max_kl 0.01 (the paper's delta) and Stable-Baselines3-contrib's TRPO settings (2048
+steps, 15 CG iterations, damping 0.1, line search 0.8^j for j < 10, value function: 10 epochs
+of 128-sample minibatches with Adam 1e-3, gae_lambda 0.95, 64x64 tanh networks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
+
+import torch
+
+from agents.algos.onpolicy import PARTS, OnPolicyAlgorithm, OnPolicyConfig
+from agents.api import ConfigError, hp, set_gradients
+from agents.optim import conjugate_gradient, fisher_vector_product, flatten
+
+
+@dataclass
+class TRPOConfig(OnPolicyConfig):
+    """TRPO hyperparameters; Schulman et al. (2015) and SB3-contrib's TRPO defaults."""
+
+    num_steps: int = hp(2048, ge=1)
+    """Steps per env per update."""
+    learning_rate: float = hp(1e-3, gt=0.0, le=1.0)
+    """Adam step size of the value function (the policy's step size is set by max_kl)."""
+    max_kl: float = hp(0.01, gt=0.0)
+    """delta: the largest mean KL[pi_old, pi] an accepted step may have."""
+    cg_iterations: int = hp(15, ge=1)
+    """Conjugate-gradient iterations for the search direction."""
+    cg_damping: float = hp(0.1, ge=0.0)
+    """Added to the Fisher matrix's diagonal (F + damping I) for a well-posed solve."""
+    line_search_shrink: float = hp(0.8, gt=0.0, lt=1.0)
+    """Backtracking factor of the step."""
+    line_search_max_steps: int = hp(10, ge=1)
+    """Step sizes tried before the update is rejected."""
+    value_epochs: int = hp(10, ge=1)
+    """Passes of value regression per update."""
+    value_num_minibatches: int = hp(16, ge=1)
+    """Minibatches per value pass (2048 / 16 = 128 samples)."""
+
+
+class TRPO(OnPolicyAlgorithm):
+    """TRPO; the policy and the value function are separate networks (no shared trunk)."""
+
+    name = "trpo"
+    Config: ClassVar[type[TRPOConfig]] = TRPOConfig
+    tunable_parameters = (*OnPolicyAlgorithm.tunable_parameters, "max_kl")
+
+    config: TRPOConfig
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.policy_parameters = self.actor_critic.policy_parameters()
+        policy_ids = {id(p) for p in self.policy_parameters}
+        self._is_policy = [id(p) in policy_ids for p in self.parameters]
+
+    @classmethod
+    def check_config(cls, config: Any, spec: Any) -> None:
+        super().check_config(config, spec)
+        if config.shared_network:
+            raise ConfigError("trpo needs separate policy and value networks (shared_network: false): value steps would move the policy outside its trust region")
+        config.check_minibatches("value_num_minibatches", config.value_num_minibatches)
+
+    def _make_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"value": torch.optim.Adam(self.actor_critic.value_parameters(), lr=self.config.learning_rate)}
+
+    def _optimize(self) -> dict[str, float]:
+        gradients, logs = self.compute_gradients(self.storage.full_batch(self._sequence_length_or_none()), parts=("policy",))
+        self.apply_gradients(gradients)
+        logs.update(self.fit_value(self.config.value_epochs, self.config.value_num_minibatches))
+        return logs
+
+    # -- the natural-gradient step ----------------------------------------------------------
+
+    def policy_objective(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Surrogate L = mean(r A) (+ the regularized entropy bonus) and mean KL[pi_old, pi],
+        at the current parameters; pi_old is rebuilt from the stored distribution parameters."""
+        dist, _, flat = self.evaluate(batch)
+        advantages = self.process_advantages(flat["advantages"])
+        ratio = (dist.log_prob(flat["actions"]) - flat["log_probs"]).exp()
+        surrogate = (ratio * advantages).mean() + self.entropy_bonus(dist.entropy())
+        mean_kl = self.actor_critic.distribution(flat["dist_params"]).kl(dist).mean()
+        return surrogate, mean_kl
+
+    def search_direction(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, float, dict[str, float]]:
+        """The full step s (P,) of the quadratic trust-region model, and L at theta_old."""
+        surrogate, mean_kl = self.policy_objective(batch)
+        gradient = flatten(torch.autograd.grad(surrogate, self.policy_parameters, retain_graph=True))
+        fisher_product = fisher_vector_product(mean_kl, self.policy_parameters, self.config.cg_damping)
+        direction = conjugate_gradient(fisher_product, gradient, self.config.cg_iterations)
+        curvature = direction.dot(fisher_product(direction)).clamp_min(1e-12)  # x^T F x
+        full_step = torch.sqrt(2 * self.config.max_kl / curvature) * direction
+        info = {"surrogate": surrogate.item(), "gradient_norm": gradient.norm().item()}
+        return full_step.detach(), surrogate.item(), info
+
+    @torch.no_grad()
+    def line_search(
+        self, batch: Mapping[str, torch.Tensor], full_step: torch.Tensor, surrogate_before: float
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Backtrack from ``full_step`` to the first step with KL <= max_kl and a better
+        surrogate; returns that step (zeros if none) and the parameters are left unchanged."""
+        config = self.config
+        start = flatten([p.detach() for p in self.policy_parameters]).clone()
+        accepted = torch.zeros_like(full_step)
+        info = {"line_search_fraction": 0.0, "kl": 0.0, "surrogate_improvement": 0.0}
+        try:
+            for j in range(config.line_search_max_steps):
+                fraction = config.line_search_shrink**j
+                self._assign_policy(start + fraction * full_step)
+                surrogate, mean_kl = self.policy_objective(batch)
+                improvement = surrogate.item() - surrogate_before
+                if mean_kl.item() <= config.max_kl and improvement > 0:
+                    accepted = fraction * full_step
+                    info = {"line_search_fraction": fraction, "kl": mean_kl.item(), "surrogate_improvement": improvement}
+                    break
+        finally:
+            self._assign_policy(start)
+        return accepted, info
+
+    def _assign_policy(self, vector: torch.Tensor) -> None:
+        offset = 0
+        for parameter in self.policy_parameters:
+            parameter.copy_(vector[offset : offset + parameter.numel()].view_as(parameter))
+            offset += parameter.numel()
+
+    def compute_gradients(
+        self, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS
+    ) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+        """Policy entries: minus the accepted trust-region step, so that ``apply_gradients``'
+        theta <- theta - g takes it; value entries: gradients of the value loss."""
+        gradients: list[torch.Tensor | None] = [None] * len(self.parameters)
+        info: dict[str, float] = {}
+        if "policy" in parts:
+            full_step, surrogate_before, info = self.search_direction(batch)
+            step, search_info = self.line_search(batch, full_step, surrogate_before)
+            info.update(search_info)
+            steps = iter(step.split([p.numel() for p in self.policy_parameters]))
+            for i, parameter in enumerate(self.parameters):
+                if self._is_policy[i]:
+                    gradients[i] = -next(steps).view_as(parameter)
+        if "value" in parts:
+            value_gradients, value_info = super().compute_gradients(batch, parts=("value",))
+            gradients = [v if not policy else g for g, v, policy in zip(gradients, value_gradients, self._is_policy)]
+            info.update(value_info)
+        return gradients, info
+
+    def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
+        """theta_pi <- theta_pi - g (the trust-region step), then the value optimizer's step."""
+        if gradients is not None:
+            set_gradients(self.parameters, gradients)
+        with torch.no_grad():
+            for parameter in self.policy_parameters:
+                if parameter.grad is not None:
+                    parameter.sub_(parameter.grad)
+                    parameter.grad = None
+        super().apply_gradients()
+
