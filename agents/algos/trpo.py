@@ -131,7 +131,9 @@ class TRPO(OnPolicyAlgorithm):
             self._assign_policy(start)
         return accepted, info
 
+    @torch.no_grad()
     def _assign_policy(self, vector: torch.Tensor) -> None:
+        """Write a flat vector (P,) into the policy's parameters."""
         offset = 0
         for parameter in self.policy_parameters:
             parameter.copy_(vector[offset : offset + parameter.numel()].view_as(parameter))

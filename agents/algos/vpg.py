@@ -53,6 +53,8 @@ class REINFORCEConfig(VPGConfig):
 
     baseline: bool = hp(False)
     """Learn V(s) and use it as the baseline (False: REINFORCE on discounted returns-to-go)."""
+    gae_lambda: float = hp(1.0, ge=0.0, le=1.0)
+    """1: the advantages are the full discounted returns-to-go."""
 
 
 @dataclass
