@@ -28,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=int, default=1, help="runs trained in parallel processes (default 1)")
     run.add_argument("--seeds", type=int, nargs="+", help="override the suite's seeds, e.g. --seeds 0 1 2")
     run.add_argument("--device", help="auto (CUDA when available), cpu, cuda or cuda:i; overrides the suite")
+    run.add_argument("--algos", nargs="+", help="only the runs of these algorithms, e.g. --algos ppo trpo")
+    run.add_argument("--envs", nargs="+", help="only the runs on these environments, e.g. --envs CartPole-v1")
     run.add_argument("--dry-run", action="store_true", help="list the runs the suite expands to and exit")
     run.add_argument("--results-dir", type=Path, default=Path("results"), help="MLflow store, artifacts, checkpoints")
     run.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite in --results-dir)")
@@ -66,7 +68,7 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
         from benchmark.train import resolve_device
 
         resolve_device(args.device)
-    suite = config.load_suite(args.suite, seeds=args.seeds, device=args.device)
+    suite = config.load_suite(args.suite, seeds=args.seeds, device=args.device).select(args.algos, args.envs)
 
     if args.dry_run:
         console.print(_runs_table(suite))

@@ -109,6 +109,22 @@ class Suite:
     path: Path
     specs: list[RunSpec]
 
+    def select(self, algos: list[str] | None = None, envs: list[str] | None = None) -> "Suite":
+        """The runs of the given algorithms and environments only (None: all); ConfigError
+        for a name the suite does not contain."""
+        specs = self.specs
+        for what, names, attribute in (("algorithm", algos, "algo"), ("environment", envs, "env_id")):
+            if names is None:
+                continue
+            present = sorted({getattr(spec, attribute) for spec in self.specs})
+            for name in names:
+                if name not in present:
+                    raise ConfigError(
+                        f"suite {self.name!r} has no {what} {name!r}{suggest(name, present)}; it has {', '.join(present)}"
+                    )
+            specs = [spec for spec in specs if getattr(spec, attribute) in names]
+        return dataclasses.replace(self, specs=specs)
+
 
 # --------------------------------------------------------------------------------------------
 

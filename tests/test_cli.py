@@ -59,8 +59,14 @@ def test_run_logs_parent_and_children_to_mlflow(tiny_suite, tmp_path):
 def test_dry_run_lists_mujoco_runs(tmp_path):
     completed = run_cli("run", "--suite", "mujoco", "--dry-run", cwd=ROOT)
     assert completed.returncode == 0, completed.stderr
-    assert "250 runs in suite 'mujoco'" in completed.stdout
+    assert "400 runs in suite 'mujoco'" in completed.stdout
     assert not (tmp_path / "results").exists()
+
+
+def test_dry_run_selects_algorithms_and_environments():
+    completed = run_cli("run", "--suite", "mujoco", "--algos", "trpo", "a2c", "--envs", "Hopper-v5", "--dry-run", cwd=ROOT)
+    assert completed.returncode == 0, completed.stderr
+    assert "20 runs in suite 'mujoco'" in completed.stdout and "HalfCheetah" not in completed.stdout
 
 
 @pytest.mark.parametrize(
@@ -70,6 +76,8 @@ def test_dry_run_lists_mujoco_runs(tmp_path):
         (["--suite", "smoke", "--workers", "0"], "--workers must be >= 1"),
         (["--suite", "smoke", "--seeds", "1", "1"], "--seeds must be distinct"),
         (["--suite", "smoke", "--device", "tpu"], "device 'tpu'"),
+        (["--suite", "smoke", "--algos", "trpo"], "suite 'smoke' has no algorithm 'trpo'; it has ppo, sac"),
+        (["--suite", "smoke", "--envs", "CartPole-v0"], "no environment 'CartPole-v0' (did you mean 'CartPole-v1'?)"),
     ],
 )
 def test_bad_arguments_exit_2_and_create_no_run(tmp_path, capsys, args, message):

@@ -48,8 +48,8 @@ def test_shipped_suites_are_valid():
     smoke = load_suite("smoke")
     assert len(smoke.specs) == 6 and {s.env_id for s in smoke.specs} == {"CartPole-v1", "Pendulum-v1"}
     mujoco = load_suite("mujoco")
-    assert len(mujoco.specs) == 250 and all(s.budget.total_steps == 1_000_000 for s in mujoco.specs)
-    assert {s.algo for s in mujoco.specs} == {"ppo", "ddpg", "td3", "sac", "mpo"}
+    assert len(mujoco.specs) == 400 and all(s.budget.total_steps == 1_000_000 for s in mujoco.specs)
+    assert {s.algo for s in mujoco.specs} == {"ppo", "trpo", "a2c", "vpg", "ddpg", "td3", "sac", "mpo"}
     classic = load_suite("classic")
     assert {(s.algo, s.env_id) for s in classic.specs} == {
         ("dqn", "CartPole-v1"), ("dqn", "Acrobot-v1"),
