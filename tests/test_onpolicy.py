@@ -326,3 +326,23 @@ def test_multi_discrete_spec_and_actions():
     algo = build("a2c", "reprorl/MultiDiscreteMatch-v0", num_envs=2)
     acted = algo.act(torch.zeros(5, 9))
     assert acted.env_actions.shape == (5, 3) and np.all(acted.env_actions < np.array([2, 3, 4]))
+
+
+def test_an_epoch_has_exactly_the_requested_number_of_minibatches():
+    """6 sequences in 4 minibatches are 2+2+1+1, not torch.chunk's 2+2+2."""
+    algo = build("ppo", recurrent="gru", recurrent_size=4, num_envs=3, num_steps=8, sequence_length=4, num_minibatches=4)
+    collect(algo)
+    algo._finish_rollout()
+    sizes = [batch["obs"].shape[1] for batch in algo.minibatches(4)]
+    assert sizes == [2, 2, 1, 1]
+    flat = build("ppo", num_envs=1, num_steps=6, num_minibatches=4)
+    collect(flat)
+    flat._finish_rollout()
+    assert [batch["obs"].shape[0] for batch in flat.minibatches(4)] == [2, 2, 1, 1]
+
+
+def test_annealed_clip_range_also_anneals_value_clipping():
+    algo = build("ppo", anneal_clip_range=True, value_clip_range=0.4, num_minibatches=1, num_epochs=1)
+    assert algo.value_clip_range == pytest.approx(0.4)
+    algo.num_updates = algo.num_updates_total // 2
+    assert algo.value_clip_range == pytest.approx(0.2) and algo.clip_range == pytest.approx(0.1)

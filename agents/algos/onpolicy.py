@@ -263,7 +263,7 @@ class OnPolicyAlgorithm(Algorithm):
             values, returns = self.storage.values.flatten(), self.storage.returns.flatten()
             logs["explained_variance"] = float(1.0 - (returns - values).var() / returns.var().clamp_min(1e-8))
         for name, optimizer in self.optimizers.items():
-            suffix = "" if len(self.optimizers) == 1 else f"_{name}"
+            suffix = "" if name == "joint" else f"_{name}"
             logs[f"learning_rate{suffix}"] = optimizer.param_groups[0]["lr"]
         self.storage.reset()
         self.num_updates += 1
@@ -329,10 +329,15 @@ class OnPolicyAlgorithm(Algorithm):
             entropy = entropy.detach()
         return config.policy_ent_coeff * entropy.mean()
 
+    @property
+    def value_clip_range(self) -> float | None:
+        """The value clipping range in force now."""
+        return self.config.value_clip_range
+
     def value_loss(self, values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
         """0.5 (V - R)^2, or with value_clip_range the max with the clipped update's error (ppo2)."""
         unclipped = (values - returns).pow(2)
-        clip = self.config.value_clip_range
+        clip = self.value_clip_range
         if clip is None:
             return 0.5 * unclipped.mean()
         clipped_values = old_values + (values - old_values).clamp(-clip, clip)

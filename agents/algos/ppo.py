@@ -68,7 +68,7 @@ class PPOConfig(SurrogateConfig):
     clip_range: float = hp(0.2, gt=0.0)
     """Clipping epsilon of the probability ratio."""
     anneal_clip_range: bool = hp(False)
-    """Decay the clip range linearly to 0 over the run (ppo2's cliprange schedule)."""
+    """Decay the clip range (and the value clip range) linearly to 0 over the run (ppo2's cliprange schedule)."""
     value_clip_range: float | None = hp(0.2, gt=0.0)
     """ppo2 clips the value update with the same epsilon."""
 
@@ -137,11 +137,19 @@ class PPO(SurrogatePG):
 
     config: PPOConfig
 
+    def _clip_fraction(self) -> float:
+        return self._schedule_fraction() if self.config.anneal_clip_range else 1.0
+
     @property
     def clip_range(self) -> float:
         """The clip range in force now (annealed if anneal_clip_range)."""
-        fraction = self._schedule_fraction() if self.config.anneal_clip_range else 1.0
-        return self.config.clip_range * fraction
+        return self.config.clip_range * self._clip_fraction()
+
+    @property
+    def value_clip_range(self) -> float | None:
+        """Annealed with the policy's clip range, as ppo2's value clipping."""
+        clip = self.config.value_clip_range
+        return None if clip is None else clip * self._clip_fraction()
 
     def _policy_loss(
         self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor], advantages: torch.Tensor

@@ -85,6 +85,8 @@ class A2CConfig(OnPolicyConfig):
     """beta of the paper's entropy term."""
     max_grad_norm: float | None = hp(0.5, gt=0.0)
     """Global gradient-norm clip."""
+    value_coef: float = hp(1.0, ge=0.0)
+    """Weight of 0.5 (V - R)^2: 1.0 is SB3's and baselines' vf_coef 0.5 on the plain squared error."""
 
 
 class VPG(OnPolicyAlgorithm):
@@ -137,7 +139,12 @@ class VPG(OnPolicyAlgorithm):
 
 
 class REINFORCE(VPG):
-    """VPG with no baseline: the policy gradient weighted by discounted returns-to-go."""
+    """VPG with no baseline: the policy gradient weighted by discounted returns-to-go.
+
+    Rollouts are cut every num_steps; an episode still running at the cut has no value to
+    bootstrap from, so its returns-to-go stop there (biased low). Choose num_steps long
+    compared with an episode, as garage does by sampling whole episodes.
+    """
 
     name = "reinforce"
     Config = REINFORCEConfig

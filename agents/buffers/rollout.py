@@ -147,7 +147,7 @@ class RolloutStorage:
         size = self.num_steps * self.num_envs
         flat = {key: tensor.flatten(0, 1) for key, tensor in self._per_step().items()}
         order = torch.randperm(size, generator=generator).to(self.obs.device)
-        for indices in order.chunk(num_minibatches):
+        for indices in order.tensor_split(num_minibatches):  # exactly num_minibatches (chunk may give fewer)
             yield {key: tensor[indices] for key, tensor in flat.items()}
 
     def sequence_minibatches(
@@ -177,7 +177,7 @@ class RolloutStorage:
         initial_states = to_sequences(self.states)[0]
         count = (T // L) * N
         order = torch.randperm(count, generator=generator) if shuffle else torch.arange(count)
-        for indices in order.to(self.obs.device).chunk(num_minibatches):
+        for indices in order.to(self.obs.device).tensor_split(num_minibatches):
             batch = {key: tensor[:, indices] for key, tensor in sequences.items()}
             batch["states"] = initial_states[indices]
             yield batch
