@@ -7,6 +7,7 @@ before any MLflow run is created.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
@@ -17,6 +18,15 @@ from rich.table import Table
 EXIT_CONFIG_ERROR = 2
 EXIT_RUNS_FAILED = 1
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler or ``kill``), handled like Ctrl-C: workers stopped, runs marked KILLED."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     from agents.api import ConfigError
 
     console = Console(width=None if sys.stdout.isatty() else 200)  # logs and pipes get full tables
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         if args.command == "run":
             return command_run(args, console)
@@ -51,9 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         Console(stderr=True).print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
         return EXIT_CONFIG_ERROR
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interruption:
         Console(stderr=True).print("interrupted: unfinished runs are marked KILLED in MLflow")
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if isinstance(interruption, Terminated) else EXIT_INTERRUPTED
 
 
 def command_run(args: argparse.Namespace, console: Console) -> int:

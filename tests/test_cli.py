@@ -1,8 +1,10 @@
 """The real CLI against a temporary MLflow store: runs, params, metrics, tags; bad input; failures."""
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -142,3 +144,75 @@ def test_children_left_running_by_a_dead_worker_are_closed(tmp_path):
     assert client.get_run(orphan.run_id).data.tags["error"] == "worker exited without reporting"
     assert client.get_run(finished.run_id).info.status == "FINISHED"
     assert client.get_run(unrelated.run_id).info.status == "RUNNING"
+
+
+@pytest.mark.parametrize("stop,exit_code", [(signal.SIGINT, cli.EXIT_INTERRUPTED), (signal.SIGTERM, cli.EXIT_TERMINATED)])
+def test_interrupt_or_terminate_stops_workers_and_marks_runs_killed(write_suite, tmp_path, stop, exit_code):
+    """Ctrl-C or a scheduler's SIGTERM mid-run: every run is KILLED in MLflow, the command exits
+    130 or 143, and the workers are gone."""
+    suite = write_suite(
+        "seeds: [0, 1]\nbudget: {total_steps: 100000000, eval_every: 50000000, eval_episodes: 1}\n"
+        "experiments: [{algo: ppo, envs: [CartPole-v1], hyperparameters: {num_steps: 64, num_minibatches: 1, num_epochs: 1}}]\n"
+    )
+    results = tmp_path / "results"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "benchmark", "run", "--suite", str(suite), "--workers", "2", "--results-dir", str(results)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    uri = f"sqlite:///{results / 'mlflow.db'}"
+    deadline = time.monotonic() + 180
+    created = None
+    try:
+        while time.monotonic() < deadline:  # until both child runs are training
+            if created is None and (results / "mlflow.db").exists():
+                created = time.monotonic()
+            # read the store only once the CLI has had time to create its tables
+            if created is not None and time.monotonic() > created + 5 and _running_children(uri) == 2:
+                break
+            assert process.poll() is None, process.stderr.read()
+            time.sleep(0.5)
+        else:
+            pytest.fail("the child runs never started")
+        workers = _worker_pids(process.pid)
+        assert len(workers) >= 2
+        process.send_signal(stop)
+        assert process.wait(timeout=120) == exit_code
+    finally:
+        if process.poll() is None:
+            process.kill()
+    _, runs = all_runs(uri)
+    assert len(runs) == 3 and all(r.info.status == "KILLED" for r in runs)
+    time.sleep(1)
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"]
+
+
+def _running_children(uri: str) -> int:
+    """RUNNING child runs, or 0 while the CLI is still creating the store's tables."""
+    try:
+        _, runs = all_runs(uri)
+    except Exception:  # sqlite locked or tables half-created by the other process
+        return 0
+    return sum("mlflow.parentRunId" in r.data.tags and r.info.status == "RUNNING" for r in runs)
+
+
+def _worker_pids(parent: int) -> list[int]:
+    """Direct children of ``parent`` (the pool's workers and the queue manager), from /proc."""
+    children = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+        except OSError:
+            continue
+        if fields.get("PPid", "").strip() == str(parent):
+            children.append(int(status.parent.name))
+    return children
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+    except OSError:
+        return "Z"

@@ -51,10 +51,15 @@ def test_shipped_suites_are_valid():
     assert len(mujoco.specs) == 400 and all(s.budget.total_steps == 1_000_000 for s in mujoco.specs)
     assert {s.algo for s in mujoco.specs} == {"ppo", "trpo", "a2c", "vpg", "ddpg", "td3", "sac", "mpo"}
     classic = load_suite("classic")
+    on_policy = ("vpg", "reinforce", "a2c", "ppo", "ppo_kl", "surrogate_pg", "trpo")
     assert {(s.algo, s.env_id) for s in classic.specs} == {
         ("dqn", "CartPole-v1"), ("dqn", "Acrobot-v1"),
         ("ddpg", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("sac", "Pendulum-v1"), ("mpo", "Pendulum-v1"),
+        *((algo, env) for algo in on_policy for env in ("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "InvertedPendulum-v5")),
     }
+    assert len(classic.specs) == 5 * (6 + 4 * len(on_policy))
+    memory = load_suite("memory")
+    assert sorted(str(s.hyperparameters["recurrent"]) for s in memory.specs) == ["None"] * 3 + ["gru"] * 3
     her = load_suite("her")
     assert sorted(s.hyperparameters["her_strategy"] for s in her.specs) == ["future"] * 3 + ["none"] * 3
 

@@ -346,3 +346,22 @@ def test_annealed_clip_range_also_anneals_value_clipping():
     assert algo.value_clip_range == pytest.approx(0.4)
     algo.num_updates = algo.num_updates_total // 2
     assert algo.value_clip_range == pytest.approx(0.2) and algo.clip_range == pytest.approx(0.1)
+
+
+def test_reinforce_counts_only_episodes_that_ended_within_the_rollout():
+    """Steps after an env's last episode end have no exact return-to-go: weight 0; the loss is
+    the mean over the counted steps."""
+    algo = build("reinforce", num_envs=2, num_steps=4, center_adv=False)
+    obs = torch.zeros(2, 4)
+    ends = [[False, False], [True, False], [False, False], [False, False]]  # env 1 never ends
+    for done in ends:
+        acted = algo.act(obs)
+        algo.observe(Transitions(obs, acted, torch.ones(2), obs, torch.tensor(done), torch.tensor([False, False])))
+    algo._finish_rollout()
+    assert torch.equal(algo.storage.complete, torch.tensor([[True, False], [True, False], [False, False], [False, False]]))
+    batch = algo.storage.full_batch()
+    loss, _ = algo.loss(batch, parts=("policy",))
+    dist, _, flat = algo.evaluate(batch)
+    counted = flat["complete"]
+    expected = -(dist.log_prob(flat["actions"])[counted] * flat["advantages"][counted]).mean()
+    torch.testing.assert_close(loss, expected)

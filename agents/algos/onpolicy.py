@@ -349,13 +349,30 @@ class OnPolicyAlgorithm(Algorithm):
         """Vanilla policy gradient: -mean(log pi(a|s) A)."""
         return -(dist.log_prob(batch["actions"]) * advantages).mean(), {}
 
+    def _policy_advantages(self, flat: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, float]:
+        """Processed advantages and the weight that turns the loss's mean into the mean over the
+        steps that count. Without a baseline there is no value to bootstrap an unfinished episode
+        from, so only steps of episodes that ended within the rollout count (their returns-to-go
+        are exact); the rest get advantage 0, as if whole episodes had been sampled."""
+        advantages = flat["advantages"]
+        if self.learns_value:
+            return self.process_advantages(advantages), 1.0
+        complete = flat["complete"]
+        count = int(complete.sum())
+        counted = torch.zeros_like(advantages)
+        if count:
+            counted[complete] = self.process_advantages(advantages[complete])
+        return counted, advantages.numel() / max(count, 1)
+
     def loss(self, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS) -> tuple[torch.Tensor, dict[str, float]]:
         """policy loss - entropy bonus + value_coef * value loss (the parts asked for)."""
         dist, values, flat = self.evaluate(batch)
         loss = values.new_zeros(())
         info: dict[str, float] = {}
         if "policy" in parts:
-            policy_loss, info = self._policy_loss(dist, flat, self.process_advantages(flat["advantages"]))
+            advantages, weight = self._policy_advantages(flat)
+            policy_loss, info = self._policy_loss(dist, flat, advantages)
+            policy_loss = weight * policy_loss
             entropy = dist.entropy()
             loss = loss + policy_loss - self.entropy_bonus(entropy)
             info.update(policy_loss=policy_loss.item(), entropy=entropy.mean().item())

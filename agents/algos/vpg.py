@@ -141,9 +141,10 @@ class VPG(OnPolicyAlgorithm):
 class REINFORCE(VPG):
     """VPG with no baseline: the policy gradient weighted by discounted returns-to-go.
 
-    Rollouts are cut every num_steps; an episode still running at the cut has no value to
-    bootstrap from, so its returns-to-go stop there (biased low). Choose num_steps long
-    compared with an episode, as garage does by sampling whole episodes.
+    Rollouts are cut every num_steps, and an episode still running at the cut has no value to
+    bootstrap from: those steps are left out of the loss (see ``_policy_advantages``), so the
+    gradient is REINFORCE's over whole episodes, as when garage samples whole episodes. Choose
+    num_steps long compared with an episode.
     """
 
     name = "reinforce"

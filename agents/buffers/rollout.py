@@ -73,6 +73,7 @@ class RolloutStorage:
         self.truncation_values = zeros(T, N)  # V(final obs) where an episode was truncated
         self.advantages = zeros(T, N)
         self.returns = zeros(T, N)
+        self.complete = zeros(T, N, dtype=torch.bool)  # the step's episode ended within the rollout
         self.dist_params = zeros(T, N, dist_params_size)
         self.entropies = zeros(T, N)
         self.states = zeros(T, N, state_size)
@@ -130,6 +131,8 @@ class RolloutStorage:
         self.advantages, self.returns = compute_gae(
             self.rewards, self.values, next_values, self.terminated, dones, gamma, gae_lambda
         )
+        # a step is complete if its env reaches an episode end at that step or later
+        self.complete = dones.int().flip(0).cummax(dim=0).values.flip(0).bool()
 
     def _per_step(self) -> dict[str, torch.Tensor]:
         return {
@@ -139,6 +142,7 @@ class RolloutStorage:
             "values": self.values,
             "advantages": self.advantages,
             "returns": self.returns,
+            "complete": self.complete,
             "dist_params": self.dist_params,
         }
 
