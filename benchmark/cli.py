@@ -139,7 +139,15 @@ def command_list(args: argparse.Namespace, console: Console) -> int:
         for column in ("name", "class", "actions", "hyperparameters (defaults)"):
             table.add_column(column)
         for name, cls in sorted(agents.ALGORITHMS.items()):
-            kinds = [k for k, ok in (("discrete", cls.supports_discrete), ("continuous", cls.supports_continuous)) if ok]
+            kinds = [
+                kind
+                for kind, ok in (
+                    ("discrete", cls.supports_discrete),
+                    ("multi-discrete", cls.supports_multi_discrete),
+                    ("continuous", cls.supports_continuous),
+                )
+                if ok
+            ]
             defaults = ", ".join(f"{f.name}={getattr(cls.Config(), f.name)}" for f in dataclasses.fields(cls.Config))
             table.add_row(name, cls.__name__, "/".join(kinds), defaults)
         console.print(table)
