@@ -8,11 +8,14 @@ ends (a worker killed by the OS, say) is marked FAILED, found through its parent
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import json
 import multiprocessing
+import os
 import queue as queue_module
 import signal
+import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing.managers import SyncManager
@@ -145,8 +148,21 @@ def execute(
     return execution
 
 
-def _ignore_sigint() -> None:
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _init_child(parent_pid: int) -> None:
+    """In each worker and the queue manager: ignore Ctrl-C (the parent stops its children
+    itself), and die with the parent however it ends (even SIGKILL), so that no orphan keeps
+    training: on Linux the kernel sends SIGTERM when the parent exits."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 def _execute_in_pool(
@@ -162,8 +178,8 @@ def _execute_in_pool(
     outcomes = {spec.run_key: RunOutcome(spec) for spec in specs}
     checkpoint_dir = str((results_dir / "checkpoints").resolve())
     manager = SyncManager(ctx=context)
-    manager.start(initializer=_ignore_sigint)
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_ignore_sigint)
+    manager.start(initializer=_init_child, initargs=(os.getpid(),))
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_child, initargs=(os.getpid(),))
     messages = manager.Queue()
     columns = (
         TextColumn("{task.description:<40}"),

@@ -110,8 +110,10 @@ def test_act_shapes_and_bounds(name, env_id, variant):
 def test_update_changes_weights_and_reports_finite_losses(name, env_id, variant):
     algo = build(name, env_id, variant)
     before = algo.get_weights()
+    step = 0
     while not algo.ready_to_update():
-        feed(algo, env_id, 1)
+        feed(algo, env_id, 1, seed=step)  # fresh draws each step, so some episodes end
+        step += 1
     logs = algo.update()
     assert logs and all(np.isfinite(value) for value in logs.values())
     after = algo.get_weights()

@@ -1,6 +1,7 @@
 """The real CLI against a temporary MLflow store: runs, params, metrics, tags; bad input; failures."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -146,47 +147,84 @@ def test_children_left_running_by_a_dead_worker_are_closed(tmp_path):
     assert client.get_run(unrelated.run_id).info.status == "RUNNING"
 
 
-@pytest.mark.parametrize("stop,exit_code", [(signal.SIGINT, cli.EXIT_INTERRUPTED), (signal.SIGTERM, cli.EXIT_TERMINATED)])
-def test_interrupt_or_terminate_stops_workers_and_marks_runs_killed(write_suite, tmp_path, stop, exit_code):
-    """Ctrl-C or a scheduler's SIGTERM mid-run: every run is KILLED in MLflow, the command exits
-    130 or 143, and the workers are gone."""
+def _start_long_suite(write_suite, tmp_path):
+    """The CLI on a 2-run suite that would train for hours, in its own process group, with
+    Ctrl-C raising KeyboardInterrupt (pytest-xdist workers ignore SIGINT, and children inherit
+    that); returns the process, the store's URI and the pids of its children once both runs train."""
     suite = write_suite(
         "seeds: [0, 1]\nbudget: {total_steps: 100000000, eval_every: 50000000, eval_episodes: 1}\n"
         "experiments: [{algo: ppo, envs: [CartPole-v1], hyperparameters: {num_steps: 64, num_minibatches: 1, num_epochs: 1}}]\n"
     )
     results = tmp_path / "results"
+    argv = ["benchmark", "run", "--suite", str(suite), "--workers", "2", "--results-dir", str(results)]
+    launcher = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        f"sys.argv = {argv!r}; runpy.run_module('benchmark', run_name='__main__')"
+    )
     process = subprocess.Popen(
-        [sys.executable, "-m", "benchmark", "run", "--suite", str(suite), "--workers", "2", "--results-dir", str(results)],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        [sys.executable, "-c", launcher], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
     )
     uri = f"sqlite:///{results / 'mlflow.db'}"
-    deadline = time.monotonic() + 180
-    created = None
+    deadline, created = time.monotonic() + 180, None
     try:
         while time.monotonic() < deadline:  # until both child runs are training
             if created is None and (results / "mlflow.db").exists():
                 created = time.monotonic()
             # read the store only once the CLI has had time to create its tables
             if created is not None and time.monotonic() > created + 5 and _running_children(uri) == 2:
-                break
+                return process, uri, _worker_pids(process.pid)
             assert process.poll() is None, process.stderr.read()
             time.sleep(0.5)
-        else:
-            pytest.fail("the child runs never started")
-        workers = _worker_pids(process.pid)
+        pytest.fail("the child runs never started")
+    except BaseException:
+        _kill_group(process)
+        raise
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(timeout=30)
+
+
+def _alive(pids: list[int]) -> list[int]:
+    return [pid for pid in pids if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"]
+
+
+@pytest.mark.parametrize("stop,exit_code", [(signal.SIGINT, cli.EXIT_INTERRUPTED), (signal.SIGTERM, cli.EXIT_TERMINATED)])
+def test_interrupt_or_terminate_stops_workers_and_marks_runs_killed(write_suite, tmp_path, stop, exit_code):
+    """Ctrl-C or a scheduler's SIGTERM mid-run: every run is KILLED in MLflow, the command exits
+    130 or 143, and the workers are gone."""
+    process, uri, workers = _start_long_suite(write_suite, tmp_path)
+    try:
         assert len(workers) >= 2
         process.send_signal(stop)
-        assert process.wait(timeout=120) == exit_code
+        assert process.wait(timeout=120) == exit_code, process.stderr.read()
     finally:
         if process.poll() is None:
-            process.kill()
+            _kill_group(process)
     _, runs = all_runs(uri)
     assert len(runs) == 3 and all(r.info.status == "KILLED" for r in runs)
     time.sleep(1)
-    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"]
+    assert not _alive(workers)
+
+
+def test_workers_die_with_a_killed_parent(write_suite, tmp_path):
+    """SIGKILL leaves the parent no chance to clean up; its workers must not train on as orphans."""
+    process, _, workers = _start_long_suite(write_suite, tmp_path)
+    try:
+        assert len(workers) >= 2
+        process.kill()  # the main process only, not its group
+        process.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _alive(workers) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _alive(workers)
+    finally:
+        _kill_group(process)
 
 
 def _running_children(uri: str) -> int:
