@@ -10,7 +10,12 @@ ARGS   ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install bench test perf ui list clean-results
+# a micro-benchmark fails `make perf-regress` when its median is this much slower than the
+# stored baseline (100% = 2x): see README, "Speed regressions", for why 2x
+PERF_FACTOR ?= 100%
+PERF_BASELINE := results/perf/baseline
+
+.PHONY: install bench test perf perf-baseline perf-regress report baseline regress ui list clean-results
 
 install: $(STAMP)
 
@@ -29,8 +34,32 @@ test: $(STAMP)
 
 # micro-benchmarks (pytest-benchmark): buffer insert/sample at capacity 1M, one update per algorithm
 perf: $(STAMP)
-	$(BIN)/python -m pytest benchmarks -p no:xdist --benchmark-enable --benchmark-only \
-		--benchmark-columns=min,median,mean,ops,rounds --benchmark-sort=fullname $(ARGS)
+	$(PERF_PYTEST) $(ARGS)
+
+# the measured suite report from MLflow: results/reports/$(SUITE)/report.md and report.html
+report: $(STAMP)
+	$(BIN)/python -m benchmark report --suite $(SUITE) $(ARGS)
+
+# run the ci suite and store its final scores in results/baselines/ci.json (commit that file)
+baseline: $(STAMP)
+	$(BIN)/python -m benchmark baseline --suite ci --workers $(WORKERS) $(ARGS)
+
+# rerun the ci suite on new seeds; exits 1 and names the configuration when one regressed
+regress: $(STAMP)
+	$(BIN)/python -m benchmark regress --suite ci --workers $(WORKERS) $(ARGS)
+
+PERF_PYTEST = $(BIN)/python -m pytest benchmarks -p no:xdist --benchmark-enable --benchmark-only \
+	--benchmark-columns=min,median,mean,ops,rounds --benchmark-sort=fullname
+
+# store the micro-benchmarks' timings as the speed baseline (commit results/perf/baseline)
+perf-baseline: $(STAMP)
+	rm -rf $(PERF_BASELINE)
+	$(PERF_PYTEST) --benchmark-storage=file://$(PERF_BASELINE) --benchmark-save=baseline $(ARGS)
+
+# fail when a micro-benchmark's median is slower than the baseline by more than PERF_FACTOR
+perf-regress: $(STAMP)
+	$(PERF_PYTEST) --benchmark-storage=file://$(PERF_BASELINE) --benchmark-compare \
+		--benchmark-compare-fail=median:$(PERF_FACTOR) $(ARGS)
 
 list: $(STAMP)
 	$(BIN)/python -m benchmark list

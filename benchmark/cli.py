@@ -17,6 +17,7 @@ from rich.table import Table
 
 EXIT_CONFIG_ERROR = 2
 EXIT_RUNS_FAILED = 1
+EXIT_REGRESSION = 1
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 
@@ -44,9 +45,46 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--results-dir", type=Path, default=Path("results"), help="MLflow store, artifacts, checkpoints")
     run.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite in --results-dir)")
 
+    report = commands.add_parser("report", help="report of a suite's runs from MLflow: results/reports/<suite>/report.md and .html")
+    report.add_argument("--suite", required=True, help="suite name or path; its run keys decide which runs belong in the report")
+    report.add_argument("--output", type=Path, help="directory (default results/reports/<suite>)")
+    _add_store_arguments(report)
+
+    baseline = commands.add_parser("baseline", help="run a suite and store its final scores as the regression baseline")
+    baseline.add_argument("--suite", default="ci", help="suite name or path (default ci)")
+    baseline.add_argument("--output", type=Path, help="baseline JSON (default results/baselines/<suite>.json)")
+    baseline.add_argument("--seeds", type=int, nargs="+", help="override the suite's seeds")
+    baseline.add_argument("--workers", type=int, default=1, help="runs trained in parallel processes (default 1)")
+    _add_store_arguments(baseline)
+
+    regress = commands.add_parser("regress", help="rerun a suite on new seeds and compare with its baseline; exit 1 on a regression")
+    regress.add_argument("--suite", default="ci", help="suite name or path (default ci)")
+    regress.add_argument("--baseline", type=Path, help="baseline JSON (default results/baselines/<suite>.json)")
+    regress.add_argument("--seeds", type=int, nargs="+", help="seeds to run (default: the baseline's shifted by 100)")
+    regress.add_argument("--workers", type=int, default=1, help="runs trained in parallel processes (default 1)")
+    regress.add_argument("--alpha", type=float, default=0.05, help="family-wise false-alarm rate (Holm over rows; default 0.05)")
+    regress.add_argument("--min-effect", type=float, default=0.1, help="smallest drop that counts, in normalized score (default 0.1)")
+    _add_store_arguments(regress)
+
+    reference = commands.add_parser("reference", help="reference scores: build the table, measure random-policy scores, show")
+    reference_commands = reference.add_subparsers(dest="reference_command", required=True)
+    build = reference_commands.add_parser("build", help="write results/reference/scores.csv from the shared published table")
+    build.add_argument("--source", type=Path, help="published scores CSV (default ../shared/reference/scores.csv)")
+    random = reference_commands.add_parser("random", help="measure uniform-random-policy returns into results/reference/random.csv")
+    random.add_argument("--env", nargs="+", required=True, help="gymnasium ids, e.g. --env CartPole-v1 HalfCheetah-v5")
+    random.add_argument("--episodes", type=int, default=100, help="episodes per environment (default 100)")
+    random.add_argument("--seed", type=int, default=0, help="seed of the first episode and of the action sampler")
+    show = reference_commands.add_parser("show", help="the reference and random score each environment is normalized with")
+    show.add_argument("--env", nargs="+", help="environments (default: every environment of every suite)")
+
     listing = commands.add_parser("list", help="algorithms, buffers, suites and environments")
     listing.add_argument("what", nargs="?", choices=("algorithms", "buffers", "suites", "envs"), help="one section only")
     return parser
+
+
+def _add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results-dir", type=Path, default=Path("results"), help="MLflow store, artifacts, checkpoints, reports")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite in --results-dir)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,9 +94,15 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=None if sys.stdout.isatty() else 200)  # logs and pipes get full tables
     signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        if args.command == "run":
-            return command_run(args, console)
-        return command_list(args, console)
+        commands = {
+            "run": command_run,
+            "list": command_list,
+            "reference": command_reference,
+            "report": command_report,
+            "baseline": command_baseline,
+            "regress": command_regress,
+        }
+        return commands[args.command](args, console)
     except ConfigError as error:
         Console(stderr=True).print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
         return EXIT_CONFIG_ERROR
@@ -67,25 +111,34 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_TERMINATED if isinstance(interruption, Terminated) else EXIT_INTERRUPTED
 
 
-def command_run(args: argparse.Namespace, console: Console) -> int:
+def _check_run_arguments(args: argparse.Namespace) -> None:
     from agents.api import ConfigError
-    from benchmark import config
 
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     if args.seeds is not None and (len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0):
         raise ConfigError(f"--seeds must be distinct non-negative integers, got {args.seeds}")
-    if args.device is not None:
+    if getattr(args, "device", None) is not None:
         from benchmark.train import resolve_device
 
         resolve_device(args.device)
-    suite = config.load_suite(args.suite, seeds=args.seeds, device=args.device).select(args.algos, args.envs)
 
+
+def command_run(args: argparse.Namespace, console: Console) -> int:
+    from benchmark import config
+
+    _check_run_arguments(args)
+    suite = config.load_suite(args.suite, seeds=args.seeds, device=args.device).select(args.algos, args.envs)
     if args.dry_run:
         console.print(_runs_table(suite))
         console.print(f"{len(suite.specs)} runs in suite {suite.name!r} ({suite.path})")
         return 0
+    execution = _execute_suite(suite, args, console)
+    return 0 if execution.ok else EXIT_RUNS_FAILED
 
+
+def _execute_suite(suite, args: argparse.Namespace, console: Console):
+    """Train every run of ``suite`` under one MLflow parent run; print and store the summary table."""
     from benchmark import runner, summary, tracking
 
     results_dir = args.results_dir
@@ -111,7 +164,97 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
         f"{sum(o.ok for o in execution.outcomes)}/{len(execution.outcomes)} runs finished in "
         f"{time.perf_counter() - started:.0f} s; parent run {execution.parent_run_id}; table in {report}"
     )
-    return 0 if execution.ok else EXIT_RUNS_FAILED
+    return execution
+
+
+def _records(execution) -> list:
+    """The runner's outcomes as report records (no MLflow round trip needed)."""
+    from benchmark.records import RunRecord
+
+    return [
+        RunRecord(
+            o.spec,
+            status=o.status,
+            run_id=o.run_id,
+            final_return=o.final_return_mean,
+            steps_per_second=o.steps_per_second,
+            error=o.error,
+        )
+        for o in execution.outcomes
+    ]
+
+
+def command_report(args: argparse.Namespace, console: Console) -> int:
+    from benchmark import config, records, report, tracking
+
+    suite = config.load_suite(args.suite)
+    tracking_uri = args.tracking_uri or tracking.default_tracking_uri(args.results_dir)
+    found = records.collect(suite, tracking_uri)
+    out_dir = args.output or args.results_dir / "reports" / suite.name
+    path = report.write_report(suite, found, out_dir, tracking_uri)
+    finished = sum(r.finished for r in found)
+    console.print(f"report of suite {suite.name!r} ({finished}/{len(found)} runs finished): {path} and {path.with_suffix('.html')}")
+    return 0
+
+
+def command_baseline(args: argparse.Namespace, console: Console) -> int:
+    from benchmark import config, regress
+
+    _check_run_arguments(args)
+    suite = config.load_suite(args.suite, seeds=args.seeds)
+    output = args.output or regress.BASELINE_DIR / f"{suite.name}.json"
+    execution = _execute_suite(suite, args, console)
+    payload = regress.baseline_payload(suite.name, _records(execution), execution.parent_run_id)
+    regress.write_baseline(payload, output)
+    console.print(f"baseline of suite {suite.name!r} at code version {payload['code']['git_sha'][:10]} written to {output}")
+    return 0
+
+
+def command_regress(args: argparse.Namespace, console: Console) -> int:
+    from rich.markup import escape
+
+    from benchmark import config, regress
+
+    _check_run_arguments(args)
+    baseline_path = args.baseline or regress.BASELINE_DIR / f"{config.suite_path(args.suite).stem}.json"
+    payload = regress.load_baseline(baseline_path)
+    seeds = args.seeds or regress.regress_seeds(payload)
+    suite = config.load_suite(args.suite, seeds=seeds)
+    regress.compare(payload, [], args.alpha, args.min_effect)  # argument errors before any training
+    execution = _execute_suite(suite, args, console)
+    verdicts = regress.compare(payload, _records(execution), args.alpha, args.min_effect)
+
+    table = Table(title=f"regression check of suite {suite.name!r}: seeds {seeds} against the baseline of "
+                  f"{payload['code']['git_sha'][:10]} ({payload['created']})")
+    for column in ("configuration", "baseline mean", "current mean", "difference [95% CI]", "normalized", "p (Welch, one-sided)", "verdict"):
+        table.add_column(column)
+    for v in verdicts:
+        w = v.welch
+        verdict = "[red]REGRESSION[/]" if v.regressed else ("[green]improved[/]" if v.improved else "ok")
+        table.add_row(
+            escape(v.key),
+            f"{sum(v.baseline) / len(v.baseline):.1f}" if v.baseline else "—",
+            f"{sum(v.current) / len(v.current):.1f}" if v.current else "—",
+            f"{w.difference:+.1f} [{w.low:+.1f}, {w.high:+.1f}]" if w else "—",
+            f"{v.normalized_difference:+.2f}" if w else "—",
+            f"{w.p_value:.2g}" if w else "—",
+            verdict,
+        )
+    console.print(table)
+    regressions = [v for v in verdicts if v.regressed]
+    for v in verdicts:
+        if v.note and not v.regressed:
+            console.print(f"note: {escape(v.describe())}", highlight=False, soft_wrap=True)
+    if regressions:
+        for v in regressions:
+            console.print(f"[bold red]REGRESSION[/] {escape(v.describe())}", highlight=False, soft_wrap=True)
+        console.print(
+            f"{len(regressions)} of {len(verdicts)} configurations regressed (Welch one-sided, Holm-corrected at "
+            f"alpha {args.alpha}, drop >= {args.min_effect} normalized)"
+        )
+        return EXIT_REGRESSION
+    console.print(f"no regression in {len(verdicts)} configurations (alpha {args.alpha}, min effect {args.min_effect} normalized)")
+    return 0
 
 
 def _runs_table(suite) -> Table:
@@ -124,6 +267,41 @@ def _runs_table(suite) -> Table:
             spec.run_key, spec.algo, spec.env_id, str(spec.seed), f"{spec.budget.total_steps:,}", f"{spec.budget.eval_every:,}", overrides
         )
     return table
+
+
+def command_reference(args: argparse.Namespace, console: Console) -> int:
+    from benchmark import config, reference
+
+    if args.reference_command == "build":
+        source = args.source or reference.SHARED_SCORES
+        if not source.exists():
+            from agents.api import ConfigError
+
+            raise ConfigError(f"published scores not found at {source}; pass --source PATH")
+        count = reference.build(source)
+        console.print(f"wrote {count} published scores to {reference.REFERENCE_DIR / 'scores.csv'}")
+        return 0
+    if args.reference_command == "random":
+        from agents.envs import check_env_id
+
+        for env_id in args.env:  # every id checked before any is measured
+            check_env_id(env_id)
+        for env_id in args.env:
+            score = reference.measure_random(env_id, args.episodes, args.seed)
+            reference.save_random(score)
+            console.print(f"{env_id}: random policy {score.mean:.2f} ± {score.std:.2f} over {score.episodes} episodes")
+        return 0
+    env_ids = args.env or sorted({s.env_id for name in config.available_suites() for s in config.load_suite(name).specs})
+    table = Table(title="normalization: (score - random) / (reference - random)")
+    for column in ("environment", "random (measured here)", "reference", "source"):
+        table.add_column(column)
+    for env_id in env_ids:
+        norm = reference.normalizer(env_id)
+        random_cell = f"{norm.random.mean:.2f} ± {norm.random.std:.2f} ({norm.random.episodes} ep.)" if norm.random else "— (not measured)"
+        ref = norm.reference
+        table.add_row(env_id, random_cell, f"{ref.mean:.1f}" if ref else "—", ref.citation if ref else "no published score")
+    console.print(table)
+    return 0
 
 
 def command_list(args: argparse.Namespace, console: Console) -> int:

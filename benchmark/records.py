@@ -1,0 +1,85 @@
+"""Read a suite's runs back from MLflow: one record per RunSpec, whatever state it is in.
+
+The suite file decides which runs belong in a report (its run keys); MLflow says what became
+of each. A run key can have several MLflow runs (re-launches): the latest FINISHED one counts,
+otherwise the latest of any status, so a run that failed, was killed or is still going is
+shown as such. A spec with no run at all is ``MISSING``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmark import tracking
+from benchmark.config import RunSpec, Suite
+
+EVAL_METRIC = "eval/return_mean"
+
+
+@dataclass
+class RunRecord:
+    spec: RunSpec
+    status: str = "MISSING"  # FINISHED | RUNNING | FAILED | KILLED | MISSING
+    run_id: str | None = None
+    final_return: float | None = None
+    """Mean return of the final deterministic evaluation (finished runs only)."""
+    steps_per_second: float | None = None
+    wall_seconds: float | None = None
+    curve: list[tuple[int, float]] = field(default_factory=list)
+    """(env steps, mean evaluation return) of every evaluation logged so far."""
+    error: str | None = None
+    git_sha: str | None = None
+    attempts: int = 0
+    """MLflow runs with this run key (re-launches included)."""
+
+    @property
+    def finished(self) -> bool:
+        return self.status == "FINISHED" and self.final_return is not None
+
+
+def _search_all(client: Any, experiment_id: str, query: str) -> list[Any]:
+    runs, token = [], None
+    while True:
+        page = tracking.retry(lambda: client.search_runs([experiment_id], query, max_results=1000, page_token=token))
+        runs += list(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def collect(suite: Suite, tracking_uri: str, with_curves: bool = True) -> list[RunRecord]:
+    """One record per spec of ``suite``, in suite order, from the experiment named after it."""
+    client = tracking.client(tracking_uri)
+    records = [RunRecord(spec) for spec in suite.specs]
+    experiment = tracking.retry(lambda: client.get_experiment_by_name(suite.name))
+    if experiment is None:
+        return records
+    by_key: dict[str, list[Any]] = defaultdict(list)
+    for run in _search_all(client, experiment.experiment_id, "tags.run_key != ''"):
+        by_key[run.data.tags.get("run_key", "")].append(run)
+    for record in records:
+        candidates = by_key.get(record.spec.run_key, [])
+        record.attempts = len(candidates)
+        if not candidates:
+            continue
+        candidates.sort(key=lambda run: run.info.start_time or 0, reverse=True)
+        finished = [run for run in candidates if run.info.status == "FINISHED"]
+        chosen = finished[0] if finished else candidates[0]
+        metrics = chosen.data.metrics
+        record.run_id = chosen.info.run_id
+        record.status = chosen.info.status
+        record.final_return = metrics.get("final/eval_return_mean") if record.status == "FINISHED" else None
+        if record.status == "FINISHED" and record.final_return is None:
+            record.status, record.error = "FAILED", "finished without a final evaluation"
+        record.steps_per_second = metrics.get("final/steps_per_second", metrics.get("perf/steps_per_second"))
+        record.wall_seconds = metrics.get("final/wall_seconds")
+        if record.wall_seconds is None and chosen.info.end_time and chosen.info.start_time:
+            record.wall_seconds = (chosen.info.end_time - chosen.info.start_time) / 1000
+        record.error = record.error or chosen.data.tags.get("error")
+        record.git_sha = chosen.data.tags.get("git_sha")
+        if with_curves:
+            history = tracking.retry(lambda: client.get_metric_history(chosen.info.run_id, EVAL_METRIC))
+            record.curve = sorted((int(m.step), float(m.value)) for m in history)
+    return records

@@ -1,0 +1,317 @@
+"""Published reference scores, random-policy scores, and the normalized score built from them.
+
+``results/reference/scores.csv`` holds every published number with its source (built from
+the shared reference table, every source column kept) plus four derived columns:
+
+- ``env``: the task without its version (``HalfCheetah-v3`` -> ``HalfCheetah``), since the
+  sources used gym v1-v4 and we run Gymnasium v5; the report names the version compared.
+- ``algorithm``: our registry name when the row is one of our algorithms (``ppo``, ``sac``...).
+- ``protocol``: how the number was measured, in our order of preference for a reference:
+  ``final_eval`` (a deterministic evaluation of the final policy: ours), ``training_return``
+  (episodes of the training policy near the end), ``max_eval`` (the best evaluation during
+  training: optimistic), ``approx_plot`` (read off a plot), and ``random`` / ``expert`` rows.
+- ``approximate``: ``true`` where the source marked the value ``~``.
+
+``results/reference/random.csv`` holds uniform-random-policy returns measured by this suite on
+the exact environment versions it runs (``python -m benchmark reference random``).
+
+A normalized score is ``(score - random) / (reference - random)``: 0 is the random policy,
+1 the reference. One reference per task serves every algorithm, so aggregates across
+algorithms compare like with like (as rliable does with one human score per Atari game):
+the best published score of the most comparable protocol (see ``env_reference``).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import functools
+import importlib.metadata
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from agents.api import ConfigError
+
+REFERENCE_DIR = Path(__file__).resolve().parent.parent / "results" / "reference"
+SHARED_SCORES = Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "scores.csv"
+SOURCE_COLUMNS = ("source", "source_url", "algo", "env_id", "budget_steps", "metric", "mean", "spread", "spread_kind", "n_seeds", "notes")
+DERIVED_COLUMNS = ("env", "env_version", "algorithm", "protocol", "approximate")
+RANDOM_COLUMNS = ("env_id", "episodes", "mean", "std", "seed", "gymnasium", "mujoco", "measured")
+PROTOCOL_PREFERENCE = ("final_eval", "training_return", "max_eval", "approx_plot")
+
+# Published algorithm names (the text before any parenthesis) -> our registry names.
+_ALGORITHMS = {"A2C": "a2c", "DDPG": "ddpg", "DQN": "dqn", "PPO": "ppo", "SAC": "sac", "TD3": "td3", "TRPO": "trpo", "REINFORCE": "reinforce"}
+
+
+@dataclass(frozen=True)
+class ReferenceScore:
+    """One published number."""
+
+    source: str
+    source_url: str
+    algo: str
+    env_id: str
+    budget_steps: int | None
+    metric: str
+    mean: float
+    spread: float | None
+    n_seeds: int | None
+    env: str
+    env_version: str
+    algorithm: str
+    protocol: str
+    approximate: bool
+
+    @property
+    def citation(self) -> str:
+        """Short form for tables: value, source, env version, protocol."""
+        approx = "~" if self.approximate else ""
+        budget = f", {self.budget_steps / 1e6:g}M steps" if self.budget_steps else ""
+        return f"{approx}{self.mean:.1f} ({self.source}; {self.algo}, {self.env_id}{budget}; {self.protocol})"
+
+
+@dataclass(frozen=True)
+class RandomScore:
+    env_id: str
+    episodes: int
+    mean: float
+    std: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class Normalizer:
+    """(score - random) / (reference - random) for one environment; either part may be missing."""
+
+    env_id: str
+    random: RandomScore | None
+    reference: ReferenceScore | None
+
+    @property
+    def available(self) -> bool:
+        return self.random is not None and self.reference is not None and self.reference.mean != self.random.mean
+
+    def __call__(self, scores: np.ndarray | float) -> np.ndarray:
+        if not self.available:
+            raise ValueError(f"no normalization for {self.env_id}: {self.missing}")
+        return (np.asarray(scores, dtype=float) - self.random.mean) / (self.reference.mean - self.random.mean)
+
+    @property
+    def missing(self) -> str:
+        parts = []
+        if self.reference is None:
+            parts.append("no published reference score")
+        if self.random is None:
+            parts.append(f"no random score (python -m benchmark reference random --env {self.env_id})")
+        return "; ".join(parts) or "reference equals random"
+
+
+# ------------------------------------------------------------------------------------ derived
+
+
+def env_family(env_id: str) -> str:
+    """The task without version or annotation: 'HalfCheetah-v5' and 'HalfCheetah (gym -v2 class...)' -> 'HalfCheetah'."""
+    name = env_id.split(" (")[0].strip()
+    return re.sub(r"-v\d+$", "", name)
+
+
+def env_version(env_id: str) -> str:
+    match = re.search(r"-(v\d+)", env_id)
+    return match.group(1) if match else ""
+
+
+def algorithm_of(published: str) -> str:
+    """Our registry name for a published algorithm label ('' when we do not implement it)."""
+    if published.lower().startswith("random"):
+        return "random"
+    if published.lower().startswith("expert"):
+        return "expert"
+    head = published.split(" (")[0].strip()
+    if "Spinning Up (VPG" in published:
+        return "vpg"
+    return _ALGORITHMS.get(head, "")
+
+
+def protocol_of(metric: str, algorithm: str) -> str:
+    text = metric.lower()
+    if algorithm in ("random", "expert"):
+        return algorithm
+    if "approx" in text:
+        return "approx_plot"
+    if "max" in text:
+        return "max_eval"
+    if "deterministic" in text or "last 10 evaluations" in text or "final logged step" in text:
+        return "final_eval"
+    return "training_return"  # CleanRL, openrlbenchmark and the CleanRL paper: training episodes
+
+
+def build(source: Path = SHARED_SCORES, destination: Path = REFERENCE_DIR / "scores.csv") -> int:
+    """Write ``destination`` from the shared table: every source column, plus the derived ones."""
+    with source.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    missing = [column for column in SOURCE_COLUMNS if rows and column not in rows[0]]
+    if missing:
+        raise ConfigError(f"{source}: missing columns {', '.join(missing)}")
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with destination.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[*rows[0].keys(), *DERIVED_COLUMNS])
+        writer.writeheader()
+        for row in rows:
+            algorithm = algorithm_of(row["algo"])
+            approximate = "approx" in row["metric"].lower() or "approx" in row["notes"].lower()
+            writer.writerow(
+                {
+                    **row,
+                    "env": env_family(row["env_id"]),
+                    "env_version": env_version(row["env_id"]),
+                    "algorithm": algorithm,
+                    "protocol": protocol_of(row["metric"], algorithm),
+                    "approximate": str(approximate).lower(),
+                }
+            )
+    return len(rows)
+
+
+# ------------------------------------------------------------------------------------ loading
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+@functools.lru_cache(maxsize=4)
+def load_scores(path: Path = REFERENCE_DIR / "scores.csv") -> tuple[ReferenceScore, ...]:
+    if not path.exists():
+        raise ConfigError(f"{path} does not exist; build it with: python -m benchmark reference build")
+    scores = []
+    with path.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            mean = _number(row["mean"])
+            if mean is None:
+                continue
+            budget, seeds = _number(row["budget_steps"]), _number(row["n_seeds"])
+            scores.append(
+                ReferenceScore(
+                    source=row["source"],
+                    source_url=row["source_url"],
+                    algo=row["algo"],
+                    env_id=row["env_id"],
+                    budget_steps=int(budget) if budget else None,
+                    metric=row["metric"],
+                    mean=mean,
+                    spread=_number(row["spread"]),
+                    n_seeds=int(seeds) if seeds else None,
+                    env=row["env"],
+                    env_version=row["env_version"],
+                    algorithm=row["algorithm"],
+                    protocol=row["protocol"],
+                    approximate=row["approximate"] == "true",
+                )
+            )
+    return tuple(scores)
+
+
+def load_random(path: Path = REFERENCE_DIR / "random.csv") -> dict[str, RandomScore]:
+    """env id -> the measured random-policy score ({} when the file does not exist yet)."""
+    if not path.exists():
+        return {}
+    with path.open(newline="") as handle:
+        return {
+            row["env_id"]: RandomScore(row["env_id"], int(row["episodes"]), float(row["mean"]), float(row["std"]), int(row["seed"]))
+            for row in csv.DictReader(handle)
+        }
+
+
+def _best(candidates: list[ReferenceScore]) -> ReferenceScore | None:
+    """The most comparable protocol first, exact values before approximate ones, then the highest score."""
+    ranked = [score for score in candidates if score.protocol in PROTOCOL_PREFERENCE]
+    if not ranked:
+        return None
+    return min(ranked, key=lambda s: (PROTOCOL_PREFERENCE.index(s.protocol), s.approximate, -s.mean))
+
+
+def env_reference(env_id: str, scores: tuple[ReferenceScore, ...] | None = None) -> ReferenceScore | None:
+    """The task's reference for normalization: the best published score of the most
+    comparable protocol (deterministic final evaluation, then training returns, then the
+    max over training, then plot readings), over every algorithm, any env version."""
+    scores = load_scores() if scores is None else scores
+    return _best([score for score in scores if score.env == env_family(env_id)])
+
+
+def published_score(algo: str, env_id: str, scores: tuple[ReferenceScore, ...] | None = None) -> ReferenceScore | None:
+    """The algorithm's own published score on the task, chosen by the same rule (None if no source has one)."""
+    scores = load_scores() if scores is None else scores
+    return _best([score for score in scores if score.env == env_family(env_id) and score.algorithm == algo])
+
+
+def normalizer(env_id: str, reference_dir: Path = REFERENCE_DIR) -> Normalizer:
+    random = load_random(reference_dir / "random.csv").get(env_id)
+    return Normalizer(env_id, random, env_reference(env_id, load_scores(reference_dir / "scores.csv")))
+
+
+# ------------------------------------------------------------------------------------ random policy
+
+
+def measure_random(env_id: str, episodes: int = 100, seed: int = 0) -> RandomScore:
+    """Return of uniformly random actions (``action_space.sample()``), ``episodes`` episodes,
+    on the environment exactly as the suite makes it (same id, same time limit)."""
+    import gymnasium as gym
+
+    from agents.envs import check_env_id
+
+    check_env_id(env_id)
+    if episodes < 1:
+        raise ConfigError(f"--episodes must be >= 1, got {episodes}")
+    env = gym.make(env_id)
+    env.action_space.seed(seed)
+    returns = []
+    try:
+        for episode in range(episodes):
+            env.reset(seed=seed + episode)
+            total, done = 0.0, False
+            while not done:
+                _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+                total += float(reward)
+                done = terminated or truncated
+            returns.append(total)
+    finally:
+        env.close()
+    return RandomScore(env_id, episodes, float(np.mean(returns)), float(np.std(returns)), seed)
+
+
+def save_random(score: RandomScore, path: Path = REFERENCE_DIR / "random.csv") -> None:
+    """Insert or replace the row of ``score.env_id``; rows stay sorted by env id."""
+    rows: dict[str, dict[str, str]] = {}
+    if path.exists():
+        with path.open(newline="") as handle:
+            rows = {row["env_id"]: row for row in csv.DictReader(handle)}
+
+    def version(package: str) -> str:
+        try:
+            return importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            return ""
+
+    rows[score.env_id] = {
+        "env_id": score.env_id,
+        "episodes": str(score.episodes),
+        "mean": f"{score.mean:.4f}",
+        "std": f"{score.std:.4f}",
+        "seed": str(score.seed),
+        "gymnasium": version("gymnasium"),
+        "mujoco": version("mujoco"),
+        "measured": datetime.date.today().isoformat(),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    with temporary.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=RANDOM_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows[key] for key in sorted(rows))
+    temporary.replace(path)

@@ -1,0 +1,184 @@
+"""Regression checks: store a suite's final scores as a baseline, rerun it later, compare.
+
+A rerun uses new seeds (the baseline's shifted by ``SEED_OFFSET``), so the check sees the same
+seed-to-seed noise a user would; re-using the baseline's seeds on the same machine would give
+identical numbers and hide it. Per (algorithm configuration, environment) the verdict is a
+**regression** when both hold:
+
+1. Welch's one-sided t-test (H1: the current mean is lower) rejects at ``alpha``, with the
+   Holm-Bonferroni correction over all comparisons of the check, so that the family-wise
+   false-alarm rate stays at ``alpha`` however many rows the suite has; and
+2. the drop is at least ``min_effect`` in normalized-score units (a fraction of reference -
+   random), so that a tiny but consistent shift does not fail a build.
+
+A configuration whose runs fail (or finish fewer than two seeds) is a regression too.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.api import ConfigError
+from benchmark import reference, stats, tracking
+from benchmark.records import RunRecord
+from benchmark.report import Group, group_records
+
+BASELINE_DIR = Path(__file__).resolve().parent.parent / "results" / "baselines"
+BASELINE_FORMAT = 1
+SEED_OFFSET = 100
+DEFAULT_ALPHA = 0.05
+DEFAULT_MIN_EFFECT = 0.1
+
+
+def group_key(group: Group) -> str:
+    return f"{group.label} @ {group.env_id}"
+
+
+def baseline_payload(suite_name: str, records: list[RunRecord], parent_run_id: str | None = None) -> dict[str, Any]:
+    """What ``make baseline`` stores: per configuration, each seed's final return, with the
+    code version and package versions that produced them."""
+    groups = []
+    for group in group_records(records):
+        spec = group.records[0].spec
+        groups.append(
+            {
+                "key": group_key(group),
+                "algo": group.algo,
+                "env_id": group.env_id,
+                "seeds": [r.spec.seed for r in group.records if r.finished],
+                "scores": [r.final_return for r in group.records if r.finished],
+                "failed": [r.spec.seed for r in group.records if not r.finished],
+                "run_keys": [r.spec.run_key for r in group.records],
+                "hyperparameters": spec.hyperparameters,
+                "budget": spec.budget.__dict__,
+            }
+        )
+    return {
+        "format": BASELINE_FORMAT,
+        "suite": suite_name,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "code": tracking.code_version(),
+        "versions": tracking.environment_tags(),
+        "mlflow_parent_run": parent_run_id,
+        "groups": groups,
+    }
+
+
+def write_baseline(payload: dict[str, Any], path: Path) -> None:
+    """Refuses a baseline with failed runs: it would make every later check meaningless."""
+    failed = [f"{g['key']} seeds {g['failed']}" for g in payload["groups"] if g["failed"]]
+    if failed:
+        raise ConfigError("not writing a baseline with unfinished runs: " + "; ".join(failed))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    temporary.replace(path)
+
+
+def load_baseline(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise ConfigError(f"no baseline at {path}; create it with `make baseline` (python -m benchmark baseline)")
+    try:
+        payload = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{path}: not valid JSON: {error}") from None
+    if payload.get("format") != BASELINE_FORMAT or "groups" not in payload:
+        raise ConfigError(f"{path}: not a reprorl baseline (format {BASELINE_FORMAT})")
+    return payload
+
+
+def regress_seeds(payload: dict[str, Any], offset: int = SEED_OFFSET) -> list[int]:
+    """The baseline's seeds shifted by ``offset``: fresh seeds, as many as the baseline had."""
+    seeds = sorted({seed for group in payload["groups"] for seed in group["seeds"]})
+    return [seed + offset for seed in seeds]
+
+
+@dataclass
+class Verdict:
+    key: str
+    env_id: str
+    baseline: list[float]
+    current: list[float]
+    scale: float
+    """Return units per normalized unit: reference - random (or the baseline's distance from random)."""
+    welch: stats.WelchResult | None = None
+    regressed: bool = False
+    improved: bool = False
+    note: str = ""
+
+    @property
+    def normalized_difference(self) -> float | None:
+        return None if self.welch is None else self.welch.difference / self.scale
+
+    def describe(self) -> str:
+        baseline = f"{np.mean(self.baseline):.1f}" if self.baseline else "—"
+        current = f"{np.mean(self.current):.1f}" if self.current else "—"
+        if self.welch is None:
+            return f"{self.key}: {self.note}"
+        w = self.welch
+        return (
+            f"{self.key}: final return {baseline} -> {current} ({w.difference:+.1f}, {self.normalized_difference:+.2f} normalized; "
+            f"95% CI of the difference [{w.low:+.1f}, {w.high:+.1f}]; one-sided Welch p = {w.p_value:.2g}){self.note}"
+        )
+
+
+def _scale(env_id: str, baseline: np.ndarray) -> float:
+    normalizer = reference.normalizer(env_id)
+    if normalizer.available:
+        return abs(normalizer.reference.mean - normalizer.random.mean)
+    if normalizer.random is not None and abs(baseline.mean() - normalizer.random.mean) > 0:
+        return abs(baseline.mean() - normalizer.random.mean)
+    return max(abs(float(baseline.mean())), 1.0)
+
+
+def compare(
+    payload: dict[str, Any],
+    records: list[RunRecord],
+    alpha: float = DEFAULT_ALPHA,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+) -> list[Verdict]:
+    """One verdict per configuration of the current runs, against the baseline's same key."""
+    if not 0 < alpha < 1:
+        raise ConfigError(f"--alpha must be in (0, 1), got {alpha}")
+    if min_effect < 0:
+        raise ConfigError(f"--min-effect must be >= 0, got {min_effect}")
+    baseline_groups = {group["key"]: group for group in payload["groups"]}
+    verdicts: list[Verdict] = []
+    for group in group_records(records):
+        key = group_key(group)
+        current = [float(s) for s in group.scores]
+        base = baseline_groups.get(key)
+        if base is None:
+            verdicts.append(Verdict(key, group.env_id, [], current, 1.0, note="not in the baseline (not compared)"))
+            continue
+        baseline = np.asarray(base["scores"], dtype=float)
+        verdict = Verdict(key, group.env_id, baseline.tolist(), current, _scale(group.env_id, baseline))
+        unfinished = [r.spec.seed for r in group.records if not r.finished]
+        changed = sorted(k for k, v in group.records[0].spec.hyperparameters.items() if base["hyperparameters"].get(k) != v)
+        if changed:
+            verdict.note = " [hyperparameters differ from the baseline's: " + ", ".join(
+                f"{k} {base['hyperparameters'].get(k)!r} -> {group.records[0].spec.hyperparameters[k]!r}" for k in changed
+            ) + "]"
+        if unfinished:
+            verdict.regressed = True
+            verdict.note = f"runs did not finish (seeds {unfinished}: {group.status_counts})" + verdict.note
+        if len(current) >= 2 and len(baseline) >= 2:
+            verdict.welch = stats.welch_less(current, baseline)
+        elif not unfinished:
+            verdict.note = "fewer than two seeds on one side (not compared)" + verdict.note
+        verdicts.append(verdict)
+
+    tested = [v for v in verdicts if v.welch is not None]
+    rejected = stats.holm([v.welch.p_value for v in tested], alpha) if tested else []
+    for verdict, significant in zip(tested, rejected):
+        drop = -verdict.normalized_difference
+        if significant and drop >= min_effect:
+            verdict.regressed = True
+        verdict.improved = not verdict.regressed and verdict.welch.low > 0 and verdict.normalized_difference >= min_effect
+    return verdicts

@@ -1,0 +1,345 @@
+"""The suite report: ``results/reports/<suite>/report.md`` and ``report.html`` with PNG plots.
+
+Built from the suite file (which runs belong in it) and MLflow (what became of each run):
+per environment, each algorithm's final score with a 95% bootstrap CI, its normalized score,
+the reference it is normalized with and where that comes from, the algorithm's own published
+score, seeds, steps/second and wall time; across environments, IQM / mean / median /
+optimality gap of normalized scores with stratified bootstrap CIs, performance profiles and
+probabilities of improvement. Unfinished runs (running, failed, killed, never started) are
+counted and listed, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmark import plots, reference, stats
+from benchmark.config import Suite
+from benchmark.records import RunRecord
+
+AGGREGATE_REPS = 20_000
+STATUS_ORDER = ("FINISHED", "RUNNING", "FAILED", "KILLED", "MISSING")
+
+
+@dataclass
+class Group:
+    """The seeds of one configuration of one algorithm on one environment."""
+
+    env_id: str
+    algo: str
+    label: str
+    records: list[RunRecord] = field(default_factory=list)
+
+    @property
+    def scores(self) -> np.ndarray:
+        """Final evaluation returns of the finished seeds."""
+        return np.array([r.final_return for r in self.records if r.finished], dtype=float)
+
+    @property
+    def status_counts(self) -> str:
+        counts = Counter("FINISHED" if r.finished else r.status for r in self.records)
+        return ", ".join(f"{counts[s]} {s.lower()}" for s in STATUS_ORDER if counts[s])
+
+
+def group_records(records: list[RunRecord]) -> list[Group]:
+    """Group by (environment, algorithm, hyperparameters, budget), in suite order; configurations
+    of one algorithm on one environment are labelled by the overrides that tell them apart."""
+    groups: dict[tuple[str, str, str], Group] = {}
+    for record in records:
+        spec = record.spec
+        identity = json.dumps({"hp": spec.hyperparameters, "budget": spec.budget.__dict__}, sort_keys=True)
+        key = (spec.env_id, spec.algo, identity)
+        groups.setdefault(key, Group(spec.env_id, spec.algo, spec.algo)).records.append(record)
+    by_algo_env: dict[tuple[str, str], list[Group]] = {}
+    for group in groups.values():
+        by_algo_env.setdefault((group.env_id, group.algo), []).append(group)
+    for variants in by_algo_env.values():
+        if len(variants) < 2:
+            continue
+        overrides = [v.records[0].spec.overrides for v in variants]
+        differing = sorted({k for o in overrides for k in o if any(o.get(k) != other.get(k) for other in overrides)})
+        for variant, override in zip(variants, overrides):
+            settings = ", ".join(f"{k}={override.get(k, 'default')}" for k in differing)
+            variant.label = f"{variant.algo} [{settings}]"
+    return list(groups.values())
+
+
+# ------------------------------------------------------------------------------------ documents
+
+
+class Document:
+    """Blocks rendered twice, as Markdown and as HTML, so both say exactly the same."""
+
+    def __init__(self) -> None:
+        self.blocks: list[tuple[str, Any]] = []
+
+    def heading(self, level: int, text: str) -> None:
+        self.blocks.append(("heading", (level, text)))
+
+    def paragraph(self, text: str) -> None:
+        self.blocks.append(("paragraph", text))
+
+    def table(self, headers: list[str], rows: list[list[str]]) -> None:
+        self.blocks.append(("table", (headers, rows)))
+
+    def image(self, relative_path: str, caption: str) -> None:
+        self.blocks.append(("image", (relative_path, caption)))
+
+    def markdown(self) -> str:
+        out = []
+        for kind, content in self.blocks:
+            if kind == "heading":
+                out.append("#" * content[0] + " " + content[1])
+            elif kind == "paragraph":
+                out.append(content)
+            elif kind == "table":
+                headers, rows = content
+                cell = lambda text: str(text).replace("|", "\\|")  # noqa: E731
+                lines = ["| " + " | ".join(map(cell, headers)) + " |", "|" + "---|" * len(headers)]
+                lines += ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
+                out.append("\n".join(lines))
+            else:
+                out.append(f"![{content[1]}]({content[0]})")
+        return "\n\n".join(out) + "\n"
+
+    def html(self, title: str) -> str:
+        body = []
+        for kind, content in self.blocks:
+            if kind == "heading":
+                body.append(f"<h{content[0]}>{html.escape(content[1])}</h{content[0]}>")
+            elif kind == "paragraph":
+                text = html.escape(content)
+                text = re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+                text = re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", text)
+                body.append(f"<p>{text}</p>")
+            elif kind == "table":
+                headers, rows = content
+                head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+                cells = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+                body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{cells}</tbody></table>")
+            else:
+                path, caption = (html.escape(part, quote=True) for part in content)
+                body.append(f'<figure><img src="{path}" alt="{caption}"><figcaption>{caption}</figcaption></figure>')
+        style = (
+            "body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+            "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}"
+            "th,td{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#f3f3f3}"
+            "img{max-width:100%}figcaption{font-size:0.85em;color:#555}"
+        )
+        return (
+            f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+        )
+
+
+# ------------------------------------------------------------------------------------ formatting
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "—" if value is None or not np.isfinite(value) else f"{value:,.{digits}f}"
+
+
+def _interval(interval: stats.Interval | None, digits: int = 1) -> str:
+    if interval is None:
+        return "—"
+    return f"{interval.estimate:,.{digits}f} [{interval.low:,.{digits}f}, {interval.high:,.{digits}f}]"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")
+
+
+# ------------------------------------------------------------------------------------ the report
+
+
+def write_report(suite: Suite, records: list[RunRecord], out_dir: Path, source: str, reference_dir: Path = reference.REFERENCE_DIR) -> Path:
+    """Write report.md, report.html and plots/*.png under ``out_dir``; returns report.md's path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plot_dir = out_dir / "plots"
+    for old in plot_dir.glob("*.png") if plot_dir.exists() else []:
+        old.unlink()  # a plot of an environment no longer in the suite must not linger
+    groups = group_records(records)
+    env_ids = list(dict.fromkeys(g.env_id for g in groups))
+    normalizers = {env_id: reference.normalizer(env_id, reference_dir) for env_id in env_ids}
+    scores_table = reference.load_scores(reference_dir / "scores.csv")
+
+    doc = Document()
+    doc.heading(1, f"Suite {suite.name}")
+    counts = Counter("FINISHED" if r.finished else r.status for r in records)
+    shas = Counter((r.git_sha or "unknown")[:10] for r in records if r.run_id)
+    doc.paragraph(
+        f"{suite.description}. Generated {datetime.datetime.now().isoformat(timespec='seconds')} from `{source}`; "
+        f"suite file `{suite.path.name}`, {len(records)} runs: "
+        + ", ".join(f"{counts[s]} {s.lower()}" for s in STATUS_ORDER if counts[s])
+        + ". Code versions of the runs: "
+        + (", ".join(f"`{sha}` ({n})" for sha, n in shas.most_common()) or "none")
+        + "."
+    )
+    doc.paragraph(
+        "Scores are the mean return of the final deterministic evaluation of each seed. Intervals are 95% "
+        "percentile-bootstrap confidence intervals over seeds (stratified by environment for aggregates). "
+        "Normalized score = (score − random) / (reference − random): 0 is a uniform random policy measured "
+        "here on the same environment version, 1 the task's reference, the best published score of the most "
+        "comparable protocol (deterministic final evaluation first, then training returns, then the maximum "
+        "over training); sources ran gym v1–v4, we run the versions named."
+    )
+
+    _aggregate_section(doc, groups, normalizers, plot_dir)
+    for env_id in env_ids:
+        _environment_section(doc, env_id, [g for g in groups if g.env_id == env_id], normalizers[env_id], scores_table, plot_dir)
+    _runs_section(doc, records)
+
+    markdown_path = out_dir / "report.md"
+    markdown_path.write_text(doc.markdown())
+    (out_dir / "report.html").write_text(doc.html(f"reprorl report: {suite.name}"))
+    return markdown_path
+
+
+def _aggregate_section(doc: Document, groups: list[Group], normalizers: dict[str, reference.Normalizer], plot_dir: Path) -> None:
+    doc.heading(2, "Across environments (normalized scores)")
+    per_label: dict[str, dict[str, np.ndarray]] = {}
+    for group in groups:
+        normalizer = normalizers[group.env_id]
+        if normalizer.available and len(group.scores):
+            per_label.setdefault(group.label, {})[group.env_id] = normalizer(group.scores)
+    skipped = sorted({env for env, n in normalizers.items() if not n.available})
+    if skipped:
+        doc.paragraph(
+            "Not in the aggregates (no normalization): "
+            + "; ".join(f"{env}: {normalizers[env].missing}" for env in skipped)
+            + "."
+        )
+    if not per_label:
+        doc.paragraph("No finished run on a normalized environment yet.")
+        return
+    intervals = {label: stats.aggregate_intervals(scores, reps=AGGREGATE_REPS) for label, scores in per_label.items()}
+    metrics = list(next(iter(intervals.values())))
+    rows = []
+    for label, scores in per_label.items():
+        runs = sum(len(v) for v in scores.values())
+        rows.append([label, str(len(scores)), str(runs), *(_interval(intervals[label][m], 2) for m in metrics)])
+    doc.table(["algorithm", "environments", "runs", *(f"{m} [95% CI]" for m in metrics)], rows)
+    doc.paragraph(
+        "IQM: mean of the middle 50% of all runs pooled; mean and median: over the environments' mean scores; "
+        "optimality gap: how far runs fall short of the reference (1 − mean of min(score, 1)); lower is better."
+    )
+    doc.image(f"plots/{plots.aggregate_intervals(intervals, plot_dir / 'aggregates.png').name}", "aggregate intervals")
+    highest = max(float(np.max(v)) for scores in per_label.values() for v in scores.values())
+    thresholds = np.linspace(0.0, max(1.25, highest * 1.05), 81)
+    profiles = {label: stats.performance_profile(scores, thresholds) for label, scores in per_label.items()}
+    doc.image(f"plots/{plots.performance_profiles(profiles, thresholds, plot_dir / 'profiles.png').name}", "performance profiles")
+
+    labels = list(per_label)
+    if len(labels) >= 2:
+        rows = []
+        for x in labels:
+            row = [x]
+            for y in labels:
+                shared = sorted(set(per_label[x]) & set(per_label[y]))
+                if x == y or not shared:
+                    row.append("—")
+                    continue
+                interval = stats.probability_of_improvement_interval(
+                    {e: per_label[x][e] for e in shared}, {e: per_label[y][e] for e in shared}
+                )
+                row.append(_interval(interval, 2))
+            rows.append(row)
+        doc.paragraph("Probability of improvement P(row > column) on the environments both ran, with 95% CIs:")
+        doc.table(["P(row > column)", *labels], rows)
+
+
+def _environment_section(
+    doc: Document,
+    env_id: str,
+    groups: list[Group],
+    normalizer: reference.Normalizer,
+    scores_table: tuple[reference.ReferenceScore, ...],
+    plot_dir: Path,
+) -> None:
+    doc.heading(2, env_id)
+    ref, random = normalizer.reference, normalizer.random
+    doc.paragraph(
+        "Reference: "
+        + (f"{ref.citation}, {ref.source_url}" if ref else "none published")
+        + ". Random policy: "
+        + (f"{random.mean:.2f} ± {random.std:.2f} over {random.episodes} episodes (measured here)" if random else "not measured")
+        + "."
+    )
+    rows = []
+    for group in groups:
+        scores = group.scores
+        final = stats.mean_interval(scores) if len(scores) else None
+        normalized = stats.mean_interval(normalizer(scores)) if len(scores) and normalizer.available else None
+        published = reference.published_score(group.algo, env_id, scores_table)
+        speeds = [r.steps_per_second for r in group.records if r.finished and r.steps_per_second]
+        walls = [r.wall_seconds for r in group.records if r.finished and r.wall_seconds]
+        rows.append(
+            [
+                group.label,
+                f"{len(scores)}/{len(group.records)}",
+                group.status_counts,
+                _interval(final),
+                _fmt(stats.iqm(scores)) if len(scores) else "—",
+                ", ".join(f"{s:.0f}" for s in scores) or "—",
+                _interval(normalized, 2),
+                published.citation if published else "—",
+                _fmt(float(np.mean(speeds)), 0) if speeds else "—",
+                _duration(float(np.mean(walls))) if walls else "—",
+            ]
+        )
+    doc.table(
+        ["algorithm", "seeds", "runs", "final return [95% CI]", "IQM", "per seed", "normalized [95% CI]",
+         "published (this algorithm)", "steps/s", "wall time (mean)"],
+        rows,
+    )
+    curves = {g.label: [r.curve for r in g.records if r.curve] for g in groups}
+    curves = {label: seeds for label, seeds in curves.items() if seeds}
+    if curves:
+        path = plots.learning_curves(
+            env_id,
+            curves,
+            plot_dir / f"curves_{_slug(env_id)}.png",
+            reference=(ref.mean, f"{ref.algo}, {ref.env_id}") if ref else None,
+            random=random.mean if random else None,
+        )
+        doc.image(f"plots/{path.name}", f"learning curves on {env_id}")
+
+
+def _runs_section(doc: Document, records: list[RunRecord]) -> None:
+    doc.heading(2, "Every run")
+    rows = []
+    for record in records:
+        spec = record.spec
+        status = "FINISHED" if record.finished else record.status
+        note = record.error or (f"{record.curve[-1][0]:,} of {spec.budget.total_steps:,} steps" if status == "RUNNING" and record.curve else "")
+        rows.append(
+            [
+                spec.algo,
+                spec.env_id,
+                str(spec.seed),
+                status,
+                _fmt(record.final_return),
+                _fmt(record.steps_per_second, 0),
+                _duration(record.wall_seconds),
+                spec.run_key,
+                record.run_id or "—",
+                (record.git_sha or "—")[:10],
+                note[:200],
+            ]
+        )
+    doc.table(["algorithm", "environment", "seed", "status", "final return", "steps/s", "wall", "run key", "MLflow run", "git sha", "note"], rows)

@@ -1,0 +1,134 @@
+"""Reference scores: the built table keeps every source column; the choice of reference; random scores."""
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmark import reference
+
+ROOT = Path(__file__).resolve().parent.parent
+SCORES = ROOT / "results" / "reference" / "scores.csv"
+
+
+def test_built_table_keeps_every_published_row_and_source_column():
+    with SCORES.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 496
+    assert list(rows[0])[: len(reference.SOURCE_COLUMNS)] == list(reference.SOURCE_COLUMNS)
+    assert set(reference.DERIVED_COLUMNS) <= set(rows[0])
+    assert all(row["source"] and row["source_url"].startswith("http") for row in rows)
+    if reference.SHARED_SCORES.exists():  # the committed table is what `reference build` makes today
+        with reference.SHARED_SCORES.open(newline="") as handle:
+            shared = list(csv.DictReader(handle))
+        assert [{k: r[k] for k in reference.SOURCE_COLUMNS} for r in rows] == shared
+
+
+def test_build_adds_derived_columns(tmp_path):
+    source = tmp_path / "in.csv"
+    with source.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=reference.SOURCE_COLUMNS)
+        writer.writeheader()
+        writer.writerow({**dict.fromkeys(reference.SOURCE_COLUMNS, ""), "source": "S", "algo": "PPO (cleanrl ppo.py)",
+                         "env_id": "HalfCheetah-v4", "metric": "mean of last 100 training episodic returns", "mean": "1442.6"})
+    assert reference.build(source, tmp_path / "out.csv") == 1
+    (row,) = csv.DictReader((tmp_path / "out.csv").open())
+    assert (row["env"], row["env_version"], row["algorithm"], row["protocol"], row["approximate"]) == (
+        "HalfCheetah", "v4", "ppo", "training_return", "false"
+    )
+
+
+@pytest.mark.parametrize(
+    "env_id,family",
+    [("HalfCheetah-v5", "HalfCheetah"), ("CartPole-v1", "CartPole"), ("Walker2d (gym -v2 class, D4RL walker2d-*)", "Walker2d"),
+     ("reprorl/CartPoleNoVel-v1", "reprorl/CartPoleNoVel")],
+)
+def test_env_family(env_id, family):
+    assert reference.env_family(env_id) == family
+
+
+@pytest.mark.parametrize(
+    "algo,metric,expected",
+    [
+        ("SAC", "mean_eval_episode_return (single trained agent; deterministic policy)", "final_eval"),
+        ("TD3", "average return over the last 10 evaluations over 10 trials, 1M steps", "final_eval"),
+        ("TD3", "max average return over 10 trials, 1M steps", "max_eval"),
+        ("PPO (PPO paper)", "approx. value read off published plots by Tianshou authors", "approx_plot"),
+        ("DQN (cleanrl dqn.py)", "average episodic return (training episodes)", "training_return"),
+        ("random policy", "mean episode return of uniform-random actions", "random"),
+    ],
+)
+def test_protocol_classification(algo, metric, expected):
+    assert reference.protocol_of(metric, reference.algorithm_of(algo)) == expected
+
+
+def _score(algo, mean, protocol, approximate=False, env="Hopper"):
+    return reference.ReferenceScore("src", "http://x", algo, f"{env}-v3", None, "m", mean, None, None, env, "v3",
+                                    reference.algorithm_of(algo), protocol, approximate)
+
+
+def test_reference_prefers_the_most_comparable_protocol_then_the_best_score():
+    table = (
+        _score("TD3", 3600.0, "max_eval"),
+        _score("PPO", 2400.0, "final_eval"),
+        _score("SAC", 2300.0, "final_eval"),
+        _score("SAC", 3300.0, "training_return"),
+        _score("PPO", 9000.0, "final_eval", env="HalfCheetah"),
+    )
+    assert reference.env_reference("Hopper-v5", table).mean == 2400.0  # final eval beats a higher max-over-training
+    assert reference.published_score("sac", "Hopper-v5", table).mean == 2300.0
+    assert reference.published_score("td3", "Hopper-v5", table).protocol == "max_eval"
+    assert reference.published_score("dqn", "Hopper-v5", table) is None
+    exact_first = (_score("TD3", 3700.0, "max_eval", approximate=True), _score("TD3", 3500.0, "max_eval"))
+    assert reference.env_reference("Hopper-v5", exact_first).mean == 3500.0
+
+
+def test_normalized_score_is_zero_at_random_and_one_at_the_reference():
+    norm = reference.Normalizer("Hopper-v5", reference.RandomScore("Hopper-v5", 10, 20.0, 5.0, 0), _score("PPO", 2420.0, "final_eval"))
+    np.testing.assert_allclose(norm(np.array([20.0, 2420.0, 1220.0])), [0.0, 1.0, 0.5])
+    missing = reference.Normalizer("X-v0", None, None)
+    assert not missing.available and "no published reference" in missing.missing and "reference random --env X-v0" in missing.missing
+    with pytest.raises(ValueError, match="no normalization for X-v0"):
+        missing(1.0)
+
+
+def test_every_suite_environment_has_a_measured_random_score():
+    from benchmark.config import available_suites, load_suite
+
+    random = reference.load_random()
+    env_ids = {spec.env_id for name in available_suites() for spec in load_suite(name).specs}
+    assert env_ids <= set(random), sorted(env_ids - set(random))
+    assert -300 < random["HalfCheetah-v5"].mean < -250  # JAT measured -285 on v4 the same way
+
+
+def test_random_policy_measurement_is_seeded_and_upserts(tmp_path):
+    first = reference.measure_random("CartPole-v1", episodes=5, seed=3)
+    assert first == reference.measure_random("CartPole-v1", episodes=5, seed=3)
+    assert 8 < first.mean < 60  # a random CartPole policy balances for ~22 steps
+    path = tmp_path / "random.csv"
+    reference.save_random(first, path)
+    reference.save_random(reference.measure_random("Acrobot-v1", episodes=1, seed=0), path)
+    reference.save_random(reference.RandomScore("CartPole-v1", 5, 99.0, 1.0, 3), path)
+    loaded = reference.load_random(path)
+    assert list(loaded) == ["Acrobot-v1", "CartPole-v1"] and loaded["CartPole-v1"].mean == 99.0
+
+
+def test_reference_random_cli_rejects_an_unknown_env_before_measuring():
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmark", "reference", "random", "--env", "CartPole-v1", "Nope-v9", "--episodes", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert completed.returncode == 2 and "unknown environment 'Nope-v9'" in completed.stderr
+    assert completed.stdout == ""
+
+
+def test_reference_show_lists_the_normalization_of_each_env():
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmark", "reference", "show", "--env", "CartPole-v1", "reprorl/CartPoleNoVel-v1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "SB3 RL Zoo" in completed.stdout and "no published score" in completed.stdout

@@ -1,0 +1,117 @@
+"""The suite report from MLflow: every run present in every state, plots that open, HTML that shows them."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+from mlflow.tracking import MlflowClient
+
+from benchmark import report
+from benchmark.config import load_suite
+from benchmark.records import RunRecord
+
+ROOT = Path(__file__).resolve().parent.parent
+
+REPORT_SUITE = """
+name: reportsuite
+description: two algorithms on two tasks
+seeds: [0, 1, 2, 3]
+budget: {total_steps: 512, eval_every: 256, eval_episodes: 2}
+experiments:
+  - algo: ppo
+    envs: [CartPole-v1, Pendulum-v1]
+    hyperparameters: {num_envs: 2, num_steps: 64, num_minibatches: 2, num_epochs: 2, hidden_sizes: [16, 16]}
+  - algo: a2c
+    envs: [CartPole-v1]
+    hyperparameters: {num_envs: 2, hidden_sizes: [16, 16]}
+"""
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchmark", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def test_report_of_a_small_suite_contains_every_run_and_plot(write_suite, tmp_path):
+    suite_path = write_suite(REPORT_SUITE, "reportsuite.yaml")
+    results = tmp_path / "results"
+    # seeds 0 and 1 train; seed 2 gets a run that failed and seed 3 one still going; nothing else
+    completed = run_cli("run", "--suite", str(suite_path), "--seeds", "0", "1", "--workers", "2", "--results-dir", str(results), cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    uri = f"sqlite:///{results / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("reportsuite").experiment_id
+    specs = {(s.algo, s.env_id, s.seed): s for s in load_suite(str(suite_path)).specs}
+    failed = client.create_run(experiment, tags={"run_key": specs["ppo", "CartPole-v1", 2].run_key, "error": "RuntimeError: boom"})
+    client.set_terminated(failed.info.run_id, "FAILED")
+    running = client.create_run(experiment, tags={"run_key": specs["ppo", "Pendulum-v1", 3].run_key})
+    client.log_metric(running.info.run_id, "eval/return_mean", -1234.5, step=256)
+
+    completed = run_cli("report", "--suite", str(suite_path), "--results-dir", str(results), cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    out = results / "reports" / "reportsuite"
+    markdown, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+
+    for spec in specs.values():  # every run of the suite, whatever became of it
+        assert spec.run_key in markdown and spec.run_key in page
+    assert "RuntimeError: boom" in markdown and "256 of 512 steps" in markdown
+    assert re.search(r"\| ppo \| CartPole-v1 \| 2 \| FAILED \|", markdown)
+    assert re.search(r"\| ppo \| Pendulum-v1 \| 3 \| RUNNING \|", markdown)
+    assert re.search(r"\| a2c \| CartPole-v1 \| 3 \| MISSING \|", markdown)
+    assert "2 finished, 1 failed, 1 missing" in markdown
+    assert "SB3 RL Zoo" in markdown  # the reference and its source
+    assert "## CartPole-v1" in markdown and "## Pendulum-v1" in markdown
+
+    pngs = sorted(out.glob("plots/*.png"))
+    names = {p.name for p in pngs}
+    assert {"curves_CartPole-v1.png", "curves_Pendulum-v1.png", "aggregates.png", "profiles.png"} <= names
+    for png in pngs:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert matplotlib.image.imread(png).shape[0] > 100
+        assert f'src="plots/{png.name}"' in page and f"(plots/{png.name})" in markdown
+    referenced = set(re.findall(r'src="plots/([^"]+)"', page))
+    assert referenced == names
+
+
+def test_unknown_suite_for_report_is_a_clear_error(tmp_path):
+    completed = run_cli("report", "--suite", "nonexistent", "--results-dir", str(tmp_path / "results"), cwd=ROOT)
+    assert completed.returncode == 2 and "unknown suite 'nonexistent'" in completed.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_variants_of_one_algorithm_are_labelled_by_what_differs(write_suite):
+    suite = load_suite(str(write_suite(
+        """
+        name: grid
+        seeds: 2
+        budget: {total_steps: 512, eval_every: 256}
+        experiments:
+          - algo: ppo
+            envs: [CartPole-v1]
+            grid: {learning_rate: [1.0e-3, 3.0e-4]}
+        """
+    )))
+    groups = report.group_records([RunRecord(spec) for spec in suite.specs])
+    assert [g.label for g in groups] == ["ppo [learning_rate=0.001]", "ppo [learning_rate=0.0003]"]
+    assert all(len(g.records) == 2 for g in groups)
+
+
+def test_group_scores_count_finished_runs_only(write_suite):
+    suite = load_suite(str(write_suite(
+        """
+        name: g
+        seeds: 3
+        budget: {total_steps: 512, eval_every: 256}
+        experiments: [{algo: ppo, envs: [CartPole-v1]}]
+        """
+    )))
+    records = [
+        RunRecord(suite.specs[0], status="FINISHED", final_return=100.0),
+        RunRecord(suite.specs[1], status="FAILED"),
+        RunRecord(suite.specs[2], status="RUNNING"),
+    ]
+    (group,) = report.group_records(records)
+    np.testing.assert_array_equal(group.scores, [100.0])
+    assert group.status_counts == "1 finished, 1 running, 1 failed"
