@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     regress.add_argument("--suite", default="ci", help="suite name or path (default ci)")
     regress.add_argument("--baseline", type=Path, help="baseline JSON (default results/baselines/<suite>.json)")
     regress.add_argument("--seeds", type=int, nargs="+", help="seeds to run (default: the baseline's shifted by 100)")
+    regress.add_argument("--algos", nargs="+", help="check only these algorithms' rows")
+    regress.add_argument("--envs", nargs="+", help="check only the rows on these environments")
     regress.add_argument("--workers", type=int, default=1, help="runs trained in parallel processes (default 1)")
     regress.add_argument("--alpha", type=float, default=0.05, help="family-wise false-alarm rate (Holm over rows; default 0.05)")
     regress.add_argument("--min-effect", type=float, default=0.1, help="smallest drop that counts, in normalized score (default 0.1)")
@@ -219,14 +221,15 @@ def command_regress(args: argparse.Namespace, console: Console) -> int:
     baseline_path = args.baseline or regress.BASELINE_DIR / f"{config.suite_path(args.suite).stem}.json"
     payload = regress.load_baseline(baseline_path)
     seeds = args.seeds or regress.regress_seeds(payload)
-    suite = config.load_suite(args.suite, seeds=seeds)
+    suite = config.load_suite(args.suite, seeds=seeds).select(args.algos, args.envs)
     regress.compare(payload, [], args.alpha, args.min_effect)  # argument errors before any training
     execution = _execute_suite(suite, args, console)
     verdicts = regress.compare(payload, _records(execution), args.alpha, args.min_effect)
 
     table = Table(title=f"regression check of suite {suite.name!r}: seeds {seeds} against the baseline of "
                   f"{payload['code']['git_sha'][:10]} ({payload['created']})")
-    for column in ("configuration", "baseline mean", "current mean", "difference [95% CI]", "normalized", "p (Welch, one-sided)", "verdict"):
+    for column in ("configuration", "baseline mean", "current mean", "difference [95% CI]", "normalized",
+                   "p (Welch, one-sided)", "P(current > baseline)", "verdict"):
         table.add_column(column)
     for v in verdicts:
         w = v.welch
@@ -238,6 +241,7 @@ def command_regress(args: argparse.Namespace, console: Console) -> int:
             f"{w.difference:+.1f} [{w.low:+.1f}, {w.high:+.1f}]" if w else "—",
             f"{v.normalized_difference:+.2f}" if w else "—",
             f"{w.p_value:.2g}" if w else "—",
+            f"{v.improvement.estimate:.2f} [{v.improvement.low:.2f}, {v.improvement.high:.2f}]" if v.improvement else "—",
             verdict,
         )
     console.print(table)

@@ -108,6 +108,8 @@ class Verdict:
     scale: float
     """Return units per normalized unit: reference - random (or the baseline's distance from random)."""
     welch: stats.WelchResult | None = None
+    improvement: stats.Interval | None = None
+    """P(current > baseline): a seed of the current code beating a seed of the baseline."""
     regressed: bool = False
     improved: bool = False
     note: str = ""
@@ -124,7 +126,8 @@ class Verdict:
         w = self.welch
         return (
             f"{self.key}: final return {baseline} -> {current} ({w.difference:+.1f}, {self.normalized_difference:+.2f} normalized; "
-            f"95% CI of the difference [{w.low:+.1f}, {w.high:+.1f}]; one-sided Welch p = {w.p_value:.2g}){self.note}"
+            f"95% CI of the difference [{w.low:+.1f}, {w.high:+.1f}]; one-sided Welch p = {w.p_value:.2g}; "
+            f"P(current > baseline) = {self.improvement}){self.note}"
         )
 
 
@@ -170,6 +173,7 @@ def compare(
             verdict.note = f"runs did not finish (seeds {unfinished}: {group.status_counts})" + verdict.note
         if len(current) >= 2 and len(baseline) >= 2:
             verdict.welch = stats.welch_less(current, baseline)
+            verdict.improvement = stats.probability_of_improvement_interval({key: current}, {key: baseline.tolist()})
         elif not unfinished:
             verdict.note = "fewer than two seeds on one side (not compared)" + verdict.note
         verdicts.append(verdict)

@@ -1,4 +1,4 @@
-"""Micro-benchmarks (pytest-benchmark): run with `make perf`, never as timed tests."""
+"""Micro-benchmarks (pytest-benchmark): buffers, GAE, updates; run with `make perf`, never as timed tests."""
 
 import torch
 
