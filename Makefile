@@ -52,12 +52,15 @@ PERF_PYTEST = $(BIN)/python -m pytest benchmarks -p no:xdist --benchmark-enable 
 	--benchmark-columns=min,median,mean,ops,rounds --benchmark-sort=fullname
 
 # store the micro-benchmarks' timings as the speed baseline (commit results/perf/baseline)
+# (timed into a temporary directory that replaces the stored one only when every benchmark ran)
 perf-baseline: $(STAMP)
-	rm -rf $(PERF_BASELINE)
-	$(PERF_PYTEST) --benchmark-storage=file://$(PERF_BASELINE) --benchmark-save=baseline $(ARGS)
+	rm -rf $(PERF_BASELINE).new
+	$(PERF_PYTEST) --benchmark-storage=file://$(PERF_BASELINE).new --benchmark-save=baseline $(ARGS)
+	rm -rf $(PERF_BASELINE) && mv $(PERF_BASELINE).new $(PERF_BASELINE)
 
 # fail when a micro-benchmark's median is slower than the baseline by more than PERF_FACTOR
 perf-regress: $(STAMP)
+	@test -d $(PERF_BASELINE) || { echo "no speed baseline in $(PERF_BASELINE): run make perf-baseline first"; exit 2; }
 	$(PERF_PYTEST) --benchmark-storage=file://$(PERF_BASELINE) --benchmark-compare \
 		--benchmark-compare-fail=median:$(PERF_FACTOR) $(ARGS)
 

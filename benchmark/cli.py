@@ -171,9 +171,9 @@ def _execute_suite(suite, args: argparse.Namespace, console: Console):
 
 def _records(execution) -> list:
     """The runner's outcomes as report records (no MLflow round trip needed)."""
-    from benchmark.records import RunRecord
+    from benchmark.records import RunRecord, mark_unusable
 
-    return [
+    records = [
         RunRecord(
             o.spec,
             status=o.status,
@@ -184,6 +184,9 @@ def _records(execution) -> list:
         )
         for o in execution.outcomes
     ]
+    for record in records:
+        mark_unusable(record)
+    return records
 
 
 def command_report(args: argparse.Namespace, console: Console) -> int:
@@ -224,7 +227,7 @@ def command_regress(args: argparse.Namespace, console: Console) -> int:
     suite = config.load_suite(args.suite, seeds=seeds).select(args.algos, args.envs)
     regress.compare(payload, [], args.alpha, args.min_effect)  # argument errors before any training
     execution = _execute_suite(suite, args, console)
-    verdicts = regress.compare(payload, _records(execution), args.alpha, args.min_effect)
+    verdicts = regress.compare(payload, _records(execution), args.alpha, args.min_effect, args.algos, args.envs)
 
     table = Table(title=f"regression check of suite {suite.name!r}: seeds {seeds} against the baseline of "
                   f"{payload['code']['git_sha'][:10]} ({payload['created']})")

@@ -29,9 +29,8 @@ def learning_curves(
     path: Path,
     reference: tuple[float, str] | None = None,
     random: float | None = None,
-    seed: int = 0,
 ) -> Path:
-    """Mean evaluation return against env steps, one line per label with a 95% bootstrap
+    """Mean evaluation return against env steps, one line per label with a 95% Student-t
     band over seeds; ``curves[label]`` holds each seed's [(step, return), ...]. At each step
     only the seeds that reached it count (runs still going have shorter curves)."""
     figure, axes = plt.subplots(figsize=(7, 4.2))
@@ -40,7 +39,7 @@ def learning_curves(
         if not steps:
             continue
         by_step = [[dict(curve)[step] for curve in seeds if step in dict(curve)] for step in steps]
-        intervals = [stats.mean_interval(values, reps=1_000, seed=seed) for values in by_step]
+        intervals = [stats.t_interval(values) for values in by_step]
         color = COLORS[index % len(COLORS)]
         axes.plot(steps, [i.estimate for i in intervals], color=color, label=f"{label} (n={len(seeds)})")
         axes.fill_between(steps, [i.low for i in intervals], [i.high for i in intervals], color=color, alpha=0.2, linewidth=0)

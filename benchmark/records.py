@@ -8,6 +8,7 @@ shown as such. A spec with no run at all is ``MISSING``.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,10 +34,24 @@ class RunRecord:
     git_sha: str | None = None
     attempts: int = 0
     """MLflow runs with this run key (re-launches included)."""
+    latest_status: str | None = None
+    """Status of the most recent attempt, when it is not the one reported (a newer re-launch
+    that failed or is still going, say)."""
 
     @property
     def finished(self) -> bool:
         return self.status == "FINISHED" and self.final_return is not None
+
+
+def mark_unusable(record: RunRecord) -> None:
+    """A FINISHED run without a finite final return cannot be scored: it counts as FAILED."""
+    if record.status != "FINISHED":
+        return
+    if record.final_return is None:
+        record.status, record.error = "FAILED", "finished without a final evaluation"
+    elif not math.isfinite(record.final_return):
+        record.status, record.error = "FAILED", f"final evaluation return is {record.final_return}"
+        record.final_return = None
 
 
 def _search_all(client: Any, experiment_id: str, query: str) -> list[Any]:
@@ -70,9 +85,10 @@ def collect(suite: Suite, tracking_uri: str, with_curves: bool = True) -> list[R
         metrics = chosen.data.metrics
         record.run_id = chosen.info.run_id
         record.status = chosen.info.status
+        if chosen is not candidates[0]:
+            record.latest_status = candidates[0].info.status
         record.final_return = metrics.get("final/eval_return_mean") if record.status == "FINISHED" else None
-        if record.status == "FINISHED" and record.final_return is None:
-            record.status, record.error = "FAILED", "finished without a final evaluation"
+        mark_unusable(record)
         record.steps_per_second = metrics.get("final/steps_per_second", metrics.get("perf/steps_per_second"))
         record.wall_seconds = metrics.get("final/wall_seconds")
         if record.wall_seconds is None and chosen.info.end_time and chosen.info.start_time:

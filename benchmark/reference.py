@@ -18,7 +18,9 @@ the exact environment versions it runs (``python -m benchmark reference random``
 A normalized score is ``(score - random) / (reference - random)``: 0 is the random policy,
 1 the reference. One reference per task serves every algorithm, so aggregates across
 algorithms compare like with like (as rliable does with one human score per Atari game):
-the best published score of the most comparable protocol (see ``env_reference``).
+the best published score of the most comparable tier: multi-seed final evaluations, then
+multi-seed training returns, then single-agent final evaluations, then maxima over training,
+then plot readings (see ``_rank``).
 """
 
 from __future__ import annotations
@@ -66,11 +68,17 @@ class ReferenceScore:
     approximate: bool
 
     @property
+    def multi_seed(self) -> bool:
+        """Aggregated over at least 3 independent runs (the SB3 Zoo rows are one trained agent)."""
+        return (self.n_seeds or 0) >= 3 or ">=3 seeds" in self.metric
+
+    @property
     def citation(self) -> str:
         """Short form for tables: value, source, env version, protocol."""
         approx = "~" if self.approximate else ""
         budget = f", {self.budget_steps / 1e6:g}M steps" if self.budget_steps else ""
-        return f"{approx}{self.mean:.1f} ({self.source}; {self.algo}, {self.env_id}{budget}; {self.protocol})"
+        seeds = f", {self.n_seeds} seeds" if self.n_seeds else ""
+        return f"{approx}{self.mean:.1f} ({self.source}; {self.algo}, {self.env_id}{budget}{seeds}; {self.protocol})"
 
 
 @dataclass(frozen=True)
@@ -149,15 +157,28 @@ def protocol_of(metric: str, algorithm: str) -> str:
 
 
 def build(source: Path = SHARED_SCORES, destination: Path = REFERENCE_DIR / "scores.csv") -> int:
-    """Write ``destination`` from the shared table: every source column, plus the derived ones."""
+    """Write ``destination`` from the shared table: every source column, plus the derived ones.
+
+    Every row is checked before anything is written, and the file is replaced atomically, so a
+    malformed source never damages the table already there."""
     with source.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    missing = [column for column in SOURCE_COLUMNS if rows and column not in rows[0]]
+        reader = csv.DictReader(handle)
+        fields = list(reader.fieldnames or [])
+        rows = list(reader)
+    missing = [column for column in SOURCE_COLUMNS if column not in fields]
     if missing:
-        raise ConfigError(f"{source}: missing columns {', '.join(missing)}")
+        raise ConfigError(f"{source}: missing columns {', '.join(missing)}; expected {', '.join(SOURCE_COLUMNS)}")
+    if not rows:
+        raise ConfigError(f"{source}: no rows")
+    for line, row in enumerate(rows, start=2):
+        if None in row or any(value is None for value in row.values()):
+            raise ConfigError(f"{source}:{line}: expected {len(fields)} fields, the row has a different number")
+        if _number(row["mean"]) is None:
+            raise ConfigError(f"{source}:{line}: mean {row['mean']!r} is not a number")
     destination.parent.mkdir(parents=True, exist_ok=True)
-    with destination.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[*rows[0].keys(), *DERIVED_COLUMNS])
+    temporary = destination.with_suffix(".tmp")
+    with temporary.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[*fields, *DERIVED_COLUMNS])
         writer.writeheader()
         for row in rows:
             algorithm = algorithm_of(row["algo"])
@@ -172,6 +193,7 @@ def build(source: Path = SHARED_SCORES, destination: Path = REFERENCE_DIR / "sco
                     "approximate": str(approximate).lower(),
                 }
             )
+    temporary.replace(destination)
     return len(rows)
 
 
@@ -185,10 +207,15 @@ def _number(text: str) -> float | None:
         return None
 
 
-@functools.lru_cache(maxsize=4)
 def load_scores(path: Path = REFERENCE_DIR / "scores.csv") -> tuple[ReferenceScore, ...]:
+    """Every published score with a numeric mean (cached until the file changes)."""
     if not path.exists():
         raise ConfigError(f"{path} does not exist; build it with: python -m benchmark reference build")
+    return _load_scores(path, path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_scores(path: Path, modified: int) -> tuple[ReferenceScore, ...]:
     scores = []
     with path.open(newline="") as handle:
         for row in csv.DictReader(handle):
@@ -228,18 +255,30 @@ def load_random(path: Path = REFERENCE_DIR / "random.csv") -> dict[str, RandomSc
         }
 
 
+def _rank(score: ReferenceScore) -> int:
+    """Comparability tiers: a final evaluation over >= 3 seeds (as we measure), training
+    returns over >= 3 seeds, a final evaluation of one agent (SB3 Zoo), the best evaluation
+    during training (optimistic), values read off plots."""
+    if score.protocol == "approx_plot" or score.approximate:
+        return 4
+    if score.protocol == "max_eval":
+        return 3
+    if score.protocol == "final_eval":
+        return 0 if score.multi_seed else 2
+    return 1 if score.multi_seed else 2
+
+
 def _best(candidates: list[ReferenceScore]) -> ReferenceScore | None:
-    """The most comparable protocol first, exact values before approximate ones, then the highest score."""
+    """The most comparable tier first (see ``_rank``), then the highest score within it."""
     ranked = [score for score in candidates if score.protocol in PROTOCOL_PREFERENCE]
     if not ranked:
         return None
-    return min(ranked, key=lambda s: (PROTOCOL_PREFERENCE.index(s.protocol), s.approximate, -s.mean))
+    return min(ranked, key=lambda s: (_rank(s), -s.mean))
 
 
 def env_reference(env_id: str, scores: tuple[ReferenceScore, ...] | None = None) -> ReferenceScore | None:
     """The task's reference for normalization: the best published score of the most
-    comparable protocol (deterministic final evaluation, then training returns, then the
-    max over training, then plot readings), over every algorithm, any env version."""
+    comparable tier (see ``_rank``), over every algorithm, any env version."""
     scores = load_scores() if scores is None else scores
     return _best([score for score in scores if score.env == env_family(env_id)])
 

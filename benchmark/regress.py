@@ -145,8 +145,13 @@ def compare(
     records: list[RunRecord],
     alpha: float = DEFAULT_ALPHA,
     min_effect: float = DEFAULT_MIN_EFFECT,
+    algos: list[str] | None = None,
+    envs: list[str] | None = None,
 ) -> list[Verdict]:
-    """One verdict per configuration of the current runs, against the baseline's same key."""
+    """One verdict per configuration of the current runs, against the baseline's same key; and
+    one per baseline configuration (of ``algos`` on ``envs``, None: all) that the current runs
+    did not cover, which counts as a regression: a check that silently compares nothing (after
+    a configuration was renamed or dropped, say) must not pass."""
     if not 0 < alpha < 1:
         raise ConfigError(f"--alpha must be in (0, 1), got {alpha}")
     if min_effect < 0:
@@ -163,10 +168,13 @@ def compare(
         baseline = np.asarray(base["scores"], dtype=float)
         verdict = Verdict(key, group.env_id, baseline.tolist(), current, _scale(group.env_id, baseline))
         unfinished = [r.spec.seed for r in group.records if not r.finished]
-        changed = sorted(k for k, v in group.records[0].spec.hyperparameters.items() if base["hyperparameters"].get(k) != v)
+        spec = group.records[0].spec
+        current_settings = {**spec.hyperparameters, **{f"budget.{k}": v for k, v in spec.budget.__dict__.items()}}
+        baseline_settings = {**base["hyperparameters"], **{f"budget.{k}": v for k, v in base["budget"].items()}}
+        changed = sorted(k for k, v in current_settings.items() if baseline_settings.get(k) != v)
         if changed:
-            verdict.note = " [hyperparameters differ from the baseline's: " + ", ".join(
-                f"{k} {base['hyperparameters'].get(k)!r} -> {group.records[0].spec.hyperparameters[k]!r}" for k in changed
+            verdict.note = " [settings differ from the baseline's: " + ", ".join(
+                f"{k} {baseline_settings.get(k)!r} -> {current_settings[k]!r}" for k in changed
             ) + "]"
         if unfinished:
             verdict.regressed = True
@@ -177,6 +185,15 @@ def compare(
         elif not unfinished:
             verdict.note = "fewer than two seeds on one side (not compared)" + verdict.note
         verdicts.append(verdict)
+
+    compared = {v.key for v in verdicts}
+    for key, base in baseline_groups.items():
+        selected = (algos is None or base["algo"] in algos) and (envs is None or base["env_id"] in envs)
+        if selected and key not in compared:
+            verdicts.append(
+                Verdict(key, base["env_id"], list(base["scores"]), [], 1.0, regressed=True,
+                        note="in the baseline but not run now (renamed or removed? re-create the baseline with make baseline)")
+            )
 
     tested = [v for v in verdicts if v.welch is not None]
     rejected = stats.holm([v.welch.p_value for v in tested], alpha) if tested else []

@@ -65,11 +65,11 @@ def group_records(records: list[RunRecord]) -> list[Group]:
     for variants in by_algo_env.values():
         if len(variants) < 2:
             continue
-        overrides = [v.records[0].spec.overrides for v in variants]
-        differing = sorted({k for o in overrides for k in o if any(o.get(k) != other.get(k) for other in overrides)})
-        for variant, override in zip(variants, overrides):
-            settings = ", ".join(f"{k}={override.get(k, 'default')}" for k in differing)
-            variant.label = f"{variant.algo} [{settings}]"
+        settings = [{**v.records[0].spec.overrides, **{f"budget.{k}": b for k, b in v.records[0].spec.budget.__dict__.items()}} for v in variants]
+        differing = sorted({k for o in settings for k in o if any(o.get(k) != other.get(k) for other in settings)})
+        for number, (variant, setting) in enumerate(zip(variants, settings), start=1):
+            described = ", ".join(f"{k}={setting.get(k, 'default')}" for k in differing) or f"variant {number}"
+            variant.label = f"{variant.algo} [{described}]"
     return list(groups.values())
 
 
@@ -103,7 +103,7 @@ class Document:
                 out.append(content)
             elif kind == "table":
                 headers, rows = content
-                cell = lambda text: str(text).replace("|", "\\|")  # noqa: E731
+                cell = lambda text: " ".join(str(text).split()).replace("|", "\\|")  # noqa: E731
                 lines = ["| " + " | ".join(map(cell, headers)) + " |", "|" + "---|" * len(headers)]
                 lines += ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
                 out.append("\n".join(lines))
@@ -171,8 +171,7 @@ def write_report(suite: Suite, records: list[RunRecord], out_dir: Path, source: 
     """Write report.md, report.html and plots/*.png under ``out_dir``; returns report.md's path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     plot_dir = out_dir / "plots"
-    for old in plot_dir.glob("*.png") if plot_dir.exists() else []:
-        old.unlink()  # a plot of an environment no longer in the suite must not linger
+    previous_plots = set(plot_dir.glob("*.png")) if plot_dir.exists() else set()
     groups = group_records(records)
     env_ids = list(dict.fromkeys(g.env_id for g in groups))
     normalizers = {env_id: reference.normalizer(env_id, reference_dir) for env_id in env_ids}
@@ -191,12 +190,15 @@ def write_report(suite: Suite, records: list[RunRecord], out_dir: Path, source: 
         + "."
     )
     doc.paragraph(
-        "Scores are the mean return of the final deterministic evaluation of each seed. Intervals are 95% "
-        "percentile-bootstrap confidence intervals over seeds (stratified by environment for aggregates). "
+        "Scores are the mean return of the final deterministic evaluation of each seed. Per environment, "
+        "intervals are 95% Student-t confidence intervals of the mean over seeds (with 3-10 seeds a percentile "
+        "bootstrap would cover well below 95%); aggregates across environments use the stratified percentile "
+        "bootstrap of Agarwal et al. (2021). "
         "Normalized score = (score − random) / (reference − random): 0 is a uniform random policy measured "
         "here on the same environment version, 1 the task's reference, the best published score of the most "
-        "comparable protocol (deterministic final evaluation first, then training returns, then the maximum "
-        "over training); sources ran gym v1–v4, we run the versions named."
+        "comparable kind: final evaluations over ≥3 seeds, then training returns over ≥3 seeds, then single-agent "
+        "final evaluations, then maxima over training, then values read off plots; budgets differ from ours "
+        "and are named; sources ran gym v1–v4, we run the versions named."
     )
 
     _aggregate_section(doc, groups, normalizers, plot_dir)
@@ -207,6 +209,9 @@ def write_report(suite: Suite, records: list[RunRecord], out_dir: Path, source: 
     markdown_path = out_dir / "report.md"
     markdown_path.write_text(doc.markdown())
     (out_dir / "report.html").write_text(doc.html(f"reprorl report: {suite.name}"))
+    referenced = {out_dir / content[0] for kind, content in doc.blocks if kind == "image"}
+    for stale in previous_plots - referenced:  # e.g. an environment no longer in the suite
+        stale.unlink()
     return markdown_path
 
 
@@ -245,7 +250,8 @@ def _aggregate_section(doc: Document, groups: list[Group], normalizers: dict[str
     doc.image(f"plots/{plots.performance_profiles(profiles, thresholds, plot_dir / 'profiles.png').name}", "performance profiles")
 
     labels = list(per_label)
-    if len(labels) >= 2:
+    shares = any(set(per_label[x]) & set(per_label[y]) for x in labels for y in labels if x != y)
+    if shares:
         rows = []
         for x in labels:
             row = [x]
@@ -283,8 +289,8 @@ def _environment_section(
     rows = []
     for group in groups:
         scores = group.scores
-        final = stats.mean_interval(scores) if len(scores) else None
-        normalized = stats.mean_interval(normalizer(scores)) if len(scores) and normalizer.available else None
+        final = stats.t_interval(scores) if len(scores) else None
+        normalized = stats.t_interval(normalizer(scores)) if len(scores) and normalizer.available else None
         published = reference.published_score(group.algo, env_id, scores_table)
         speeds = [r.steps_per_second for r in group.records if r.finished and r.steps_per_second]
         walls = [r.wall_seconds for r in group.records if r.finished and r.wall_seconds]
@@ -307,7 +313,8 @@ def _environment_section(
          "published (this algorithm)", "steps/s", "wall time (mean)"],
         rows,
     )
-    curves = {g.label: [r.curve for r in g.records if r.curve] for g in groups}
+    # finished runs and runs still going; a failed run's partial curve would drag the mean
+    curves = {g.label: [r.curve for r in g.records if r.curve and (r.finished or r.status == "RUNNING")] for g in groups}
     curves = {label: seeds for label, seeds in curves.items() if seeds}
     if curves:
         path = plots.learning_curves(
@@ -327,6 +334,8 @@ def _runs_section(doc: Document, records: list[RunRecord]) -> None:
         spec = record.spec
         status = "FINISHED" if record.finished else record.status
         note = record.error or (f"{record.curve[-1][0]:,} of {spec.budget.total_steps:,} steps" if status == "RUNNING" and record.curve else "")
+        if record.latest_status:
+            note = f"a newer attempt is {record.latest_status}; " + note
         rows.append(
             [
                 spec.algo,
@@ -338,8 +347,9 @@ def _runs_section(doc: Document, records: list[RunRecord]) -> None:
                 _duration(record.wall_seconds),
                 spec.run_key,
                 record.run_id or "—",
+                str(record.attempts),
                 (record.git_sha or "—")[:10],
                 note[:200],
             ]
         )
-    doc.table(["algorithm", "environment", "seed", "status", "final return", "steps/s", "wall", "run key", "MLflow run", "git sha", "note"], rows)
+    doc.table(["algorithm", "environment", "seed", "status", "final return", "steps/s", "wall", "run key", "MLflow run", "attempts", "git sha", "note"], rows)

@@ -240,6 +240,25 @@ def iqm_interval(values: ArrayLike, reps: int = 10_000, confidence: float = 0.95
     return stratified_bootstrap({"values": values}, _batched_iqm, reps, confidence, seed)
 
 
+def t_interval(values: ArrayLike, confidence: float = 0.95) -> Interval:
+    """Mean of one task's runs, shape (n,), with Student's t interval: mean ± t(n-1) · s / sqrt(n).
+
+    With the 3-10 seeds of a typical benchmark row the percentile bootstrap covers well below
+    its nominal level (about 85% at n = 5 for a nominal 95%); the t interval is exact for normal
+    scores and close to nominal for the skewed ones RL gives. One run, or identical runs, give
+    the degenerate interval low = high = estimate."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    runs = _validated_runs(values, "values")
+    mean = float(runs.mean())
+    if runs.size < 2 or np.all(runs == runs[0]):
+        return Interval(mean, mean, mean)
+    from scipy import stats
+
+    half_width = float(stats.t.ppf(0.5 + confidence / 2.0, runs.size - 1) * runs.std(ddof=1) / np.sqrt(runs.size))
+    return Interval(mean, mean - half_width, mean + half_width)
+
+
 # ---------------------------------------------------------------- probability of improvement
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from agents.api import ConfigError
 from benchmark import reference
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,25 +66,41 @@ def test_protocol_classification(algo, metric, expected):
     assert reference.protocol_of(metric, reference.algorithm_of(algo)) == expected
 
 
-def _score(algo, mean, protocol, approximate=False, env="Hopper"):
-    return reference.ReferenceScore("src", "http://x", algo, f"{env}-v3", None, "m", mean, None, None, env, "v3",
+def _score(algo, mean, protocol, approximate=False, env="Hopper", seeds=None):
+    return reference.ReferenceScore("src", "http://x", algo, f"{env}-v3", None, "m", mean, None, seeds, env, "v3",
                                     reference.algorithm_of(algo), protocol, approximate)
 
 
-def test_reference_prefers_the_most_comparable_protocol_then_the_best_score():
+def test_reference_prefers_the_most_comparable_kind_then_the_best_score():
     table = (
-        _score("TD3", 3600.0, "max_eval"),
-        _score("PPO", 2400.0, "final_eval"),
-        _score("SAC", 2300.0, "final_eval"),
-        _score("SAC", 3300.0, "training_return"),
-        _score("PPO", 9000.0, "final_eval", env="HalfCheetah"),
+        _score("TD3", 3600.0, "max_eval", seeds=10),
+        _score("PPO", 2400.0, "final_eval", seeds=1),
+        _score("SAC", 2300.0, "final_eval", seeds=1),
+        _score("PPO", 9000.0, "final_eval", env="HalfCheetah", seeds=1),
     )
-    assert reference.env_reference("Hopper-v5", table).mean == 2400.0  # final eval beats a higher max-over-training
+    assert reference.env_reference("Hopper-v5", table).mean == 2400.0  # a final evaluation beats a higher max over training
     assert reference.published_score("sac", "Hopper-v5", table).mean == 2300.0
     assert reference.published_score("td3", "Hopper-v5", table).protocol == "max_eval"
     assert reference.published_score("dqn", "Hopper-v5", table) is None
+    multi_seed = table + (_score("SAC", 2000.0, "training_return", seeds=3),)
+    assert reference.env_reference("Hopper-v5", multi_seed).mean == 2000.0  # 3 seeds beat one agent's higher score
+    multi_final = multi_seed + (_score("TD3", 1900.0, "final_eval", seeds=10),)
+    assert reference.env_reference("Hopper-v5", multi_final).mean == 1900.0
     exact_first = (_score("TD3", 3700.0, "max_eval", approximate=True), _score("TD3", 3500.0, "max_eval"))
     assert reference.env_reference("Hopper-v5", exact_first).mean == 3500.0
+
+
+def test_a_malformed_source_leaves_the_table_untouched(tmp_path):
+    destination = tmp_path / "scores.csv"
+    destination.write_text("kept\n")
+    short_row = tmp_path / "short.csv"
+    short_row.write_text(",".join(reference.SOURCE_COLUMNS) + "\nS,http://x,PPO,CartPole-v1\n")
+    empty = tmp_path / "empty.csv"
+    empty.write_text(",".join(reference.SOURCE_COLUMNS) + "\n")
+    for source, message in ((short_row, "short.csv:2: expected 11 fields"), (empty, "no rows")):
+        with pytest.raises(ConfigError, match=message):
+            reference.build(source, destination)
+    assert destination.read_text() == "kept\n"
 
 
 def test_normalized_score_is_zero_at_random_and_one_at_the_reference():
@@ -131,4 +148,4 @@ def test_reference_show_lists_the_normalization_of_each_env():
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert completed.returncode == 0, completed.stderr
-    assert "SB3 RL Zoo" in completed.stdout and "no published score" in completed.stdout
+    assert "CleanRL" in completed.stdout and "no published score" in completed.stdout

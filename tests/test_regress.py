@@ -89,17 +89,71 @@ def test_changed_hyperparameters_are_named(write_suite):
     assert "learning_rate 0.0003 -> 0.001" in verdict.describe()
 
 
-def test_null_false_alarm_rate_is_controlled():
-    """Same distribution on both sides (the noise of a half-solved task): alarms stay below alpha."""
+GRID_SUITE = """
+name: grid
+seeds: 5
+budget: {total_steps: 16384, eval_every: 16384}
+experiments:
+  - algo: ppo
+    envs: [CartPole-v1]
+    grid: {learning_rate: [1.0e-3, 2.0e-3, 3.0e-3, 4.0e-3]}
+"""
+
+
+def test_null_false_alarm_rate_of_a_four_row_check_is_controlled(write_suite):
+    """Four rows whose current and baseline scores come from the same distribution (a
+    half-solved task's noise): the whole check alarms in at most ~alpha of trials."""
+    specs = load_suite(str(write_suite(GRID_SUITE))).specs
     rng = np.random.default_rng(0)
-    scale = 500.0 - 23.68
-    alarms = 0
-    trials = 400
+    trials, alarms = 200, 0
     for _ in range(trials):
-        baseline, current = rng.normal(350, 120, 5), rng.normal(350, 120, 5)
-        result = regress.stats.welch_less(current, baseline)
-        alarms += result.p_value < 0.05 and -result.difference / scale >= 0.1
+        baseline = [RunRecord(spec, status="FINISHED", final_return=float(rng.normal(350, 120))) for spec in specs]
+        payload = regress.baseline_payload("grid", baseline)
+        current = [RunRecord(spec, status="FINISHED", final_return=float(rng.normal(350, 120))) for spec in specs]
+        verdicts = regress.compare(payload, current)
+        assert len(verdicts) == 4
+        alarms += any(v.regressed for v in verdicts)
     assert alarms / trials <= 0.06
+
+
+def test_holm_keeps_a_clear_regression_among_several_rows(write_suite):
+    specs = load_suite(str(write_suite(GRID_SUITE))).specs
+    baseline = [RunRecord(spec, status="FINISHED", final_return=480.0 + spec.seed) for spec in specs]
+    payload = regress.baseline_payload("grid", baseline)
+    broken_rate = specs[0].hyperparameters["learning_rate"]
+    current = [RunRecord(spec, status="FINISHED", final_return=(30.0 if spec.hyperparameters["learning_rate"] == broken_rate else 480.0) + spec.seed)
+               for spec in specs]
+    verdicts = regress.compare(payload, current)
+    assert [v.regressed for v in verdicts] == [True, False, False, False]
+
+
+def test_a_baseline_row_that_was_not_run_is_a_regression(write_suite):
+    specs = load_suite(str(write_suite(GRID_SUITE))).specs
+    payload = regress.baseline_payload("grid", [RunRecord(spec, status="FINISHED", final_return=480.0) for spec in specs])
+    current = [RunRecord(spec, status="FINISHED", final_return=480.0) for spec in specs[5:]]  # the first row is gone
+    verdicts = regress.compare(payload, current)
+    missing = [v for v in verdicts if v.regressed]
+    assert len(missing) == 1 and "not run now" in missing[0].describe()
+    assert not any(v.regressed for v in regress.compare(payload, current, algos=["dqn"]))  # outside the selection
+
+
+def test_a_nan_final_return_counts_as_a_failed_run(write_suite):
+    from benchmark.records import mark_unusable
+
+    payload, specs = _payload(write_suite, [500.0] * 5)
+    current = _current(specs, [500.0, float("nan"), 500.0, 500.0, 500.0])
+    for record in current:
+        mark_unusable(record)
+    assert current[1].status == "FAILED" and "nan" in current[1].error
+    (verdict,) = regress.compare(payload, current)
+    assert verdict.regressed and "did not finish" in verdict.describe()
+
+
+def test_a_changed_budget_is_named(write_suite):
+    payload, specs = _payload(write_suite, [500.0] * 5)
+    payload["groups"][0]["budget"] = {**payload["groups"][0]["budget"], "total_steps": 50000}
+    (verdict,) = regress.compare(payload, _current(specs, [500.0] * 5))
+    assert "budget.total_steps 50000 -> 16384" in verdict.describe()
 
 
 def test_bad_arguments(write_suite):

@@ -61,7 +61,7 @@ def test_report_of_a_small_suite_contains_every_run_and_plot(write_suite, tmp_pa
     assert re.search(r"\| ppo \| Pendulum-v1 \| 3 \| RUNNING \|", markdown)
     assert re.search(r"\| a2c \| CartPole-v1 \| 3 \| MISSING \|", markdown)
     assert "2 finished, 1 failed, 1 missing" in markdown
-    assert "SB3 RL Zoo" in markdown  # the reference and its source
+    assert "Reference: 499.8 (CleanRL paper" in markdown  # the reference and its source
     assert "## CartPole-v1" in markdown and "## Pendulum-v1" in markdown
 
     pngs = sorted(out.glob("plots/*.png"))
@@ -115,3 +115,25 @@ def test_group_scores_count_finished_runs_only(write_suite):
     (group,) = report.group_records(records)
     np.testing.assert_array_equal(group.scores, [100.0])
     assert group.status_counts == "1 finished, 1 running, 1 failed"
+
+
+def test_variants_differing_only_in_budget_get_distinct_labels(write_suite):
+    suite = load_suite(str(write_suite(
+        """
+        name: budgets
+        seeds: 1
+        budget: {total_steps: 512, eval_every: 256}
+        experiments:
+          - {algo: ppo, envs: [CartPole-v1]}
+          - {algo: ppo, envs: [CartPole-v1], budget: {total_steps: 1024}}
+        """
+    )))
+    labels = [g.label for g in report.group_records([RunRecord(spec) for spec in suite.specs])]
+    assert labels == ["ppo [budget.total_steps=512]", "ppo [budget.total_steps=1024]"]
+
+
+def test_markdown_table_cells_stay_on_one_line():
+    doc = report.Document()
+    doc.table(["run", "note"], [["a", "ValueError: Expected parameter loc\n  of shape (1,)\nfound | nan"]])
+    lines = doc.markdown().strip().splitlines()
+    assert len(lines) == 3 and lines[2] == "| a | ValueError: Expected parameter loc of shape (1,) found \\| nan |"

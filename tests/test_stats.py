@@ -288,3 +288,25 @@ def test_holm_by_hand():
     assert holm([]) == []
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         holm([0.5, 1.5])
+
+
+def test_t_interval_by_hand():
+    # values 1, 2, 3, 6: mean 3, sample sd sqrt(14/3), t(0.975, df=3) = 3.182446
+    interval = stats.t_interval([1.0, 2.0, 3.0, 6.0])
+    half_width = 3.182446305284263 * np.sqrt(14.0 / 3.0) / 2.0
+    assert interval.estimate == pytest.approx(3.0)
+    assert (interval.low, interval.high) == pytest.approx((3.0 - half_width, 3.0 + half_width))
+    assert stats.t_interval([5.0]) == stats.Interval(5.0, 5.0, 5.0)
+    assert stats.t_interval([500.0] * 5) == stats.Interval(500.0, 500.0, 500.0)
+    with pytest.raises(ValueError, match="finite"):
+        stats.t_interval([1.0, float("nan")])
+
+
+def test_t_interval_covers_at_about_the_nominal_rate_with_five_seeds():
+    """Where the percentile bootstrap covers ~85% at n = 5, the t interval is near 95%."""
+    rng = np.random.default_rng(1)
+    trials = 2000
+    covered = sum(
+        (interval := stats.t_interval(rng.normal(1.0, 2.0, 5))).low <= 1.0 <= interval.high for _ in range(trials)
+    )
+    assert 0.93 <= covered / trials <= 0.97
