@@ -77,7 +77,7 @@ class ReferenceScore:
         """Short form for tables: value, source, env version, protocol."""
         approx = "~" if self.approximate else ""
         budget = f", {self.budget_steps / 1e6:g}M steps" if self.budget_steps else ""
-        seeds = f", {self.n_seeds} seeds" if self.n_seeds else ""
+        seeds = f", {self.n_seeds} seed{'s' if self.n_seeds != 1 else ''}" if self.n_seeds else ""
         return f"{approx}{self.mean:.1f} ({self.source}; {self.algo}, {self.env_id}{budget}{seeds}; {self.protocol})"
 
 
