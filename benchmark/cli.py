@@ -141,7 +141,7 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
 
 def _execute_suite(suite, args: argparse.Namespace, console: Console):
     """Train every run of ``suite`` under one MLflow parent run; print and store the summary table."""
-    from benchmark import runner, summary, tracking
+    from benchmark import config, runner, summary, tracking
 
     results_dir = args.results_dir
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -164,7 +164,8 @@ def _execute_suite(suite, args: argparse.Namespace, console: Console):
             console.print(f"[red]{outcome.spec.label} {outcome.status}[/]: {outcome.error}", highlight=False)
     console.print(
         f"{sum(o.ok for o in execution.outcomes)}/{len(execution.outcomes)} runs finished in "
-        f"{time.perf_counter() - started:.0f} s; parent run {execution.parent_run_id}; table in {report}"
+        f"{time.perf_counter() - started:.0f} s; parent run {execution.parent_run_id}; table in {report}; "
+        f"full report with CIs and plots: python -m benchmark report --suite {suite.path if suite.path.parent != config.SUITES_DIR else suite.name}"
     )
     return execution
 

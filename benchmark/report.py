@@ -73,6 +73,21 @@ def group_records(records: list[RunRecord]) -> list[Group]:
     return list(groups.values())
 
 
+PER_ENVIRONMENT_METRICS = ("IQM", "mean", "median", "optimality gap")
+
+
+def per_environment_intervals(normalized: np.ndarray, reps: int = AGGREGATE_REPS) -> dict[str, stats.Interval]:
+    """IQM, mean, median (over seeds) and optimality gap of one environment's normalized
+    scores, each with its percentile-bootstrap interval."""
+    batched = {
+        "IQM": stats.AGGREGATES["IQM"],
+        "mean": stats.AGGREGATES["mean"],
+        "median": lambda samples: np.median(samples[0], axis=1),
+        "optimality gap": stats.AGGREGATES["optimality gap"],
+    }
+    return {name: stats.stratified_bootstrap({"env": normalized}, batched[name], reps=reps) for name in PER_ENVIRONMENT_METRICS}
+
+
 # ------------------------------------------------------------------------------------ documents
 
 
@@ -314,6 +329,17 @@ def _environment_section(
         rows,
     )
     # finished runs and runs still going; a failed run's partial curve would drag the mean
+    with_scores = [g for g in groups if len(g.scores) and normalizer.available]
+    if with_scores:
+        doc.paragraph(
+            "Normalized scores of the seeds, with 95% percentile-bootstrap intervals (the per-environment case "
+            "of the aggregates above; median and IQM over seeds):"
+        )
+        rows = []
+        for group in with_scores:
+            intervals = per_environment_intervals(normalizer(group.scores))
+            rows.append([group.label, str(len(group.scores)), *(_interval(intervals[m], 2) for m in intervals)])
+        doc.table(["algorithm", "seeds", *(f"{m} [95% CI]" for m in PER_ENVIRONMENT_METRICS)], rows)
     curves = {g.label: [r.curve for r in g.records if r.curve and (r.finished or r.status == "RUNNING")] for g in groups}
     curves = {label: seeds for label, seeds in curves.items() if seeds}
     if curves:

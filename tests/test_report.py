@@ -7,6 +7,7 @@ from pathlib import Path
 
 import matplotlib.image
 import numpy as np
+import pytest
 from mlflow.tracking import MlflowClient
 
 from benchmark import report
@@ -130,6 +131,15 @@ def test_variants_differing_only_in_budget_get_distinct_labels(write_suite):
     )))
     labels = [g.label for g in report.group_records([RunRecord(spec) for spec in suite.specs])]
     assert labels == ["ppo [budget.total_steps=512]", "ppo [budget.total_steps=1024]"]
+
+
+def test_per_environment_intervals_by_hand():
+    intervals = report.per_environment_intervals(np.array([0.2, 0.4, 0.6, 0.8, 1.2]), reps=2_000)
+    assert intervals["mean"].estimate == pytest.approx(0.64)
+    assert intervals["median"].estimate == pytest.approx(0.6)
+    assert intervals["IQM"].estimate == pytest.approx(0.6)  # 5 values: one cut from each end
+    assert intervals["optimality gap"].estimate == pytest.approx(1 - (0.2 + 0.4 + 0.6 + 0.8 + 1.0) / 5)
+    assert all(i.low <= i.estimate <= i.high for i in intervals.values())
 
 
 def test_markdown_table_cells_stay_on_one_line():
