@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--algos", nargs="+", help="only the runs of these algorithms, e.g. --algos ppo trpo")
     run.add_argument("--envs", nargs="+", help="only the runs on these environments, e.g. --envs CartPole-v1")
     run.add_argument("--dry-run", action="store_true", help="list the runs the suite expands to and exit")
+    run.add_argument("--force", action="store_true", help="rerun specs that already have a FINISHED run in the tracking store")
     run.add_argument("--results-dir", type=Path, default=Path("results"), help="MLflow store, artifacts, checkpoints")
     run.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite in --results-dir)")
 
@@ -135,12 +136,15 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
         console.print(_runs_table(suite))
         console.print(f"{len(suite.specs)} runs in suite {suite.name!r} ({suite.path})")
         return 0
-    execution = _execute_suite(suite, args, console)
+    execution = _execute_suite(suite, args, console, force=args.force)
     return 0 if execution.ok else EXIT_RUNS_FAILED
 
 
-def _execute_suite(suite, args: argparse.Namespace, console: Console):
-    """Train every run of ``suite`` under one MLflow parent run; print and store the summary table."""
+def _execute_suite(suite, args: argparse.Namespace, console: Console, force: bool = True):
+    """Train every run of ``suite`` under one MLflow parent run; print and store the summary table.
+
+    ``force=False`` reuses the runs an earlier invocation finished (``run``); baseline and
+    regress measure the code as it is now, so they always train."""
     from benchmark import config, runner, summary, tracking
 
     results_dir = args.results_dir
@@ -150,7 +154,7 @@ def _execute_suite(suite, args: argparse.Namespace, console: Console):
     console.print(f"suite {suite.name!r}: {len(suite.specs)} runs, {workers} worker(s), tracking at {tracking_uri}")
     started = time.perf_counter()
     execution = runner.execute(
-        suite.specs, suite_name=suite.name, workers=workers, tracking_uri=tracking_uri, results_dir=results_dir
+        suite.specs, suite_name=suite.name, workers=workers, tracking_uri=tracking_uri, results_dir=results_dir, force=force
     )
     rows = summary.summarize(execution.outcomes)
     console.print(summary.render_table(rows, f"suite {suite.name} — final deterministic evaluation"))
@@ -162,10 +166,14 @@ def _execute_suite(suite, args: argparse.Namespace, console: Console):
     for outcome in execution.outcomes:
         if not outcome.ok:
             console.print(f"[red]{outcome.spec.label} {outcome.status}[/]: {outcome.error}", highlight=False)
+    skipped = sum(o.skipped for o in execution.outcomes)
     console.print(
-        f"{sum(o.ok for o in execution.outcomes)}/{len(execution.outcomes)} runs finished in "
+        f"{sum(o.ok for o in execution.outcomes)}/{len(execution.outcomes)} runs finished"
+        + (f" ({skipped} of them in an earlier invocation)" if skipped else "")
+        + " in "
         f"{time.perf_counter() - started:.0f} s; parent run {execution.parent_run_id}; table in {report}; "
-        f"full report with CIs and plots: python -m benchmark report --suite {suite.path if suite.path.parent != config.SUITES_DIR else suite.name}"
+        f"full report with CIs and plots: python -m benchmark report --suite {suite.path if suite.path.parent != config.SUITES_DIR else suite.name}",
+        soft_wrap=True,
     )
     return execution
 

@@ -42,6 +42,8 @@ class RunOutcome:
     steps_per_second: float | None = None
     device: str | None = None
     error: str | None = None
+    skipped: bool = False
+    """Not trained now: an earlier invocation already finished this run key."""
 
     @property
     def ok(self) -> bool:
@@ -126,17 +128,35 @@ def execute(
     tracking_uri: str,
     results_dir: Path,
     console: Console | None = None,
+    force: bool = False,
 ) -> Execution:
-    """Run every spec under one MLflow parent run; the parent is FAILED if any child fails."""
+    """Run every spec under one MLflow parent run; the parent is FAILED if any child fails.
+
+    A spec whose run key already has a FINISHED child run in the suite's experiment is not
+    trained again (unless ``force``): its outcome is read from that run, so re-launching a
+    half-done suite trains only what is missing. The parent run is tagged ``relaunch_of`` the
+    suite's previous invocation, if there was one.
+    """
     console = console or Console(stderr=True)
     experiment = tracking.experiment_id(tracking_uri, suite_name, results_dir / "mlartifacts")
-    parent = tracking.start_parent_run(
-        tracking_uri, experiment, f"{suite_name}-{time.strftime('%Y%m%d-%H%M%S')}", {"suite": suite_name, "kind": "suite"}
-    )
-    parent.log_params({"suite": suite_name, "num_runs": len(specs), "workers": workers})
+    finished = {} if force else tracking.finished_child_runs(tracking_uri, suite_name, {spec.run_key for spec in specs})
+    previous = tracking.latest_parent_run_id(tracking_uri, suite_name)
+    tags = {"suite": suite_name, "kind": "suite", **({"relaunch_of": previous} if previous else {})}
+    parent = tracking.start_parent_run(tracking_uri, experiment, f"{suite_name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
+    to_run = [spec for spec in specs if spec.run_key not in finished]
+    parent.log_params({"suite": suite_name, "num_runs": len(specs), "workers": workers, "runs_skipped": len(specs) - len(to_run), "force": force})
+    if len(to_run) < len(specs):
+        console.print(
+            f"{len(specs) - len(to_run)} of {len(specs)} runs already finished in the tracking store: not run again "
+            "(--force reruns them)"
+        )
     execution = Execution(parent.run_id, experiment)
     try:
-        outcomes = _execute_in_pool(specs, workers, tracking_uri, experiment, parent.run_id, results_dir, console)
+        trained = {}
+        if to_run:
+            pool_outcomes = _execute_in_pool(to_run, min(workers, len(to_run)), tracking_uri, experiment, parent.run_id, results_dir, console)
+            trained = {outcome.spec.run_key: outcome for outcome in pool_outcomes}
+        outcomes = [trained.get(spec.run_key) or _outcome_of_finished(spec, finished[spec.run_key]) for spec in specs]
         execution.outcomes = outcomes
         parent.log_metrics(
             {"runs_finished": sum(o.ok for o in outcomes), "runs_failed": sum(not o.ok for o in outcomes)}, 0
@@ -146,6 +166,20 @@ def execute(
         parent.fail(error)
         raise
     return execution
+
+
+def _outcome_of_finished(spec: RunSpec, run: Any) -> RunOutcome:
+    metrics = run.data.metrics
+    return RunOutcome(
+        spec,
+        run_id=run.info.run_id,
+        status="FINISHED",
+        final_return_mean=metrics.get("final/eval_return_mean"),
+        final_return_std=metrics.get("final/eval_return_std"),
+        steps_per_second=metrics.get("final/steps_per_second"),
+        device=run.data.tags.get("device"),
+        skipped=True,
+    )
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h

@@ -146,6 +146,44 @@ def experiment_id(tracking_uri: str, name: str, artifact_root: Path) -> str:
     return retry(lambda: mlflow_client.create_experiment(name, artifact_location=location))
 
 
+def finished_child_runs(tracking_uri: str, experiment_name: str, run_keys: set[str]) -> dict[str, Any]:
+    """run key -> its most recent FINISHED child run in ``experiment_name``, for the keys given."""
+    mlflow_client = client(tracking_uri)
+    experiment = retry(lambda: mlflow_client.get_experiment_by_name(experiment_name))
+    if experiment is None or not run_keys:
+        return {}
+    found: dict[str, Any] = {}
+    token = None
+    while True:
+        page = retry(
+            lambda: mlflow_client.search_runs(
+                [experiment.experiment_id], "attributes.status = 'FINISHED' and tags.run_key != ''",
+                max_results=1000, order_by=["attributes.start_time DESC"], page_token=token,
+            )
+        )
+        for run in page:
+            key = run.data.tags.get("run_key")
+            if key in run_keys and key not in found:
+                found[key] = run
+        token = page.token
+        if not token:
+            return found
+
+
+def latest_parent_run_id(tracking_uri: str, experiment_name: str) -> str | None:
+    """The most recent suite invocation (parent run) in ``experiment_name``, if any."""
+    mlflow_client = client(tracking_uri)
+    experiment = retry(lambda: mlflow_client.get_experiment_by_name(experiment_name))
+    if experiment is None:
+        return None
+    runs = retry(
+        lambda: mlflow_client.search_runs(
+            [experiment.experiment_id], "tags.kind = 'suite'", max_results=1, order_by=["attributes.start_time DESC"]
+        )
+    )
+    return runs[0].info.run_id if runs else None
+
+
 def start_parent_run(tracking_uri: str, experiment: str, run_name: str, tags: dict[str, Any]) -> MlflowTracker:
     mlflow_client = client(tracking_uri)
     all_tags = {**code_version(), **environment_tags(), "command": " ".join(sys.argv), **tags}

@@ -254,3 +254,42 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
     except OSError:
         return "Z"
+
+
+def test_relaunching_a_suite_trains_only_what_is_missing(tiny_suite, tmp_path):
+    """Half done -> re-launch trains the rest; finished -> nothing; a deleted child -> only it;
+    --force -> everything. Each re-launch's parent run links to the previous invocation."""
+    results = tmp_path / "results"
+    common = ["--suite", str(tiny_suite), "--results-dir", str(results), "--workers", "2"]
+    uri = f"sqlite:///{results / 'mlflow.db'}"
+
+    first = run_cli("run", *common, "--seeds", "0", cwd=tmp_path)  # ppo seed 0 and sac seed 0
+    assert first.returncode == 0, first.stderr
+    second = run_cli("run", *common, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert "2 of 3 runs already finished" in second.stderr and "3/3 runs finished (2 of them in an earlier invocation)" in second.stdout
+
+    client, runs = all_runs(uri)
+    parents = sorted((r for r in runs if "mlflow.parentRunId" not in r.data.tags), key=lambda r: r.info.start_time)
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 2 and len(children) == 3  # the seed-1 PPO run is the only new child
+    assert "relaunch_of" not in parents[0].data.tags and parents[1].data.tags["relaunch_of"] == parents[0].info.run_id
+    assert parents[1].data.params["runs_skipped"] == "2"
+
+    third = run_cli("run", *common, cwd=tmp_path)
+    assert third.returncode == 0 and "3 of 3 runs already finished" in third.stderr
+    _, runs = all_runs(uri)
+    assert len([r for r in runs if "mlflow.parentRunId" in r.data.tags]) == 3
+
+    deleted = children[0]
+    client.delete_run(deleted.info.run_id)
+    fourth = run_cli("run", *common, cwd=tmp_path)
+    assert fourth.returncode == 0 and "2 of 3 runs already finished" in fourth.stderr
+    _, runs = all_runs(uri)
+    fresh = [r for r in runs if "mlflow.parentRunId" in r.data.tags and r.info.run_id not in {c.info.run_id for c in children}]
+    assert [r.data.tags["run_key"] for r in fresh] == [deleted.data.tags["run_key"]]
+
+    forced = run_cli("run", *common, "--force", cwd=tmp_path)
+    assert forced.returncode == 0 and "already finished" not in forced.stderr
+    _, runs = all_runs(uri)
+    assert len([r for r in runs if "mlflow.parentRunId" in r.data.tags]) == 2 + 1 + 3  # one of the first three deleted
