@@ -137,7 +137,21 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
         console.print(f"{len(suite.specs)} runs in suite {suite.name!r} ({suite.path})")
         return 0
     execution = _execute_suite(suite, args, console, force=args.force)
-    return 0 if execution.ok else EXIT_RUNS_FAILED
+    if execution.ok:
+        return 0
+    failed = [o for o in execution.outcomes if not o.ok]
+    console.print(f"[red]{len(failed)} run(s) did not finish:[/] " + ", ".join(o.spec.label for o in failed), highlight=False, soft_wrap=True)
+    command = ["python", "-m", "benchmark", "run", "--suite", args.suite]
+    if args.seeds is not None:
+        command += ["--seeds", *map(str, args.seeds)]
+    for flag, values in (("--algos", args.algos), ("--envs", args.envs)):
+        if values:
+            command += [flag, *values]
+    console.print(
+        "re-run them (finished runs are skipped, so this trains only the failed ones): " + " ".join(command),
+        highlight=False, soft_wrap=True, markup=False,
+    )
+    return EXIT_RUNS_FAILED
 
 
 def _execute_suite(suite, args: argparse.Namespace, console: Console, force: bool = True):

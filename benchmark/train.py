@@ -6,6 +6,7 @@ update, state_dict), so every algorithm in the registry trains here unchanged.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import tempfile
@@ -86,6 +87,18 @@ class RunResult:
 
 
 ProgressCallback = Callable[[int, int, float | None], None]  # (step, total_steps, last eval mean)
+
+
+class NonFiniteLoss(FloatingPointError):
+    """An update produced NaN or infinite losses: the run has diverged and is stopped."""
+
+
+def check_finite(logs: dict[str, float], step: int) -> None:
+    """Raise NonFiniteLoss naming every non-finite value of one update's logs."""
+    bad = {key: value for key, value in logs.items() if not math.isfinite(value)}
+    if bad:
+        values = ", ".join(f"{key}={value}" for key, value in sorted(bad.items()))
+        raise NonFiniteLoss(f"non-finite update values at env step {step}: {values}")
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -183,7 +196,9 @@ def run(
             for episode_return, episode_length in finished_episodes(infos):
                 tracker.log_metrics({"train/episode_return": episode_return, "train/episode_length": episode_length}, step)
             if algo.ready_to_update():
-                for key, value in algo.update().items():
+                logs = algo.update()
+                check_finite(logs, step)
+                for key, value in logs.items():
                     update_logs.setdefault(key, []).append(value)
 
             if step >= next_eval or step >= budget.total_steps:

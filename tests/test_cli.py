@@ -293,3 +293,52 @@ def test_relaunching_a_suite_trains_only_what_is_missing(tiny_suite, tmp_path):
     assert forced.returncode == 0 and "already finished" not in forced.stderr
     _, runs = all_runs(uri)
     assert len([r for r in runs if "mlflow.parentRunId" in r.data.tags]) == 2 + 1 + 3  # one of the first three deleted
+
+
+FAILING_SUITE = """
+name: failing
+seeds: [0, 1]
+budget: {total_steps: 512, eval_every: 256, eval_episodes: 2}
+experiments:
+  - algo: ppo
+    envs: [CartPole-v1]
+    hyperparameters: {num_envs: 2, num_steps: 64, num_minibatches: 2, num_epochs: 2, hidden_sizes: [16, 16]}
+  # rewards scaled past float32's range: the critic's targets become infinite, its loss NaN
+  - algo: sac
+    envs: [Pendulum-v1]
+    seeds: [0]
+    budget: {total_steps: 300, eval_every: 150}
+    hyperparameters: {learning_starts: 100, batch_size: 32, hidden_sizes: [16, 16], buffer_size: 1000, reward_scale: 1.0e+38}
+"""
+
+
+def test_a_raising_run_and_a_diverging_run_fail_alone(write_suite, tmp_path):
+    suite_path = write_suite(FAILING_SUITE, "failing.yaml")
+    specs = {(s.algo, s.seed): s for s in load_suite(str(suite_path)).specs}
+    results = tmp_path / "results"
+    # ppo seed 1 cannot write its final checkpoint: a file stands where its directory goes
+    (results / "checkpoints").mkdir(parents=True)
+    (results / "checkpoints" / specs["ppo", 1].run_key).write_text("in the way")
+
+    completed = run_cli("run", "--suite", str(suite_path), "--workers", "2", "--results-dir", str(results), cwd=tmp_path)
+    assert completed.returncode == 1, completed.stdout + completed.stderr
+    assert "2 run(s) did not finish: ppo/CartPole-v1/seed1, sac/Pendulum-v1/seed0" in completed.stdout
+    assert f"python -m benchmark run --suite {suite_path}" in completed.stdout
+
+    client, runs = all_runs(f"sqlite:///{results / 'mlflow.db'}")
+    by_key = {r.data.tags["run_key"]: r for r in runs if "run_key" in r.data.tags}
+    assert by_key[specs["ppo", 0].run_key].info.status == "FINISHED"
+    raised, diverged = by_key[specs["ppo", 1].run_key], by_key[specs["sac", 0].run_key]
+    assert raised.info.status == "FAILED" and "FileExistsError" in raised.data.tags["error"]
+    assert diverged.info.status == "FAILED" and "NonFiniteLoss: non-finite update values" in diverged.data.tags["error"]
+    for run in (raised, diverged):
+        traceback_text = Path(client.download_artifacts(run.info.run_id, "error.txt", str(tmp_path))).read_text()
+        assert traceback_text.startswith("Traceback (most recent call last)")
+
+
+def test_check_finite_names_the_bad_values():
+    from benchmark.train import NonFiniteLoss, check_finite
+
+    check_finite({"policy_loss": 0.5, "entropy": -1.2}, step=10)
+    with pytest.raises(NonFiniteLoss, match=r"at env step 640: critic_loss=nan, q_mean=-inf"):
+        check_finite({"policy_loss": 0.5, "q_mean": float("-inf"), "critic_loss": float("nan")}, step=640)
