@@ -7,6 +7,7 @@ before any MLflow run is created.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -45,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--force", action="store_true", help="rerun specs that already have a FINISHED run in the tracking store")
     run.add_argument("--results-dir", type=Path, default=Path("results"), help="MLflow store, artifacts, checkpoints")
     run.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite in --results-dir)")
+
+    reproduce = commands.add_parser("reproduce", help="train a recorded MLflow run again from its config and compare the metrics")
+    reproduce.add_argument("run_id", help="MLflow run id of a finished child run")
+    _add_store_arguments(reproduce)
 
     report = commands.add_parser("report", help="report of a suite's runs from MLflow: results/reports/<suite>/report.md and .html")
     report.add_argument("--suite", required=True, help="suite name or path; its run keys decide which runs belong in the report")
@@ -104,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             "report": command_report,
             "baseline": command_baseline,
             "regress": command_regress,
+            "reproduce": command_reproduce,
         }
         return commands[args.command](args, console)
     except ConfigError as error:
@@ -210,6 +216,30 @@ def _records(execution) -> list:
     for record in records:
         mark_unusable(record)
     return records
+
+
+def command_reproduce(args: argparse.Namespace, console: Console) -> int:
+    from benchmark import reproduce, tracking
+
+    tracking_uri = args.tracking_uri or tracking.default_tracking_uri(args.results_dir)
+    if args.tracking_uri is None and "MLFLOW_TRACKING_URI" not in os.environ and not (args.results_dir / "mlflow.db").exists():
+        from agents.api import ConfigError
+
+        raise ConfigError(f"no tracking store at {args.results_dir / 'mlflow.db'}; pass --results-dir or --tracking-uri")
+    console.print(f"reproducing run {args.run_id} from its recorded config ...")
+    result = reproduce.reproduce(args.run_id, tracking_uri)
+    spec = result.spec
+    console.print(f"{spec.label}, {spec.budget.total_steps:,} steps, run key {spec.run_key}", highlight=False)
+    for name, (before, after) in result.environment_changes.items():
+        console.print(f"  differs from the recorded run: {name}: {before!r} -> {after!r}", highlight=False, markup=False)
+    if result.matches:
+        console.print(f"match: all {len(result.now)} evaluations are bit-identical to the recorded ones "
+                      f"(final {result.now[-1][1]:.4f})", highlight=False)
+        return 0
+    console.print(f"[red]differ:[/] {len(result.differences)} of {len(set(dict(result.recorded)) | set(dict(result.now)))} evaluations", highlight=False)
+    for line in result.differences:
+        console.print(f"  {line}", highlight=False, markup=False)
+    return 1
 
 
 def command_report(args: argparse.Namespace, console: Console) -> int:

@@ -75,14 +75,23 @@ def run_in_worker(
     parent_run_id: str,
     checkpoint_dir: str | None,
     messages: Any,
+    command: str = "",
 ) -> dict[str, Any]:
     """Train one spec inside a worker process, logging to its own MLflow child run."""
     from benchmark import train  # imported here: torch loads once per worker, not in the parent
 
+    import torch  # noqa: F401 - loaded before the tags are read, so that the GPU model is known
+
     spec = RunSpec.from_dict(spec_data)
-    tags = {"run_key": spec.run_key, "suite": spec.suite, "algo": spec.algo, "env_id": spec.env_id, "seed": spec.seed}
+    tags = {
+        "run_key": spec.run_key, "suite": spec.suite, "algo": spec.algo, "env_id": spec.env_id, "seed": spec.seed,
+        "command": command,
+    }
     tracker = tracking.start_child_run(tracking_uri, experiment_id, parent_run_id, spec.label, tags, _child_params(spec))
     messages.put(("started", spec.run_key, tracker.run_id))
+    tracker.log_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True), "config.json")
+    if tracking.code_version()["git_dirty"] == "true":
+        tracker.log_text(tracking.git_diff(), "git_diff.patch")
 
     def progress(step: int, total: int, last_eval: float | None) -> None:
         messages.put(("progress", spec.run_key, step, total, last_eval))
@@ -100,7 +109,6 @@ def run_in_worker(
             },
             final.step,
         )
-        tracker.log_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True), "config.json")
         evaluations = [dataclasses.asdict(evaluation) for evaluation in result.evaluations]
         tracker.log_text(json.dumps(evaluations), "evaluations.json")
         tracker.finish("FINISHED")
@@ -209,6 +217,7 @@ def _execute_in_pool(
     console: Console,
 ) -> list[RunOutcome]:
     context = multiprocessing.get_context("spawn")
+    command = " ".join(sys.argv)
     outcomes = {spec.run_key: RunOutcome(spec) for spec in specs}
     checkpoint_dir = str((results_dir / "checkpoints").resolve())
     manager = SyncManager(ctx=context)
@@ -224,7 +233,7 @@ def _execute_in_pool(
     )
     try:
         futures: dict[Future, RunSpec] = {
-            pool.submit(run_in_worker, spec.to_dict(), tracking_uri, experiment, parent_run_id, checkpoint_dir, messages): spec
+            pool.submit(run_in_worker, spec.to_dict(), tracking_uri, experiment, parent_run_id, checkpoint_dir, messages, command): spec
             for spec in specs
         }
         with Progress(*columns, console=console, transient=False) as progress:

@@ -67,10 +67,43 @@ def code_version() -> dict[str, str]:
     return {"git_sha": sha, "git_dirty": str(dirty).lower()}
 
 
+def git_diff() -> str:
+    """``git diff HEAD`` of the working tree (what a dirty run ran that the sha does not say)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        return subprocess.run(["git", "diff", "HEAD"], cwd=root, capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux, platform.processor() elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def gpu_models() -> str:
+    """Names of the visible CUDA devices ('none' without CUDA); torch is imported only if loaded."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return "none"
+    return "; ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+
+
 @functools.lru_cache(maxsize=1)
 def environment_tags() -> dict[str, str]:
-    """Versions of Python and of the packages that decide the numbers."""
-    tags = {"python_version": platform.python_version(), "platform": platform.platform()}
+    """Versions of Python and of the packages that decide the numbers, and the CPU/GPU models."""
+    tags = {
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_model": cpu_model(),
+        "gpu_model": gpu_models(),
+    }
     for package in PACKAGES:
         try:
             tags[f"version.{package}"] = importlib.metadata.version(package)

@@ -44,8 +44,10 @@ def test_run_logs_parent_and_children_to_mlflow(tiny_suite, tmp_path):
     assert {r.data.tags["run_key"] for r in children} == expected_keys
     for child in children:
         tags, params, metrics = child.data.tags, child.data.params, child.data.metrics
-        for tag in ("git_sha", "git_dirty", "version.torch", "version.gymnasium", "version.mlflow", "device", "python_version"):
+        for tag in ("git_sha", "git_dirty", "version.torch", "version.gymnasium", "version.mlflow", "device", "python_version",
+                    "cpu_model", "gpu_model", "command"):
             assert tags.get(tag), tag
+        assert "benchmark run --suite" in tags["command"] or "benchmark" in tags["command"]
         assert tags["device"] == "cpu"
         assert params["algo"] in ("ppo", "sac") and "budget.total_steps" in params and "hp.gamma" in params
         for metric in ("eval/return_mean", "final/eval_return_mean", "perf/steps_per_second", "train/episode_return"):
@@ -342,3 +344,37 @@ def test_check_finite_names_the_bad_values():
     check_finite({"policy_loss": 0.5, "entropy": -1.2}, step=10)
     with pytest.raises(NonFiniteLoss, match=r"at env step 640: critic_loss=nan, q_mean=-inf"):
         check_finite({"policy_loss": 0.5, "q_mean": float("-inf"), "critic_loss": float("nan")}, step=640)
+
+
+def test_reproduce_a_finished_run_matches_bit_for_bit(write_suite, tmp_path):
+    suite_path = write_suite(
+        """
+        name: repro
+        seeds: [3]
+        budget: {total_steps: 512, eval_every: 256, eval_episodes: 2}
+        experiments:
+          - algo: ppo
+            envs: [CartPole-v1]
+            hyperparameters: {num_envs: 2, num_steps: 64, num_minibatches: 2, num_epochs: 2, hidden_sizes: [16, 16]}
+        """
+    )
+    results = tmp_path / "results"
+    assert run_cli("run", "--suite", str(suite_path), "--results-dir", str(results), cwd=tmp_path).returncode == 0
+    _, runs = all_runs(f"sqlite:///{results / 'mlflow.db'}")
+    (child,) = [r for r in runs if "run_key" in r.data.tags]
+    completed = run_cli("reproduce", child.info.run_id, "--results-dir", str(results), cwd=tmp_path)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "match: all 2 evaluations are bit-identical" in completed.stdout
+
+    missing = run_cli("reproduce", "0" * 32, "--results-dir", str(results), cwd=tmp_path)
+    assert missing.returncode == 2 and "no MLflow run" in missing.stderr
+
+
+def test_reproduction_lists_the_evaluations_that_differ():
+    from benchmark.reproduce import compare_evaluations
+
+    assert compare_evaluations([(256, 21.5), (512, 40.0)], [(256, 21.5), (512, 40.0)]) == []
+    assert compare_evaluations([(256, 21.5), (512, 40.0)], [(256, 21.5), (512, 41.5), (768, 9.0)]) == [
+        "step 512: recorded 40.0, now 41.5 (difference +1.5)",
+        "step 768: evaluated only now",
+    ]

@@ -1,0 +1,84 @@
+"""``python -m benchmark reproduce RUN_ID``: train a recorded run again from its recorded config
+and compare the numbers.
+
+The child run's ``config.json`` artifact is the complete RunSpec (algorithm, environment,
+seed, every resolved hyperparameter, budget), so the run is repeated exactly. On the same CPU
+with the same package versions every evaluation must match bit for bit; otherwise the
+differences are listed, beside the recorded and current versions that may explain them.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agents.api import ConfigError
+from benchmark import tracking
+from benchmark.config import RunSpec
+from benchmark.records import EVAL_METRIC
+
+PROVENANCE_TAGS = ("git_sha", "git_dirty", "python_version", "platform", "cpu_model", "gpu_model")
+
+
+@dataclass
+class Reproduction:
+    run_id: str
+    spec: RunSpec
+    recorded: list[tuple[int, float]]
+    """(env steps, mean evaluation return) as logged by the original run."""
+    now: list[tuple[int, float]]
+    """The same, from training the spec again now."""
+    environment_changes: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Provenance tags that differ: name -> (recorded, now)."""
+
+    @property
+    def differences(self) -> list[str]:
+        return compare_evaluations(self.recorded, self.now)
+
+    @property
+    def matches(self) -> bool:
+        return not self.differences
+
+
+def compare_evaluations(recorded: list[tuple[int, float]], now: list[tuple[int, float]]) -> list[str]:
+    """One line per evaluation step whose value (or presence) differs; [] when bit-identical."""
+    recorded_by_step, now_by_step = dict(recorded), dict(now)
+    lines = []
+    for step in sorted(set(recorded_by_step) | set(now_by_step)):
+        before, after = recorded_by_step.get(step), now_by_step.get(step)
+        if before is None or after is None:
+            lines.append(f"step {step:,}: evaluated {'only now' if before is None else 'only in the recorded run'}")
+        elif before != after:
+            lines.append(f"step {step:,}: recorded {before!r}, now {after!r} (difference {after - before:+.6g})")
+    return lines
+
+
+def reproduce(run_id: str, tracking_uri: str) -> Reproduction:
+    """Train the recorded spec of ``run_id`` again (no tracking, no checkpoint) and compare."""
+    from benchmark import train
+
+    client = tracking.client(tracking_uri)
+    try:
+        run = tracking.retry(lambda: client.get_run(run_id))
+    except Exception as error:  # noqa: BLE001 - MLflow raises its own exception types for a bad id
+        raise ConfigError(f"no MLflow run {run_id!r} in {tracking_uri}: {error}") from None
+    if run.info.status != "FINISHED":
+        raise ConfigError(f"run {run_id} is {run.info.status}, not FINISHED: there is nothing to compare against")
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            config_path = client.download_artifacts(run_id, "config.json", scratch)
+        except Exception:  # noqa: BLE001
+            raise ConfigError(f"run {run_id} has no config.json artifact: it is not a reprorl child run") from None
+        spec = RunSpec.from_dict(json.loads(Path(config_path).read_text()))
+    recorded = sorted((int(m.step), float(m.value)) for m in tracking.retry(lambda: client.get_metric_history(run_id, EVAL_METRIC)))
+    result = train.run(spec)
+    now = [(evaluation.step, evaluation.mean) for evaluation in result.evaluations]
+    current = {**tracking.code_version(), **tracking.environment_tags()}
+    changes = {
+        name: (run.data.tags.get(name, ""), str(current.get(name, "")))
+        for name in sorted({*PROVENANCE_TAGS, *(t for t in run.data.tags if t.startswith("version."))})
+        if run.data.tags.get(name, "") != str(current.get(name, ""))
+    }
+    return Reproduction(run_id, spec, recorded, now, changes)
