@@ -54,16 +54,6 @@ def mark_unusable(record: RunRecord) -> None:
         record.final_return = None
 
 
-def _search_all(client: Any, experiment_id: str, query: str) -> list[Any]:
-    runs, token = [], None
-    while True:
-        page = tracking.retry(lambda: client.search_runs([experiment_id], query, max_results=1000, page_token=token))
-        runs += list(page)
-        token = page.token
-        if not token:
-            return runs
-
-
 def collect(suite: Suite, tracking_uri: str, with_curves: bool = True) -> list[RunRecord]:
     """One record per spec of ``suite``, in suite order, from the experiment named after it."""
     client = tracking.client(tracking_uri)
@@ -72,7 +62,7 @@ def collect(suite: Suite, tracking_uri: str, with_curves: bool = True) -> list[R
     if experiment is None:
         return records
     by_key: dict[str, list[Any]] = defaultdict(list)
-    for run in _search_all(client, experiment.experiment_id, "tags.run_key != ''"):
+    for run in tracking.search_all_runs(client, experiment.experiment_id, "tags.run_key != ''"):
         by_key[run.data.tags.get("run_key", "")].append(run)
     for record in records:
         candidates = by_key.get(record.spec.run_key, [])

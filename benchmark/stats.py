@@ -255,8 +255,8 @@ def t_interval(values: ArrayLike, confidence: float = 0.95) -> Interval:
         return Interval(mean, mean, mean)
     from scipy import stats
 
-    half_width = float(stats.t.ppf(0.5 + confidence / 2.0, runs.size - 1) * runs.std(ddof=1) / np.sqrt(runs.size))
-    return Interval(mean, mean - half_width, mean + half_width)
+    low, high = stats.t.interval(confidence, runs.size - 1, loc=mean, scale=runs.std(ddof=1) / np.sqrt(runs.size))
+    return Interval(mean, float(low), float(high))
 
 
 # ---------------------------------------------------------------- probability of improvement

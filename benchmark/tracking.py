@@ -179,6 +179,19 @@ def experiment_id(tracking_uri: str, name: str, artifact_root: Path) -> str:
     return retry(lambda: mlflow_client.create_experiment(name, artifact_location=location))
 
 
+def search_all_runs(mlflow_client: Any, experiment_id: str, query: str, order_by: list[str] | None = None) -> list[Any]:
+    """Every run of ``experiment_id`` matching ``query``, through all result pages."""
+    runs, token = [], None
+    while True:
+        page = retry(
+            lambda: mlflow_client.search_runs([experiment_id], query, max_results=1000, order_by=order_by, page_token=token)
+        )
+        runs += list(page)
+        token = page.token
+        if not token:
+            return runs
+
+
 def finished_child_runs(tracking_uri: str, experiment_name: str, run_keys: set[str]) -> dict[str, Any]:
     """run key -> its most recent FINISHED child run in ``experiment_name``, for the keys given."""
     mlflow_client = client(tracking_uri)
@@ -186,21 +199,12 @@ def finished_child_runs(tracking_uri: str, experiment_name: str, run_keys: set[s
     if experiment is None or not run_keys:
         return {}
     found: dict[str, Any] = {}
-    token = None
-    while True:
-        page = retry(
-            lambda: mlflow_client.search_runs(
-                [experiment.experiment_id], "attributes.status = 'FINISHED' and tags.run_key != ''",
-                max_results=1000, order_by=["attributes.start_time DESC"], page_token=token,
-            )
-        )
-        for run in page:
-            key = run.data.tags.get("run_key")
-            if key in run_keys and key not in found:
-                found[key] = run
-        token = page.token
-        if not token:
-            return found
+    query = "attributes.status = 'FINISHED' and tags.run_key != ''"
+    for run in search_all_runs(mlflow_client, experiment.experiment_id, query, ["attributes.start_time DESC"]):
+        key = run.data.tags.get("run_key")
+        if key in run_keys and key not in found:
+            found[key] = run
+    return found
 
 
 def latest_parent_run_id(tracking_uri: str, experiment_name: str) -> str | None:
