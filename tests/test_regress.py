@@ -196,9 +196,10 @@ def test_missing_baseline_is_a_clear_error(tmp_path, write_suite):
 
 
 @pytest.mark.learning
-def test_broken_variant_is_flagged_and_unbroken_code_on_new_seeds_is_not(write_suite, tmp_path):
-    """Baseline: A2C on InvertedPendulum, 5 seeds. The same code on 5 new seeds passes; the
-    same configuration with its learning rate set to effectively zero (1e-9) fails, named."""
+def test_broken_variant_is_flagged_by_name(write_suite, tmp_path):
+    """Baseline: A2C on InvertedPendulum, 5 seeds. The same configuration with its learning
+    rate set to effectively zero (1e-9) fails on 3 new seeds, named. (That unbroken code on new
+    seeds passes is what ``make regress`` checks in CI, against the committed ci baseline.)"""
     healthy = write_suite(A2C_SUITE.format(learning_rate=7e-4), "healthy.yaml")
     broken = write_suite(A2C_SUITE.format(learning_rate=1e-9), "broken.yaml")
     baseline = tmp_path / "baseline.json"
@@ -210,11 +211,7 @@ def test_broken_variant_is_flagged_and_unbroken_code_on_new_seeds_is_not(write_s
     (group,) = stored["groups"]
     assert group["seeds"] == [0, 1, 2, 3, 4] and stored["code"]["git_sha"] and np.mean(group["scores"]) > 900  # random: ~5
 
-    completed = run_cli("regress", "--suite", str(healthy), "--baseline", str(baseline), *common, cwd=tmp_path)
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "seeds [100, 101, 102, 103, 104]" in completed.stdout and "no regression" in completed.stdout
-
-    completed = run_cli("regress", "--suite", str(broken), "--baseline", str(baseline), *common, cwd=tmp_path)
+    completed = run_cli("regress", "--suite", str(broken), "--baseline", str(baseline), "--seeds", "100", "101", "102", *common, cwd=tmp_path)
     assert completed.returncode == 1, completed.stdout + completed.stderr
     assert "REGRESSION a2c @ InvertedPendulum-v5" in completed.stdout
     assert "learning_rate 0.0007 -> 1e-09" in completed.stdout
