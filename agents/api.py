@@ -308,6 +308,19 @@ class Algorithm(abc.ABC):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
 
+    def replay_state_dict(self) -> dict[str, Any] | None:
+        """The replay buffer's contents, for checkpoints that ask for it (it can be GBs);
+        None for algorithms without one."""
+        return None
+
+    def load_replay_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what ``replay_state_dict`` returned."""
+
+    def interrupt_episodes(self, final_obs: torch.Tensor, state: Any = None) -> None:
+        """The envs were restarted mid-episode (a resume without their state): treat the
+        episodes in progress as truncated at the last observed step, whose next observation
+        is ``final_obs`` (N, *obs_shape), acted on from recurrent ``state``."""
+
 
 def parameters_of(*modules: torch.nn.Module) -> list[torch.nn.Parameter]:
     """Trainable parameters of several modules, in a fixed order."""

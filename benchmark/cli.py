@@ -44,6 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--envs", nargs="+", help="only the runs on these environments, e.g. --envs CartPole-v1")
     run.add_argument("--dry-run", action="store_true", help="list the runs the suite expands to and exit")
     run.add_argument("--force", action="store_true", help="rerun specs that already have a FINISHED run in the tracking store")
+    run.add_argument(
+        "--checkpoint-every", type=int, metavar="STEPS",
+        help="env steps between resumable checkpoints (default: the suite's, else at every evaluation; 0: only the final one)",
+    )
+    run.add_argument(
+        "--checkpoint-replay-buffer", action="store_true",
+        help="include the replay buffer in checkpoints (large), so off-policy runs resume exactly",
+    )
     run.add_argument("--results-dir", type=Path, default=Path("results"), help="MLflow store, artifacts, checkpoints")
     run.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite in --results-dir)")
 
@@ -138,6 +146,7 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
 
     _check_run_arguments(args)
     suite = config.load_suite(args.suite, seeds=args.seeds, device=args.device).select(args.algos, args.envs)
+    suite = suite.with_checkpointing(args.checkpoint_every, args.checkpoint_replay_buffer or None)
     if args.dry_run:
         console.print(_runs_table(suite))
         console.print(f"{len(suite.specs)} runs in suite {suite.name!r} ({suite.path})")

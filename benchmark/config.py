@@ -9,6 +9,9 @@ A suite file::
       total_steps: 100000
       eval_every: 10000         # env steps between deterministic evaluations
       eval_episodes: 10
+    checkpoint:                 # optional: resumable checkpoints (not part of the run key)
+      every: 50000              # env steps; default: at every evaluation; 0: only the final one
+      replay_buffer: false      # include the replay buffer (large) so off-policy resumes exactly
     experiments:
       - algo: ppo
         envs: [CartPole-v1]
@@ -75,6 +78,22 @@ class RunSpec:
     """Intra-op threads per run; runs are parallel across processes instead."""
     overrides: dict[str, Any] = field(default_factory=dict)
     """The hyperparameters the suite set explicitly (for display)."""
+    checkpoint_every: int | None = None
+    """Env steps between resumable checkpoints; None: at every evaluation; 0: only the final one.
+    Not part of the run key (a resumed run continues the same run)."""
+    checkpoint_replay_buffer: bool = False
+    """Whether checkpoints hold the replay buffer (GBs for MuJoCo); without it a resumed
+    off-policy run refills its buffer before updating again. Not part of the run key."""
+
+    def __post_init__(self) -> None:
+        every = self.checkpoint_every
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 0):
+            raise ConfigError(f"checkpoint.every must be a non-negative integer (0: only the final checkpoint), got {every!r}")
+
+    @property
+    def checkpoint_interval(self) -> int:
+        """Env steps between checkpoints (0: none before the final one)."""
+        return self.budget.eval_every if self.checkpoint_every is None else self.checkpoint_every
 
     @property
     def run_key(self) -> str:
@@ -108,6 +127,15 @@ class Suite:
     description: str
     path: Path
     specs: list[RunSpec]
+
+    def with_checkpointing(self, every: int | None = None, replay_buffer: bool | None = None) -> "Suite":
+        """The same runs with the checkpoint settings given (None keeps the suite's)."""
+        changes: dict[str, Any] = {}
+        if every is not None:
+            changes["checkpoint_every"] = every
+        if replay_buffer is not None:
+            changes["checkpoint_replay_buffer"] = replay_buffer
+        return dataclasses.replace(self, specs=[dataclasses.replace(spec, **changes) for spec in self.specs]) if changes else self
 
     def select(self, algos: list[str] | None = None, envs: list[str] | None = None) -> "Suite":
         """The runs of the given algorithms and environments only (None: all); ConfigError
@@ -145,7 +173,8 @@ def suite_path(name_or_path: str) -> Path:
     return path
 
 
-_SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device"}
+_SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device", "checkpoint"}
+_CHECKPOINT_KEYS = {"every", "replay_buffer"}
 _EXPERIMENT_KEYS = {"algo", "envs", "budget", "hyperparameters", "grid", "seeds"}
 
 
@@ -187,6 +216,15 @@ def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_
             specs += _expand_experiment(experiment, name, suite_seeds, suite_budget, device, seed_override is not None)
         except ConfigError as error:
             raise ConfigError(f"{where}: {error}") from None
+    checkpoint = _as_mapping(data.get("checkpoint", {}), "checkpoint")
+    _check_keys(checkpoint, _CHECKPOINT_KEYS, "checkpoint")
+    replay_buffer = checkpoint.get("replay_buffer", False)
+    if not isinstance(replay_buffer, bool):
+        raise ConfigError(f"checkpoint.replay_buffer must be true or false, got {replay_buffer!r}")
+    specs = [
+        dataclasses.replace(spec, checkpoint_every=checkpoint.get("every"), checkpoint_replay_buffer=replay_buffer)
+        for spec in specs
+    ]
     keys = [spec.run_key for spec in specs]
     duplicates = {spec.label for spec in specs if keys.count(spec.run_key) > 1}
     if duplicates:

@@ -76,9 +76,15 @@ def run_in_worker(
     checkpoint_dir: str | None,
     messages: Any,
     command: str = "",
+    resume: bool = True,
 ) -> dict[str, Any]:
-    """Train one spec inside a worker process, logging to its own MLflow child run."""
-    from benchmark import train  # imported here: torch loads once per worker, not in the parent
+    """Train one spec inside a worker process, logging to its own MLflow child run.
+
+    With ``resume``, a ``latest.pt`` checkpoint of this run key whose MLflow run is unfinished
+    is continued in that same run; otherwise (or with ``resume=False``) any such checkpoint is
+    discarded and the run starts from scratch in a new child run.
+    """
+    from benchmark import checkpoint, train  # imported here: torch loads once per worker, not in the parent
 
     import torch  # noqa: F401 - loaded before the tags are read, so that the GPU model is known
 
@@ -87,17 +93,35 @@ def run_in_worker(
         "run_key": spec.run_key, "suite": spec.suite, "algo": spec.algo, "env_id": spec.env_id, "seed": spec.seed,
         "command": command,
     }
-    tracker = tracking.start_child_run(tracking_uri, experiment_id, parent_run_id, spec.label, tags, _child_params(spec))
-    messages.put(("started", spec.run_key, tracker.run_id))
+    tracker, payload = None, None
+    latest = checkpoint.run_directory(Path(checkpoint_dir), spec.run_key) / checkpoint.LATEST if checkpoint_dir else None
+    if latest is not None and latest.exists():
+        if resume:
+            payload = checkpoint.load(latest)
+            step = int(payload["loop"]["step"])
+            tracker = tracking.resume_child_run(tracking_uri, payload["metadata"].get("run_id"), parent_run_id, tags, step)
+        if tracker is None:  # --force, or the run it belonged to is gone or finished
+            payload = None
+            latest.unlink(missing_ok=True)
+    if tracker is None:
+        tracker = tracking.start_child_run(tracking_uri, experiment_id, parent_run_id, spec.label, tags, _child_params(spec))
+    _send(messages, ("started", spec.run_key, tracker.run_id, payload["loop"]["step"] if payload else 0))
     tracker.log_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True), "config.json")
     if tracking.code_version()["git_dirty"] == "true":
         tracker.log_text(tracking.git_diff(), "git_diff.patch")
 
     def progress(step: int, total: int, last_eval: float | None) -> None:
-        messages.put(("progress", spec.run_key, step, total, last_eval))
+        _send(messages, ("progress", spec.run_key, step, total, last_eval))
 
     try:
-        result = train.run(spec, tracker, progress, Path(checkpoint_dir) if checkpoint_dir else None)
+        result = train.run(
+            spec,
+            tracker,
+            progress,
+            Path(checkpoint_dir) if checkpoint_dir else None,
+            resume=payload,
+            checkpoint_metadata={"run_id": tracker.run_id},
+        )
         final = result.evaluations[-1]
         tracker.set_tags({"device": result.device})
         tracker.log_metrics(
@@ -120,12 +144,22 @@ def run_in_worker(
             "final_return_std": final.std,
             "steps_per_second": result.steps_per_second,
             "device": result.device,
+            "resumed_from": payload["loop"]["step"] if payload else None,
         }
     except BaseException as error:
-        tracker.fail(error)
+        status = "KILLED" if isinstance(error, (KeyboardInterrupt, train.Preempted)) else "FAILED"
+        tracker.fail(error, status)
         if isinstance(error, KeyboardInterrupt):
             raise
-        return {"run_key": spec.run_key, "run_id": tracker.run_id, "status": "FAILED", "error": f"{type(error).__name__}: {error}"}
+        return {"run_key": spec.run_key, "run_id": tracker.run_id, "status": status, "error": f"{type(error).__name__}: {error}"}
+
+
+def _send(messages: Any, message: tuple[Any, ...]) -> None:
+    """Progress to the parent; lost quietly when the parent is gone (the run still checkpoints)."""
+    try:
+        messages.put(message)
+    except (OSError, EOFError):
+        pass
 
 
 def execute(
@@ -158,11 +192,16 @@ def execute(
             f"{len(specs) - len(to_run)} of {len(specs)} runs already finished in the tracking store: not run again "
             "(--force reruns them)"
         )
+    resumable = [spec for spec in to_run if _has_resumable_checkpoint(results_dir, spec)]
+    if resumable and not force:
+        console.print(f"{len(resumable)} of {len(to_run)} runs to train have a checkpoint: they resume from it in their MLflow run")
     execution = Execution(parent.run_id, experiment)
     try:
         trained = {}
         if to_run:
-            pool_outcomes = _execute_in_pool(to_run, min(workers, len(to_run)), tracking_uri, experiment, parent.run_id, results_dir, console)
+            pool_outcomes = _execute_in_pool(
+                to_run, min(workers, len(to_run)), tracking_uri, experiment, parent.run_id, results_dir, console, resume=not force
+            )
             trained = {outcome.spec.run_key: outcome for outcome in pool_outcomes}
         outcomes = [trained.get(spec.run_key) or _outcome_of_finished(spec, finished[spec.run_key]) for spec in specs]
         execution.outcomes = outcomes
@@ -174,6 +213,12 @@ def execute(
         parent.fail(error)
         raise
     return execution
+
+
+def _has_resumable_checkpoint(results_dir: Path, spec: RunSpec) -> bool:
+    from benchmark import checkpoint
+
+    return (checkpoint.run_directory(results_dir / "checkpoints", spec.run_key) / checkpoint.LATEST).exists()
 
 
 def _outcome_of_finished(spec: RunSpec, run: Any) -> RunOutcome:
@@ -215,6 +260,7 @@ def _execute_in_pool(
     parent_run_id: str,
     results_dir: Path,
     console: Console,
+    resume: bool = True,
 ) -> list[RunOutcome]:
     context = multiprocessing.get_context("spawn")
     command = " ".join(sys.argv)
@@ -233,7 +279,7 @@ def _execute_in_pool(
     )
     try:
         futures: dict[Future, RunSpec] = {
-            pool.submit(run_in_worker, spec.to_dict(), tracking_uri, experiment, parent_run_id, checkpoint_dir, messages, command): spec
+            pool.submit(run_in_worker, spec.to_dict(), tracking_uri, experiment, parent_run_id, checkpoint_dir, messages, command, resume): spec
             for spec in specs
         }
         with Progress(*columns, console=console, transient=False) as progress:
@@ -276,8 +322,13 @@ def _drain(messages: Any, outcomes: dict[str, RunOutcome], progress: Progress, b
             return
         kind, run_key = message[0], message[1]
         if kind == "started":
-            outcomes[run_key].run_id = message[2]
-            bars[run_key] = progress.add_task(outcomes[run_key].spec.label, total=outcomes[run_key].spec.budget.total_steps, info="")
+            outcomes[run_key].run_id, resumed_from = message[2], message[3]
+            info = f"resumed at {resumed_from:,}" if resumed_from else ""
+            bars[run_key] = progress.add_task(
+                outcomes[run_key].spec.label, total=outcomes[run_key].spec.budget.total_steps, completed=resumed_from, info=info
+            )
+            if resumed_from:
+                progress.console.print(f"resuming {outcomes[run_key].spec.label} from its checkpoint at env step {resumed_from:,}", highlight=False)
         elif kind == "progress" and run_key in bars:
             step, total, last_eval = message[2:]
             info = f"eval {last_eval:9.1f}" if last_eval is not None else ""

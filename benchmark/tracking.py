@@ -120,12 +120,19 @@ class MlflowTracker:
         self.run_id = run_id
         self.flush_every = flush_every
         self._pending: list[Any] = []
+        self.logged_through: dict[str, int] = {}
+        """metric key -> the last step an earlier attempt of this run stored: a resumed run
+        does not log those steps again."""
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
 
         timestamp = int(time.time() * 1000)
-        self._pending += [Metric(key, float(value), timestamp, step) for key, value in metrics.items()]
+        self._pending += [
+            Metric(key, float(value), timestamp, step)
+            for key, value in metrics.items()
+            if step > self.logged_through.get(key, -1)
+        ]
         if len(self._pending) >= self.flush_every:
             self.flush()
 
@@ -157,9 +164,9 @@ class MlflowTracker:
         self.flush()
         retry(lambda: self.client.set_terminated(self.run_id, status))
 
-    def fail(self, error: BaseException) -> None:
-        """Mark FAILED (KILLED for an interrupt) with the error as a tag and an artifact."""
-        status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
+    def fail(self, error: BaseException, status: str | None = None) -> None:
+        """Mark ``status`` (default: FAILED, KILLED for an interrupt) with the error as a tag and an artifact."""
+        status = status or ("KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED")
         message = f"{type(error).__name__}: {error}"
         try:
             self._pending.clear()
@@ -241,4 +248,42 @@ def start_child_run(
     run = retry(lambda: mlflow_client.create_run(experiment, run_name=run_name, tags={k: str(v) for k, v in all_tags.items()}))
     tracker = MlflowTracker(tracking_uri, run.info.run_id)
     tracker.log_params(params)
+    return tracker
+
+
+def resume_child_run(
+    tracking_uri: str, run_id: str | None, parent_run_id: str, tags: dict[str, Any], resumed_from_step: int
+) -> MlflowTracker | None:
+    """Reopen the unfinished child run ``run_id`` under ``parent_run_id``, or None when it no
+    longer exists, was deleted or already finished.
+
+    The tracker skips every (metric, step) the earlier attempt stored, so no step is logged twice.
+    """
+    from mlflow.exceptions import MlflowException
+
+    if not run_id:
+        return None
+    mlflow_client = client(tracking_uri)
+    try:
+        run = retry(lambda: mlflow_client.get_run(run_id))
+    except MlflowException:
+        return None
+    if run.info.lifecycle_stage != "active" or run.info.status == "FINISHED":
+        return None
+    tracker = MlflowTracker(tracking_uri, run_id)
+    for key in run.data.metrics:
+        history = retry(lambda: mlflow_client.get_metric_history(run_id, key))
+        tracker.logged_through[key] = max((metric.step for metric in history), default=-1)
+    previous_parent = run.data.tags.get("mlflow.parentRunId", "")
+    attempts = int(run.data.tags.get("resume_count", "0")) + 1
+    retry(lambda: mlflow_client.update_run(run_id, status="RUNNING"))
+    if "error" in run.data.tags:
+        retry(lambda: mlflow_client.delete_tag(run_id, "error"))
+    tracker.set_tags({
+        **tags,
+        "mlflow.parentRunId": parent_run_id,
+        "first_parent_run_id": run.data.tags.get("first_parent_run_id", previous_parent),
+        "resume_count": attempts,
+        "resumed_from_step": resumed_from_step,
+    })
     return tracker

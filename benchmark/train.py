@@ -6,10 +6,11 @@ update, state_dict), so every algorithm in the registry trains here unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import os
 import random
-import tempfile
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ import torch
 
 import agents
 from agents.api import Algorithm, ConfigError, Transitions
+from agents.env_state import load_vector_env_state, vector_env_state
 from agents.envs import (
     env_spec,
     finished_episodes,
@@ -30,6 +32,7 @@ from agents.envs import (
     normalization_state,
     true_next_obs,
 )
+from benchmark import checkpoint
 from benchmark.config import RunSpec
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation envs never share seeds with training envs
@@ -123,19 +126,69 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+class Preempted(Exception):
+    """The run received SIGTERM: it wrote a checkpoint (when it has a checkpoint directory) and
+    stopped; re-launching the suite resumes it."""
+
+
+class _StopSignal:
+    """Turns SIGTERM into a flag the training loop checks after each step (main thread only)."""
+
+    def __init__(self) -> None:
+        self.received = False
+        self._previous: Any = None
+
+    def __enter__(self) -> "_StopSignal":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = True
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+@dataclass
+class _Loop:
+    """The training loop's own counters: checkpointed with the algorithm."""
+
+    step: int = 0
+    next_eval: int = 0
+    next_checkpoint: int = 0
+    next_progress: int = 0
+    train_seconds: float = 0.0
+    eval_seconds: float = 0.0
+    update_logs: dict[str, list[float]] = field(default_factory=dict)
+
+
 def run(
     spec: RunSpec,
     tracker: Tracker | None = None,
     progress: ProgressCallback | None = None,
     checkpoint_dir: Path | None = None,
+    resume: dict[str, Any] | None = None,
+    checkpoint_metadata: dict[str, Any] | None = None,
 ) -> RunResult:
-    """Train ``spec`` to its budget, evaluating every ``eval_every`` steps and at the end."""
+    """Train ``spec`` to its budget, evaluating every ``eval_every`` steps and at the end.
+
+    With ``checkpoint_dir``, ``<dir>/<run_key>/latest.pt`` is rewritten every
+    ``spec.checkpoint_interval`` env steps and when SIGTERM arrives (the run then raises
+    ``Preempted``); ``final.pt`` is written at the end. ``resume`` is such a checkpoint's
+    payload: training continues from its step with every state restored (networks, optimizers,
+    normalization, counters, RNGs, the envs' episodes where ``agents.env_state`` can capture
+    them, the replay buffer when it was saved). ``checkpoint_metadata`` is stored in each
+    checkpoint (the runner keeps the MLflow run id there).
+    """
     tracker = tracker or NullTracker()
     torch.set_num_threads(spec.torch_threads)
     seed_everything(spec.seed)
     device = resolve_device(spec.device)
     config = agents.resolve_config(spec.algo, spec.hyperparameters)
     budget = spec.budget
+    run_dir = checkpoint.run_directory(checkpoint_dir, spec.run_key) if checkpoint_dir is not None else None
 
     train_envs = make_vector_env(
         spec.env_id,
@@ -155,6 +208,7 @@ def run(
     freeze_normalization(eval_envs)
     algo = agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=budget.total_steps, device=device, seed=spec.seed)
     result = RunResult(spec, device=str(device))
+    loop = _Loop(next_eval=budget.eval_every, next_checkpoint=spec.checkpoint_interval)
 
     def evaluate_now(step: int) -> None:
         evaluation = evaluate(algo, eval_envs, train_envs, spec.seed + EVAL_SEED_OFFSET, device, step)
@@ -168,57 +222,90 @@ def run(
             step,
         )
 
+    def save(obs: np.ndarray, state: Any) -> Path:
+        """Flush the metrics first: everything logged up to this step is stored before the
+        checkpoint that a resume starts from exists."""
+        assert run_dir is not None
+        tracker.flush()
+        loop.train_seconds = time.perf_counter() - started - loop.eval_seconds
+        payload = {
+            "format": checkpoint.FORMAT,
+            "spec": spec.to_dict(),
+            "metadata": dict(checkpoint_metadata or {}),
+            "loop": dataclasses.asdict(loop),
+            "evaluations": [dataclasses.asdict(evaluation) for evaluation in result.evaluations],
+            "obs": torch.as_tensor(obs),
+            "recurrent_state": _to_cpu(state),
+            "algorithm": algo.state_dict(),
+            "replay": algo.replay_state_dict() if spec.checkpoint_replay_buffer else None,
+            "envs": vector_env_state(train_envs),
+            "normalization": _normalization_tensors(train_envs),
+            "rng": checkpoint.rng_state(),
+        }
+        return checkpoint.write_atomic(payload, run_dir / checkpoint.LATEST)
+
     try:
-        obs, _ = train_envs.reset(seed=spec.seed)
-        state: Any = None
-        step, next_eval, next_progress = 0, budget.eval_every, 0
-        update_logs: dict[str, list[float]] = {}
-        train_seconds, eval_seconds = 0.0, 0.0
-        started = time.perf_counter()
-        while step < budget.total_steps:
-            obs_tensor = torch.as_tensor(obs, dtype=torch.float32, device=device)
-            acted = algo.act(obs_tensor, state)
-            next_obs, rewards, terminated, truncated, infos = train_envs.step(acted.env_actions)
-            state = algo.reset_state(acted.state, torch.as_tensor(terminated | truncated, device=device))
-            algo.observe(
-                Transitions(
-                    obs=obs_tensor,
-                    acted=acted,
-                    rewards=torch.as_tensor(rewards, dtype=torch.float32, device=device),
-                    next_obs=torch.as_tensor(true_next_obs(next_obs, infos), dtype=torch.float32, device=device),
-                    terminated=torch.as_tensor(terminated, device=device),
-                    truncated=torch.as_tensor(truncated, device=device),
+        if resume is None:
+            obs, _ = train_envs.reset(seed=spec.seed)
+            state: Any = None
+        else:
+            obs, state = _restore(resume, algo, train_envs, loop, result, spec, device)
+        started = time.perf_counter() - loop.train_seconds - loop.eval_seconds  # wall time before a resume counts
+        with _StopSignal() as stop:
+            while loop.step < budget.total_steps:
+                obs_tensor = torch.as_tensor(obs, dtype=torch.float32, device=device)
+                acted = algo.act(obs_tensor, state)
+                next_obs, rewards, terminated, truncated, infos = train_envs.step(acted.env_actions)
+                state = algo.reset_state(acted.state, torch.as_tensor(terminated | truncated, device=device))
+                algo.observe(
+                    Transitions(
+                        obs=obs_tensor,
+                        acted=acted,
+                        rewards=torch.as_tensor(rewards, dtype=torch.float32, device=device),
+                        next_obs=torch.as_tensor(true_next_obs(next_obs, infos), dtype=torch.float32, device=device),
+                        terminated=torch.as_tensor(terminated, device=device),
+                        truncated=torch.as_tensor(truncated, device=device),
+                    )
                 )
-            )
-            obs = next_obs
-            step += config.num_envs
+                obs = next_obs
+                loop.step += config.num_envs
+                step = loop.step
 
-            for episode_return, episode_length in finished_episodes(infos):
-                tracker.log_metrics({"train/episode_return": episode_return, "train/episode_length": episode_length}, step)
-            if algo.ready_to_update():
-                logs = algo.update()
-                check_finite(logs, step)
-                for key, value in logs.items():
-                    update_logs.setdefault(key, []).append(value)
+                for episode_return, episode_length in finished_episodes(infos):
+                    tracker.log_metrics({"train/episode_return": episode_return, "train/episode_length": episode_length}, step)
+                if algo.ready_to_update():
+                    logs = algo.update()
+                    check_finite(logs, step)
+                    for key, value in logs.items():
+                        loop.update_logs.setdefault(key, []).append(value)
 
-            if step >= next_eval or step >= budget.total_steps:
-                train_seconds = time.perf_counter() - started - eval_seconds
-                losses = {f"train/{key}": float(np.mean(values)) for key, values in update_logs.items()}
-                tracker.log_metrics({**losses, "perf/steps_per_second": step / max(train_seconds, 1e-9)}, step)
-                update_logs.clear()
-                eval_started = time.perf_counter()
-                evaluate_now(step)
-                eval_seconds += time.perf_counter() - eval_started
-                next_eval += budget.eval_every
-                tracker.flush()
-            if progress is not None and (step >= next_progress or step >= budget.total_steps):
-                progress(step, budget.total_steps, result.evaluations[-1].mean if result.evaluations else None)
-                next_progress = step + max(budget.total_steps // 100, 1)
+                if step >= loop.next_eval or step >= budget.total_steps:
+                    loop.train_seconds = time.perf_counter() - started - loop.eval_seconds
+                    losses = {f"train/{key}": float(np.mean(values)) for key, values in loop.update_logs.items()}
+                    tracker.log_metrics({**losses, "perf/steps_per_second": step / max(loop.train_seconds, 1e-9)}, step)
+                    loop.update_logs.clear()
+                    eval_started = time.perf_counter()
+                    evaluate_now(step)
+                    loop.eval_seconds += time.perf_counter() - eval_started
+                    loop.next_eval += budget.eval_every
+                    tracker.flush()
+                if progress is not None and (step >= loop.next_progress or step >= budget.total_steps):
+                    progress(step, budget.total_steps, result.evaluations[-1].mean if result.evaluations else None)
+                    loop.next_progress = step + max(budget.total_steps // 100, 1)
+                if step >= budget.total_steps:
+                    break
+                if run_dir is not None and spec.checkpoint_interval and step >= loop.next_checkpoint:
+                    loop.next_checkpoint = step + spec.checkpoint_interval
+                    save(obs, state)
+                if stop.received:
+                    where = f"; checkpoint {save(obs, state)}" if run_dir is not None else ""
+                    raise Preempted(f"stopped by SIGTERM at env step {step}{where}")
 
         result.wall_seconds = time.perf_counter() - started
-        result.steps_per_second = step / max(result.wall_seconds - eval_seconds, 1e-9)
-        if checkpoint_dir is not None:
-            path = save_checkpoint(algo, train_envs, spec, Path(checkpoint_dir) / spec.run_key / "final.pt")
+        result.steps_per_second = loop.step / max(result.wall_seconds - loop.eval_seconds, 1e-9)
+        if run_dir is not None:
+            path = save_checkpoint(algo, train_envs, spec, run_dir / checkpoint.FINAL)
+            (run_dir / checkpoint.LATEST).unlink(missing_ok=True)
             result.checkpoint = str(path)
             tracker.log_artifact(path, "checkpoints")
         tracker.flush()
@@ -226,6 +313,64 @@ def run(
     finally:
         train_envs.close()
         eval_envs.close()
+
+
+def _restore(
+    payload: dict[str, Any],
+    algo: Algorithm,
+    train_envs: gym.vector.VectorEnv,
+    loop: _Loop,
+    result: RunResult,
+    spec: RunSpec,
+    device: torch.device,
+) -> tuple[np.ndarray, Any]:
+    """Load a ``latest.pt`` payload into a freshly built run; the observation and recurrent
+    state to act from next."""
+    if payload.get("format") != checkpoint.FORMAT:
+        raise ValueError(f"checkpoint format {payload.get('format')!r} is not {checkpoint.FORMAT}")
+    if payload["spec"].get("run_key") != spec.run_key:
+        raise ValueError(f"the checkpoint belongs to run key {payload['spec'].get('run_key')}, not {spec.run_key}")
+    algo.load_state_dict(payload["algorithm"])
+    if payload.get("replay") is not None:
+        algo.load_replay_state_dict(payload["replay"])
+    for name, value in payload["loop"].items():
+        setattr(loop, name, value)
+    result.evaluations = [Evaluation(**evaluation) for evaluation in payload["evaluations"]]
+    obs, state = payload["obs"].numpy(), _to_device(payload["recurrent_state"], device)
+    if payload["envs"] is not None:
+        load_vector_env_state(train_envs, payload["envs"])
+    else:
+        # the envs' state could not be saved: restart their episodes, the old ones end as truncated
+        statistics = {name: {key: value.numpy() for key, value in stats.items()} for name, stats in payload["normalization"].items()}
+        load_normalization_state(train_envs, statistics)
+        algo.interrupt_episodes(torch.as_tensor(obs, dtype=torch.float32, device=device), state)
+        obs, _ = train_envs.reset(seed=spec.seed + loop.step)
+        state = None
+    checkpoint.set_rng_state(payload["rng"])
+    return obs, state
+
+
+def _to_cpu(state: Any) -> Any:
+    if isinstance(state, torch.Tensor):
+        return state.detach().cpu()
+    if isinstance(state, (tuple, list)):
+        return type(state)(_to_cpu(item) for item in state)
+    return state
+
+
+def _to_device(state: Any, device: torch.device) -> Any:
+    if isinstance(state, torch.Tensor):
+        return state.to(device)
+    if isinstance(state, (tuple, list)):
+        return type(state)(_to_device(item, device) for item in state)
+    return state
+
+
+def _normalization_tensors(train_envs: gym.vector.VectorEnv) -> dict[str, dict[str, Any]]:
+    return {
+        name: {key: torch.as_tensor(value) for key, value in stats.items()}
+        for name, stats in normalization_state(train_envs).items()
+    }
 
 
 def evaluate(
@@ -259,26 +404,12 @@ def evaluate(
 
 
 def save_checkpoint(algo: Algorithm, train_envs: gym.vector.VectorEnv, spec: RunSpec, path: Path) -> Path:
-    """Algorithm state, normalization statistics and the spec: tensors and primitives only.
-
-    Written to a temporary file, then renamed, so a crash never leaves a half-written file.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "spec": spec.to_dict(),
-        "algorithm": algo.state_dict(),
-        "normalization": {
-            name: {key: torch.as_tensor(value) for key, value in stats.items()}
-            for name, stats in normalization_state(train_envs).items()
-        },
-    }
-    handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    os.close(handle)
-    torch.save(payload, temporary)
-    os.replace(temporary, path)
-    return path
+    """The trained policy: algorithm state, normalization statistics and the spec (tensors and
+    primitives only), written atomically."""
+    payload = {"spec": spec.to_dict(), "algorithm": algo.state_dict(), "normalization": _normalization_tensors(train_envs)}
+    return checkpoint.write_atomic(payload, path)
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Read a checkpoint written by ``save_checkpoint`` (no pickled objects are executed)."""
-    return torch.load(path, map_location="cpu", weights_only=True)
+    return checkpoint.load(path)

@@ -142,6 +142,8 @@ class OffPolicyAlgorithm(Algorithm):
             self.feature_dim = config.recurrent_size
         self.buffer = self.make_buffer()
         self.td_errors: torch.Tensor | None = None  # of the last batch, for PER
+        # after a resume without the replay buffer: no updates until it holds more than this again
+        self._refill_to = 0
 
     # -- storage ----------------------------------------------------------------------------
 
@@ -277,6 +279,8 @@ class OffPolicyAlgorithm(Algorithm):
         self._steps_since_update += max(0, self.num_steps - max(previous, self.config.learning_starts))
         if self.recurrent and self.buffer.num_sequences() == 0:  # type: ignore[attr-defined]
             self._steps_since_update = 0  # nor when the first whole sequence is stored
+        if len(self.buffer) <= self._refill_to:  # as after warm-up: the first update comes with the next step
+            self._steps_since_update = 0
         self.buffer.set_progress(self.num_steps / self.total_steps)
 
     def ready_to_update(self) -> bool:
@@ -397,6 +401,18 @@ class OffPolicyAlgorithm(Algorithm):
             "config": self.config.to_dict(),
         }
 
+    def replay_state_dict(self) -> dict[str, Any]:
+        return self.buffer.state_dict()
+
+    def load_replay_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.buffer.load_state_dict(dict(state))
+        self._refill_to = 0
+
+    def interrupt_episodes(self, final_obs: torch.Tensor, state: Any = None) -> None:
+        """The newest stored step of every env becomes a truncation (its next_obs is already
+        the true final observation), so episode bookkeeping (n-step, HER, sequences) ends there."""
+        self.buffer.truncate_newest()
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         for name, module in self.modules().items():
             module.load_state_dict(state["modules"][name])
@@ -407,6 +423,8 @@ class OffPolicyAlgorithm(Algorithm):
         self.num_steps, self.num_updates = int(state["num_steps"]), int(state["num_updates"])
         self._steps_since_update = int(state["steps_since_update"])
         self.generator.set_state(state["generator"])
+        # the buffer is not part of this state (see replay_state_dict): refill before updating
+        self._refill_to = min(max(self.config.learning_starts, self.config.batch_size), self.buffer.capacity - 1)
 
 
 def weighted_mse(predictions: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -427,12 +427,16 @@ class OnPolicyAlgorithm(Algorithm):
         pass
 
     def state_dict(self) -> dict[str, Any]:
+        """Networks, optimizers, counters, RNG and the rollout collected so far (it is small)."""
         return {
             "actor_critic": self.actor_critic.state_dict(),
             "optimizers": {name: optimizer.state_dict() for name, optimizer in self.optimizers.items()},
             "num_updates": self.num_updates,
             "generator": self.generator.get_state(),
             "config": self.config.to_dict(),
+            "rollout": self.storage.state_dict(),
+            "last_next_obs": self._last_next_obs,
+            "last_state": self._last_state,
             **self._extra_state(),
         }
 
@@ -442,4 +446,13 @@ class OnPolicyAlgorithm(Algorithm):
             optimizer.load_state_dict(state["optimizers"][name])
         self.num_updates = int(state["num_updates"])
         self.generator.set_state(state["generator"])
+        if "rollout" in state:  # checkpoints written before the rollout was saved hold none
+            self.storage.load_state_dict(state["rollout"])
+            to_device = lambda tensor: None if tensor is None else tensor.to(self.device)  # noqa: E731
+            self._last_next_obs, self._last_state = to_device(state["last_next_obs"]), to_device(state["last_state"])
         self._load_extra_state(state)
+
+    def interrupt_episodes(self, final_obs: torch.Tensor, state: Any = None) -> None:
+        """The last stored step becomes a truncation, bootstrapped from V(``final_obs``)."""
+        if self.storage.step > 0:
+            self.storage.truncate_last_step(self._values(final_obs.to(self.device), state))

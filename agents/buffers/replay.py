@@ -155,6 +155,16 @@ class ReplayBuffer:
         if bool(done.any()):
             self._close_episodes(done, now)
 
+    def truncate_newest(self) -> None:
+        """End every env's episode in progress as truncated at the newest stored row."""
+        if self.rows_written == 0:
+            return
+        row, now = (self.rows_written - 1) % self.num_rows, self.rows_written - 1
+        running = self.episode_end[row] == -1
+        self.storage["truncated"][row] |= running
+        if bool(running.any()):
+            self._close_episodes(running, now)
+
     def _close_episodes(self, done: torch.Tensor, now: int) -> None:
         """Mark the end (absolute step ``now``) on every stored row of the episodes that ended."""
         for env in torch.nonzero(done).flatten().tolist():

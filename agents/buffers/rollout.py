@@ -198,3 +198,27 @@ class RolloutStorage:
         self.step = 0
         self.truncation_values.zero_()
 
+    def truncate_last_step(self, truncation_values: torch.Tensor) -> None:
+        """Mark the newest stored step of every env as a time-limit truncation with V(final
+        obs) ``truncation_values`` (N,): the envs were restarted mid-episode."""
+        if self.step > 0:
+            self.truncated[self.step - 1] = True
+            self.truncation_values[self.step - 1] = truncation_values
+        self._next_starts = torch.ones_like(self._next_starts)
+
+    _STATE_FIELDS = (
+        "obs", "actions", "log_probs", "values", "rewards", "terminated", "truncated", "truncation_values",
+        "dist_params", "entropies", "states", "episode_starts", "_next_starts",
+    )
+
+    def state_dict(self) -> dict[str, torch.Tensor | int]:
+        """The steps stored so far of the current rollout (CPU copies) and the insert position."""
+        state: dict[str, torch.Tensor | int] = {name: getattr(self, name).detach().cpu().clone() for name in self._STATE_FIELDS}
+        state["step"] = self.step
+        return state
+
+    def load_state_dict(self, state: dict[str, torch.Tensor | int]) -> None:
+        for name in self._STATE_FIELDS:
+            getattr(self, name).copy_(state[name])
+        self.step = int(state["step"])
+

@@ -1,0 +1,84 @@
+"""Checkpoint files: written atomically, read without executing code.
+
+A run keeps ``<checkpoint_dir>/<run_key>/latest.pt`` while it trains (replaced every
+``checkpoint_every`` env steps and when the run is stopped by SIGTERM) and ``final.pt`` when it
+finishes. Payloads hold tensors and primitives only, so ``torch.load(weights_only=True)``
+reads them: a checkpoint file never runs code.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+LATEST = "latest.pt"
+FINAL = "final.pt"
+FORMAT = 1
+
+
+def run_directory(checkpoint_dir: Path, run_key: str) -> Path:
+    return Path(checkpoint_dir) / run_key
+
+
+def write_atomic(payload: dict[str, Any], path: Path) -> Path:
+    """torch.save to a temporary file in the same directory, fsync it, rename it over ``path``
+    and fsync the directory: a crash at any moment leaves either the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            torch.save(payload, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+    return path
+
+
+def load(path: Path) -> dict[str, Any]:
+    """Read a checkpoint on CPU; only tensors and primitives are accepted (weights_only)."""
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def rng_state() -> dict[str, Any]:
+    """Python's, NumPy's global and torch's (CPU and every initialized CUDA device) RNG states."""
+    kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "position": int(position),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what ``rng_state`` returned."""
+    random.setstate(state["python"])
+    saved = state["numpy"]
+    np.random.set_state(
+        (saved["kind"], saved["keys"].numpy().astype(np.uint32), saved["position"], saved["has_gauss"], saved["cached_gaussian"])
+    )
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

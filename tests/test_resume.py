@@ -1,0 +1,276 @@
+"""Checkpoint and resume: env snapshots, bit-identical continuation, atomic files, kill -9 via the CLI.
+
+Which runs continue bit-for-bit after a resume: every algorithm here, on every env whose
+state ``agents.env_state`` captures (classic control, MuJoCo, this project's envs), as long
+as the checkpoint holds everything the next step reads: networks, optimizers, counters, all
+RNG streams, the partial on-policy rollout, the envs' episodes, and (off-policy) the replay
+buffer. Without the replay buffer (the default, since it can be GBs) an off-policy run refills
+it from scratch and so differs; an env whose state cannot be captured restarts its episodes,
+which also changes the numbers.
+"""
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+import agents
+from agents.env_state import load_vector_env_state, vector_env_state
+from agents.envs import make_vector_env
+from benchmark import checkpoint, train
+from benchmark.config import Budget, RunSpec, load_suite
+
+from test_cli import ROOT, all_runs, run_cli
+
+
+def _roundtrip(payload):
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
+def _random_actions(envs, count, seed=0):
+    rng, space = np.random.default_rng(seed), envs.single_action_space
+    if isinstance(space, gym.spaces.Discrete):
+        return [rng.integers(0, space.n, envs.num_envs) for _ in range(count)]
+    return [rng.uniform(space.low, space.high, (envs.num_envs, *space.shape)).astype(np.float32) for _ in range(count)]
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "Ant-v5", "reprorl/CartPoleNoVel-v1"])
+def test_env_snapshot_continues_the_same_episodes(env_id):
+    """Ant reads body positions (derived MuJoCo quantities) before it steps: those come back too."""
+    envs = make_vector_env(env_id, 3, normalize_observations=True, normalize_rewards=True)
+    envs.reset(seed=1)
+    actions = _random_actions(envs, 150)
+    for action in actions[:97]:
+        envs.step(action)
+    snapshot = _roundtrip(vector_env_state(envs))
+    expected = [envs.step(action) for action in actions[97:]]
+
+    fresh = make_vector_env(env_id, 3, normalize_observations=True, normalize_rewards=True)
+    fresh.reset(seed=12345)
+    load_vector_env_state(fresh, snapshot)
+    for (obs, rewards, terminated, truncated, _), action in zip(expected, actions[97:]):
+        got = fresh.step(action)
+        for want, have in zip((obs, rewards, terminated, truncated), got[:4]):
+            np.testing.assert_array_equal(have, want)
+
+
+class _OpaqueStateEnv(gym.Env):
+    """An env holding an object this module cannot serialize (like a Box2D world)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self):
+        self.world = object.__new__(type("World", (), {}))
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 0.0, False, False, {}
+
+
+def test_env_with_opaque_state_is_not_captured():
+    envs = gym.vector.SyncVectorEnv([_OpaqueStateEnv, _OpaqueStateEnv])
+    envs.reset(seed=0)
+    assert vector_env_state(envs) is None
+
+
+def test_rng_states_roundtrip():
+    torch.manual_seed(3)
+    np.random.seed(3)
+    saved = _roundtrip(checkpoint.rng_state())
+    expected = (torch.rand(3), np.random.rand(3), __import__("random").random())
+    torch.manual_seed(99)
+    np.random.seed(99)
+    checkpoint.set_rng_state(saved)
+    got = (torch.rand(3), np.random.rand(3), __import__("random").random())
+    assert torch.equal(got[0], expected[0]) and np.array_equal(got[1], expected[1]) and got[2] == expected[2]
+
+
+def test_write_atomic_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatch):
+    path = tmp_path / "run" / checkpoint.LATEST
+    checkpoint.write_atomic({"step": 1}, path)
+
+    def broken_save(payload, file):
+        file.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint.torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        checkpoint.write_atomic({"step": 2}, path)
+    assert checkpoint.load(path) == {"step": 1}
+    assert [p.name for p in path.parent.iterdir()] == [checkpoint.LATEST]  # no temporary file left
+
+
+class _StopAt(Exception):
+    pass
+
+
+def _spec(algo, env_id, total_steps, eval_every, replay_buffer=False, **hyperparameters):
+    config = agents.resolve_config(algo, hyperparameters).to_dict()
+    return RunSpec(
+        "resume", algo, env_id, 0, config, Budget(total_steps, eval_every, 2), "cpu", 1, hyperparameters,
+        checkpoint_every=eval_every // 2, checkpoint_replay_buffer=replay_buffer,
+    )
+
+
+def _interrupted_then_resumed(spec, directory, stop_fraction=0.6):
+    """Train until ``stop_fraction`` of the budget (the process 'dies'), then resume from the
+    last checkpoint; returns the resumed result and the step it resumed from."""
+
+    def die(step, total, last_eval):
+        if step >= total * stop_fraction:
+            raise _StopAt()
+
+    with pytest.raises(_StopAt):
+        train.run(spec, progress=die, checkpoint_dir=directory)
+    payload = checkpoint.load(directory / spec.run_key / checkpoint.LATEST)
+    return train.run(spec, checkpoint_dir=directory, resume=payload), payload["loop"]["step"]
+
+
+RESUMABLE = [
+    ("ppo", "CartPole-v1", 6144, 2048, {"num_envs": 2, "num_steps": 128, "num_minibatches": 4, "num_epochs": 2}),
+    ("sac", "Pendulum-v1", 1200, 400, {"learning_starts": 200, "batch_size": 64, "hidden_sizes": [32, 32]}),
+    ("dqn", "CartPole-v1", 3000, 1000, {"learning_starts": 300, "batch_size": 32, "hidden_sizes": [32]}),
+]
+
+
+@pytest.mark.parametrize("algo,env_id,total_steps,eval_every,hyperparameters", RESUMABLE, ids=[r[0] for r in RESUMABLE])
+def test_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path, algo, env_id, total_steps, eval_every, hyperparameters):
+    spec = _spec(algo, env_id, total_steps, eval_every, replay_buffer=True, **hyperparameters)
+    uninterrupted = train.run(spec, checkpoint_dir=tmp_path / "a")
+    resumed, resumed_from = _interrupted_then_resumed(spec, tmp_path / "b")
+    assert 0 < resumed_from < total_steps
+    assert [(e.step, e.returns) for e in resumed.evaluations] == [(e.step, e.returns) for e in uninterrupted.evaluations]
+    final_a = checkpoint.load(tmp_path / "a" / spec.run_key / checkpoint.FINAL)["algorithm"]
+    final_b = checkpoint.load(tmp_path / "b" / spec.run_key / checkpoint.FINAL)["algorithm"]
+    for name, module_state in (final_a.get("modules") or {"actor_critic": final_a["actor_critic"]}).items():
+        other = (final_b.get("modules") or {"actor_critic": final_b["actor_critic"]})[name]
+        assert all(torch.equal(module_state[key], other[key]) for key in module_state), name
+    assert not (tmp_path / "b" / spec.run_key / checkpoint.LATEST).exists()  # the final checkpoint replaces it
+
+
+def test_resume_without_replay_buffer_refills_it_and_trains_to_the_budget(tmp_path):
+    spec = _spec("sac", "Pendulum-v1", 1200, 400, learning_starts=200, batch_size=64, hidden_sizes=[32, 32])
+    payload_dir = tmp_path / "run"
+    resumed, resumed_from = _interrupted_then_resumed(spec, payload_dir)
+    assert resumed_from == 600
+    assert [e.step for e in resumed.evaluations] == [400, 800, 1200]
+    final = checkpoint.load(payload_dir / spec.run_key / checkpoint.FINAL)["algorithm"]
+    # one update per step after learning_starts (200), none while the empty buffer refills to 200
+    assert final["num_steps"] == 1200 and final["num_updates"] == (1200 - 200) - 200
+
+
+def test_resume_restarts_episodes_when_the_env_state_cannot_be_captured(tmp_path, monkeypatch):
+    """The episodes in progress end as truncated at the checkpoint; training reaches the budget."""
+    monkeypatch.setattr(train, "vector_env_state", lambda envs: None)
+    interrupted = []
+    original = agents.algos.onpolicy.OnPolicyAlgorithm.interrupt_episodes
+
+    def spy(self, final_obs, state=None):
+        interrupted.append(self.storage.step)
+        original(self, final_obs, state)
+        assert bool(self.storage.truncated[self.storage.step - 1].all()) or self.storage.step == 0
+
+    monkeypatch.setattr(agents.algos.onpolicy.OnPolicyAlgorithm, "interrupt_episodes", spy)
+    spec = _spec("ppo", "CartPole-v1", 6144, 2048, num_envs=2, num_steps=96, num_minibatches=4, num_epochs=2)
+    resumed, resumed_from = _interrupted_then_resumed(spec, tmp_path)
+    assert resumed_from == 3072 and interrupted == [(3072 // 2) % 96]
+    assert [e.step for e in resumed.evaluations] == [2048, 4096, 6144]
+
+
+def test_sigterm_writes_a_checkpoint_and_stops_the_run(tmp_path):
+    """What a scheduler's pre-emption (or the runner stopping its workers) does: the loop
+    finishes its step, writes latest.pt and raises Preempted; the old handler is restored."""
+    spec = _spec("ppo", "CartPole-v1", 100_000, 100_000, num_envs=1, num_steps=64, num_minibatches=1, num_epochs=1)
+
+    sent_at = []
+
+    def terminate(step, total, last_eval):  # called about every 1,000 steps
+        if step >= 1000 and not sent_at:
+            sent_at.append(step)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(train.Preempted, match="stopped by SIGTERM at env step") as stopped:
+        train.run(spec, progress=terminate, checkpoint_dir=tmp_path)
+    assert f"env step {sent_at[0]};" in str(stopped.value)  # the step it was in, not later
+    assert signal.getsignal(signal.SIGTERM) is previous
+    assert checkpoint.load(tmp_path / spec.run_key / checkpoint.LATEST)["loop"]["step"] == sent_at[0]
+
+
+# -- through the CLI: kill -9 mid-run, then re-launch ------------------------------------------
+
+RESUME_SUITE = """\
+seeds: [0]
+budget: {total_steps: 16000, eval_every: 2000, eval_episodes: 2}
+checkpoint: {every: 3000}
+experiments:
+  - algo: ppo
+    envs: [CartPole-v1]
+    hyperparameters: {num_envs: 1, num_steps: 256, num_minibatches: 4, num_epochs: 4}
+"""
+
+
+def test_a_run_killed_with_sigkill_resumes_in_its_mlflow_run(write_suite, tmp_path):
+    """SIGKILL to the whole process group mid-training; the re-launch continues from the last
+    checkpoint in the same MLflow run, logs no metric step twice, trains exactly the budget,
+    and ends with the evaluations of an uninterrupted run."""
+    suite = write_suite(RESUME_SUITE)
+    spec = load_suite(str(suite)).specs[0]
+    results = tmp_path / "results"
+    argv = ["run", "--suite", str(suite), "--results-dir", str(results)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "benchmark", *argv], cwd=ROOT, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    latest = results / "checkpoints" / spec.run_key / checkpoint.LATEST
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if latest.exists() and checkpoint.load(latest)["loop"]["step"] >= 6000:
+                break
+            assert process.poll() is None, "the run ended before it could be killed"
+            time.sleep(0.2)
+        else:
+            pytest.fail("no checkpoint past step 6000")
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    killed_at = checkpoint.load(latest)["loop"]["step"]
+    uri = f"sqlite:///{results / 'mlflow.db'}"
+    _, runs = all_runs(uri)
+    (child,) = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert child.info.status == "RUNNING"  # nobody was left to close it
+
+    completed = run_cli(*argv, cwd=ROOT)
+    assert completed.returncode == 0, completed.stderr
+    assert f"from its checkpoint at env step {killed_at:,}" in completed.stderr
+    client, runs = all_runs(uri)
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert [r.info.run_id for r in children] == [child.info.run_id]  # the same MLflow run
+    resumed = children[0]
+    assert resumed.info.status == "FINISHED"
+    assert resumed.data.tags["resume_count"] == "1" and resumed.data.tags["resumed_from_step"] == str(killed_at)
+    for key in resumed.data.metrics:
+        steps = [m.step for m in client.get_metric_history(resumed.info.run_id, key)]
+        assert len(steps) == len(set(steps)), f"{key} logged a step twice"  # one env: at most one value per step
+    evaluations = client.get_metric_history(resumed.info.run_id, "eval/return_mean")
+    assert sorted(m.step for m in evaluations) == list(range(2000, 16001, 2000))
+
+    uninterrupted = train.run(spec)
+    by_step = {m.step: m.value for m in evaluations}
+    assert [by_step[e.step] for e in uninterrupted.evaluations] == [e.mean for e in uninterrupted.evaluations]
