@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 # The CPU wheel; GPU users: make install TORCH="torch==2.13.0 --index-url ..." or any torch spec.
 TORCH  ?= torch==2.13.0
+# optional extras installed with the package: dev (tests), ray (--executor ray)
+EXTRAS ?= dev,ray
 SUITE  ?= smoke
 WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 ARGS   ?=
@@ -23,7 +25,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH)
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 bench: $(STAMP)

@@ -39,7 +39,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--suite", required=True, help="suite name (suites/NAME.yaml) or path to a suite YAML")
     run.add_argument("--workers", type=int, default=1, help="runs trained in parallel processes (default 1)")
     run.add_argument("--seeds", type=int, nargs="+", help="override the suite's seeds, e.g. --seeds 0 1 2")
-    run.add_argument("--device", help="auto (CUDA when available), cpu, cuda or cuda:i; overrides the suite")
+    run.add_argument(
+        "--device",
+        help="auto (every visible GPU, else CPU), cpu, cuda (every visible GPU) or cuda:i (that GPU only); overrides the suite",
+    )
+    run.add_argument(
+        "--runs-per-gpu", type=int, default=1, metavar="K",
+        help="runs trained at once on each GPU (default 1); each run process sees only its GPU",
+    )
+    run.add_argument("--executor", choices=("local", "ray"), default="local",
+                     help="local process pool (default) or Ray tasks (make install adds Ray)")
+    run.add_argument("--address", help="with --executor ray: the cluster to join ('auto': the running one); default: a local Ray")
     run.add_argument("--algos", nargs="+", help="only the runs of these algorithms, e.g. --algos ppo trpo")
     run.add_argument("--envs", nargs="+", help="only the runs on these environments, e.g. --envs CartPole-v1")
     run.add_argument("--dry-run", action="store_true", help="list the runs the suite expands to and exit")
@@ -133,6 +143,10 @@ def _check_run_arguments(args: argparse.Namespace) -> None:
 
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    if getattr(args, "runs_per_gpu", 1) < 1:
+        raise ConfigError(f"--runs-per-gpu must be >= 1, got {args.runs_per_gpu}")
+    if getattr(args, "address", None) and getattr(args, "executor", "local") != "ray":
+        raise ConfigError("--address is for --executor ray")
     if args.seeds is not None and (len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0):
         raise ConfigError(f"--seeds must be distinct non-negative integers, got {args.seeds}")
     if getattr(args, "device", None) is not None:
@@ -183,7 +197,15 @@ def _execute_suite(suite, args: argparse.Namespace, console: Console, force: boo
     console.print(f"suite {suite.name!r}: {len(suite.specs)} runs, {workers} worker(s), tracking at {tracking_uri}")
     started = time.perf_counter()
     execution = runner.execute(
-        suite.specs, suite_name=suite.name, workers=workers, tracking_uri=tracking_uri, results_dir=results_dir, force=force
+        suite.specs,
+        suite_name=suite.name,
+        workers=workers,
+        tracking_uri=tracking_uri,
+        results_dir=results_dir,
+        force=force,
+        executor=getattr(args, "executor", "local"),
+        runs_per_gpu=getattr(args, "runs_per_gpu", 1),
+        ray_address=getattr(args, "address", None),
     )
     rows = summary.summarize(execution.outcomes)
     console.print(summary.render_table(rows, f"suite {suite.name} — final deterministic evaluation"))

@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from benchmark import tracking
+from agents.api import ConfigError
+from benchmark import devices, tracking
 from benchmark.config import RunSpec
+from benchmark.progress import Board
 
 
 @dataclass
@@ -77,6 +78,8 @@ def run_in_worker(
     messages: Any,
     command: str = "",
     resume: bool = True,
+    device: str | None = None,
+    where: str = "",
 ) -> dict[str, Any]:
     """Train one spec inside a worker process, logging to its own MLflow child run.
 
@@ -89,9 +92,11 @@ def run_in_worker(
     import torch  # noqa: F401 - loaded before the tags are read, so that the GPU model is known
 
     spec = RunSpec.from_dict(spec_data)
+    # the device this process trains on (its slot's); config.json keeps the one the suite asked for
+    training_spec = dataclasses.replace(spec, device=device) if device is not None else spec
     tags = {
         "run_key": spec.run_key, "suite": spec.suite, "algo": spec.algo, "env_id": spec.env_id, "seed": spec.seed,
-        "command": command,
+        "command": command, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "unset"),
     }
     tracker, payload = None, None
     latest = checkpoint.run_directory(Path(checkpoint_dir), spec.run_key) / checkpoint.LATEST if checkpoint_dir else None
@@ -105,7 +110,7 @@ def run_in_worker(
             latest.unlink(missing_ok=True)
     if tracker is None:
         tracker = tracking.start_child_run(tracking_uri, experiment_id, parent_run_id, spec.label, tags, _child_params(spec))
-    _send(messages, ("started", spec.run_key, tracker.run_id, payload["loop"]["step"] if payload else 0))
+    _send(messages, ("started", spec.run_key, tracker.run_id, payload["loop"]["step"] if payload else 0, where))
     tracker.log_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True), "config.json")
     if tracking.code_version()["git_dirty"] == "true":
         tracker.log_text(tracking.git_diff(), "git_diff.patch")
@@ -115,7 +120,7 @@ def run_in_worker(
 
     try:
         result = train.run(
-            spec,
+            training_spec,
             tracker,
             progress,
             Path(checkpoint_dir) if checkpoint_dir else None,
@@ -162,6 +167,9 @@ def _send(messages: Any, message: tuple[Any, ...]) -> None:
         pass
 
 
+EXECUTORS = ("local", "ray")
+
+
 def execute(
     specs: list[RunSpec],
     *,
@@ -171,22 +179,41 @@ def execute(
     results_dir: Path,
     console: Console | None = None,
     force: bool = False,
+    executor: str = "local",
+    runs_per_gpu: int = 1,
+    ray_address: str | None = None,
+    live: bool | None = None,
 ) -> Execution:
     """Run every spec under one MLflow parent run; the parent is FAILED if any child fails.
 
     A spec whose run key already has a FINISHED child run in the suite's experiment is not
     trained again (unless ``force``): its outcome is read from that run, so re-launching a
-    half-done suite trains only what is missing. The parent run is tagged ``relaunch_of`` the
-    suite's previous invocation, if there was one.
+    half-done suite trains only what is missing, and a run with a checkpoint resumes from it.
+    The parent run is tagged ``relaunch_of`` the suite's previous invocation, if there was one.
+
+    ``executor``: 'local' (a process pool on this machine, one process per GPU run) or 'ray'
+    (one Ray task per run, on the cluster at ``ray_address`` or a local Ray instance). Runs go
+    to the GPU slots that the specs' device and ``runs_per_gpu`` give (see benchmark.devices),
+    at most ``workers`` CPU runs at once.
     """
+    if executor not in EXECUTORS:
+        raise ConfigError(f"unknown executor {executor!r}; use {' or '.join(EXECUTORS)}")
     console = console or Console(stderr=True)
+    requested = _requested_device(specs)
+    if executor == "local":  # Ray plans its slots from the cluster's GPUs once it is connected
+        slots = devices.plan_slots(
+            requested, devices.visible_gpus(devices.gpu_count()) if requested != "cpu" else [], runs_per_gpu, workers
+        )
     experiment = tracking.experiment_id(tracking_uri, suite_name, results_dir / "mlartifacts")
     finished = {} if force else tracking.finished_child_runs(tracking_uri, suite_name, {spec.run_key for spec in specs})
     previous = tracking.latest_parent_run_id(tracking_uri, suite_name)
     tags = {"suite": suite_name, "kind": "suite", **({"relaunch_of": previous} if previous else {})}
     parent = tracking.start_parent_run(tracking_uri, experiment, f"{suite_name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
     to_run = [spec for spec in specs if spec.run_key not in finished]
-    parent.log_params({"suite": suite_name, "num_runs": len(specs), "workers": workers, "runs_skipped": len(specs) - len(to_run), "force": force})
+    parent.log_params({
+        "suite": suite_name, "num_runs": len(specs), "workers": workers, "runs_skipped": len(specs) - len(to_run),
+        "force": force, "executor": executor, "device": requested, "runs_per_gpu": runs_per_gpu,
+    })
     if len(to_run) < len(specs):
         console.print(
             f"{len(specs) - len(to_run)} of {len(specs)} runs already finished in the tracking store: not run again "
@@ -199,9 +226,13 @@ def execute(
     try:
         trained = {}
         if to_run:
-            pool_outcomes = _execute_in_pool(
-                to_run, min(workers, len(to_run)), tracking_uri, experiment, parent.run_id, results_dir, console, resume=not force
-            )
+            job = _Job(to_run, tracking_uri, experiment, parent.run_id, str((results_dir / "checkpoints").resolve()), not force)
+            board = Board({spec.run_key: spec.budget.total_steps for spec in to_run}, console, live=live)
+            with board:
+                if executor == "ray":
+                    pool_outcomes = _execute_on_ray(job, requested, runs_per_gpu, workers, board, ray_address)
+                else:
+                    pool_outcomes = _execute_in_pool(job, slots[: len(to_run)], board)
             trained = {outcome.spec.run_key: outcome for outcome in pool_outcomes}
         outcomes = [trained.get(spec.run_key) or _outcome_of_finished(spec, finished[spec.run_key]) for spec in specs]
         execution.outcomes = outcomes
@@ -213,6 +244,30 @@ def execute(
         parent.fail(error)
         raise
     return execution
+
+
+def _requested_device(specs: list[RunSpec]) -> str:
+    requested = {spec.device for spec in specs}
+    if len(requested) > 1:
+        raise ConfigError(f"the runs of one invocation must share a device; got {sorted(requested)} (use --device)")
+    return requested.pop() if requested else "cpu"
+
+
+@dataclass
+class _Job:
+    """What every run of one invocation shares."""
+
+    specs: list[RunSpec]
+    tracking_uri: str
+    experiment: str
+    parent_run_id: str
+    checkpoint_dir: str
+    resume: bool
+    command: str = field(default_factory=lambda: " ".join(sys.argv))
+
+    def arguments(self, spec: RunSpec, messages: Any) -> tuple[Any, ...]:
+        return (spec.to_dict(), self.tracking_uri, self.experiment, self.parent_run_id, self.checkpoint_dir, messages,
+                self.command, self.resume)
 
 
 def _has_resumable_checkpoint(results_dir: Path, spec: RunSpec) -> bool:
@@ -241,7 +296,8 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 def _init_child(parent_pid: int) -> None:
     """In each worker and the queue manager: ignore Ctrl-C (the parent stops its children
     itself), and die with the parent however it ends (even SIGKILL), so that no orphan keeps
-    training: on Linux the kernel sends SIGTERM when the parent exits."""
+    training: on Linux the kernel sends SIGTERM when the parent exits (a training run then
+    writes its checkpoint before it stops)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         try:
@@ -252,56 +308,60 @@ def _init_child(parent_pid: int) -> None:
         os._exit(1)
 
 
-def _execute_in_pool(
-    specs: list[RunSpec],
-    workers: int,
-    tracking_uri: str,
-    experiment: str,
-    parent_run_id: str,
-    results_dir: Path,
-    console: Console,
-    resume: bool = True,
-) -> list[RunOutcome]:
+def run_in_slot(slots: Any, *arguments: Any) -> dict[str, Any]:
+    """A local-pool task: take a free device slot, make it the only visible device, train,
+    give the slot back. There are as many workers as slots, so one is always free."""
+    slot = devices.Slot(*slots.get())
+    try:
+        devices.enter_slot(slot)
+        return run_in_worker(*arguments, device=slot.device, where=slot.describe())
+    finally:
+        slots.put(dataclasses.astuple(slot))
+
+
+def _execute_in_pool(job: _Job, slots: list[devices.Slot], board: Board) -> list[RunOutcome]:
+    """A spawned process pool with one worker per slot. A GPU run gets a fresh process (CUDA
+    must not have started before it picks its device); CPU workers are reused."""
     context = multiprocessing.get_context("spawn")
-    command = " ".join(sys.argv)
-    outcomes = {spec.run_key: RunOutcome(spec) for spec in specs}
-    checkpoint_dir = str((results_dir / "checkpoints").resolve())
+    outcomes = {spec.run_key: RunOutcome(spec) for spec in job.specs}
     manager = SyncManager(ctx=context)
     manager.start(initializer=_init_child, initargs=(os.getpid(),))
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_child, initargs=(os.getpid(),))
-    messages = manager.Queue()
-    columns = (
-        TextColumn("{task.description:<40}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(),
+    fresh_process_per_run = any(slot.is_gpu for slot in slots)
+    pool = ProcessPoolExecutor(
+        max_workers=len(slots), mp_context=context, initializer=_init_child, initargs=(os.getpid(),),
+        max_tasks_per_child=1 if fresh_process_per_run else None,
     )
+    messages, free_slots = manager.Queue(), manager.Queue()
+    for slot in slots:
+        free_slots.put(dataclasses.astuple(slot))
     try:
         futures: dict[Future, RunSpec] = {
-            pool.submit(run_in_worker, spec.to_dict(), tracking_uri, experiment, parent_run_id, checkpoint_dir, messages, command, resume): spec
-            for spec in specs
+            pool.submit(run_in_slot, free_slots, *job.arguments(spec, messages)): spec for spec in job.specs
         }
-        with Progress(*columns, console=console, transient=False) as progress:
-            overall = progress.add_task("all runs", total=len(specs), info="")
-            bars: dict[str, int] = {}
-            pending = set(futures)
-            while pending:
-                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                _drain(messages, outcomes, progress, bars)
-                for future in done:
-                    _record(future, futures[future], outcomes, progress, bars)
-                    progress.advance(overall)
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            _drain(messages, outcomes, board)
+            for future in done:
+                _record(_result_of(future), futures[future], outcomes, board)
+            board.refresh()
         pool.shutdown(wait=True)
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted: stopping workers[/]")
+        board.log("interrupted: stopping workers (each running run writes its checkpoint first)")
         _stop_workers(pool)
-        close_unfinished_children(tracking_uri, parent_run_id, "KILLED", "interrupted by the user")
+        close_unfinished_children(job.tracking_uri, job.parent_run_id, "KILLED", "interrupted by the user")
         raise
     finally:
         manager.shutdown()
-    close_unfinished_children(tracking_uri, parent_run_id, "FAILED", "worker exited without reporting")
-    return [outcomes[spec.run_key] for spec in specs]
+    close_unfinished_children(job.tracking_uri, job.parent_run_id, "FAILED", "worker exited without reporting")
+    return [outcomes[spec.run_key] for spec in job.specs]
+
+
+def _result_of(future: Future) -> dict[str, Any]:
+    try:
+        return future.result()
+    except Exception as error:  # the worker process died, or could not even start the run
+        return {"status": "FAILED", "error": f"{type(error).__name__}: {error}"}
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
@@ -311,37 +371,103 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
     for process in processes:
         process.terminate()
     for process in processes:
-        process.join(timeout=10)
+        process.join(timeout=30)
 
 
-def _drain(messages: Any, outcomes: dict[str, RunOutcome], progress: Progress, bars: dict[str, int]) -> None:
+def _execute_on_ray(
+    job: _Job, requested: str, runs_per_gpu: int, workers: int, board: Board, address: str | None
+) -> list[RunOutcome]:
+    """One Ray task per run. Without ``address`` a local Ray instance is started with
+    ``workers`` CPUs (and the GPUs Ray detects); ``address='auto'`` joins the running cluster.
+    A GPU run asks for 1/runs_per_gpu of a GPU, so Ray packs that many on one device and sets
+    each task's CUDA_VISIBLE_DEVICES itself (Ray, not cuda:N, picks the GPU)."""
+    try:
+        import ray
+        from ray.util.queue import Empty, Queue
+    except ImportError:
+        raise ConfigError("--executor ray needs Ray: make install (or pip install -e '.[ray]')") from None
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        options: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
+        if address:
+            ray.init(address=address, **options)
+        else:
+            ray.init(num_cpus=workers, include_dashboard=False, object_store_memory=100 * 1024**2, **options)
+    try:
+        cluster_gpus = [str(index) for index in range(int(ray.cluster_resources().get("GPU", 0)))]
+        slots = devices.plan_slots(requested, cluster_gpus, runs_per_gpu, workers)
+        gpu_share = 1.0 / runs_per_gpu if any(slot.is_gpu for slot in slots) else 0.0
+        board.log(f"Ray: {ray.cluster_resources().get('CPU', 0):.0f} CPUs, {len(cluster_gpus)} GPUs; "
+                  + (f"{gpu_share:g} GPU per run" if gpu_share else "runs on CPU"))
+        outcomes = {spec.run_key: RunOutcome(spec) for spec in job.specs}
+        messages = Queue(actor_options={"num_cpus": 0})
+        # a GPU run gets a fresh worker process: CUDA must not have started on another device
+        task = ray.remote(max_calls=1 if gpu_share else 0, max_retries=0)(_run_on_ray).options(num_cpus=1, num_gpus=gpu_share)
+        references = {task.remote(*job.arguments(spec, messages), gpu_share > 0): spec for spec in job.specs}
+        try:
+            pending = list(references)
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1, timeout=0.5)
+                while True:
+                    try:
+                        message = messages.get_nowait()
+                    except Empty:
+                        break
+                    _handle_message(message, outcomes, board)
+                for reference in done:
+                    try:
+                        data = ray.get(reference)
+                    except Exception as error:  # the task's process died
+                        data = {"status": "FAILED", "error": f"{type(error).__name__}: {error}"}
+                    _record(data, references[reference], outcomes, board)
+                board.refresh()
+        except KeyboardInterrupt:
+            board.log("interrupted: cancelling Ray tasks")
+            for reference in references:
+                ray.cancel(reference, force=False)
+            close_unfinished_children(job.tracking_uri, job.parent_run_id, "KILLED", "interrupted by the user")
+            raise
+        finally:
+            messages.shutdown()
+    finally:
+        if started_here:
+            ray.shutdown()
+    close_unfinished_children(job.tracking_uri, job.parent_run_id, "FAILED", "Ray task exited without reporting")
+    return [outcomes[spec.run_key] for spec in job.specs]
+
+
+def _run_on_ray(*arguments: Any) -> dict[str, Any]:
+    """A Ray task: Ray has already set CUDA_VISIBLE_DEVICES to the GPU it assigned (if any)."""
+    *worker_arguments, uses_gpu = arguments
+    where = f"GPU {os.environ.get('CUDA_VISIBLE_DEVICES', '?')} (Ray)" if uses_gpu else "CPU (Ray)"
+    if not uses_gpu:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    return run_in_worker(*worker_arguments, device="cuda:0" if uses_gpu else "cpu", where=where)
+
+
+def _drain(messages: Any, outcomes: dict[str, RunOutcome], board: Board) -> None:
     while True:
         try:
             message = messages.get_nowait()
         except queue_module.Empty:
             return
-        kind, run_key = message[0], message[1]
-        if kind == "started":
-            outcomes[run_key].run_id, resumed_from = message[2], message[3]
-            info = f"resumed at {resumed_from:,}" if resumed_from else ""
-            bars[run_key] = progress.add_task(
-                outcomes[run_key].spec.label, total=outcomes[run_key].spec.budget.total_steps, completed=resumed_from, info=info
-            )
-            if resumed_from:
-                progress.console.print(f"resuming {outcomes[run_key].spec.label} from its checkpoint at env step {resumed_from:,}", highlight=False)
-        elif kind == "progress" and run_key in bars:
-            step, total, last_eval = message[2:]
-            info = f"eval {last_eval:9.1f}" if last_eval is not None else ""
-            progress.update(bars[run_key], completed=step, total=total, info=info)
+        _handle_message(message, outcomes, board)
 
 
-def _record(future: Future, spec: RunSpec, outcomes: dict[str, RunOutcome], progress: Progress, bars: dict[str, int]) -> None:
+def _handle_message(message: tuple[Any, ...], outcomes: dict[str, RunOutcome], board: Board) -> None:
+    kind, run_key = message[0], message[1]
+    if kind == "started":
+        run_id, resumed_from, where = message[2:]
+        outcomes[run_key].run_id = run_id
+        board.started(run_key, outcomes[run_key].spec.label, where, resumed_from)
+    elif kind == "progress":
+        step, _total, last_eval = message[2:]
+        board.progressed(run_key, step, last_eval)
+
+
+def _record(data: dict[str, Any], spec: RunSpec, outcomes: dict[str, RunOutcome], board: Board) -> None:
     outcome = outcomes[spec.run_key]
-    try:
-        data = future.result()
-    except Exception as error:  # the worker process died, or could not even start the run
-        outcome.status, outcome.error = "FAILED", f"{type(error).__name__}: {error}"
-        return
     outcome.run_id = data.get("run_id", outcome.run_id)
     outcome.status = data["status"]
     outcome.error = data.get("error")
@@ -349,14 +475,11 @@ def _record(future: Future, spec: RunSpec, outcomes: dict[str, RunOutcome], prog
     outcome.final_return_std = data.get("final_return_std")
     outcome.steps_per_second = data.get("steps_per_second")
     outcome.device = data.get("device")
-    if spec.run_key in bars:
-        info = "failed" if not outcome.ok else f"final {outcome.final_return_mean:9.1f}"
-        progress.update(bars[spec.run_key], info=info)
     if outcome.ok:
         line = f"finished {spec.label}: final eval {outcome.final_return_mean:.1f}, {outcome.steps_per_second:,.0f} steps/s"
     else:
-        line = f"[red]{outcome.status} {spec.label}[/]: {outcome.error}"
-    progress.console.print(line, highlight=False)
+        line = f"{outcome.status} {spec.label}: {outcome.error}"
+    board.finished(spec.run_key, spec.label, outcome.ok, line)
 
 
 def close_unfinished_children(tracking_uri: str, parent_run_id: str, status: str, message: str) -> list[str]:

@@ -1,0 +1,170 @@
+"""The grid's progress: a live table on a terminal, plain log lines elsewhere (CI, files).
+
+Both show runs done / running / failed / total, each running run's env steps, steps per
+second and latest evaluation return, and an ETA from the grid's measured throughput:
+remaining env steps (of running and waiting runs) over the env steps per second all runs
+together have made since the grid started.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+
+@dataclass
+class RunView:
+    label: str
+    total_steps: int
+    where: str = ""
+    started_step: int = 0
+    step: int = 0
+    last_eval: float | None = None
+    started_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def steps_per_second(self) -> float | None:
+        elapsed = time.monotonic() - self.started_at
+        done = self.step - self.started_step
+        return done / elapsed if elapsed > 0 and done > 0 else None
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
+
+
+class Board:
+    """Collects run events from the executors and shows them.
+
+    ``live``: a rich Live table (default when the console is a terminal); otherwise a line per
+    run start and end, and a status line every ``status_every`` seconds.
+    """
+
+    def __init__(
+        self,
+        budgets: dict[str, int],
+        console: Console,
+        live: bool | None = None,
+        status_every: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.budgets = dict(budgets)  # run key -> total env steps, for every run to train
+        self.console = console
+        self.live_mode = console.is_terminal if live is None else live
+        self.status_every = status_every
+        self.clock = clock
+        self.running: dict[str, RunView] = {}
+        self.progress_of: dict[str, int] = {}  # env steps reached, for every run that started
+        self.first_step: dict[str, int] = {}  # where each run started (a resumed run: its checkpoint)
+        self.done = 0
+        self.failed = 0
+        self.started_at = clock()
+        self._last_status = self.started_at
+        self._live: Live | None = None
+
+    # -- events -------------------------------------------------------------------------------
+
+    def started(self, run_key: str, label: str, where: str = "", resumed_from: int = 0) -> None:
+        self.running[run_key] = RunView(label, self.budgets.get(run_key, 0), where, resumed_from, resumed_from)
+        self.progress_of[run_key] = resumed_from
+        self.first_step[run_key] = resumed_from
+        on = f" on {where}" if where else ""
+        if resumed_from:
+            self.log(f"resuming {label} from its checkpoint at env step {resumed_from:,}{on}")
+        else:
+            self.log(f"started {label}{on}")
+
+    def progressed(self, run_key: str, step: int, last_eval: float | None) -> None:
+        view = self.running.get(run_key)
+        if view is None:
+            return
+        view.step, view.last_eval = step, last_eval
+        self.progress_of[run_key] = step
+
+    def finished(self, run_key: str, label: str, ok: bool, line: str) -> None:
+        self.running.pop(run_key, None)
+        self.progress_of[run_key] = self.budgets.get(run_key, 0)
+        self.done += ok
+        self.failed += not ok
+        self.log(line if ok else f"[red]{escape(line)}[/]", markup=not ok)
+
+    # -- display ------------------------------------------------------------------------------
+
+    def log(self, line: str, markup: bool = False) -> None:
+        self.console.print(line, highlight=False, soft_wrap=True, markup=markup)
+
+    def eta_seconds(self) -> float | None:
+        """Remaining env steps over the grid's measured env steps per second (None before any)."""
+        elapsed = self.clock() - self.started_at
+        made = sum(self.progress_of[key] - self.first_step[key] for key in self.progress_of)
+        if elapsed <= 0 or made <= 0:
+            return None
+        remaining = sum(total - self.progress_of.get(key, 0) for key, total in self.budgets.items())
+        return max(remaining, 0) / (made / elapsed)
+
+    def counts(self) -> str:
+        total = len(self.budgets)
+        eta = self.eta_seconds()
+        return (
+            f"{self.done + self.failed}/{total} done ({self.failed} failed), {len(self.running)} running, "
+            f"{total - self.done - self.failed - len(self.running)} waiting; "
+            f"elapsed {format_duration(self.clock() - self.started_at)}, ETA {format_duration(eta) if eta is not None else '?'}"
+        )
+
+    def table(self) -> Table:
+        table = Table(title=self.counts(), title_justify="left", expand=False)
+        for column, justify in (("run", "left"), ("on", "left"), ("env steps", "right"), ("%", "right"),
+                                ("steps/s", "right"), ("last eval", "right")):
+            table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        for view in self.running.values():
+            rate = view.steps_per_second
+            table.add_row(
+                Text(view.label),
+                view.where,
+                f"{view.step:,}/{view.total_steps:,}",
+                f"{100 * view.step / max(view.total_steps, 1):.0f}",
+                f"{rate:,.0f}" if rate else "-",
+                f"{view.last_eval:.1f}" if view.last_eval is not None else "-",
+            )
+        return table
+
+    def status_line(self) -> str:
+        parts = [self.counts()]
+        for view in self.running.values():
+            rate = view.steps_per_second
+            parts.append(
+                f"{view.label} {view.step:,}/{view.total_steps:,}"
+                + (f" {rate:,.0f} steps/s" if rate else "")
+                + (f" eval {view.last_eval:.1f}" if view.last_eval is not None else "")
+            )
+        return "; ".join(parts)
+
+    def refresh(self) -> None:
+        """Redraw the live table, or print a status line when ``status_every`` has passed."""
+        if self._live is not None:
+            self._live.update(self.table())
+        elif self.clock() - self._last_status >= self.status_every:
+            self._last_status = self.clock()
+            self.log(self.status_line())
+
+    def __enter__(self) -> "Board":
+        if self.live_mode:
+            self._live = Live(self.table(), console=self.console, refresh_per_second=2, transient=True)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._live is not None:
+            self._live.__exit__(*exc)
+            self._live = None
+        self.log(self.counts())

@@ -1,0 +1,157 @@
+"""Device slots (which GPU each run process sees) and the progress board, on CPU."""
+
+import pytest
+from rich.console import Console
+
+from agents.api import ConfigError
+from benchmark import devices
+from benchmark.devices import CPU, Slot, plan_slots, visible_gpus
+from benchmark.progress import Board, format_duration
+
+
+def test_auto_without_gpus_is_one_cpu_slot_per_worker():
+    assert plan_slots("auto", [], workers=3) == [CPU, CPU, CPU]
+    assert plan_slots("cpu", ["0", "1"], workers=2) == [CPU, CPU]
+
+
+def test_gpus_are_dealt_round_robin_then_packed():
+    slots = plan_slots("auto", ["0", "1", "2"], runs_per_gpu=2, workers=16)
+    assert [slot.visible_devices for slot in slots] == ["0", "1", "2", "0", "1", "2"]
+    assert {slot.device for slot in slots} == {"cuda:0"}  # each process sees its GPU alone, as cuda:0
+    assert plan_slots("cuda", ["0", "1"], workers=1) == [Slot("0", "cuda:0"), Slot("1", "cuda:0")]
+
+
+def test_one_pinned_gpu_takes_k_runs():
+    assert plan_slots("cuda:1", ["4", "6"], runs_per_gpu=3) == [Slot("6", "cuda:0")] * 3
+
+
+@pytest.mark.parametrize(
+    "requested,gpus,message",
+    [
+        ("cuda", [], "no CUDA device is visible"),
+        ("cuda:2", ["0", "1"], "only 2 CUDA device"),
+        ("cuda:x", ["0"], "unknown device 'cuda:x'"),
+        ("tpu", ["0"], "unknown device 'tpu'"),
+    ],
+)
+def test_unusable_devices_are_clear_errors(requested, gpus, message):
+    with pytest.raises(ConfigError, match=message):
+        plan_slots(requested, gpus)
+
+
+def test_runs_per_gpu_must_be_positive():
+    with pytest.raises(ConfigError, match="--runs-per-gpu must be >= 1"):
+        plan_slots("auto", ["0"], runs_per_gpu=0)
+
+
+def test_visible_gpus_follow_the_parents_cuda_visible_devices():
+    assert visible_gpus(2, {}) == ["0", "1"]
+    assert visible_gpus(2, {"CUDA_VISIBLE_DEVICES": "3,5"}) == ["3", "5"]
+    assert visible_gpus(1, {"CUDA_VISIBLE_DEVICES": "GPU-1234abcd"}) == ["GPU-1234abcd"]
+
+
+def test_entering_a_slot_sets_the_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    devices.enter_slot(Slot("2", "cuda:0"))
+    assert devices.os.environ["CUDA_VISIBLE_DEVICES"] == "2"
+    devices.enter_slot(CPU)
+    assert devices.os.environ["CUDA_VISIBLE_DEVICES"] == ""
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_board_counts_runs_and_estimates_the_time_left():
+    clock, console = FakeClock(), Console(record=True, width=200, force_terminal=False)
+    board = Board({"a": 1000, "b": 1000, "c": 2000}, console, live=False, status_every=10, clock=clock)
+    with board:
+        board.started("a", "ppo/CartPole-v1/seed0", "CPU")
+        board.started("b", "ppo/CartPole-v1/seed1", "CPU", resumed_from=400)
+        clock.now = 10.0
+        board.progressed("a", 500, 20.5)
+        board.progressed("b", 600, None)
+        # 500 + 200 steps made in 10 s = 70/s; left: 500 + 400 + 2000 = 2900 -> ~41 s
+        assert board.eta_seconds() == pytest.approx(2900 / 70)
+        board.refresh()
+        board.finished("a", "ppo/CartPole-v1/seed0", True, "finished ppo/CartPole-v1/seed0: final eval 500.0")
+        board.finished("b", "ppo/CartPole-v1/seed1", False, "FAILED ppo/CartPole-v1/seed1: boom [x]")
+    text = console.export_text()
+    assert "started ppo/CartPole-v1/seed0 on CPU" in text
+    assert "resuming ppo/CartPole-v1/seed1 from its checkpoint at env step 400 on CPU" in text
+    assert "0/3 done (0 failed), 2 running, 1 waiting" in text
+    assert "ppo/CartPole-v1/seed0 500/1,000" in text and "eval 20.5" in text
+    assert "FAILED ppo/CartPole-v1/seed1: boom [x]" in text  # markup characters survive
+    assert "2/3 done (1 failed), 0 running, 1 waiting" in text
+
+
+def test_board_live_table_shows_running_runs():
+    console = Console(record=True, width=200)
+    board = Board({"a": 100}, console, live=False)
+    board.started("a", "sac/Pendulum-v1/seed0", "GPU 0")
+    board.progressed("a", 50, -400.0)
+    console.print(board.table())
+    text = console.export_text()
+    assert "sac/Pendulum-v1/seed0" in text and "50/100" in text and "-400.0" in text and "GPU 0" in text
+
+
+def test_format_duration():
+    assert format_duration(59.6) == "1m00s" and format_duration(3725) == "1h02m"
+
+
+# -- executors through the CLI ---------------------------------------------------------------
+
+TWO_RUNS = """\
+seeds: [0]
+budget: {total_steps: 512, eval_every: 256, eval_episodes: 2}
+experiments:
+  - algo: ppo
+    envs: [CartPole-v1]
+    hyperparameters: {num_envs: 2, num_steps: 64, num_minibatches: 2, num_epochs: 2, hidden_sizes: [16, 16]}
+  - algo: sac
+    envs: [Pendulum-v1]
+    budget: {total_steps: 300, eval_every: 150}
+    hyperparameters: {learning_starts: 100, batch_size: 32, hidden_sizes: [16, 16], buffer_size: 1000}
+"""
+
+
+def _evaluations_by_run_key(uri):
+    from test_cli import all_runs
+
+    client, runs = all_runs(uri)
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert children and all(r.info.status == "FINISHED" for r in children)
+    return {
+        r.data.tags["run_key"]: [(m.step, m.value) for m in client.get_metric_history(r.info.run_id, "eval/return_mean")]
+        for r in children
+    }
+
+
+def test_ray_executor_gives_the_local_executors_numbers(write_suite, tmp_path):
+    """A local Ray instance trains the same two runs to bit-identical evaluations."""
+    pytest.importorskip("ray")
+    from test_cli import run_cli
+
+    suite = write_suite(TWO_RUNS)
+    stores = {}
+    for executor in ("local", "ray"):
+        results = tmp_path / executor
+        completed = run_cli("run", "--suite", str(suite), "--executor", executor, "--workers", "2",
+                            "--results-dir", str(results), cwd=tmp_path)
+        assert completed.returncode == 0, completed.stderr
+        stores[executor] = _evaluations_by_run_key(f"sqlite:///{results / 'mlflow.db'}")
+    assert len(stores["local"]) == 2 and stores["ray"] == stores["local"]
+    assert "CPU (Ray)" in completed.stderr
+
+
+def test_address_without_ray_executor_is_a_clear_error(write_suite, tmp_path):
+    from test_cli import run_cli
+
+    completed = run_cli("run", "--suite", str(write_suite(TWO_RUNS)), "--address", "auto", "--results-dir",
+                        str(tmp_path / "results"), cwd=tmp_path)
+    assert completed.returncode == 2 and "--address is for --executor ray" in completed.stderr
+    assert not (tmp_path / "results").exists()
