@@ -115,6 +115,7 @@ def _add_store_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no download bars in our output
     from agents.api import ConfigError
 
     console = Console(width=None if sys.stdout.isatty() else 200)  # logs and pipes get full tables

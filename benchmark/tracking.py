@@ -67,9 +67,10 @@ def code_version() -> dict[str, str]:
     return {"git_sha": sha, "git_dirty": str(dirty).lower()}
 
 
-def git_diff() -> str:
-    """``git diff HEAD`` of the working tree (what a dirty run ran that the sha does not say)."""
-    root = Path(__file__).resolve().parent.parent
+def git_diff(root: Path | None = None) -> str:
+    """``git diff HEAD`` of the working tree (what a dirty run ran that the sha does not say);
+    untracked files are not code the run imported, and do not count as dirty either."""
+    root = root or Path(__file__).resolve().parent.parent
     try:
         return subprocess.run(["git", "diff", "HEAD"], cwd=root, capture_output=True, text=True, timeout=30, check=True).stdout
     except (OSError, subprocess.SubprocessError):

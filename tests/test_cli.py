@@ -378,3 +378,18 @@ def test_reproduction_lists_the_evaluations_that_differ():
         "step 512: recorded 40.0, now 41.5 (difference +1.5)",
         "step 768: evaluated only now",
     ]
+
+
+def test_git_diff_records_uncommitted_changes(tmp_path):
+    """What a dirty run's git_diff.patch artifact holds: the changes to tracked files."""
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "agent.py").write_text("learning_rate = 3e-4\n")
+    git("add", "agent.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
+    assert tracking.git_diff(tmp_path) == ""
+    (tmp_path / "agent.py").write_text("learning_rate = 1e-3\n")
+    diff = tracking.git_diff(tmp_path)
+    assert "-learning_rate = 3e-4" in diff and "+learning_rate = 1e-3" in diff
