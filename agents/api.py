@@ -212,6 +212,9 @@ class Algorithm(abc.ABC):
     #: names accepted by update_parameter
     tunable_parameters: ClassVar[tuple[str, ...]] = ()
 
+    #: whether it learns from a replay buffer (which checkpoints hold only when asked to)
+    has_replay_buffer: ClassVar[bool] = False
+
     #: which action spaces the algorithm handles
     supports_discrete: ClassVar[bool] = True
     supports_continuous: ClassVar[bool] = True

@@ -48,6 +48,8 @@ _STRUCTURAL = (
     gym.vector.VectorWrapper,
 )
 
+_NUMERIC_KINDS = "biuf"  # bool, signed, unsigned, float: what a tensor holds exactly
+
 _MUJOCO_SIGNATURE = mujoco.mjtState.mjSTATE_INTEGRATION if mujoco is not None else 0
 
 
@@ -110,13 +112,17 @@ def _capture(obj: Any) -> dict[str, Any]:
 
 def _encode(value: Any, owner: Any, where: str) -> Any:
     if isinstance(value, np.generic):  # before float: np.float64 is a float subclass
+        if value.dtype.kind not in _NUMERIC_KINDS:
+            raise NotCapturable(f"{where} is a {value.dtype} scalar")
         return {"__scalar__": value.item(), "dtype": value.dtype.str}
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, np.ndarray):
-        if value.dtype == object:
-            raise NotCapturable(where)
-        return {"__ndarray__": torch.from_numpy(value.copy()), "dtype": value.dtype.str}
+        if value.dtype.kind not in _NUMERIC_KINDS:
+            raise NotCapturable(f"{where} is a {value.dtype} array")
+        # torch has no uint16/uint32/uint64 of every op; store those widened, restore the dtype
+        stored = value.astype(np.int64) if value.dtype.kind == "u" and value.dtype.itemsize > 1 else value.copy()
+        return {"__ndarray__": torch.from_numpy(stored), "dtype": value.dtype.str}
     if isinstance(value, tuple):
         return tuple(_encode(item, owner, where) for item in value)
     if isinstance(value, list):
@@ -130,6 +136,8 @@ def _encode(value: Any, owner: Any, where: str) -> Any:
     if isinstance(value, RunningMeanStd):
         return {"__rms__": {name: _encode(getattr(value, name), owner, where) for name in ("mean", "var", "count")}}
     if mujoco is not None and isinstance(value, mujoco.MjData):
+        if not isinstance(getattr(owner, "model", None), mujoco.MjModel):
+            raise NotCapturable(f"{where}: MjData without its MjModel beside it")
         return {"__mjdata__": _mujoco_state(owner.model, value)}
     raise NotCapturable(f"{where} is a {type(value).__name__}")
 

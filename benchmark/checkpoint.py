@@ -23,7 +23,14 @@ FORMAT = 1
 
 
 def run_directory(checkpoint_dir: Path, run_key: str) -> Path:
+    """Where one run's checkpoints live."""
     return Path(checkpoint_dir) / run_key
+
+
+def remove_partial_writes(directory: Path) -> None:
+    """Delete temporary files a killed ``write_atomic`` left behind (they can be GBs)."""
+    for leftover in Path(directory).glob(".*.tmp"):
+        leftover.unlink(missing_ok=True)
 
 
 def write_atomic(payload: dict[str, Any], path: Path) -> Path:
@@ -32,6 +39,7 @@ def write_atomic(payload: dict[str, Any], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(handle, 0o644)  # mkstemp makes 0600 files; checkpoints are shared results
         with os.fdopen(handle, "wb") as file:
             torch.save(payload, file)
             file.flush()
@@ -81,4 +89,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
     )
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        # one state per visible GPU; a run resumed with other GPUs visible gets what matches
+        for index, generator_state in enumerate(state["cuda"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(generator_state, index)

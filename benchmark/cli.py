@@ -44,8 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="auto (every visible GPU, else CPU), cpu, cuda (every visible GPU) or cuda:i (that GPU only); overrides the suite",
     )
     run.add_argument(
-        "--runs-per-gpu", type=int, default=1, metavar="K",
-        help="runs trained at once on each GPU (default 1); each run process sees only its GPU",
+        "--runs-per-gpu", type=int, metavar="K",
+        help="runs trained at once on each GPU (default: --workers spread over the GPUs); each run process sees only its GPU",
     )
     run.add_argument("--executor", choices=("local", "ray"), default="local",
                      help="local process pool (default) or Ray tasks (make install adds Ray)")
@@ -144,7 +144,7 @@ def _check_run_arguments(args: argparse.Namespace) -> None:
 
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
-    if getattr(args, "runs_per_gpu", 1) < 1:
+    if getattr(args, "runs_per_gpu", None) is not None and args.runs_per_gpu < 1:
         raise ConfigError(f"--runs-per-gpu must be >= 1, got {args.runs_per_gpu}")
     if getattr(args, "address", None) and getattr(args, "executor", "local") != "ray":
         raise ConfigError("--address is for --executor ray")
@@ -205,7 +205,7 @@ def _execute_suite(suite, args: argparse.Namespace, console: Console, force: boo
         results_dir=results_dir,
         force=force,
         executor=getattr(args, "executor", "local"),
-        runs_per_gpu=getattr(args, "runs_per_gpu", 1),
+        runs_per_gpu=getattr(args, "runs_per_gpu", None),
         ray_address=getattr(args, "address", None),
     )
     rows = summary.summarize(execution.outcomes)

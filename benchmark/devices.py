@@ -2,7 +2,8 @@
 
 A slot is one place a run can train: a GPU (its id in ``CUDA_VISIBLE_DEVICES``) or the CPU.
 With ``--device auto`` or ``cuda`` and several visible GPUs the slots go round-robin over
-them, ``runs_per_gpu`` deep, so runs spread over the GPUs first and then pack. A run process
+them, ``runs_per_gpu`` deep (default: ``--workers`` spread over the GPUs), so runs spread
+over the GPUs first and then pack. A run process
 sets ``CUDA_VISIBLE_DEVICES`` to its slot's GPU before CUDA starts, so it sees that GPU
 alone, as ``cuda:0``; CPU slots hide every GPU.
 """
@@ -25,9 +26,11 @@ class Slot:
 
     @property
     def is_gpu(self) -> bool:
+        """Whether a run in this slot trains on a GPU."""
         return self.device != "cpu"
 
     def describe(self) -> str:
+        """'GPU 3' or 'CPU', for progress lines."""
         return f"GPU {self.visible_devices}" if self.is_gpu else "CPU"
 
 
@@ -52,14 +55,15 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def plan_slots(requested: str, gpus: list[str], runs_per_gpu: int = 1, workers: int = 1) -> list[Slot]:
+def plan_slots(requested: str, gpus: list[str], runs_per_gpu: int | None = None, workers: int = 1) -> list[Slot]:
     """The slots runs are trained in, at most as many at once as there are slots.
 
     ``requested``: 'auto' (every visible GPU, else the CPU), 'cpu', 'cuda' (every visible GPU;
     an error without one) or 'cuda:N' (the N-th visible GPU only). GPU slots: each GPU
-    ``runs_per_gpu`` times, round-robin; CPU slots: ``workers`` of them.
+    ``runs_per_gpu`` times, round-robin (default: as many as spread ``workers`` runs over the
+    GPUs); CPU slots: ``workers`` of them.
     """
-    if runs_per_gpu < 1:
+    if runs_per_gpu is not None and runs_per_gpu < 1:
         raise ConfigError(f"--runs-per-gpu must be >= 1, got {runs_per_gpu}")
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
@@ -68,7 +72,8 @@ def plan_slots(requested: str, gpus: list[str], runs_per_gpu: int = 1, workers: 
     if requested in ("auto", "cuda"):
         if not gpus:
             raise ConfigError("--device cuda: no CUDA device is visible here; use --device auto or cpu")
-        return [Slot(gpu, "cuda:0") for _ in range(runs_per_gpu) for gpu in gpus]
+        depth = runs_per_gpu or -(-workers // len(gpus))
+        return [Slot(gpu, "cuda:0") for _ in range(depth) for gpu in gpus]
     if requested.startswith("cuda:"):
         index_text = requested.split(":", 1)[1]
         if not index_text.isdigit():
@@ -76,7 +81,7 @@ def plan_slots(requested: str, gpus: list[str], runs_per_gpu: int = 1, workers: 
         index = int(index_text)
         if index >= len(gpus):
             raise ConfigError(f"device {requested!r}: only {len(gpus)} CUDA device(s) are visible here")
-        return [Slot(gpus[index], "cuda:0")] * runs_per_gpu
+        return [Slot(gpus[index], "cuda:0")] * (runs_per_gpu or workers)
     raise ConfigError(f"unknown device {requested!r}; use auto, cpu, cuda or cuda:i")
 
 

@@ -1,15 +1,15 @@
 """The grid's progress: a live table on a terminal, plain log lines elsewhere (CI, files).
 
 Both show runs done / running / failed / total, each running run's env steps, steps per
-second and latest evaluation return, and an ETA from the grid's measured throughput:
-remaining env steps (of running and waiting runs) over the env steps per second all runs
-together have made since the grid started.
+second and latest evaluation return, and an ETA: each unfinished run's remaining env steps at
+the steps per second measured for its algorithm and environment (any run's, before one of
+its own has started), summed and shared among the runs that train at once.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from rich.console import Console
@@ -21,22 +21,25 @@ from rich.text import Text
 
 @dataclass
 class RunView:
+    """One running run as the board shows it."""
+
     label: str
     total_steps: int
+    started_at: float
     where: str = ""
     started_step: int = 0
     step: int = 0
     last_eval: float | None = None
-    started_at: float = field(default_factory=time.monotonic)
 
-    @property
-    def steps_per_second(self) -> float | None:
-        elapsed = time.monotonic() - self.started_at
+    def steps_per_second(self, now: float) -> float | None:
+        """Env steps per second of this attempt (a resumed run counts from its checkpoint)."""
+        elapsed = now - self.started_at
         done = self.step - self.started_step
         return done / elapsed if elapsed > 0 and done > 0 else None
 
 
 def format_duration(seconds: float) -> str:
+    """'4m05s' or '2h13m'."""
     seconds = int(round(seconds))
     hours, rest = divmod(seconds, 3600)
     minutes, seconds = divmod(rest, 60)
@@ -54,11 +57,15 @@ class Board:
         self,
         budgets: dict[str, int],
         console: Console,
+        groups: dict[str, str] | None = None,
         live: bool | None = None,
         status_every: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
-    ):
+    ) -> None:
         self.budgets = dict(budgets)  # run key -> total env steps, for every run to train
+        self.groups = dict(groups or {})  # run key -> what its speed is like (algorithm/env)
+        self.rates: dict[str, float] = {}  # run key -> the env steps per second it reached
+        self.most_parallel = 1
         self.console = console
         self.live_mode = console.is_terminal if live is None else live
         self.status_every = status_every
@@ -75,7 +82,8 @@ class Board:
     # -- events -------------------------------------------------------------------------------
 
     def started(self, run_key: str, label: str, where: str = "", resumed_from: int = 0) -> None:
-        self.running[run_key] = RunView(label, self.budgets.get(run_key, 0), where, resumed_from, resumed_from)
+        self.running[run_key] = RunView(label, self.budgets.get(run_key, 0), self.clock(), where, resumed_from, resumed_from)
+        self.most_parallel = max(self.most_parallel, len(self.running))
         self.progress_of[run_key] = resumed_from
         self.first_step[run_key] = resumed_from
         on = f" on {where}" if where else ""
@@ -90,10 +98,19 @@ class Board:
             return
         view.step, view.last_eval = step, last_eval
         self.progress_of[run_key] = step
+        rate = view.steps_per_second(self.clock())
+        if rate:
+            self.rates[run_key] = rate
 
     def finished(self, run_key: str, label: str, ok: bool, line: str) -> None:
         self.running.pop(run_key, None)
-        self.progress_of[run_key] = self.budgets.get(run_key, 0)
+        reached = self.progress_of.get(run_key, 0)
+        self.first_step.setdefault(run_key, reached)  # a run can fail before it reports its start
+        if ok:
+            self.progress_of[run_key] = self.budgets.get(run_key, 0)
+        else:  # its remaining steps are no longer work to do, nor steps made
+            self.progress_of[run_key] = reached
+            self.budgets[run_key] = reached
         self.done += ok
         self.failed += not ok
         self.log(line if ok else f"[red]{escape(line)}[/]", markup=not ok)
@@ -104,13 +121,20 @@ class Board:
         self.console.print(line, highlight=False, soft_wrap=True, markup=markup)
 
     def eta_seconds(self) -> float | None:
-        """Remaining env steps over the grid's measured env steps per second (None before any)."""
-        elapsed = self.clock() - self.started_at
-        made = sum(self.progress_of[key] - self.first_step[key] for key in self.progress_of)
-        if elapsed <= 0 or made <= 0:
+        """Seconds until every run is done, from the measured speeds (None before any)."""
+        if not self.rates:
             return None
-        remaining = sum(total - self.progress_of.get(key, 0) for key, total in self.budgets.items())
-        return max(remaining, 0) / (made / elapsed)
+        by_group: dict[str, list[float]] = {}
+        for key, rate in self.rates.items():
+            by_group.setdefault(self.groups.get(key, ""), []).append(rate)
+        overall = sum(self.rates.values()) / len(self.rates)
+        seconds = 0.0
+        for key, total in self.budgets.items():
+            remaining = total - self.progress_of.get(key, 0)
+            if remaining > 0:
+                rates = by_group.get(self.groups.get(key, ""))
+                seconds += remaining / (sum(rates) / len(rates) if rates else overall)
+        return seconds / self.most_parallel
 
     def counts(self) -> str:
         total = len(self.budgets)
@@ -127,7 +151,7 @@ class Board:
                                 ("steps/s", "right"), ("last eval", "right")):
             table.add_column(column, justify=justify)  # type: ignore[arg-type]
         for view in self.running.values():
-            rate = view.steps_per_second
+            rate = view.steps_per_second(self.clock())
             table.add_row(
                 Text(view.label),
                 view.where,
@@ -141,7 +165,7 @@ class Board:
     def status_line(self) -> str:
         parts = [self.counts()]
         for view in self.running.values():
-            rate = view.steps_per_second
+            rate = view.steps_per_second(self.clock())
             parts.append(
                 f"{view.label} {view.step:,}/{view.total_steps:,}"
                 + (f" {rate:,.0f} steps/s" if rate else "")

@@ -98,72 +98,106 @@ def run_in_worker(
         "run_key": spec.run_key, "suite": spec.suite, "algo": spec.algo, "env_id": spec.env_id, "seed": spec.seed,
         "command": command, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "unset"),
     }
+    run_dir = checkpoint.run_directory(Path(checkpoint_dir), spec.run_key) if checkpoint_dir else None
+    latest = run_dir / checkpoint.LATEST if run_dir is not None else None
     tracker, payload = None, None
-    latest = checkpoint.run_directory(Path(checkpoint_dir), spec.run_key) / checkpoint.LATEST if checkpoint_dir else None
     if latest is not None and latest.exists():
         if resume:
-            payload = checkpoint.load(latest)
-            step = int(payload["loop"]["step"])
-            tracker = tracking.resume_child_run(tracking_uri, payload["metadata"].get("run_id"), parent_run_id, tags, step)
+            tracker, payload = _reopen(latest, tracking_uri, parent_run_id, tags, messages, spec)
         if tracker is None:  # --force, or the run it belonged to is gone or finished
-            payload = None
             latest.unlink(missing_ok=True)
-    if tracker is None:
-        tracker = tracking.start_child_run(tracking_uri, experiment_id, parent_run_id, spec.label, tags, _child_params(spec))
-    _send(messages, ("started", spec.run_key, tracker.run_id, payload["loop"]["step"] if payload else 0, where))
-    tracker.log_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True), "config.json")
-    if tracking.code_version()["git_dirty"] == "true":
-        tracker.log_text(tracking.git_diff(), "git_diff.patch")
 
-    def progress(step: int, total: int, last_eval: float | None) -> None:
-        _send(messages, ("progress", spec.run_key, step, total, last_eval))
+    while True:
+        if tracker is None:
+            tracker = tracking.start_child_run(tracking_uri, experiment_id, parent_run_id, spec.label, tags, _child_params(spec))
+        _send(messages, ("started", spec.run_key, tracker.run_id, payload["loop"]["step"] if payload else 0, where))
+        tracker.log_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True), "config.json")
+        if tracking.code_version()["git_dirty"] == "true":
+            tracker.log_text(tracking.git_diff(), "git_diff.patch")
+
+        def progress(step: int, total: int, last_eval: float | None) -> None:
+            _send(messages, ("progress", spec.run_key, step, total, last_eval))
+
+        try:
+            result = train.run(
+                training_spec,
+                tracker,
+                progress,
+                Path(checkpoint_dir) if checkpoint_dir else None,
+                resume=payload,
+                checkpoint_metadata={"run_id": tracker.run_id},
+                remove_latest_on_finish=False,
+            )
+            final = result.evaluations[-1]
+            tracker.set_tags({"device": result.device})
+            tracker.log_metrics(
+                {
+                    "final/eval_return_mean": final.mean,
+                    "final/eval_return_std": final.std,
+                    "final/steps_per_second": result.steps_per_second,
+                    "final/wall_seconds": result.wall_seconds,
+                },
+                final.step,
+            )
+            evaluations = [dataclasses.asdict(evaluation) for evaluation in result.evaluations]
+            tracker.log_text(json.dumps(evaluations), "evaluations.json")
+            tracker.finish("FINISHED")
+            if latest is not None:  # only now: a kill before this point resumes the run
+                latest.unlink(missing_ok=True)
+            return {
+                "run_key": spec.run_key,
+                "run_id": tracker.run_id,
+                "status": "FINISHED",
+                "final_return_mean": final.mean,
+                "final_return_std": final.std,
+                "steps_per_second": result.steps_per_second,
+                "device": result.device,
+                "resumed_from": payload["loop"]["step"] if payload else None,
+            }
+        except train.ResumeError as error:
+            # the checkpoint does not fit this code: close that attempt, keep the file aside, start over
+            assert latest is not None
+            tracker.fail(error)
+            bad = latest.with_suffix(".pt.bad")
+            latest.replace(bad)
+            _send(messages, ("note", spec.run_key, f"{error}; kept as {bad}; {spec.label} starts over in a new MLflow run"))
+            tracker, payload = None, None
+        except BaseException as error:
+            status = "KILLED" if isinstance(error, (KeyboardInterrupt, train.Preempted)) else "FAILED"
+            tracker.fail(error, status)
+            if isinstance(error, KeyboardInterrupt):
+                raise
+            return {"run_key": spec.run_key, "run_id": tracker.run_id, "status": status, "error": f"{type(error).__name__}: {error}"}
+
+
+def _reopen(
+    latest: Path, tracking_uri: str, parent_run_id: str, tags: dict[str, Any], messages: Any, spec: RunSpec
+) -> tuple[Any, dict[str, Any] | None]:
+    """The reopened MLflow run and the checkpoint to resume from, or (None, None) when the
+    checkpoint cannot be read (it is kept aside as ``latest.pt.bad``) or its run is gone."""
+    from benchmark import checkpoint
 
     try:
-        result = train.run(
-            training_spec,
-            tracker,
-            progress,
-            Path(checkpoint_dir) if checkpoint_dir else None,
-            resume=payload,
-            checkpoint_metadata={"run_id": tracker.run_id},
-        )
-        final = result.evaluations[-1]
-        tracker.set_tags({"device": result.device})
-        tracker.log_metrics(
-            {
-                "final/eval_return_mean": final.mean,
-                "final/eval_return_std": final.std,
-                "final/steps_per_second": result.steps_per_second,
-                "final/wall_seconds": result.wall_seconds,
-            },
-            final.step,
-        )
-        evaluations = [dataclasses.asdict(evaluation) for evaluation in result.evaluations]
-        tracker.log_text(json.dumps(evaluations), "evaluations.json")
-        tracker.finish("FINISHED")
-        return {
-            "run_key": spec.run_key,
-            "run_id": tracker.run_id,
-            "status": "FINISHED",
-            "final_return_mean": final.mean,
-            "final_return_std": final.std,
-            "steps_per_second": result.steps_per_second,
-            "device": result.device,
-            "resumed_from": payload["loop"]["step"] if payload else None,
-        }
-    except BaseException as error:
-        status = "KILLED" if isinstance(error, (KeyboardInterrupt, train.Preempted)) else "FAILED"
-        tracker.fail(error, status)
-        if isinstance(error, KeyboardInterrupt):
-            raise
-        return {"run_key": spec.run_key, "run_id": tracker.run_id, "status": status, "error": f"{type(error).__name__}: {error}"}
+        payload = checkpoint.load(latest)
+        step, run_id, exact = int(payload["loop"]["step"]), payload["metadata"].get("run_id"), bool(payload.get("exact"))
+    except Exception as error:  # noqa: BLE001 - any unreadable file: say so and start over
+        bad = latest.with_suffix(".pt.bad")
+        latest.replace(bad)
+        _send(messages, ("note", spec.run_key, f"cannot read the checkpoint of {spec.label} ({type(error).__name__}: {error}); "
+                                              f"kept as {bad}; the run starts over"))
+        return None, None
+    tracker = tracking.resume_child_run(
+        tracking_uri, run_id, parent_run_id, {**tags, "resumed_exactly": str(exact).lower()}, step
+    )
+    return (tracker, payload) if tracker is not None else (None, None)
 
 
 def _send(messages: Any, message: tuple[Any, ...]) -> None:
-    """Progress to the parent; lost quietly when the parent is gone (the run still checkpoints)."""
+    """Progress to the parent; lost quietly when the parent (or Ray's queue) is gone: the run
+    still checkpoints, and a lost message must never fail it."""
     try:
         messages.put(message)
-    except (OSError, EOFError):
+    except Exception:  # noqa: BLE001 - BrokenPipe, EOFError, RayActorError...
         pass
 
 
@@ -180,7 +214,7 @@ def execute(
     console: Console | None = None,
     force: bool = False,
     executor: str = "local",
-    runs_per_gpu: int = 1,
+    runs_per_gpu: int | None = None,
     ray_address: str | None = None,
     live: bool | None = None,
 ) -> Execution:
@@ -227,7 +261,12 @@ def execute(
         trained = {}
         if to_run:
             job = _Job(to_run, tracking_uri, experiment, parent.run_id, str((results_dir / "checkpoints").resolve()), not force)
-            board = Board({spec.run_key: spec.budget.total_steps for spec in to_run}, console, live=live)
+            board = Board(
+                {spec.run_key: spec.budget.total_steps for spec in to_run},
+                console,
+                groups={spec.run_key: f"{spec.algo}/{spec.env_id}" for spec in to_run},
+                live=live,
+            )
             with board:
                 if executor == "ray":
                     pool_outcomes = _execute_on_ray(job, requested, runs_per_gpu, workers, board, ray_address)
@@ -308,9 +347,12 @@ def _init_child(parent_pid: int) -> None:
         os._exit(1)
 
 
-def run_in_slot(slots: Any, *arguments: Any) -> dict[str, Any]:
+def run_in_slot(slots: Any, stopping: Any, *arguments: Any) -> dict[str, Any]:
     """A local-pool task: take a free device slot, make it the only visible device, train,
-    give the slot back. There are as many workers as slots, so one is always free."""
+    give the slot back. There are as many workers as slots, so one is always free. Once the
+    invocation is stopping (Ctrl-C), a task that had not started yet does not start."""
+    if stopping.is_set():
+        return {"status": "KILLED", "error": "not started: the invocation was interrupted"}
     slot = devices.Slot(*slots.get())
     try:
         devices.enter_slot(slot)
@@ -331,12 +373,12 @@ def _execute_in_pool(job: _Job, slots: list[devices.Slot], board: Board) -> list
         max_workers=len(slots), mp_context=context, initializer=_init_child, initargs=(os.getpid(),),
         max_tasks_per_child=1 if fresh_process_per_run else None,
     )
-    messages, free_slots = manager.Queue(), manager.Queue()
+    messages, free_slots, stopping = manager.Queue(), manager.Queue(), manager.Event()
     for slot in slots:
         free_slots.put(dataclasses.astuple(slot))
     try:
         futures: dict[Future, RunSpec] = {
-            pool.submit(run_in_slot, free_slots, *job.arguments(spec, messages)): spec for spec in job.specs
+            pool.submit(run_in_slot, free_slots, stopping, *job.arguments(spec, messages)): spec for spec in job.specs
         }
         pending = set(futures)
         while pending:
@@ -348,6 +390,7 @@ def _execute_in_pool(job: _Job, slots: list[devices.Slot], board: Board) -> list
         pool.shutdown(wait=True)
     except KeyboardInterrupt:
         board.log("interrupted: stopping workers (each running run writes its checkpoint first)")
+        stopping.set()
         _stop_workers(pool)
         close_unfinished_children(job.tracking_uri, job.parent_run_id, "KILLED", "interrupted by the user")
         raise
@@ -364,18 +407,25 @@ def _result_of(future: Future) -> dict[str, Any]:
         return {"status": "FAILED", "error": f"{type(error).__name__}: {error}"}
 
 
-def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Cancel queued runs and terminate running ones (ProcessPoolExecutor has no public terminate)."""
-    processes = list(getattr(pool, "_processes", {}).values())
+def _stop_workers(pool: ProcessPoolExecutor, grace_seconds: float = 30.0) -> None:
+    """Cancel queued runs and SIGTERM running ones, which checkpoint and stop (ProcessPoolExecutor
+    has no public terminate); whatever still lives after ``grace_seconds`` is killed."""
+    processes = getattr(pool, "_processes", None) or {}  # the live dict: replacement workers appear in it
     pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        process.terminate()
-    for process in processes:
-        process.join(timeout=30)
+    deadline = time.monotonic() + grace_seconds
+    while time.monotonic() < deadline:
+        alive = [process for process in list(processes.values()) if process.is_alive()]
+        if not alive:
+            return
+        for process in alive:
+            process.terminate()
+        time.sleep(0.2)
+    for process in list(processes.values()):
+        process.kill()
 
 
 def _execute_on_ray(
-    job: _Job, requested: str, runs_per_gpu: int, workers: int, board: Board, address: str | None
+    job: _Job, requested: str, runs_per_gpu: int | None, workers: int, board: Board, address: str | None
 ) -> list[RunOutcome]:
     """One Ray task per run. Without ``address`` a local Ray instance is started with
     ``workers`` CPUs (and the GPUs Ray detects); ``address='auto'`` joins the running cluster.
@@ -397,7 +447,8 @@ def _execute_on_ray(
     try:
         cluster_gpus = [str(index) for index in range(int(ray.cluster_resources().get("GPU", 0)))]
         slots = devices.plan_slots(requested, cluster_gpus, runs_per_gpu, workers)
-        gpu_share = 1.0 / runs_per_gpu if any(slot.is_gpu for slot in slots) else 0.0
+        gpu_slots = [slot for slot in slots if slot.is_gpu]
+        gpu_share = len({slot.visible_devices for slot in gpu_slots}) / len(gpu_slots) if gpu_slots else 0.0
         board.log(f"Ray: {ray.cluster_resources().get('CPU', 0):.0f} CPUs, {len(cluster_gpus)} GPUs; "
                   + (f"{gpu_share:g} GPU per run" if gpu_share else "runs on CPU"))
         outcomes = {spec.run_key: RunOutcome(spec) for spec in job.specs}
@@ -423,9 +474,11 @@ def _execute_on_ray(
                     _record(data, references[reference], outcomes, board)
                 board.refresh()
         except KeyboardInterrupt:
+            # a cancelled task stops where it is: it resumes later from its last periodic checkpoint
             board.log("interrupted: cancelling Ray tasks")
             for reference in references:
                 ray.cancel(reference, force=False)
+            ray.wait(list(references), num_returns=len(references), timeout=30)
             close_unfinished_children(job.tracking_uri, job.parent_run_id, "KILLED", "interrupted by the user")
             raise
         finally:
@@ -464,6 +517,8 @@ def _handle_message(message: tuple[Any, ...], outcomes: dict[str, RunOutcome], b
     elif kind == "progress":
         step, _total, last_eval = message[2:]
         board.progressed(run_key, step, last_eval)
+    elif kind == "note":
+        board.log(message[2])
 
 
 def _record(data: dict[str, Any], spec: RunSpec, outcomes: dict[str, RunOutcome], board: Board) -> None:

@@ -126,6 +126,10 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+class ResumeError(RuntimeError):
+    """A checkpoint could not be restored into this run (another format, other shapes)."""
+
+
 class Preempted(Exception):
     """The run received SIGTERM: it wrote a checkpoint (when it has a checkpoint directory) and
     stopped; re-launching the suite resumes it."""
@@ -171,6 +175,7 @@ def run(
     checkpoint_dir: Path | None = None,
     resume: dict[str, Any] | None = None,
     checkpoint_metadata: dict[str, Any] | None = None,
+    remove_latest_on_finish: bool = True,
 ) -> RunResult:
     """Train ``spec`` to its budget, evaluating every ``eval_every`` steps and at the end.
 
@@ -180,7 +185,8 @@ def run(
     payload: training continues from its step with every state restored (networks, optimizers,
     normalization, counters, RNGs, the envs' episodes where ``agents.env_state`` can capture
     them, the replay buffer when it was saved). ``checkpoint_metadata`` is stored in each
-    checkpoint (the runner keeps the MLflow run id there).
+    checkpoint (the runner keeps the MLflow run id there). ``remove_latest_on_finish=False``
+    leaves ``latest.pt`` for the caller to remove once it has recorded the finished run.
     """
     tracker = tracker or NullTracker()
     torch.set_num_threads(spec.torch_threads)
@@ -189,6 +195,8 @@ def run(
     config = agents.resolve_config(spec.algo, spec.hyperparameters)
     budget = spec.budget
     run_dir = checkpoint.run_directory(checkpoint_dir, spec.run_key) if checkpoint_dir is not None else None
+    if run_dir is not None:
+        checkpoint.remove_partial_writes(run_dir)
 
     train_envs = make_vector_env(
         spec.env_id,
@@ -228,6 +236,7 @@ def run(
         assert run_dir is not None
         tracker.flush()
         loop.train_seconds = time.perf_counter() - started - loop.eval_seconds
+        env_state = vector_env_state(train_envs)
         payload = {
             "format": checkpoint.FORMAT,
             "spec": spec.to_dict(),
@@ -238,7 +247,9 @@ def run(
             "recurrent_state": _to_cpu(state),
             "algorithm": algo.state_dict(),
             "replay": algo.replay_state_dict() if spec.checkpoint_replay_buffer else None,
-            "envs": vector_env_state(train_envs),
+            "envs": env_state,
+            # whether resuming from here continues exactly as if never stopped
+            "exact": env_state is not None and (spec.checkpoint_replay_buffer or not algo.has_replay_buffer),
             "normalization": _normalization_tensors(train_envs),
             "rng": checkpoint.rng_state(),
         }
@@ -249,7 +260,10 @@ def run(
             obs, _ = train_envs.reset(seed=spec.seed)
             state: Any = None
         else:
-            obs, state = _restore(resume, algo, train_envs, loop, result, spec, device)
+            try:
+                obs, state = _restore(resume, algo, train_envs, loop, result, spec, device)
+            except (KeyError, ValueError, RuntimeError, TypeError) as error:
+                raise ResumeError(f"cannot resume {spec.label} from its checkpoint: {type(error).__name__}: {error}") from error
         started = time.perf_counter() - loop.train_seconds - loop.eval_seconds  # wall time before a resume counts
         with _StopSignal() as stop:
             while loop.step < budget.total_steps:
@@ -305,7 +319,8 @@ def run(
         result.steps_per_second = loop.step / max(result.wall_seconds - loop.eval_seconds, 1e-9)
         if run_dir is not None:
             path = save_checkpoint(algo, train_envs, spec, run_dir / checkpoint.FINAL)
-            (run_dir / checkpoint.LATEST).unlink(missing_ok=True)
+            if remove_latest_on_finish:
+                (run_dir / checkpoint.LATEST).unlink(missing_ok=True)
             result.checkpoint = str(path)
             tracker.log_artifact(path, "checkpoints")
         tracker.flush()

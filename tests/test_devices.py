@@ -21,6 +21,11 @@ def test_gpus_are_dealt_round_robin_then_packed():
     assert plan_slots("cuda", ["0", "1"], workers=1) == [Slot("0", "cuda:0"), Slot("1", "cuda:0")]
 
 
+def test_workers_spread_over_the_gpus_by_default():
+    assert [slot.visible_devices for slot in plan_slots("auto", ["0", "1"], workers=3)] == ["0", "1", "0", "1"]
+    assert plan_slots("cuda:0", ["0"], workers=4) == [Slot("0", "cuda:0")] * 4
+
+
 def test_one_pinned_gpu_takes_k_runs():
     assert plan_slots("cuda:1", ["4", "6"], runs_per_gpu=3) == [Slot("6", "cuda:0")] * 3
 
@@ -89,6 +94,19 @@ def test_board_counts_runs_and_estimates_the_time_left():
     assert "2/3 done (1 failed), 0 running, 1 waiting" in text
 
 
+def test_a_run_failing_before_it_starts_leaves_the_board_consistent():
+    clock, console = FakeClock(), Console(record=True, width=200, force_terminal=False)
+    board = Board({"a": 1000, "b": 1000}, console, live=False, clock=clock)
+    with board:
+        board.finished("a", "ppo/CartPole-v1/seed0", False, "FAILED ppo/CartPole-v1/seed0: no checkpoint")
+        board.started("b", "ppo/CartPole-v1/seed1")
+        clock.now = 10.0
+        board.progressed("b", 100, None)
+        assert board.eta_seconds() == pytest.approx(900 / 10)  # the failed run is no work left
+        board.refresh()
+    assert "1/2 done (1 failed)" in console.export_text()
+
+
 def test_board_live_table_shows_running_runs():
     console = Console(record=True, width=200)
     board = Board({"a": 100}, console, live=False)
@@ -105,20 +123,6 @@ def test_format_duration():
 
 # -- executors through the CLI ---------------------------------------------------------------
 
-TWO_RUNS = """\
-seeds: [0]
-budget: {total_steps: 512, eval_every: 256, eval_episodes: 2}
-experiments:
-  - algo: ppo
-    envs: [CartPole-v1]
-    hyperparameters: {num_envs: 2, num_steps: 64, num_minibatches: 2, num_epochs: 2, hidden_sizes: [16, 16]}
-  - algo: sac
-    envs: [Pendulum-v1]
-    budget: {total_steps: 300, eval_every: 150}
-    hyperparameters: {learning_starts: 100, batch_size: 32, hidden_sizes: [16, 16], buffer_size: 1000}
-"""
-
-
 def _evaluations_by_run_key(uri):
     from test_cli import all_runs
 
@@ -131,27 +135,29 @@ def _evaluations_by_run_key(uri):
     }
 
 
-def test_ray_executor_gives_the_local_executors_numbers(write_suite, tmp_path):
-    """A local Ray instance trains the same two runs to bit-identical evaluations."""
+def test_ray_executor_gives_the_local_executors_numbers(tiny_suite, tmp_path):
+    """A local Ray instance trains two runs (PPO and SAC, seed 0) to evaluations bit-identical
+    to the same specs trained in this process (as the local executor's workers train them)."""
     pytest.importorskip("ray")
+    from benchmark import train
+    from benchmark.config import load_suite
     from test_cli import run_cli
 
-    suite = write_suite(TWO_RUNS)
-    stores = {}
-    for executor in ("local", "ray"):
-        results = tmp_path / executor
-        completed = run_cli("run", "--suite", str(suite), "--executor", executor, "--workers", "2",
-                            "--results-dir", str(results), cwd=tmp_path)
-        assert completed.returncode == 0, completed.stderr
-        stores[executor] = _evaluations_by_run_key(f"sqlite:///{results / 'mlflow.db'}")
-    assert len(stores["local"]) == 2 and stores["ray"] == stores["local"]
+    results = tmp_path / "ray"
+    completed = run_cli("run", "--suite", str(tiny_suite), "--seeds", "0", "--executor", "ray", "--workers", "2",
+                        "--results-dir", str(results), cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
     assert "CPU (Ray)" in completed.stderr
+    on_ray = _evaluations_by_run_key(f"sqlite:///{results / 'mlflow.db'}")
+    specs = load_suite(str(tiny_suite), seeds=[0], device="cpu").specs
+    here = {spec.run_key: [(e.step, e.mean) for e in train.run(spec).evaluations] for spec in specs}
+    assert len(here) == 2 and on_ray == here
 
 
-def test_address_without_ray_executor_is_a_clear_error(write_suite, tmp_path):
+def test_address_without_ray_executor_is_a_clear_error(tiny_suite, tmp_path):
     from test_cli import run_cli
 
-    completed = run_cli("run", "--suite", str(write_suite(TWO_RUNS)), "--address", "auto", "--results-dir",
+    completed = run_cli("run", "--suite", str(tiny_suite), "--address", "auto", "--results-dir",
                         str(tmp_path / "results"), cwd=tmp_path)
     assert completed.returncode == 2 and "--address is for --executor ray" in completed.stderr
     assert not (tmp_path / "results").exists()

@@ -142,7 +142,8 @@ def _interrupted_then_resumed(spec, directory, stop_fraction=0.6):
 
 
 RESUMABLE = [
-    ("ppo", "CartPole-v1", 6144, 2048, {"num_envs": 2, "num_steps": 128, "num_minibatches": 4, "num_epochs": 2}),
+    # rollouts of 100 x 2 steps: the checkpoint at 3072 falls 36 steps into one, saved with it
+    ("ppo", "CartPole-v1", 6144, 2048, {"num_envs": 2, "num_steps": 100, "num_minibatches": 4, "num_epochs": 2}),
     ("sac", "Pendulum-v1", 1200, 400, {"learning_starts": 200, "batch_size": 64, "hidden_sizes": [32, 32]}),
     ("dqn", "CartPole-v1", 3000, 1000, {"learning_starts": 300, "batch_size": 32, "hidden_sizes": [32]}),
 ]
@@ -175,20 +176,28 @@ def test_resume_without_replay_buffer_refills_it_and_trains_to_the_budget(tmp_pa
 
 
 def test_resume_restarts_episodes_when_the_env_state_cannot_be_captured(tmp_path, monkeypatch):
-    """The episodes in progress end as truncated at the checkpoint; training reaches the budget."""
+    """The episodes in progress end as truncated at the checkpoint, bootstrapped from the value
+    of their last observation; training reaches the budget."""
     monkeypatch.setattr(train, "vector_env_state", lambda envs: None)
-    interrupted = []
+    seen = []
     original = agents.algos.onpolicy.OnPolicyAlgorithm.interrupt_episodes
 
     def spy(self, final_obs, state=None):
-        interrupted.append(self.storage.step)
+        t = self.storage.step - 1
+        before = (self.storage.terminated[t] | self.storage.truncated[t]).clone()
         original(self, final_obs, state)
-        assert bool(self.storage.truncated[self.storage.step - 1].all()) or self.storage.step == 0
+        expected_values = self._values(final_obs, state)
+        seen.append((self.storage.step, before, self.storage.truncated[t].clone(), self.storage.truncation_values[t].clone(), expected_values))
 
     monkeypatch.setattr(agents.algos.onpolicy.OnPolicyAlgorithm, "interrupt_episodes", spy)
-    spec = _spec("ppo", "CartPole-v1", 6144, 2048, num_envs=2, num_steps=96, num_minibatches=4, num_epochs=2)
+    spec = _spec("ppo", "CartPole-v1", 6144, 2048, num_envs=2, num_steps=100, num_minibatches=4, num_epochs=2)
     resumed, resumed_from = _interrupted_then_resumed(spec, tmp_path)
-    assert resumed_from == 3072 and interrupted == [(3072 // 2) % 96]
+    assert resumed_from == 3072
+    ((stored, ended_before, truncated, values, expected),) = seen
+    assert stored == (3072 // 2) % 100 == 36
+    assert bool(truncated.all())  # every episode ends at the restart
+    running = ~ended_before
+    assert bool(running.any()) and torch.equal(values[running], expected[running])
     assert [e.step for e in resumed.evaluations] == [2048, 4096, 6144]
 
 
@@ -274,3 +283,57 @@ def test_a_run_killed_with_sigkill_resumes_in_its_mlflow_run(write_suite, tmp_pa
     uninterrupted = train.run(spec)
     by_step = {m.step: m.value for m in evaluations}
     assert [by_step[e.step] for e in uninterrupted.evaluations] == [e.mean for e in uninterrupted.evaluations]
+
+
+TINY_PPO = """\
+name: tinyppo
+seeds: [0, 1]
+budget: {total_steps: 2048, eval_every: 1024, eval_episodes: 2}
+checkpoint: {every: 512}
+experiments:
+  - algo: ppo
+    envs: [CartPole-v1]
+    hyperparameters: {num_envs: 2, num_steps: 64, num_minibatches: 2, num_epochs: 2, hidden_sizes: [16, 16]}
+"""
+
+
+def _interrupted_checkpoint(spec, checkpoint_dir, run_id):
+    """An interrupted run's latest.pt in ``checkpoint_dir``, owned by MLflow run ``run_id``."""
+
+    def die(step, total, last_eval):
+        if step >= 1200:
+            raise _StopAt()
+
+    with pytest.raises(_StopAt):
+        train.run(spec, progress=die, checkpoint_dir=checkpoint_dir, checkpoint_metadata={"run_id": run_id})
+    return checkpoint_dir / spec.run_key / checkpoint.LATEST
+
+
+def test_a_checkpoint_that_cannot_be_used_is_kept_aside_and_the_run_starts_over(write_suite, tmp_path):
+    """An unreadable file (a disk error, say: seed 0) or one this code cannot restore (another
+    format: seed 1) never blocks the suite: each run starts over, its file kept as latest.pt.bad."""
+    from benchmark import tracking
+
+    suite, results = write_suite(TINY_PPO), tmp_path / "results"
+    results.mkdir()
+    uri = f"sqlite:///{results / 'mlflow.db'}"
+    experiment = tracking.experiment_id(uri, "tinyppo", results / "mlartifacts")
+    specs = load_suite(str(suite)).specs
+    stale, latest = {}, {}
+    for spec in specs:
+        stale[spec.seed] = MlflowClient(uri).create_run(experiment, tags={"run_key": spec.run_key}).info.run_id
+        latest[spec.seed] = _interrupted_checkpoint(spec, results / "checkpoints", stale[spec.seed])
+    latest[0].write_bytes(b"not a checkpoint")
+    payload = checkpoint.load(latest[1])
+    payload["format"] = 99
+    checkpoint.write_atomic(payload, latest[1])
+
+    completed = run_cli("run", "--suite", str(suite), "--workers", "2", "--results-dir", str(results), cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert "cannot read the checkpoint of ppo/CartPole-v1/seed0" in completed.stderr
+    assert "cannot resume ppo/CartPole-v1/seed1 from its checkpoint" in completed.stderr
+    _, runs = all_runs(uri)
+    for spec in specs:
+        assert latest[spec.seed].with_suffix(".pt.bad").exists() and not latest[spec.seed].exists()
+        finished = [r for r in runs if r.data.tags.get("run_key") == spec.run_key and r.info.status == "FINISHED"]
+        assert len(finished) == 1 and finished[0].info.run_id != stale[spec.seed]

@@ -143,6 +143,10 @@ class DDPG(OffPolicyAlgorithm):
         ended = (transitions.terminated | transitions.truncated).to(self.device)
         self.ou_state[ended] = 0.0  # a new episode starts a new noise process
 
+    def interrupt_episodes(self, final_obs: torch.Tensor, state: Any = None) -> None:
+        super().interrupt_episodes(final_obs, state)
+        self.ou_state.zero_()
+
     # -- losses -----------------------------------------------------------------------------
 
     def _actor_step_now(self) -> bool:

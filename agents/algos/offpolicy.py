@@ -108,6 +108,7 @@ class OffPolicyAlgorithm(Algorithm):
     config: OffPolicyConfig
     #: whether ``recurrent: gru | lstm`` is implemented
     supports_recurrent: ClassVar[bool] = False
+    has_replay_buffer: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -448,11 +448,13 @@ class OnPolicyAlgorithm(Algorithm):
         self.generator.set_state(state["generator"])
         if "rollout" in state:  # checkpoints written before the rollout was saved hold none
             self.storage.load_state_dict(state["rollout"])
-            to_device = lambda tensor: None if tensor is None else tensor.to(self.device)  # noqa: E731
-            self._last_next_obs, self._last_state = to_device(state["last_next_obs"]), to_device(state["last_state"])
+            self._last_next_obs, self._last_state = (
+                None if tensor is None else tensor.to(self.device) for tensor in (state["last_next_obs"], state["last_state"])
+            )
         self._load_extra_state(state)
 
     def interrupt_episodes(self, final_obs: torch.Tensor, state: Any = None) -> None:
-        """The last stored step becomes a truncation, bootstrapped from V(``final_obs``)."""
-        if self.storage.step > 0:
-            self.storage.truncate_last_step(self._values(final_obs.to(self.device), state))
+        """The last stored step of each running episode becomes a truncation, bootstrapped
+        from V(``final_obs``); the next steps start new episodes."""
+        values = self._values(final_obs.to(self.device), state) if self.storage.step > 0 else None
+        self.storage.truncate_last_step(values if values is not None else torch.zeros(self.storage.num_envs, device=self.device))

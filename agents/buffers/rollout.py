@@ -199,11 +199,14 @@ class RolloutStorage:
         self.truncation_values.zero_()
 
     def truncate_last_step(self, truncation_values: torch.Tensor) -> None:
-        """Mark the newest stored step of every env as a time-limit truncation with V(final
-        obs) ``truncation_values`` (N,): the envs were restarted mid-episode."""
+        """The envs were restarted mid-episode: the newest stored step of every env whose
+        episode was still running becomes a time-limit truncation with V(final obs)
+        ``truncation_values`` (N,); every env's next step starts an episode."""
         if self.step > 0:
-            self.truncated[self.step - 1] = True
-            self.truncation_values[self.step - 1] = truncation_values
+            t = self.step - 1
+            running = ~(self.terminated[t] | self.truncated[t])
+            self.truncated[t] |= running
+            self.truncation_values[t] = torch.where(running, truncation_values, self.truncation_values[t])
         self._next_starts = torch.ones_like(self._next_starts)
 
     _STATE_FIELDS = (
@@ -218,6 +221,7 @@ class RolloutStorage:
         return state
 
     def load_state_dict(self, state: dict[str, torch.Tensor | int]) -> None:
+        """Restore what ``state_dict`` returned."""
         for name in self._STATE_FIELDS:
             getattr(self, name).copy_(state[name])
         self.step = int(state["step"])
