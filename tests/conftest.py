@@ -34,3 +34,10 @@ def write_suite(tmp_path: Path):
 @pytest.fixture
 def tiny_suite(write_suite) -> Path:
     return write_suite(TINY_SUITE, "tiny.yaml")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The minutes-long learning tests first: with pytest-xdist the last tests handed out then
+    are the short ones, so both CI cores stay busy to the end instead of one waiting on a
+    learning test that started last."""
+    items.sort(key=lambda item: item.get_closest_marker("learning") is None)
