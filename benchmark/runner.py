@@ -241,6 +241,8 @@ def execute(
     experiment = tracking.experiment_id(tracking_uri, suite_name, results_dir / "mlartifacts")
     finished = {} if force else tracking.finished_child_runs(tracking_uri, suite_name, {spec.run_key for spec in specs})
     previous = tracking.latest_parent_run_id(tracking_uri, suite_name)
+    if previous and tracking.close_if_orphaned(tracking_uri, previous):
+        console.print(f"the previous invocation (parent run {previous}) died without closing its run: marked KILLED")
     tags = {"suite": suite_name, "kind": "suite", **({"relaunch_of": previous} if previous else {})}
     parent = tracking.start_parent_run(tracking_uri, experiment, f"{suite_name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
     to_run = [spec for spec in specs if spec.run_key not in finished]

@@ -11,6 +11,7 @@ import functools
 import importlib.metadata
 import os
 import platform
+import socket
 import subprocess
 import sys
 import time
@@ -231,9 +232,38 @@ def latest_parent_run_id(tracking_uri: str, experiment_name: str) -> str | None:
 
 def start_parent_run(tracking_uri: str, experiment: str, run_name: str, tags: dict[str, Any]) -> MlflowTracker:
     mlflow_client = client(tracking_uri)
-    all_tags = {**code_version(), **environment_tags(), "command": " ".join(sys.argv), **tags}
+    all_tags = {
+        **code_version(), **environment_tags(), "command": " ".join(sys.argv), "host": socket.gethostname(),
+        "pid": os.getpid(), **tags,
+    }
     run = retry(lambda: mlflow_client.create_run(experiment, run_name=run_name, tags={k: str(v) for k, v in all_tags.items()}))
     return MlflowTracker(tracking_uri, run.info.run_id)
+
+
+def close_if_orphaned(tracking_uri: str, parent_run_id: str) -> bool:
+    """Mark a suite invocation still RUNNING as KILLED when its process, on this host, is gone
+    (it was killed without a chance to close its run); True if it was closed."""
+    mlflow_client = client(tracking_uri)
+    run = retry(lambda: mlflow_client.get_run(parent_run_id))
+    tags = run.data.tags
+    if run.info.status != "RUNNING" or tags.get("host") != socket.gethostname() or not tags.get("pid", "").isdigit():
+        return False
+    if _pid_alive(int(tags["pid"])):  # (a reused pid errs on the side of leaving the run open)
+        return False
+    retry(lambda: mlflow_client.set_tag(parent_run_id, "error", "its process died without closing the run"))
+    retry(lambda: mlflow_client.set_terminated(parent_run_id, "KILLED"))
+    return True
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def start_child_run(

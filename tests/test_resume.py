@@ -271,6 +271,9 @@ def test_a_run_killed_with_sigkill_resumes_in_its_mlflow_run(write_suite, tmp_pa
     client, runs = all_runs(uri)
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert [r.info.run_id for r in children] == [child.info.run_id]  # the same MLflow run
+    parents = sorted((r for r in runs if "mlflow.parentRunId" not in r.data.tags), key=lambda r: r.info.start_time)
+    assert [p.info.status for p in parents] == ["KILLED", "FINISHED"]  # the dead invocation is closed
+    assert "marked KILLED" in completed.stderr
     resumed = children[0]
     assert resumed.info.status == "FINISHED"
     assert resumed.data.tags["resume_count"] == "1" and resumed.data.tags["resumed_from_step"] == str(killed_at)
