@@ -13,6 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from benchmark import cli, runner, tracking
 from benchmark.config import load_suite
+from conftest import TINY_SUITE
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -297,21 +298,12 @@ def test_relaunching_a_suite_trains_only_what_is_missing(tiny_suite, tmp_path):
     assert len([r for r in runs if "mlflow.parentRunId" in r.data.tags]) == 2 + 1 + 3  # one of the first three deleted
 
 
-FAILING_SUITE = """
-name: failing
-seeds: [0, 1]
-budget: {total_steps: 512, eval_every: 256, eval_episodes: 2}
-experiments:
-  - algo: ppo
-    envs: [CartPole-v1]
-    hyperparameters: {num_envs: 2, num_steps: 64, num_minibatches: 2, num_epochs: 2, hidden_sizes: [16, 16]}
-  # rewards scaled past float32's range: the critic's targets become infinite, its loss NaN
-  - algo: sac
-    envs: [Pendulum-v1]
-    seeds: [0]
-    budget: {total_steps: 300, eval_every: 150}
-    hyperparameters: {learning_starts: 100, batch_size: 32, hidden_sizes: [16, 16], buffer_size: 1000, reward_scale: 1.0e+38}
-"""
+# the tiny suite, with SAC's rewards scaled past float32's range: the critic's targets become
+# infinite, its loss NaN
+FAILING_SUITE = TINY_SUITE.replace("name: tiny", "name: failing").replace(
+    "buffer_size: 1000}", "buffer_size: 1000, reward_scale: 1.0e+38}"
+)
+assert "reward_scale" in FAILING_SUITE
 
 
 def test_a_raising_run_and_a_diverging_run_fail_alone(write_suite, tmp_path):
