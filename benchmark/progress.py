@@ -72,7 +72,6 @@ class Board:
         self.clock = clock
         self.running: dict[str, RunView] = {}
         self.progress_of: dict[str, int] = {}  # env steps reached, for every run that started
-        self.first_step: dict[str, int] = {}  # where each run started (a resumed run: its checkpoint)
         self.done = 0
         self.failed = 0
         self.started_at = clock()
@@ -85,7 +84,6 @@ class Board:
         self.running[run_key] = RunView(label, self.budgets.get(run_key, 0), self.clock(), where, resumed_from, resumed_from)
         self.most_parallel = max(self.most_parallel, len(self.running))
         self.progress_of[run_key] = resumed_from
-        self.first_step[run_key] = resumed_from
         on = f" on {where}" if where else ""
         if resumed_from:
             self.log(f"resuming {label} from its checkpoint at env step {resumed_from:,}{on}")
@@ -105,11 +103,9 @@ class Board:
     def finished(self, run_key: str, label: str, ok: bool, line: str) -> None:
         self.running.pop(run_key, None)
         reached = self.progress_of.get(run_key, 0)
-        self.first_step.setdefault(run_key, reached)  # a run can fail before it reports its start
         if ok:
             self.progress_of[run_key] = self.budgets.get(run_key, 0)
-        else:  # its remaining steps are no longer work to do, nor steps made
-            self.progress_of[run_key] = reached
+        else:  # its remaining steps are no longer work to do
             self.budgets[run_key] = reached
         self.done += ok
         self.failed += not ok
