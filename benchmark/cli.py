@@ -103,6 +103,48 @@ def build_parser() -> argparse.ArgumentParser:
     show = reference_commands.add_parser("show", help="the reference and random score each environment is normalized with")
     show.add_argument("--env", nargs="+", help="environments (default: every environment of every suite)")
 
+    tune = commands.add_parser(
+        "tune", help="Optuna study: tune ALGO on ENV against its reference score (tune show|export STUDY to read one)",
+        description="Run (or resume) an Optuna study of --algo on --env; `tune show STUDY` and `tune export STUDY` read one.",
+    )
+    tune.add_argument("--algo", help="algorithm to tune (its search space: suites/search/ALGO.yaml)")
+    tune.add_argument("--env", help="gymnasium id; its reference and random scores normalize the objective")
+    tune.add_argument("--trials", type=int, default=20, help="trials this invocation adds to the study (default 20)")
+    tune.add_argument("--budget", type=int, metavar="STEPS",
+                      help="env steps per seed of a trial (default: the budget of the suite that runs ALGO on ENV)")
+    tune.add_argument("--seeds-per-trial", type=int, metavar="S", help="seeds each trial trains and averages (default 1)")
+    tune.add_argument("--study", help="study name (default ALGO-ENV); an existing study is resumed")
+    tune.add_argument("--storage", help="Optuna storage URL: sqlite:///PATH, postgresql://..., journal:PATH (default sqlite in --results-dir)")
+    tune.add_argument("--workers", type=int, default=1, help="worker processes running trials of the study at once (default 1)")
+    tune.add_argument("--sampler", choices=("tpe", "random", "cmaes"), default="tpe", help="default tpe (seeded)")
+    tune.add_argument("--pruner", choices=("median", "hyperband", "none"), default="median", help="default median")
+    tune.add_argument("--pruner-startup-trials", type=int, default=5, metavar="N", help="median pruner: trials before any pruning (default 5)")
+    tune.add_argument("--pruner-warmup-steps", type=int, metavar="STEPS",
+                      help="median pruner: steps of a trial before it can be pruned (default a third of the budget)")
+    tune.add_argument("--timeout", type=float, metavar="SECONDS", help="start no new trial after this long")
+    tune.add_argument("--suite", help="take the budget and fixed hyperparameters from this suite's ALGO/ENV run (none: published defaults)")
+    tune.add_argument("--space", type=Path, help="search space YAML (default suites/search/ALGO.yaml)")
+    tune.add_argument("--reference", type=float, metavar="SCORE", help="reference score, for an env without a published one")
+    tune.add_argument("--random", type=float, metavar="SCORE", help="random-policy score, for an env not measured yet")
+    tune.add_argument("--seed", type=int, help="seed of the samplers and of the trials' seeds (default 0)")
+    tune.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:i (as for run)")
+    tune.add_argument("--runs-per-gpu", type=int, metavar="K", help="workers per GPU (default: spread over the GPUs)")
+    _add_store_arguments(tune)
+    tune_commands = tune.add_subparsers(dest="tune_command")
+    show_study = tune_commands.add_parser("show", help="best trials, parameter importances, plots (PNG) under results/tune/STUDY")
+    show_study.add_argument("study", help="study name")
+    show_study.add_argument("--top", type=int, default=10, help="best trials to list (default 10)")
+    show_study.add_argument("--output", type=Path, help="plot directory (default results/tune/STUDY)")
+    show_study.add_argument("--storage", help="Optuna storage URL (default sqlite in --results-dir)")
+    show_study.add_argument("--results-dir", type=Path, default=Path("results"), help="where the default storage and plots are")
+    export_study = tune_commands.add_parser("export", help="write the best trial as a suite: suites/tuned/ALGO-ENV.yaml")
+    export_study.add_argument("study", help="study name")
+    export_study.add_argument("--seeds", type=int, default=10, help="seeds of the exported suite (default 10: seeds 0..9)")
+    export_study.add_argument("--output", type=Path, help="suite file (default suites/tuned/ALGO-ENV.yaml)")
+    export_study.add_argument("--force", action="store_true", help="replace an existing suite file")
+    export_study.add_argument("--storage", help="Optuna storage URL (default sqlite in --results-dir)")
+    export_study.add_argument("--results-dir", type=Path, default=Path("results"), help="where the default storage is")
+
     listing = commands.add_parser("list", help="algorithms, buffers, suites and environments")
     listing.add_argument("what", nargs="?", choices=("algorithms", "buffers", "suites", "envs"), help="one section only")
     return parser
@@ -129,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             "baseline": command_baseline,
             "regress": command_regress,
             "reproduce": command_reproduce,
+            "tune": command_tune,
         }
         return commands[args.command](args, console)
     except ConfigError as error:
@@ -393,6 +436,117 @@ def command_reference(args: argparse.Namespace, console: Console) -> int:
         ref = norm.reference
         table.add_row(env_id, random_cell, f"{ref.mean:.1f}" if ref else "—", ref.citation if ref else "no published score")
     console.print(table)
+    return 0
+
+
+def command_tune(args: argparse.Namespace, console: Console) -> int:
+    from agents.api import ConfigError
+    from benchmark import tracking, tune
+
+    if args.tune_command == "show":
+        return _tune_show(args, console)
+    if args.tune_command == "export":
+        return _tune_export(args, console)
+    if not args.algo or not args.env:
+        raise ConfigError("tune needs --algo and --env (or: tune show STUDY, tune export STUDY)")
+    if args.trials < 1 or args.workers < 1:
+        raise ConfigError(f"--trials and --workers must be >= 1, got {args.trials} and {args.workers}")
+    from benchmark.train import resolve_device
+
+    resolve_device(args.device)
+    study_name = args.study or f"{args.algo}-{args.env.replace('/', '-')}"
+    default_url = tune.default_storage_url(args.results_dir)
+    storage_url = args.storage or default_url
+    given = {
+        "budget": args.budget, "seeds_per_trial": args.seeds_per_trial, "suite": args.suite,
+        "reference": args.reference, "random": args.random, "seed": args.seed,
+    }
+    settings, space = tune.prepare(args.algo, args.env, study_name, storage_url, default_url, given, args.space)
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    tracking_uri = args.tracking_uri or tracking.default_tracking_uri(args.results_dir)
+    result = tune.run_study(
+        settings, space, study_name=study_name, storage_url=storage_url, trials=args.trials, workers=args.workers,
+        tracking_uri=tracking_uri, results_dir=args.results_dir, sampler=args.sampler, pruner=args.pruner,
+        pruner_startup_trials=args.pruner_startup_trials, pruner_warmup_steps=args.pruner_warmup_steps,
+        timeout=args.timeout, device=args.device, runs_per_gpu=args.runs_per_gpu, space_path=args.space,
+    )
+    counts = ", ".join(f"{count} {state.lower()}" for state, count in result.counts.items() if count)
+    console.print(
+        f"study {study_name!r}: trials {result.trials_before}..{result.trials_after - 1} run; {result.trials_after} in all ({counts}); "
+        f"MLflow parent run {result.parent_run_id}",
+        soft_wrap=True, markup=False, highlight=False,
+    )
+    if result.best_trial is not None:
+        best = result.best_trial
+        console.print(
+            f"best: trial {best.number}, normalized score {best.value:.3f} (final returns "
+            f"{', '.join(f'{r:.1f}' for r in best.user_attrs.get('final_returns', []))}); "
+            f"python -m benchmark tune show {study_name} | tune export {study_name}",
+            soft_wrap=True, markup=False, highlight=False,
+        )
+    for error in result.worker_errors:
+        console.print(f"[red]{error}[/]", highlight=False)
+    return EXIT_RUNS_FAILED if result.worker_errors else 0
+
+
+def _tune_show(args: argparse.Namespace, console: Console) -> int:
+    from rich.markup import escape
+
+    from benchmark import tune
+
+    url, storage = tune.open_existing_storage(args.storage, args.results_dir)
+    study = tune.load_study(args.study, storage)
+    found = tune.summary(study, args.top)
+    settings = found["settings"]
+    console.print(
+        f"study {study.study_name!r}: {settings.algo} on {settings.env_id}, {settings.seeds_per_trial} seed(s) x "
+        f"{settings.budget.total_steps:,} steps per trial, base {settings.base_suite or 'published defaults'}; "
+        f"normalized by random {settings.random_score:.2f} and reference {settings.reference_score:.2f} "
+        f"({settings.reference_source}); trials: "
+        + ", ".join(f"{count} {state.lower()}" for state, count in sorted(found["counts"].items())),
+        soft_wrap=True, markup=False, highlight=False,
+    )
+    table = Table(title=f"best trials of {study.study_name}")
+    for column in ("trial", "normalized", "final returns", "seconds", "parameters"):
+        table.add_column(column)
+    for trial in found["best"]:
+        returns = ", ".join(f"{r:.1f}" for r in trial.user_attrs.get("final_returns", []))
+        seconds = f"{trial.duration.total_seconds():.0f}" if trial.duration else "—"
+        tuned = trial.user_attrs.get("tuned", trial.params)
+        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in tuned.items())
+        table.add_row(str(trial.number), f"{trial.value:.3f}", returns, seconds, escape(params))
+    console.print(table)
+    weights = tune.importances(study)
+    if weights:
+        importance = Table(title="parameter importances (fANOVA over the completed trials)")
+        importance.add_column("parameter")
+        importance.add_column("importance")
+        for name, weight in weights.items():
+            importance.add_row(escape(name), f"{weight:.3f}")
+        console.print(importance)
+    else:
+        console.print("parameter importances need at least two completed trials")
+    written = tune.write_plots(study, args.output or args.results_dir / "tune" / study.study_name)
+    console.print("plots: " + ", ".join(str(path) for path in written), soft_wrap=True, markup=False, highlight=False)
+    console.print(f"browse it: optuna-dashboard {tune.redact(url)}", soft_wrap=True, markup=False, highlight=False)
+    return 0
+
+
+def _tune_export(args: argparse.Namespace, console: Console) -> int:
+    from benchmark import config, tune
+
+    _, storage = tune.open_existing_storage(args.storage, args.results_dir)
+    study = tune.load_study(args.study, storage)
+    path, best = tune.export_suite(study, args.seeds, args.output, args.force)
+    try:
+        name = str(path.resolve().relative_to(config.SUITES_DIR).with_suffix(""))
+        command = f"make bench SUITE={name}"
+    except ValueError:
+        command = f"python -m benchmark run --suite {path}"
+    console.print(
+        f"wrote {path}: trial {best.number} (normalized {best.value:.3f}) over {args.seeds} seeds; run it: {command}",
+        soft_wrap=True, markup=False, highlight=False,
+    )
     return 0
 
 

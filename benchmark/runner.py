@@ -334,7 +334,7 @@ def _outcome_of_finished(spec: RunSpec, run: Any) -> RunOutcome:
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def _init_child(parent_pid: int) -> None:
+def init_child_process(parent_pid: int) -> None:
     """In each worker and the queue manager: ignore Ctrl-C (the parent stops its children
     itself), and die with the parent however it ends (even SIGKILL), so that no orphan keeps
     training: on Linux the kernel sends SIGTERM when the parent exits (a training run then
@@ -369,10 +369,10 @@ def _execute_in_pool(job: _Job, slots: list[devices.Slot], board: Board) -> list
     context = multiprocessing.get_context("spawn")
     outcomes = {spec.run_key: RunOutcome(spec) for spec in job.specs}
     manager = SyncManager(ctx=context)
-    manager.start(initializer=_init_child, initargs=(os.getpid(),))
+    manager.start(initializer=init_child_process, initargs=(os.getpid(),))
     fresh_process_per_run = any(slot.is_gpu for slot in slots)
     pool = ProcessPoolExecutor(
-        max_workers=len(slots), mp_context=context, initializer=_init_child, initargs=(os.getpid(),),
+        max_workers=len(slots), mp_context=context, initializer=init_child_process, initargs=(os.getpid(),),
         max_tasks_per_child=1 if fresh_process_per_run else None,
     )
     messages, free_slots, stopping = manager.Queue(), manager.Queue(), manager.Event()

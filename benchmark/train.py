@@ -90,6 +90,7 @@ class RunResult:
 
 
 ProgressCallback = Callable[[int, int, float | None], None]  # (step, total_steps, last eval mean)
+EvaluationCallback = Callable[["Evaluation"], None]  # called after each evaluation; may raise to stop the run
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -176,6 +177,7 @@ def run(
     resume: dict[str, Any] | None = None,
     checkpoint_metadata: dict[str, Any] | None = None,
     remove_latest_on_finish: bool = True,
+    on_evaluation: EvaluationCallback | None = None,
 ) -> RunResult:
     """Train ``spec`` to its budget, evaluating every ``eval_every`` steps and at the end.
 
@@ -187,6 +189,8 @@ def run(
     them, the replay buffer when it was saved). ``checkpoint_metadata`` is stored in each
     checkpoint (the runner keeps the MLflow run id there). ``remove_latest_on_finish=False``
     leaves ``latest.pt`` for the caller to remove once it has recorded the finished run.
+    ``on_evaluation`` sees each evaluation once it is logged (a tuner reports it to its pruner
+    and may raise to stop the run there).
     """
     tracker = tracker or NullTracker()
     torch.set_num_threads(spec.torch_threads)
@@ -303,6 +307,8 @@ def run(
                     loop.eval_seconds += time.perf_counter() - eval_started
                     loop.next_eval += budget.eval_every
                     tracker.flush()
+                    if on_evaluation is not None:
+                        on_evaluation(result.evaluations[-1])
                 if progress is not None and (step >= loop.next_progress or step >= budget.total_steps):
                     progress(step, budget.total_steps, result.evaluations[-1].mean if result.evaluations else None)
                     loop.next_progress = step + max(budget.total_steps // 100, 1)

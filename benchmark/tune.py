@@ -1,0 +1,855 @@
+"""Hyperparameter studies with Optuna, scored against the published reference scores.
+
+A study tunes one algorithm on one environment. Each trial draws hyperparameters from the
+algorithm's search space (``benchmark.search_space``) on top of a base setting (the budget
+and fixed hyperparameters of the suite that runs this pair, e.g. ``classic``), trains
+``seeds_per_trial`` runs one after another, and scores the trial by the **normalized final
+evaluation** ``(return - random) / (reference - random)`` averaged over its seeds.
+
+- Seeds: trial ``n`` trains seeds ``TRIAL_SEED_BASE + seed + n * S + i`` (i < S): fixed per
+  trial number, different across trials, and never the seeds a suite runs (0, 1, ...), so an
+  exported setting is evaluated on seeds the tuner did not select it on.
+- Pruning: after each evaluation the running objective (finished seeds' final scores and the
+  current seed's latest evaluation, averaged) is reported at step ``k * total_steps + t``
+  (seed k, nominal step t = the evaluation's index times ``eval_every``), so that every
+  trial reports at the same steps whatever its number of envs.
+- Storage: any Optuna storage (SQLite under ``results/`` by default, PostgreSQL/MySQL URLs,
+  ``journal:PATH``); the study's setting is stored in its user attributes, so that re-running
+  the same study name resumes it and other machines can join it with the same command.
+- Parallelism: ``workers`` spawned processes take trials from one shared count until the
+  invocation's ``trials`` are started. The sampler is seeded per trial (study seed, trial
+  number, worker): one worker repeats a study exactly; a resumed study draws new trials.
+- MLflow: experiment ``tune-<study>``, one parent run per study (reopened on resume), one
+  child run per trial with its parameters, per-seed curves, intermediate values, objective
+  and state (tag ``trial_state``; status FINISHED, KILLED when pruned, FAILED).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import math
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from rich.console import Console
+from rich.markup import escape
+
+import agents
+from agents.api import ConfigError, suggest
+from agents.envs import check_env_id, env_spec
+from benchmark import config, reference, tracking
+from benchmark.config import Budget, RunSpec
+from benchmark.search_space import SearchSpace, load_search_space
+
+TRIAL_SEED_BASE = 1000
+SAMPLERS = ("tpe", "random", "cmaes")
+PRUNERS = ("median", "hyperband", "none")
+BASE_SUITE_ORDER = ("classic", "mujoco")
+"""Suites searched first for the base setting of an (algorithm, environment) pair."""
+TUNED_DIR = config.SUITES_DIR / "tuned"
+SETTINGS_ATTR = "reprorl"
+"""The study user attribute that holds its StudySettings."""
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """What every trial of a study shares; stored in the study so that resumes and other
+    machines score trials the same way."""
+
+    algo: str
+    env_id: str
+    budget: Budget
+    seeds_per_trial: int
+    base_suite: str | None
+    """The suite whose budget and fixed hyperparameters the trials start from (None: the
+    algorithm's published defaults)."""
+    base_hyperparameters: dict[str, Any]
+    space: dict[str, Any]
+    random_score: float
+    reference_score: float
+    reference_source: str
+    seed: int = 0
+
+    def normalize(self, episode_return: float) -> float:
+        """(return - random) / (reference - random): 0 is the random policy, 1 the reference."""
+        return (episode_return - self.random_score) / (self.reference_score - self.random_score)
+
+    def trial_seeds(self, trial_number: int) -> list[int]:
+        first = TRIAL_SEED_BASE + self.seed + trial_number * self.seeds_per_trial
+        return list(range(first, first + self.seeds_per_trial))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "StudySettings":
+        return cls(**{**data, "budget": Budget(**data["budget"])})
+
+
+# ------------------------------------------------------------------------------- the setting
+
+
+def base_setting(algo: str, env_id: str, suite_name: str | None) -> tuple[str | None, Budget | None, dict[str, Any]]:
+    """(suite, budget, fixed hyperparameters) of the first suite that runs ``algo`` on
+    ``env_id``: ``suite_name`` if given ('none': no suite), else classic, mujoco, then the others."""
+    if suite_name == "none":
+        return None, None, {}
+    names = [suite_name] if suite_name else [*BASE_SUITE_ORDER, *(n for n in config.available_suites() if n not in BASE_SUITE_ORDER)]
+    for name in names:
+        suite = config.load_suite(name)
+        for spec in suite.specs:
+            if spec.algo == algo and spec.env_id == env_id:
+                return suite.name, spec.budget, dict(spec.overrides)
+    if suite_name:
+        raise ConfigError(f"suite {suite_name!r} has no run of {algo} on {env_id} (--suite none: start from the published defaults)")
+    return None, None, {}
+
+
+def make_settings(
+    algo: str,
+    env_id: str,
+    *,
+    budget_steps: int | None = None,
+    seeds_per_trial: int = 1,
+    base_suite: str | None = None,
+    space_path: Path | None = None,
+    reference_score: float | None = None,
+    random_score: float | None = None,
+    seed: int = 0,
+) -> tuple[StudySettings, SearchSpace]:
+    """Validate everything a new study needs, before anything is written; ConfigError naming
+    the problem (unknown algorithm or environment, a bad search space, no reference score)."""
+    agents.algorithm_class(algo)
+    check_env_id(env_id)
+    agents.algorithm_class(algo).check_env_spec(env_spec(env_id))
+    space = load_search_space(algo, space_path)
+    if seeds_per_trial < 1:
+        raise ConfigError(f"--seeds-per-trial must be >= 1, got {seeds_per_trial}")
+    if seed < 0:
+        raise ConfigError(f"--seed must be >= 0, got {seed}")
+    suite_name, budget, fixed = base_setting(algo, env_id, base_suite)
+    if budget_steps is not None:
+        if budget_steps < 1:
+            raise ConfigError(f"--budget must be a positive number of env steps, got {budget_steps}")
+        budget = Budget(budget_steps, max(budget_steps // 10, 1), budget.eval_episodes if budget else 10)
+    if budget is None:
+        raise ConfigError(f"no suite runs {algo} on {env_id} to take a budget from; pass --budget STEPS")
+    agents.algorithm_class(algo).check_config(agents.resolve_config(algo, {**fixed, **space.fixed}), env_spec(env_id))
+
+    normalizer = reference.normalizer(env_id)
+    if reference_score is None:
+        if normalizer.reference is None:
+            raise ConfigError(
+                f"no published reference score for {env_id} in {reference.REFERENCE_DIR / 'scores.csv'}: add a row for it to "
+                f"{reference.SHARED_SCORES} and run `python -m benchmark reference build`, or pass --reference SCORE"
+            )
+        reference_score, source = normalizer.reference.mean, normalizer.reference.citation
+    else:
+        source = "--reference (given on the command line)"
+    if random_score is None:
+        if normalizer.random is None:
+            raise ConfigError(
+                f"no random-policy score for {env_id}: measure it with `python -m benchmark reference random --env {env_id}`, "
+                "or pass --random SCORE"
+            )
+        random_score = normalizer.random.mean
+    if reference_score == random_score:
+        raise ConfigError(f"the reference score equals the random score ({reference_score}): nothing to normalize by")
+    settings = StudySettings(
+        algo, env_id, budget, seeds_per_trial, suite_name, fixed, space.to_dict(), float(random_score), float(reference_score), source, seed
+    )
+    return settings, space
+
+
+# ---------------------------------------------------------------------------------- storage
+
+
+def quiet_optuna() -> None:
+    """Only Optuna's errors reach the console (trials get one line each from us), and none of
+    its warnings about experimental arguments (heartbeats, grouped TPE)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+def default_storage_url(results_dir: Path) -> str:
+    return f"sqlite:///{(results_dir / 'optuna.db').resolve()}"
+
+
+def open_storage(url: str) -> Any:
+    """An Optuna storage for ``url``: an RDB URL (sqlite:///PATH, postgresql://..., mysql://...)
+    or ``journal:PATH`` (Optuna's journal file, for shared disks). SQLite waits up to a minute
+    for a lock (several worker processes write to it); RDB trials send heartbeats, so a trial
+    whose process died is marked FAIL. ConfigError naming the URL if it cannot be opened."""
+    import optuna
+
+    quiet_optuna()
+    try:
+        if url.startswith("journal:"):
+            path = Path(url.removeprefix("journal:").removeprefix("//"))
+            if not path.parent.is_dir():
+                raise ConfigError(f"directory {path.parent} does not exist")
+            from optuna.storages.journal import JournalFileBackend
+
+            return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=30, grace_period=120)
+    except Exception as error:  # noqa: BLE001 - sqlalchemy, drivers and optuna raise many types
+        raise ConfigError(
+            f"cannot open the Optuna storage {redact(url)!r}: {type(error).__name__}: {error}. "
+            "Use sqlite:///PATH, postgresql://USER@HOST/DB, mysql://USER@HOST/DB or journal:PATH"
+        ) from None
+
+
+def open_existing_storage(url: str | None, results_dir: Path) -> tuple[str, Any]:
+    """(url, storage) for reading a study: the default SQLite file must already exist (reading
+    never creates a store)."""
+    if url is None:
+        path = results_dir / "optuna.db"
+        if not path.exists():
+            raise ConfigError(f"no study storage at {path}; run `python -m benchmark tune` first, or pass --storage URL")
+        url = default_storage_url(results_dir)
+    return url, open_storage(url)
+
+
+def redact(url: str) -> str:
+    """The URL without its password (for logs and MLflow)."""
+    if "://" in url and "@" in url.split("://", 1)[1]:
+        scheme, rest = url.split("://", 1)
+        credentials, host = rest.rsplit("@", 1)
+        return f"{scheme}://{credentials.split(':', 1)[0]}:***@{host}" if ":" in credentials else url
+    return url
+
+
+def load_study(name: str, storage: Any) -> Any:
+    """An existing study; ConfigError listing the study names in the storage otherwise."""
+    import optuna
+
+    names = optuna.get_all_study_names(storage)
+    if name not in names:
+        listed = ", ".join(sorted(names)) or "none"
+        raise ConfigError(f"no study {name!r} in this storage{suggest(name, names)}; studies: {listed}")
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def study_settings(study: Any) -> StudySettings:
+    data = study.user_attrs.get(SETTINGS_ATTR)
+    if data is None:
+        raise ConfigError(f"study {study.study_name!r} was not created by `python -m benchmark tune` (it has no settings)")
+    return StudySettings.from_dict(data)
+
+
+def study_exists(url: str, name: str, default_url: str) -> bool:
+    """Whether ``name`` is a study in the storage at ``url``, without creating anything: a
+    SQLite file that does not exist yet holds no study (its directory must exist, except for
+    the default store under --results-dir, made when the study starts)."""
+    import optuna
+
+    if url.startswith(("sqlite:///", "journal:")):
+        path = Path(url.removeprefix("sqlite:///") if url.startswith("sqlite") else url.removeprefix("journal:").removeprefix("//"))
+        if not path.exists():
+            if url != default_url and not path.parent.is_dir():
+                raise ConfigError(f"cannot open the Optuna storage {redact(url)!r}: directory {path.parent} does not exist")
+            return False
+    return name in optuna.get_all_study_names(open_storage(url))
+
+
+def resumed_settings(stored: StudySettings, algo: str, env_id: str, given: dict[str, Any]) -> StudySettings:
+    """The stored setting of a study being resumed; ConfigError when the algorithm, the
+    environment or an option given now (``given``: option -> value, None if not given)
+    differs from the one the study was created with."""
+    if (stored.algo, stored.env_id) != (algo, env_id):
+        raise ConfigError(
+            f"the study tunes {stored.algo} on {stored.env_id}, not {algo} on {env_id}; choose another --study name"
+        )
+    recorded = {
+        "budget": stored.budget.total_steps,
+        "seeds_per_trial": stored.seeds_per_trial,
+        "suite": stored.base_suite or "none",
+        "reference": stored.reference_score,
+        "random": stored.random_score,
+        "seed": stored.seed,
+    }
+    for option, value in given.items():
+        if value is not None and value != recorded[option]:
+            flag = "--" + option.replace("_", "-")
+            raise ConfigError(
+                f"the study was created with {flag} {recorded[option]}, so its trials are scored that way; "
+                f"leave out {flag} to resume it, or choose another --study name"
+            )
+    return stored
+
+
+def prepare(
+    algo: str, env_id: str, study_name: str, storage_url: str, default_url: str, given: dict[str, Any],
+    space_path: Path | None = None,
+) -> tuple[StudySettings, SearchSpace]:
+    """The setting of study ``study_name``: the stored one when it exists (checked against the
+    options ``given``), else a new one from ``given`` (option -> value or None). Every check
+    runs before anything is written."""
+    import optuna
+
+    space = load_search_space(algo, space_path)
+    check_env_id(env_id)
+    agents.algorithm_class(algo).check_env_spec(env_spec(env_id))
+    if study_exists(storage_url, study_name, default_url):
+        study = optuna.load_study(study_name=study_name, storage=open_storage(storage_url))
+        return resumed_settings(study_settings(study), algo, env_id, given), space
+    return make_settings(
+        algo, env_id, budget_steps=given.get("budget"), seeds_per_trial=given.get("seeds_per_trial") or 1,
+        base_suite=given.get("suite"), space_path=space_path, reference_score=given.get("reference"),
+        random_score=given.get("random"), seed=given.get("seed") or 0,
+    )
+
+
+# -------------------------------------------------------------------------------- the trials
+
+
+class TrialFailed(Exception):
+    """A trial's run failed (an error, a non-finite loss or score): the trial is FAIL, the study goes on."""
+
+
+class _SeedTracker:
+    """Logs one seed's training metrics into the trial's MLflow run, under ``seed<N>/``."""
+
+    def __init__(self, tracker: tracking.MlflowTracker, seed: int):
+        self.tracker, self.prefix = tracker, f"seed{seed}/"
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        self.tracker.log_metrics({self.prefix + key: value for key, value in metrics.items()}, step)
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        self.tracker.log_artifact(path, artifact_path)
+
+    def flush(self) -> None:
+        self.tracker.flush()
+
+
+@dataclass
+class Objective:
+    """Trains one trial's seeds and returns its mean normalized final score (an Optuna objective)."""
+
+    study_name: str
+    settings: StudySettings
+    space: SearchSpace
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    device: str = "auto"
+
+    def __call__(self, trial: Any) -> float:
+        import optuna
+
+        from benchmark import train
+
+        settings = self.settings
+        sampled = self.space.sample(trial)
+        tuned = {name: value for name, value in sampled.items() if name not in self.space.fixed}
+        overrides = {**settings.base_hyperparameters, **sampled}
+        seeds = settings.trial_seeds(trial.number)
+        tags = {
+            "kind": "trial", "study": self.study_name, "trial_number": trial.number, "algo": settings.algo,
+            "env_id": settings.env_id, "seeds": " ".join(map(str, seeds)), "trial_state": "RUNNING",
+        }
+        params = {f"tuned.{name}": value for name, value in tuned.items()}
+        params.update({f"budget.{key}": value for key, value in dataclasses.asdict(settings.budget).items()})
+        try:
+            hyperparameters = agents.resolve_config(settings.algo, overrides)
+            agents.algorithm_class(settings.algo).check_config(hyperparameters, env_spec(settings.env_id))
+        except ConfigError as error:
+            hyperparameters = None
+            infeasible = error
+        else:
+            infeasible = None
+            params.update({f"hp.{key}": value for key, value in hyperparameters.to_dict().items()})
+        run = tracking.start_child_run(
+            self.tracking_uri, self.experiment_id, self.parent_run_id, f"trial-{trial.number}", tags, params
+        )
+        trial.set_user_attr("mlflow_run_id", run.run_id)
+        trial.set_user_attr("overrides", overrides)
+        trial.set_user_attr("tuned", tuned)
+        trial.set_user_attr("seeds", seeds)
+        try:
+            if infeasible is not None:
+                raise TrialFailed(f"infeasible hyperparameters: {infeasible}")
+            assert hyperparameters is not None
+            value = self._train(trial, run, hyperparameters.to_dict(), overrides, seeds, train)
+        except optuna.TrialPruned as pruned:
+            run.set_tags({"trial_state": "PRUNED", "pruned": str(pruned)})
+            run.finish("KILLED")
+            raise
+        except (train.Preempted, KeyboardInterrupt) as error:  # the invocation is stopping
+            run.set_tags({"trial_state": "FAIL"})
+            run.fail(error, "KILLED")
+            raise
+        except Exception as error:  # noqa: BLE001 - any failure of one trial must not end the study
+            run.set_tags({"trial_state": "FAIL"})
+            run.fail(error)
+            message = str(error) if isinstance(error, TrialFailed) else f"{type(error).__name__}: {error}"
+            trial.set_user_attr("error", message[:2000])
+            raise TrialFailed(message) from error
+        run.set_tags({"trial_state": "COMPLETE"})
+        run.finish("FINISHED")
+        return value
+
+    def _train(
+        self, trial: Any, run: tracking.MlflowTracker, hyperparameters: dict[str, Any], overrides: dict[str, Any],
+        seeds: list[int], train: Any,
+    ) -> float:
+        import optuna
+
+        settings, budget = self.settings, self.settings.budget
+        finals: list[float] = []
+        returns: list[float] = []
+        for index, seed in enumerate(seeds):
+            spec = RunSpec(f"tune-{self.study_name}", settings.algo, settings.env_id, seed, hyperparameters, budget, self.device, 1, overrides)
+            evaluations = 0
+            last_seed = index == len(seeds) - 1
+
+            def on_evaluation(evaluation: Any) -> None:
+                nonlocal evaluations
+                evaluations += 1
+                nominal = min(evaluations * budget.eval_every, budget.total_steps)
+                step = index * budget.total_steps + nominal
+                value = float(np.mean([*finals, settings.normalize(evaluation.mean)]))
+                if not math.isfinite(value):
+                    raise TrialFailed(f"non-finite evaluation return {evaluation.mean} at step {evaluation.step} of seed {seed}")
+                trial.report(value, step)
+                run.log_metrics({"objective/intermediate": value}, step)
+                final = last_seed and nominal >= budget.total_steps  # nothing left to save by pruning
+                if not final and trial.should_prune():
+                    run.flush()
+                    raise optuna.TrialPruned(f"pruned at step {step:,} with intermediate value {value:.3f}")
+
+            result = train.run(spec, _SeedTracker(run, seed), on_evaluation=on_evaluation)
+            final_return = result.evaluations[-1].mean
+            finals.append(settings.normalize(final_return))
+            returns.append(final_return)
+            run.log_metrics({f"final/seed{seed}_return_mean": final_return, f"final/seed{seed}_normalized": finals[-1]}, 0)
+        objective = float(np.mean(finals))
+        if not math.isfinite(objective):
+            raise TrialFailed(f"non-finite objective from final returns {returns}")
+        trial.set_user_attr("final_returns", returns)
+        run.log_metrics({"objective": objective, "final/return_mean": float(np.mean(returns))}, 0)
+        return objective
+
+
+# ----------------------------------------------------------------------------- the workers
+
+
+def make_sampler(name: str, seed: int) -> Any:
+    """TPE (multivariate, grouped for conditional parameters, constant liar for parallel
+    workers), random, or CMA-ES (categorical parameters fall back to TPE)."""
+    import optuna
+
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(
+            seed=seed, independent_sampler=optuna.samplers.TPESampler(seed=seed), warn_independent_sampling=False
+        )
+    raise ConfigError(f"unknown sampler {name!r}; use {', '.join(SAMPLERS)}")
+
+
+def make_pruner(name: str, settings: StudySettings, startup_trials: int = 5, warmup_steps: int | None = None) -> Any:
+    """median: prune below the median of earlier trials at the same step, after
+    ``startup_trials`` trials and ``warmup_steps`` (default: a third of the first seed's
+    budget); hyperband: from one evaluation period up to all seeds' budgets; none."""
+    import optuna
+
+    if name == "median":
+        warmup = settings.budget.total_steps // 3 if warmup_steps is None else warmup_steps
+        return optuna.pruners.MedianPruner(n_startup_trials=startup_trials, n_warmup_steps=warmup)
+    if name == "hyperband":
+        return optuna.pruners.HyperbandPruner(
+            min_resource=settings.budget.eval_every, max_resource=settings.seeds_per_trial * settings.budget.total_steps
+        )
+    if name == "none":
+        return optuna.pruners.NopPruner()
+    raise ConfigError(f"unknown pruner {name!r}; use {', '.join(PRUNERS)}")
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """What every worker process of one invocation needs (picklable)."""
+
+    study_name: str
+    storage_url: str
+    settings: dict[str, Any]
+    space_path: str | None
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    sampler: str
+    pruner: str
+    pruner_startup_trials: int
+    pruner_warmup_steps: int | None
+    deadline: float | None
+    """time.time() after which no new trial starts (--timeout)."""
+
+
+def sampler_seed(seed: int, trial_number: int, worker: int) -> int:
+    """The sampler seed of the trial about to start: a function of the study seed, the number
+    the trial will get and the worker, so that the same command draws the same trials, a
+    resumed study does not draw its first trials again, and workers (or machines) that start
+    trials at the same time draw different ones."""
+    text = f"{seed}/{trial_number}/{worker}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+
+
+def work(job: WorkerJob, worker: int, tickets: Any, device_slot: tuple[str, str] | None, parent_pid: int) -> None:
+    """A worker process: take a ticket, run one trial, until the tickets or the time run out."""
+    from benchmark import devices, runner
+
+    runner.init_child_process(parent_pid)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    device = "auto"
+    if device_slot is not None:
+        slot = devices.Slot(*device_slot)
+        devices.enter_slot(slot)
+        device = slot.device
+    import optuna
+
+    quiet_optuna()
+    settings = StudySettings.from_dict(job.settings)
+    space = load_search_space(settings.algo, Path(job.space_path) if job.space_path else None)
+    study = optuna.load_study(
+        study_name=job.study_name,
+        storage=open_storage(job.storage_url),
+        sampler=make_sampler(job.sampler, sampler_seed(settings.seed, 0, worker)),
+        pruner=make_pruner(job.pruner, settings, job.pruner_startup_trials, job.pruner_warmup_steps),
+    )
+    objective = Objective(job.study_name, settings, space, job.tracking_uri, job.experiment_id, job.parent_run_id, device)
+    console = Console(stderr=True, soft_wrap=True, highlight=False)
+    from benchmark.train import Preempted
+
+    try:
+        while (job.deadline is None or time.time() < job.deadline) and _take_ticket(tickets):
+            next_number = len(study.get_trials(deepcopy=False))  # (another worker may take it first: no matter)
+            study.sampler = make_sampler(job.sampler, sampler_seed(settings.seed, next_number, worker))
+            study.optimize(objective, n_trials=1, catch=(TrialFailed,), callbacks=[lambda s, t: _print_trial(console, t)])
+    except (KeyboardInterrupt, Preempted):  # stopped by the invocation: the trial is FAIL, its run KILLED
+        sys.exit(143)
+
+
+class _Interrupted(KeyboardInterrupt):
+    """SIGTERM in a worker: stop like Ctrl-C (the running trial is marked FAIL, its MLflow run KILLED)."""
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise _Interrupted()
+
+
+def _take_ticket(tickets: Any) -> bool:
+    with tickets.get_lock():
+        if tickets.value <= 0:
+            return False
+        tickets.value -= 1
+        return True
+
+
+def _print_trial(console: Console, trial: Any) -> None:
+    state = trial.state.name
+    seconds = trial.duration.total_seconds() if trial.duration else 0.0
+    if state == "COMPLETE":
+        outcome = f"normalized {trial.value:.3f} (final returns {', '.join(f'{r:.1f}' for r in trial.user_attrs.get('final_returns', []))})"
+    elif state == "PRUNED":
+        last = trial.last_step
+        outcome = f"at step {last:,} (intermediate {trial.intermediate_values[last]:.3f})" if last is not None else ""
+    else:
+        outcome = trial.user_attrs.get("error", "")
+    params = ", ".join(f"{name}={_short(value)}" for name, value in trial.user_attrs.get("tuned", trial.params).items())
+    console.print(escape(f"trial {trial.number} {state} {outcome} in {seconds:.0f} s: {params}"))
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+# ------------------------------------------------------------------------------- a study run
+
+
+@dataclass
+class StudyRun:
+    study_name: str
+    storage_url: str
+    parent_run_id: str
+    trials_before: int
+    trials_after: int
+    counts: dict[str, int]
+    best_trial: Any | None
+    worker_errors: list[str]
+
+
+def run_study(
+    settings: StudySettings,
+    space: SearchSpace,
+    *,
+    study_name: str,
+    storage_url: str,
+    trials: int,
+    workers: int,
+    tracking_uri: str,
+    results_dir: Path,
+    sampler: str = "tpe",
+    pruner: str = "median",
+    pruner_startup_trials: int = 5,
+    pruner_warmup_steps: int | None = None,
+    timeout: float | None = None,
+    device: str = "auto",
+    runs_per_gpu: int | None = None,
+    space_path: Path | None = None,
+    console: Console | None = None,
+) -> StudyRun:
+    """Create ``study_name`` with ``settings``, or resume it (``settings`` are then the stored
+    ones: see ``resumed_settings``), and run ``trials`` more trials in ``workers`` processes."""
+    import optuna
+
+    from benchmark import devices
+
+    console = console or Console(stderr=True, soft_wrap=True, highlight=False)
+    quiet_optuna()
+    if trials < 1 or workers < 1:
+        raise ConfigError(f"--trials and --workers must be >= 1, got {trials} and {workers}")
+    if timeout is not None and timeout <= 0:
+        raise ConfigError(f"--timeout must be a positive number of seconds, got {timeout}")
+    make_sampler(sampler, 0)
+    make_pruner(pruner, settings, pruner_startup_trials, pruner_warmup_steps)
+    if pruner_startup_trials < 0 or (pruner_warmup_steps is not None and pruner_warmup_steps < 0):
+        raise ConfigError("--pruner-startup-trials and --pruner-warmup-steps must be >= 0")
+    slots = devices.plan_slots(device, devices.visible_gpus(devices.gpu_count()) if device != "cpu" else [], runs_per_gpu, workers)
+
+    storage = open_storage(storage_url)
+    if study_name in optuna.get_all_study_names(storage):
+        study = optuna.load_study(study_name=study_name, storage=storage)
+        if study_settings(study) != settings:
+            raise ConfigError(f"study {study_name!r} was created with another setting; resume it with its stored one")
+        if settings.space != space.to_dict():
+            console.print(f"note: the search space of {settings.algo} changed since the study was created; new trials use the current one")
+    else:
+        study = optuna.create_study(study_name=study_name, storage=storage, direction="maximize")
+        study.set_user_attr(SETTINGS_ATTR, settings.to_dict())
+        study.set_user_attr("created", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    optuna.storages.fail_stale_trials(study)
+    trials_before = len(study.trials)
+
+    experiment_name = f"tune-{study_name}"
+    experiment = tracking.experiment_id(tracking_uri, experiment_name, results_dir / "mlartifacts")
+    parent = _parent_run(tracking_uri, experiment, study_name, settings, storage_url)
+    _close_orphaned_trials(tracking_uri, experiment, study)
+    parent.set_tags({"sampler": sampler, "pruner": pruner, "workers": workers})  # the latest invocation's
+    console.print(
+        f"study {study_name!r}: {settings.algo} on {settings.env_id}, {trials} more trial(s) after {trials_before}, "
+        f"{workers} worker(s), {settings.seeds_per_trial} seed(s) x {settings.budget.total_steps:,} steps per trial "
+        f"(base: {settings.base_suite or 'published defaults'}); normalized by random {settings.random_score:.1f} "
+        f"and reference {settings.reference_score:.1f}; storage {redact(storage_url)}; MLflow experiment {experiment_name!r}"
+    )
+    job = WorkerJob(
+        study_name, storage_url, settings.to_dict(), str(space_path) if space_path else None, tracking_uri, experiment,
+        parent.run_id, sampler, pruner, pruner_startup_trials, pruner_warmup_steps, time.time() + timeout if timeout else None,
+    )
+    context = multiprocessing.get_context("spawn")
+    tickets = context.Value("i", trials)
+    processes = [
+        context.Process(target=work, args=(job, index, tickets, dataclasses.astuple(slots[index % len(slots)]), os.getpid()), daemon=False)
+        for index in range(workers)
+    ]
+    try:
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join()
+    except BaseException as error:
+        _stop(processes)
+        _close_orphaned_trials(tracking_uri, experiment, optuna.load_study(study_name=study_name, storage=storage))
+        parent.fail(error)
+        raise
+    errors = [f"worker {index} exited with code {p.exitcode}" for index, p in enumerate(processes) if p.exitcode != 0]
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    _close_orphaned_trials(tracking_uri, experiment, study)
+    counts = {state.name: 0 for state in optuna.trial.TrialState}
+    for trial in study.trials:
+        counts[trial.state.name] += 1
+    best = _best_trial(study)
+    metrics = {f"trials_{state.lower()}": count for state, count in counts.items() if count}
+    if best is not None:
+        metrics.update({"best_value": best.value, "best_trial": best.number})
+        parent.set_tags({"best_trial": best.number, "best_mlflow_run_id": best.user_attrs.get("mlflow_run_id", "")})
+    parent.log_metrics(metrics, len(study.trials))
+    parent.finish("FAILED" if errors else "FINISHED")
+    return StudyRun(study_name, storage_url, parent.run_id, trials_before, len(study.trials), counts, best, errors)
+
+
+def _best_trial(study: Any) -> Any | None:
+    import optuna
+
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    return max(complete, key=lambda t: t.value) if complete else None
+
+
+def _stop(processes: list[Any], grace_seconds: float = 30.0) -> None:
+    """SIGTERM every worker (its running trial is marked FAIL, its MLflow run KILLED), then kill stragglers."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.time() + grace_seconds
+    for process in processes:
+        process.join(max(deadline - time.time(), 0.1))
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def _parent_run(tracking_uri: str, experiment: str, study_name: str, settings: StudySettings, storage_url: str) -> tracking.MlflowTracker:
+    """The study's parent run in this tracking store: reopened if an earlier invocation made it."""
+    client = tracking.client(tracking_uri)
+    query = f"tags.kind = 'study' and tags.study = '{study_name}'"
+    found = tracking.search_all_runs(client, experiment, query, ["attributes.start_time ASC"])
+    if found:
+        run_id = found[0].info.run_id
+        tracking.retry(lambda: client.update_run(run_id, status="RUNNING"))
+        parent = tracking.MlflowTracker(tracking_uri, run_id)
+        parent.set_tags({"command": " ".join(sys.argv), "host": socket.gethostname(), "pid": os.getpid()})
+        return parent
+    parent = tracking.start_parent_run(tracking_uri, experiment, study_name, {"kind": "study", "study": study_name})
+    params = {
+        "algo": settings.algo, "env_id": settings.env_id, "seeds_per_trial": settings.seeds_per_trial,
+        "base_suite": settings.base_suite, "random_score": settings.random_score, "reference_score": settings.reference_score,
+        "storage": redact(storage_url), "seed": settings.seed,
+        **{f"budget.{key}": value for key, value in dataclasses.asdict(settings.budget).items()},
+        **{f"base.{key}": value for key, value in settings.base_hyperparameters.items()},
+    }
+    parent.log_params(params)
+    parent.log_text(yaml.safe_dump(settings.space, sort_keys=False), "search_space.yaml")
+    parent.set_tags({"reference_source": settings.reference_source[:5000]})
+    return parent
+
+
+def _close_orphaned_trials(tracking_uri: str, experiment: str, study: Any) -> None:
+    """Trial runs left RUNNING in MLflow whose trial is no longer running (its worker died):
+    marked KILLED with the trial's state."""
+    client = tracking.client(tracking_uri)
+    states = {trial.number: trial.state.name for trial in study.trials}
+    query = f"tags.kind = 'trial' and tags.study = '{study.study_name}' and attributes.status = 'RUNNING'"
+    for run in tracking.search_all_runs(client, experiment, query):
+        state = states.get(int(run.data.tags.get("trial_number", -1)))
+        if state is not None and state != "RUNNING":
+            tracker = tracking.MlflowTracker(tracking_uri, run.info.run_id)
+            tracker.set_tags({"trial_state": state})
+            tracker.finish("KILLED")
+
+
+# ------------------------------------------------------------------------------- show, export
+
+
+def export_suite(study: Any, seeds: int, output: Path | None, force: bool = False) -> tuple[Path, Any]:
+    """Write the best trial's setting as a suite (``suites/tuned/<algo>-<env>.yaml``) that
+    ``make bench SUITE=tuned/<algo>-<env>`` runs over ``seeds`` seeds (0..seeds-1: none of
+    them was used while tuning). The file is validated as a suite before it replaces anything."""
+    settings = study_settings(study)
+    best = _best_trial(study)
+    if best is None:
+        raise ConfigError(f"study {study.study_name!r} has no completed trial to export yet")
+    if seeds < 1:
+        raise ConfigError(f"--seeds must be >= 1, got {seeds}")
+    stem = f"{settings.algo}-{settings.env_id.replace('/', '-')}"
+    output = output or TUNED_DIR / f"{stem}.yaml"
+    if output.exists() and not force:
+        raise ConfigError(f"{output} exists; pass --force to replace it, or --output PATH")
+    overrides = best.user_attrs["overrides"]
+    suite = {
+        "name": f"tuned-{stem}",
+        "description": (
+            f"{settings.algo} on {settings.env_id} tuned by Optuna study {study.study_name!r}: trial {best.number} "
+            f"of {len(study.trials)}, normalized score {best.value:.3f} over {settings.seeds_per_trial} seed(s) "
+            f"at {settings.budget.total_steps:,} steps"
+        ),
+        "seeds": seeds,
+        "budget": dataclasses.asdict(settings.budget),
+        "experiments": [{"algo": settings.algo, "envs": [settings.env_id], "hyperparameters": overrides}],
+    }
+    header = (
+        f"# exported by `python -m benchmark tune export {study.study_name}` on "
+        f"{datetime.date.today().isoformat()}\n# base setting: {settings.base_suite or 'published defaults'}; "
+        f"tuned: {', '.join(best.user_attrs.get('tuned', best.params))}\n"
+    )
+    text = header + yaml.safe_dump(suite, sort_keys=False, default_flow_style=None, width=1000)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    temporary = output.with_name(f".{output.stem}.tmp.yaml")
+    temporary.write_text(text)
+    try:
+        config.load_suite(str(temporary))
+    except ConfigError:
+        temporary.unlink()
+        raise
+    temporary.replace(output)
+    return output, best
+
+
+def importances(study: Any) -> dict[str, float] | None:
+    """fANOVA parameter importances over the completed trials (None with fewer than two)."""
+    import optuna
+
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if len(complete) < 2:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return optuna.importance.get_param_importances(study)
+
+
+def write_plots(study: Any, directory: Path) -> list[Path]:
+    """Optimization history, parameter importances and intermediate values as PNG files."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import optuna.visualization.matplotlib as plots
+
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    drawings = {"optimization_history": plots.plot_optimization_history, "intermediate_values": plots.plot_intermediate_values}
+    if importances(study):
+        drawings["param_importances"] = plots.plot_param_importances
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, draw in drawings.items():
+            axes = draw(study)
+            figure = axes.figure if hasattr(axes, "figure") else axes.flat[0].figure
+            figure.set_size_inches(9, 5)
+            figure.tight_layout()
+            path = directory / f"{name}.png"
+            figure.savefig(path, dpi=100)
+            plt.close(figure)
+            written.append(path)
+    return written
+
+
+def summary(study: Any, top: int = 10) -> dict[str, Any]:
+    """The numbers ``tune show`` prints: the setting, counts by state, the best trials."""
+    import optuna
+
+    settings = study_settings(study)
+    counts: dict[str, int] = {}
+    for trial in study.trials:
+        counts[trial.state.name] = counts.get(trial.state.name, 0) + 1
+    complete = sorted(
+        (t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE), key=lambda t: t.value, reverse=True
+    )
+    return {"settings": settings, "counts": counts, "best": complete[:top]}
+

@@ -1,0 +1,345 @@
+"""Optuna studies: search spaces, the objective's bookkeeping, and the real `tune` CLI on tiny budgets."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+from agents.api import ConfigError
+from benchmark import tune
+from benchmark.config import Budget, load_suite
+from benchmark.search_space import available_search_spaces, load_search_space
+
+import agents
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchmark", *args], cwd=cwd, capture_output=True, text=True, timeout=900)
+
+
+def write_space(tmp_path: Path, parameters: str, algo: str = "ppo") -> Path:
+    path = tmp_path / "space.yaml"
+    path.write_text(f"algo: {algo}\nparameters:\n" + textwrap.indent(textwrap.dedent(parameters), "  "))
+    return path
+
+
+# ------------------------------------------------------------------------------ search spaces
+
+
+def test_every_algorithm_has_a_search_space():
+    assert set(available_search_spaces()) == set(agents.ALGORITHMS)
+
+
+@pytest.mark.parametrize("algo", available_search_spaces())
+def test_shipped_search_spaces_load_and_sample_valid_configs(algo):
+    space = load_search_space(algo)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(20):
+        trial = study.ask()
+        values = space.sample(trial)
+        agents.resolve_config(algo, values)  # every draw is a config the algorithm accepts
+        study.tell(trial, 0.0)
+
+
+def test_powers_of_two_layer_stacks_and_conditions(tmp_path):
+    space = load_search_space("ppo", write_space(tmp_path, """
+        num_steps: {low: 64, high: 1024, power_of_two: true}
+        learning_rate: {low: 1.0e-5, high: 1.0e-2, log: true}
+        entropy_method: {choices: [no_entropy, regularized]}
+        policy_ent_coeff: {low: 1.0e-6, high: 0.1, log: true, when: {entropy_method: regularized}}
+        hidden_sizes: {width: {choices: [16, 32]}, depth: {low: 1, high: 3}}
+    """))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    seen_methods = set()
+    for _ in range(60):
+        trial = study.ask()
+        values = space.sample(trial)
+        study.tell(trial, 0.0)
+        assert values["num_steps"] in (64, 128, 256, 512, 1024)
+        assert 1e-5 <= values["learning_rate"] <= 1e-2
+        width, depth = values["hidden_sizes"][0], len(values["hidden_sizes"])
+        assert values["hidden_sizes"] == [width] * depth and width in (16, 32) and 1 <= depth <= 3
+        assert ("policy_ent_coeff" in values) == (values["entropy_method"] == "regularized")
+        seen_methods.add(values["entropy_method"])
+    assert seen_methods == {"no_entropy", "regularized"}
+
+
+def test_extends_and_exclude_inherit_a_space():
+    ppo, ppo_kl = load_search_space("ppo"), load_search_space("ppo_kl")
+    names = [p.name for p in ppo_kl.parameters]
+    assert "clip_range" not in names and "kl_target" in names
+    assert set(names) - {"kl_target"} == {p.name for p in ppo.parameters} - {"clip_range"}
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ("learning_rat: {low: 1.0e-5, high: 1.0e-2, log: true}", "unknown hyperparameter 'learning_rat'"),
+        ("learning_rate: {low: 1.0e-5, high: 2.0, log: true}", "'learning_rate' = 2.0"),
+        ("gamma: {choices: [0.99, 1.5]}", "'gamma' = 1.5"),
+        ("num_steps: {low: 60, high: 1024, power_of_two: true}", "powers of two"),
+        ("learning_rate: {low: 0.0, high: 0.1, log: true}", "needs low > 0"),
+        ("learning_rate: {low: 0.1, high: 0.01}", "low must be below high"),
+        ("learning_rate: {lo: 0.1, high: 0.01}", "unknown parameter 'learning_rate' key 'lo'"),
+        ("policy_ent_coeff: {low: 0.001, high: 0.1, when: {entropy_method: regularized}}", "not a fixed value or a parameter declared before"),
+    ],
+)
+def test_bad_search_space_is_a_clear_error(tmp_path, parameters, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.").replace("[", r"\[")):
+        load_search_space("ppo", write_space(tmp_path, parameters))
+
+
+def test_unknown_algorithm_and_missing_space():
+    with pytest.raises(ConfigError, match="unknown algorithm 'ppp'.*did you mean 'ppo'"):
+        load_search_space("ppp")
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_search_space("ppo", Path("/nonexistent/space.yaml"))
+
+
+# ------------------------------------------------------------------------------ the setting
+
+
+def settings(**changes) -> tune.StudySettings:
+    values = dict(
+        algo="ppo", env_id="CartPole-v1", budget=Budget(1000, 100, 2), seeds_per_trial=3, base_suite=None,
+        base_hyperparameters={}, space={}, random_score=20.0, reference_score=500.0, reference_source="test",
+    )
+    return tune.StudySettings(**{**values, **changes})
+
+
+def test_normalized_score_and_trial_seeds():
+    setting = settings()
+    assert setting.normalize(20.0) == 0.0 and setting.normalize(500.0) == 1.0 and setting.normalize(260.0) == 0.5
+    seeds = [setting.trial_seeds(number) for number in range(4)]
+    assert seeds[2] == setting.trial_seeds(2) and len(seeds[2]) == 3  # fixed per trial number
+    flat = [seed for trial in seeds for seed in trial]
+    assert len(set(flat)) == len(flat)  # different across trials
+    assert min(flat) >= tune.TRIAL_SEED_BASE  # never the seeds a suite runs (0, 1, ...)
+    assert settings(seed=5).trial_seeds(0) != setting.trial_seeds(0)
+
+
+def test_settings_round_trip_and_resume_checks():
+    setting = settings()
+    assert tune.StudySettings.from_dict(setting.to_dict()) == setting
+    assert tune.resumed_settings(setting, "ppo", "CartPole-v1", {"budget": None, "seed": 0}) == setting
+    with pytest.raises(ConfigError, match="tunes ppo on CartPole-v1, not sac on Pendulum-v1"):
+        tune.resumed_settings(setting, "sac", "Pendulum-v1", {})
+    with pytest.raises(ConfigError, match="created with --budget 1000"):
+        tune.resumed_settings(setting, "ppo", "CartPole-v1", {"budget": 2000})
+
+
+def test_base_setting_comes_from_the_suite_that_runs_the_pair():
+    name, budget, fixed = tune.base_setting("ppo", "CartPole-v1", None)
+    classic = next(s for s in load_suite("classic").specs if s.algo == "ppo" and s.env_id == "CartPole-v1")
+    assert name == "classic" and budget == classic.budget and fixed == classic.overrides
+    assert tune.base_setting("ppo", "CartPole-v1", "none") == (None, None, {})
+    with pytest.raises(ConfigError, match="suite 'her' has no run of ppo on CartPole-v1"):
+        tune.base_setting("ppo", "CartPole-v1", "her")
+
+
+def test_sampler_seeds_differ_by_trial_and_worker():
+    seeds = {tune.sampler_seed(0, number, worker) for number in range(10) for worker in range(3)}
+    assert len(seeds) == 30 and tune.sampler_seed(0, 4, 1) == tune.sampler_seed(0, 4, 1)
+
+
+def test_redact_hides_passwords():
+    assert tune.redact("postgresql://user:secret@db:5432/optuna") == "postgresql://user:***@db:5432/optuna"
+    assert tune.redact("sqlite:////tmp/optuna.db") == "sqlite:////tmp/optuna.db"
+
+
+# ---------------------------------------------------------------------------- the CLI, for real
+
+# The classic suite's PPO CartPole setting (8 envs) with the shipped PPO space, 2,048 steps a
+# trial. The median pruner may prune after one finished trial, from the first evaluation on.
+STUDY = ("--algo", "ppo", "--env", "CartPole-v1", "--budget", "2048", "--pruner-startup-trials", "1", "--pruner-warmup-steps", "0")
+
+
+def trial_runs(results: Path, study: str) -> list:
+    client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name(f"tune-{study}")
+    return client.search_runs([experiment.experiment_id], max_results=1000)
+
+
+def test_study_prunes_logs_every_trial_exports_a_suite_and_resumes(tmp_path):
+    results = tmp_path / "results"
+    first = run_cli("tune", *STUDY, "--trials", "6", "--seed", "3", "--results-dir", str(results), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    storage = tune.open_storage(tune.default_storage_url(results))
+    study = optuna.load_study(study_name="ppo-CartPole-v1", storage=storage)
+    states = [trial.state.name for trial in study.trials]
+    assert len(states) == 6 and set(states) <= {"COMPLETE", "PRUNED"}, first.stderr
+    assert "PRUNED" in states and "COMPLETE" in states, first.stderr
+    assert "trial 0 " in first.stderr and "best: trial" in first.stdout
+
+    runs = trial_runs(results, "ppo-CartPole-v1")
+    parents = [r for r in runs if r.data.tags.get("kind") == "study"]
+    children = [r for r in runs if r.data.tags.get("kind") == "trial"]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert sorted(int(r.data.tags["trial_number"]) for r in children) == list(range(6))
+    for child in children:
+        trial = study.trials[int(child.data.tags["trial_number"])]
+        assert child.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+        assert child.data.tags["trial_state"] == trial.state.name
+        assert child.info.status == {"COMPLETE": "FINISHED", "PRUNED": "KILLED"}[trial.state.name]
+        assert child.data.params["hp.num_envs"] == "8"  # the classic suite's setting under the tuned values
+        assert any(key.startswith("tuned.") for key in child.data.params)
+        assert "objective/intermediate" in child.data.metrics
+        if trial.state.name == "COMPLETE":
+            assert child.data.metrics["objective"] == pytest.approx(trial.value)
+
+    shown = run_cli("tune", "show", "ppo-CartPole-v1", "--results-dir", str(results), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "best trials" in shown.stdout and "parameter importances" in shown.stdout
+    for plot in ("optimization_history", "param_importances", "intermediate_values"):
+        assert (results / "tune" / "ppo-CartPole-v1" / f"{plot}.png").stat().st_size > 1000
+
+    exported = tmp_path / "tuned.yaml"
+    export = run_cli("tune", "export", "ppo-CartPole-v1", "--seeds", "3", "--output", str(exported), "--results-dir", str(results), cwd=tmp_path)
+    assert export.returncode == 0, export.stderr
+    suite = load_suite(str(exported))
+    best = max((t for t in study.trials if t.state.name == "COMPLETE"), key=lambda t: t.value)
+    assert [spec.seed for spec in suite.specs] == [0, 1, 2]
+    assert suite.specs[0].overrides == best.user_attrs["overrides"] and suite.specs[0].budget.total_steps == 2048
+    dry = run_cli("run", "--suite", str(exported), "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0 and "3 runs" in dry.stdout, dry.stderr
+    again = run_cli("tune", "export", "ppo-CartPole-v1", "--output", str(exported), "--results-dir", str(results), cwd=tmp_path)
+    assert again.returncode == 2 and "--force" in again.stderr
+
+    # resuming adds trials with new numbers and new seeds, under the same parent run
+    second = run_cli("tune", "--algo", "ppo", "--env", "CartPole-v1", "--trials", "2", "--results-dir", str(results), cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    study = optuna.load_study(study_name="ppo-CartPole-v1", storage=storage)
+    assert [trial.number for trial in study.trials] == list(range(8))
+    seeds = [seed for trial in study.trials for seed in trial.user_attrs["seeds"]]
+    assert len(set(seeds)) == 8
+    runs = trial_runs(results, "ppo-CartPole-v1")
+    assert len([r for r in runs if r.data.tags.get("kind") == "study"]) == 1
+    assert len([r for r in runs if r.data.tags.get("kind") == "trial"]) == 8
+
+
+def test_two_workers_share_one_sqlite_study(tmp_path):
+    results = tmp_path / "results"
+    completed = run_cli(
+        "tune", *STUDY, "--trials", "4", "--workers", "2", "--pruner", "none", "--results-dir", str(results), cwd=tmp_path
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "locked" not in completed.stderr.lower() and "Traceback" not in completed.stderr
+    study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tune.open_storage(tune.default_storage_url(results)))
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4
+    assert len({tuple(sorted(t.params.items())) for t in study.trials}) == 4  # the workers drew different trials
+
+
+def test_a_failing_trial_is_recorded_and_the_study_goes_on(tmp_path):
+    # an infeasible draw (more minibatches than a rollout has samples) fails before training
+    space = write_space(tmp_path, """
+        num_minibatches: {choices: [1, 4096]}
+    """)
+    results = tmp_path / "results"
+    completed = run_cli(
+        "tune", "--algo", "ppo", "--env", "CartPole-v1", "--budget", "512", "--suite", "none", "--space", str(space),
+        "--trials", "4", "--pruner", "none", "--sampler", "random", "--results-dir", str(results), cwd=tmp_path,
+    )
+    assert completed.returncode == 0, completed.stderr
+    study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tune.open_storage(tune.default_storage_url(results)))
+    by_choice = {t.params["num_minibatches"]: t.state.name for t in study.trials}
+    assert by_choice == {1: "COMPLETE", 4096: "FAIL"}, completed.stderr
+    failed = [t for t in study.trials if t.state.name == "FAIL"]
+    assert "infeasible" in failed[0].user_attrs["error"] and "FAIL infeasible" in completed.stderr
+    runs = {int(r.data.tags["trial_number"]): r for r in trial_runs(results, "ppo-CartPole-v1") if r.data.tags.get("kind") == "trial"}
+    assert all(runs[t.number].info.status == "FAILED" and runs[t.number].data.tags["trial_state"] == "FAIL" for t in failed)
+
+
+def test_a_non_finite_loss_fails_the_trial_and_its_mlflow_run(tmp_path, monkeypatch):
+    from benchmark import tracking, train
+
+    def diverge(spec, tracker, on_evaluation=None):
+        raise train.NonFiniteLoss("non-finite update values at env step 64: policy_loss=nan")
+
+    monkeypatch.setattr(train, "run", diverge)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment = tracking.experiment_id(uri, "tune-x", tmp_path / "artifacts")
+    parent = tracking.start_parent_run(uri, experiment, "x", {"kind": "study"})
+    objective = tune.Objective("x", settings(), load_search_space("ppo"), uri, experiment, parent.run_id, "cpu")
+    study = optuna.create_study(direction="maximize")
+    study.optimize(objective, n_trials=2, catch=(tune.TrialFailed,))
+    assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"]
+    assert "NonFiniteLoss" in study.trials[0].user_attrs["error"]
+    child = MlflowClient(uri).get_run(study.trials[0].user_attrs["mlflow_run_id"])
+    assert child.info.status == "FAILED" and child.data.tags["trial_state"] == "FAIL" and "policy_loss=nan" in child.data.tags["error"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (("--algo", "ppp", "--env", "CartPole-v1"), "unknown algorithm 'ppp'"),
+        (("--algo", "ppo", "--env", "CartPol-v1"), "unknown environment 'CartPol-v1'"),
+        (("--algo", "ppo", "--env", "reprorl/CartPoleNoVel-v1", "--budget", "512"), "no published reference score for reprorl/CartPoleNoVel-v1"),
+        (("--algo", "ppo", "--env", "CartPole-v1", "--storage", "nosuchdb://x/y"), "cannot open the Optuna storage 'nosuchdb://x/y'"),
+        (("--algo", "ppo", "--env", "CartPole-v1", "--storage", "sqlite:////nonexistent/dir/optuna.db"), "directory /nonexistent/dir does not exist"),
+        (("--algo", "ppo", "--env", "CartPole-v1", "--trials", "0"), "--trials and --workers must be >= 1"),
+        (("--algo", "ppo", "--env", "CartPole-v1", "--budget", "-5"), "--budget must be a positive number"),
+        (("--algo", "ppo", "--env", "Pendulum-v1", "--suite", "her", "--budget", "512"), "suite 'her' has no run of ppo on Pendulum-v1"),
+        (("--env", "CartPole-v1"), "tune needs --algo and --env"),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, arguments, message):
+    results = tmp_path / "results"
+    completed = run_cli("tune", *arguments, "--results-dir", str(results), cwd=tmp_path)
+    assert completed.returncode == 2, completed.stderr
+    assert message in completed.stderr.replace("\n", " ")
+    assert not results.exists() and not list(tmp_path.glob("*.db"))
+
+
+def test_unknown_parameter_in_a_space_file_is_an_error_before_anything_is_written(tmp_path):
+    space = write_space(tmp_path, "learning_rat: {low: 1.0e-5, high: 1.0e-2, log: true}")
+    results = tmp_path / "results"
+    completed = run_cli("tune", "--algo", "ppo", "--env", "CartPole-v1", "--space", str(space), "--results-dir", str(results), cwd=tmp_path)
+    assert completed.returncode == 2 and "unknown hyperparameter 'learning_rat'" in completed.stderr
+    assert not results.exists()
+
+
+def test_reference_flag_tunes_an_env_without_a_published_score_and_show_needs_a_study(tmp_path):
+    results = tmp_path / "results"
+    completed = run_cli(
+        "tune", "--algo", "ppo", "--env", "reprorl/CartPoleNoVel-v1", "--budget", "512", "--reference", "200", "--suite", "none",
+        "--trials", "1", "--pruner", "none", "--results-dir", str(results), cwd=tmp_path,
+    )
+    assert completed.returncode == 0, completed.stderr
+    study = optuna.load_study(study_name="ppo-reprorl-CartPoleNoVel-v1", storage=tune.open_storage(tune.default_storage_url(results)))
+    setting = tune.study_settings(study)
+    assert setting.reference_score == 200.0 and setting.random_score == pytest.approx(23.68)
+    trial = study.trials[0]
+    assert trial.value == pytest.approx(setting.normalize(trial.user_attrs["final_returns"][0]))
+    missing = run_cli("tune", "show", "ppo-CartPole-v1", "--results-dir", str(results), cwd=tmp_path)
+    assert missing.returncode == 2 and "no study 'ppo-CartPole-v1'" in missing.stderr and "ppo-reprorl-CartPoleNoVel-v1" in missing.stderr
+    nothing = run_cli("tune", "show", "x", "--results-dir", str(tmp_path / "empty"), cwd=tmp_path)
+    assert nothing.returncode == 2 and "no study storage" in nothing.stderr and not (tmp_path / "empty").exists()
+
+
+def test_storage_opens_in_optuna_dashboard(tmp_path):
+    from optuna_dashboard import wsgi
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name="shown", storage=tune.open_storage(url), direction="maximize")
+    study.set_user_attr(tune.SETTINGS_ATTR, settings().to_dict())
+    study.add_trial(optuna.trial.create_trial(params={"x": 1.0}, distributions={"x": optuna.distributions.FloatDistribution(0, 2)}, value=0.5))
+    from wsgiref.util import setup_testing_defaults
+
+    environ = {"PATH_INFO": "/api/studies"}
+    setup_testing_defaults(environ)
+    statuses = []
+    body = wsgi(url)(environ, lambda status, headers, exc_info=None: statuses.append(status))
+    text = b"".join(body).decode()
+    assert statuses[0].startswith("200") and '"shown"' in text
+
+
+def test_journal_storage_url(tmp_path):
+    storage = tune.open_storage(f"journal:{tmp_path / 'optuna.log'}")
+    optuna.create_study(study_name="j", storage=storage)
+    assert optuna.get_all_study_names(tune.open_storage(f"journal:{tmp_path / 'optuna.log'}")) == ["j"]
