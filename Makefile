@@ -7,6 +7,10 @@ TORCH  ?= torch==2.13.0
 EXTRAS ?= dev,ray
 SUITE  ?= smoke
 WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
+# make tune: the algorithm, the environment, and how many trials to add to the study
+ALGO   ?=
+ENV    ?=
+TRIALS ?= 20
 ARGS   ?=
 
 BIN := $(VENV)/bin
@@ -17,7 +21,7 @@ STAMP := $(VENV)/.installed
 PERF_FACTOR ?= 150%
 PERF_BASELINE := results/perf/baseline
 
-.PHONY: install bench test perf perf-baseline perf-regress report baseline regress ui list clean-results
+.PHONY: install bench test perf perf-baseline perf-regress report baseline regress tune dashboard ui list clean-results
 
 install: $(STAMP)
 
@@ -65,6 +69,16 @@ perf-regress: $(STAMP)
 	@test -d $(PERF_BASELINE) || { echo "no speed baseline in $(PERF_BASELINE): run make perf-baseline first"; exit 2; }
 	$(PERF_PYTEST) --benchmark-storage=file://$(PERF_BASELINE) --benchmark-compare \
 		--benchmark-compare-fail=median:$(PERF_FACTOR) $(ARGS)
+
+# add TRIALS trials to the Optuna study of ALGO on ENV (results/optuna.db), WORKERS at once;
+# then: python -m benchmark tune show|export ALGO-ENV
+tune: $(STAMP)
+	@test -n "$(ALGO)" -a -n "$(ENV)" || { echo "usage: make tune ALGO=ppo ENV=CartPole-v1 [TRIALS=20] [WORKERS=n] [ARGS='--budget 50000 ...']"; exit 2; }
+	$(BIN)/python -m benchmark tune --algo $(ALGO) --env $(ENV) --trials $(TRIALS) --workers $(WORKERS) $(ARGS)
+
+# browse the Optuna studies in results/optuna.db
+dashboard: $(STAMP)
+	$(BIN)/optuna-dashboard sqlite:///results/optuna.db
 
 list: $(STAMP)
 	$(BIN)/python -m benchmark list

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import time
@@ -455,6 +456,8 @@ def command_tune(args: argparse.Namespace, console: Console) -> int:
 
     resolve_device(args.device)
     study_name = args.study or f"{args.algo}-{args.env.replace('/', '-')}"
+    if not re.fullmatch(r"[\w.\-]+", study_name):
+        raise ConfigError(f"study name {study_name!r}: use letters, digits, '.', '_' and '-' only")
     default_url = tune.default_storage_url(args.results_dir)
     storage_url = args.storage or default_url
     given = {

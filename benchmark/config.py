@@ -158,11 +158,12 @@ class Suite:
 
 
 def available_suites() -> list[str]:
-    return sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
+    """``suites/<name>.yaml``, then the suites ``tune export`` wrote: ``tuned/<algo>-<env>``."""
+    return sorted(p.stem for p in SUITES_DIR.glob("*.yaml")) + sorted(f"tuned/{p.stem}" for p in (SUITES_DIR / "tuned").glob("*.yaml"))
 
 
 def suite_path(name_or_path: str) -> Path:
-    """``suites/<name>.yaml``, or a path to a YAML file."""
+    """``suites/<name>.yaml`` (``tuned/<name>`` is ``suites/tuned/<name>.yaml``), or a path to a YAML file."""
     candidate = Path(name_or_path)
     if candidate.suffix in (".yaml", ".yml") and candidate.exists():
         return candidate

@@ -103,10 +103,12 @@ class StudySettings:
 
 def base_setting(algo: str, env_id: str, suite_name: str | None) -> tuple[str | None, Budget | None, dict[str, Any]]:
     """(suite, budget, fixed hyperparameters) of the first suite that runs ``algo`` on
-    ``env_id``: ``suite_name`` if given ('none': no suite), else classic, mujoco, then the others."""
+    ``env_id``: ``suite_name`` if given ('none': no suite), else classic, mujoco, then the
+    others (not the tuned ones: a study starts from the benchmark's setting)."""
     if suite_name == "none":
         return None, None, {}
-    names = [suite_name] if suite_name else [*BASE_SUITE_ORDER, *(n for n in config.available_suites() if n not in BASE_SUITE_ORDER)]
+    others = (name for name in config.available_suites() if name not in BASE_SUITE_ORDER and not name.startswith("tuned/"))
+    names = [suite_name] if suite_name else [*BASE_SUITE_ORDER, *others]
     for name in names:
         suite = config.load_suite(name)
         for spec in suite.specs:
@@ -454,6 +456,8 @@ def make_sampler(name: str, seed: int) -> Any:
     """TPE (multivariate, grouped for conditional parameters, constant liar for parallel
     workers), random, or CMA-ES (categorical parameters fall back to TPE)."""
     import optuna
+
+    quiet_optuna()
 
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)

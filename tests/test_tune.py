@@ -143,6 +143,34 @@ def test_base_setting_comes_from_the_suite_that_runs_the_pair():
         tune.base_setting("ppo", "CartPole-v1", "her")
 
 
+@pytest.mark.parametrize("sampler", tune.SAMPLERS)
+def test_every_sampler_draws_from_a_space_and_repeats_itself_when_seeded(sampler):
+    space = load_search_space("ppo")
+
+    def draws() -> list[dict]:
+        study = optuna.create_study(direction="maximize")
+        values = []
+        for number in range(12):  # past TPE's and CMA-ES's random start
+            study.sampler = tune.make_sampler(sampler, tune.sampler_seed(0, number, 0))
+            trial = study.ask()
+            values.append(space.sample(trial))
+            study.tell(trial, float(values[-1]["learning_rate"]))
+        return values
+
+    first = draws()
+    assert first == draws() and len({repr(v) for v in first}) == 12
+
+
+def test_pruners_are_built_from_the_setting():
+    setting = settings()
+    assert isinstance(tune.make_pruner("median", setting), optuna.pruners.MedianPruner)
+    hyperband = tune.make_pruner("hyperband", setting)
+    assert hyperband._min_resource == 100 and hyperband._max_resource == 3000  # one eval period .. all seeds' budgets
+    assert isinstance(tune.make_pruner("none", setting), optuna.pruners.NopPruner)
+    with pytest.raises(ConfigError, match="unknown pruner"):
+        tune.make_pruner("asha", setting)
+
+
 def test_sampler_seeds_differ_by_trial_and_worker():
     seeds = {tune.sampler_seed(0, number, worker) for number in range(10) for worker in range(3)}
     assert len(seeds) == 30 and tune.sampler_seed(0, 4, 1) == tune.sampler_seed(0, 4, 1)
@@ -286,13 +314,16 @@ def test_a_non_finite_loss_fails_the_trial_and_its_mlflow_run(tmp_path, monkeypa
         (("--algo", "ppo", "--env", "CartPole-v1", "--budget", "-5"), "--budget must be a positive number"),
         (("--algo", "ppo", "--env", "Pendulum-v1", "--suite", "her", "--budget", "512"), "suite 'her' has no run of ppo on Pendulum-v1"),
         (("--env", "CartPole-v1"), "tune needs --algo and --env"),
+        (("--algo", "ppo", "--env", "CartPole-v1", "--study", "it's"), "study name \"it's\": use letters"),
     ],
 )
-def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, arguments, message):
+def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, monkeypatch, capsys, arguments, message):
+    from benchmark import cli
+
+    monkeypatch.chdir(tmp_path)
     results = tmp_path / "results"
-    completed = run_cli("tune", *arguments, "--results-dir", str(results), cwd=tmp_path)
-    assert completed.returncode == 2, completed.stderr
-    assert message in completed.stderr.replace("\n", " ")
+    assert cli.main(["tune", *arguments, "--results-dir", str(results)]) == 2
+    assert message in capsys.readouterr().err.replace("\n", " ")
     assert not results.exists() and not list(tmp_path.glob("*.db"))
 
 
@@ -343,3 +374,44 @@ def test_journal_storage_url(tmp_path):
     storage = tune.open_storage(f"journal:{tmp_path / 'optuna.log'}")
     optuna.create_study(study_name="j", storage=storage)
     assert optuna.get_all_study_names(tune.open_storage(f"journal:{tmp_path / 'optuna.log'}")) == ["j"]
+
+
+def test_sigterm_stops_the_workers_and_marks_the_trials(tmp_path):
+    import os
+    import signal
+    import time
+
+    results = tmp_path / "results"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "benchmark", "tune", "--algo", "ppo", "--env", "CartPole-v1", "--budget", "1000000",
+         "--trials", "3", "--workers", "2", "--pruner", "none", "--results-dir", str(results)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    storage_url = tune.default_storage_url(results)
+    deadline = time.time() + 120
+    running = []
+    while time.time() < deadline and len(running) < 2:
+        time.sleep(0.5)
+        if (results / "optuna.db").exists():
+            try:
+                study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tune.open_storage(storage_url))
+                running = [t for t in study.trials if t.state.name == "RUNNING" and "mlflow_run_id" in t.user_attrs]
+            except (KeyError, optuna.exceptions.OptunaError):
+                pass  # the study is being created
+    assert len(running) == 2, "two trials should be running"
+    workers = [int(pid) for pid in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()]
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr
+
+    study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tune.open_storage(storage_url))
+    assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"]  # the third trial never started
+    client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
+    for trial in study.trials:
+        run = client.get_run(trial.user_attrs["mlflow_run_id"])
+        assert run.info.status == "KILLED" and run.data.tags["trial_state"] == "FAIL"
+    parent = client.get_run(client.get_run(study.trials[0].user_attrs["mlflow_run_id"]).data.tags["mlflow.parentRunId"])
+    assert parent.info.status == "KILLED"
+    for pid in workers:  # no worker outlives the invocation
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
