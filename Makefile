@@ -11,6 +11,8 @@ WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 ALGO   ?=
 ENV    ?=
 TRIALS ?= 20
+# trials at once: WORKERS when given, else 2 (many parallel trials turn TPE into random search)
+TUNE_WORKERS = $(if $(filter command line environment,$(origin WORKERS)),$(WORKERS),2)
 ARGS   ?=
 
 BIN := $(VENV)/bin
@@ -74,7 +76,7 @@ perf-regress: $(STAMP)
 # then: python -m benchmark tune show|export ALGO-ENV
 tune: $(STAMP)
 	@test -n "$(ALGO)" -a -n "$(ENV)" || { echo "usage: make tune ALGO=ppo ENV=CartPole-v1 [TRIALS=20] [WORKERS=n] [ARGS='--budget 50000 ...']"; exit 2; }
-	$(BIN)/python -m benchmark tune --algo $(ALGO) --env $(ENV) --trials $(TRIALS) --workers $(WORKERS) $(ARGS)
+	$(BIN)/python -m benchmark tune --algo $(ALGO) --env $(ENV) --trials $(TRIALS) --workers $(TUNE_WORKERS) $(ARGS)
 
 # browse the Optuna studies in results/optuna.db
 dashboard: $(STAMP)

@@ -129,22 +129,23 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--random", type=float, metavar="SCORE", help="random-policy score, for an env not measured yet")
     tune.add_argument("--seed", type=int, help="seed of the samplers and of the trials' seeds (default 0)")
     tune.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:i (as for run)")
-    tune.add_argument("--runs-per-gpu", type=int, metavar="K", help="workers per GPU (default: spread over the GPUs)")
+    tune.add_argument("--runs-per-gpu", type=int, metavar="K", help="workers per GPU, at most (default: the workers spread over the GPUs)")
     _add_store_arguments(tune)
     tune_commands = tune.add_subparsers(dest="tune_command")
     show_study = tune_commands.add_parser("show", help="best trials, parameter importances, plots (PNG) under results/tune/STUDY")
     show_study.add_argument("study", help="study name")
     show_study.add_argument("--top", type=int, default=10, help="best trials to list (default 10)")
     show_study.add_argument("--output", type=Path, help="plot directory (default results/tune/STUDY)")
-    show_study.add_argument("--storage", help="Optuna storage URL (default sqlite in --results-dir)")
-    show_study.add_argument("--results-dir", type=Path, default=Path("results"), help="where the default storage and plots are")
+    # (SUPPRESS: given before the subcommand, `tune --results-dir X show S`, they still count)
+    show_study.add_argument("--storage", default=argparse.SUPPRESS, help="Optuna storage URL (default sqlite in --results-dir)")
+    show_study.add_argument("--results-dir", type=Path, default=argparse.SUPPRESS, help="where the default storage and plots are")
     export_study = tune_commands.add_parser("export", help="write the best trial as a suite: suites/tuned/ALGO-ENV.yaml")
     export_study.add_argument("study", help="study name")
     export_study.add_argument("--seeds", type=int, default=10, help="seeds of the exported suite (default 10: seeds 0..9)")
     export_study.add_argument("--output", type=Path, help="suite file (default suites/tuned/ALGO-ENV.yaml)")
     export_study.add_argument("--force", action="store_true", help="replace an existing suite file")
-    export_study.add_argument("--storage", help="Optuna storage URL (default sqlite in --results-dir)")
-    export_study.add_argument("--results-dir", type=Path, default=Path("results"), help="where the default storage is")
+    export_study.add_argument("--storage", default=argparse.SUPPRESS, help="Optuna storage URL (default sqlite in --results-dir)")
+    export_study.add_argument("--results-dir", type=Path, default=argparse.SUPPRESS, help="where the default storage is")
 
     listing = commands.add_parser("list", help="algorithms, buffers, suites and environments")
     listing.add_argument("what", nargs="?", choices=("algorithms", "buffers", "suites", "envs"), help="one section only")
@@ -450,11 +451,12 @@ def command_tune(args: argparse.Namespace, console: Console) -> int:
         return _tune_export(args, console)
     if not args.algo or not args.env:
         raise ConfigError("tune needs --algo and --env (or: tune show STUDY, tune export STUDY)")
-    if args.trials < 1 or args.workers < 1:
-        raise ConfigError(f"--trials and --workers must be >= 1, got {args.trials} and {args.workers}")
-    from benchmark.train import resolve_device
-
-    resolve_device(args.device)
+    options = dict(
+        trials=args.trials, workers=args.workers, sampler=args.sampler, pruner=args.pruner,
+        pruner_startup_trials=args.pruner_startup_trials, pruner_warmup_steps=args.pruner_warmup_steps,
+        timeout=args.timeout, device=args.device, runs_per_gpu=args.runs_per_gpu,
+    )
+    tune.check_options(**options)
     study_name = args.study or f"{args.algo}-{args.env.replace('/', '-')}"
     if not re.fullmatch(r"[\w.\-]+", study_name):
         raise ConfigError(f"study name {study_name!r}: use letters, digits, '.', '_' and '-' only")
@@ -464,14 +466,12 @@ def command_tune(args: argparse.Namespace, console: Console) -> int:
         "budget": args.budget, "seeds_per_trial": args.seeds_per_trial, "suite": args.suite,
         "reference": args.reference, "random": args.random, "seed": args.seed,
     }
-    settings, space = tune.prepare(args.algo, args.env, study_name, storage_url, default_url, given, args.space)
+    settings, _ = tune.prepare(args.algo, args.env, study_name, storage_url, default_url, given, args.space)
     args.results_dir.mkdir(parents=True, exist_ok=True)
     tracking_uri = args.tracking_uri or tracking.default_tracking_uri(args.results_dir)
     result = tune.run_study(
-        settings, space, study_name=study_name, storage_url=storage_url, trials=args.trials, workers=args.workers,
-        tracking_uri=tracking_uri, results_dir=args.results_dir, sampler=args.sampler, pruner=args.pruner,
-        pruner_startup_trials=args.pruner_startup_trials, pruner_warmup_steps=args.pruner_warmup_steps,
-        timeout=args.timeout, device=args.device, runs_per_gpu=args.runs_per_gpu, space_path=args.space,
+        settings, study_name=study_name, storage_url=storage_url, tracking_uri=tracking_uri, results_dir=args.results_dir,
+        **options,
     )
     counts = ", ".join(f"{count} {state.lower()}" for state, count in result.counts.items() if count)
     console.print(
@@ -520,7 +520,7 @@ def _tune_show(args: argparse.Namespace, console: Console) -> int:
         table.add_row(str(trial.number), f"{trial.value:.3f}", returns, seconds, escape(params))
     console.print(table)
     weights = tune.importances(study)
-    if weights:
+    if weights is not None:
         importance = Table(title="parameter importances (fANOVA over the completed trials)")
         importance.add_column("parameter")
         importance.add_column("importance")
@@ -528,8 +528,8 @@ def _tune_show(args: argparse.Namespace, console: Console) -> int:
             importance.add_row(escape(name), f"{weight:.3f}")
         console.print(importance)
     else:
-        console.print("parameter importances need at least two completed trials")
-    written = tune.write_plots(study, args.output or args.results_dir / "tune" / study.study_name)
+        console.print("no parameter importances: they need at least two completed trials with different scores")
+    written = tune.write_plots(study, args.output or args.results_dir / "tune" / study.study_name, weights is not None)
     console.print("plots: " + ", ".join(str(path) for path in written), soft_wrap=True, markup=False, highlight=False)
     console.print(f"browse it: optuna-dashboard {tune.redact(url)}", soft_wrap=True, markup=False, highlight=False)
     return 0

@@ -146,6 +146,16 @@ class SearchSpace:
         }
 
 
+def space_from_dict(data: dict[str, Any]) -> SearchSpace:
+    """The space ``SearchSpace.to_dict`` wrote (a study keeps the space it was created with),
+    validated again against the algorithm's hyperparameters."""
+    parameters = tuple(_parse_parameter(str(name), spec) for name, spec in data["parameters"].items())
+    space = SearchSpace(str(data["algo"]), str(data.get("description", "")), dict(data.get("fixed") or {}), parameters)
+    _check_names(space)
+    _check_values(space)
+    return space
+
+
 def available_search_spaces() -> list[str]:
     return sorted(path.stem for path in SEARCH_DIR.glob("*.yaml"))
 

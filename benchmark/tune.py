@@ -35,6 +35,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ from agents.api import ConfigError, suggest
 from agents.envs import check_env_id, env_spec
 from benchmark import config, reference, tracking
 from benchmark.config import Budget, RunSpec
-from benchmark.search_space import SearchSpace, load_search_space
+from benchmark.search_space import SearchSpace, load_search_space, space_from_dict
 
 TRIAL_SEED_BASE = 1000
 SAMPLERS = ("tpe", "random", "cmaes")
@@ -194,37 +195,55 @@ def default_storage_url(results_dir: Path) -> str:
 def open_storage(url: str) -> Any:
     """An Optuna storage for ``url``: an RDB URL (sqlite:///PATH, postgresql://..., mysql://...)
     or ``journal:PATH`` (Optuna's journal file, for shared disks). SQLite waits up to a minute
-    for a lock (several worker processes write to it); RDB trials send heartbeats, so a trial
-    whose process died is marked FAIL. ConfigError naming the URL if it cannot be opened."""
+    for a lock (several worker processes write to it); RDB trials send heartbeats, so that
+    ``optuna.storages.fail_stale_trials`` can fail a trial whose process died (journal files
+    have no heartbeat). ConfigError naming the URL if it cannot be opened."""
     import optuna
+    import sqlalchemy.exc
 
     quiet_optuna()
-    try:
-        if url.startswith("journal:"):
-            path = Path(url.removeprefix("journal:").removeprefix("//"))
-            if not path.parent.is_dir():
-                raise ConfigError(f"directory {path.parent} does not exist")
-            from optuna.storages.journal import JournalFileBackend
+    for attempt in range(4):
+        try:
+            if url.startswith("journal:"):
+                path = _file_of(url)
+                assert path is not None
+                if not path.parent.is_dir():
+                    raise ConfigError(f"directory {path.parent} does not exist")
+                from optuna.storages.journal import JournalFileBackend
 
-            return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
-        engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=30, grace_period=120)
-    except Exception as error:  # noqa: BLE001 - sqlalchemy, drivers and optuna raise many types
-        raise ConfigError(
-            f"cannot open the Optuna storage {redact(url)!r}: {type(error).__name__}: {error}. "
-            "Use sqlite:///PATH, postgresql://USER@HOST/DB, mysql://USER@HOST/DB or journal:PATH"
-        ) from None
+                return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+            engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=30, grace_period=120)
+        except sqlalchemy.exc.IntegrityError:
+            # another process created the tables of a new database at the same moment: they exist now
+            if attempt == 3:
+                raise
+            time.sleep(0.5)
+        except Exception as error:  # noqa: BLE001 - sqlalchemy, drivers and optuna raise many types
+            raise ConfigError(
+                f"cannot open the Optuna storage {redact(url)!r}: {type(error).__name__}: {error}. "
+                "Use sqlite:///PATH, postgresql://USER@HOST/DB, mysql://USER@HOST/DB or journal:PATH"
+            ) from None
+    raise AssertionError("unreachable")
 
 
 def open_existing_storage(url: str | None, results_dir: Path) -> tuple[str, Any]:
     """(url, storage) for reading a study: the default SQLite file must already exist (reading
     never creates a store)."""
-    if url is None:
-        path = results_dir / "optuna.db"
-        if not path.exists():
-            raise ConfigError(f"no study storage at {path}; run `python -m benchmark tune` first, or pass --storage URL")
-        url = default_storage_url(results_dir)
+    url = url or default_storage_url(results_dir)
+    path = _file_of(url)
+    if path is not None and not path.exists():
+        raise ConfigError(f"no study storage at {path}; run `python -m benchmark tune` first, or pass --storage URL")
     return url, open_storage(url)
+
+
+def _file_of(url: str) -> Path | None:
+    """The file of a SQLite or journal storage URL (None for a database server)."""
+    if url.startswith("sqlite:///"):
+        return Path(url.removeprefix("sqlite:///"))
+    if url.startswith("journal:"):
+        return Path(url.removeprefix("journal:").removeprefix("//"))
+    return None
 
 
 def redact(url: str) -> str:
@@ -260,8 +279,8 @@ def study_exists(url: str, name: str, default_url: str) -> bool:
     the default store under --results-dir, made when the study starts)."""
     import optuna
 
-    if url.startswith(("sqlite:///", "journal:")):
-        path = Path(url.removeprefix("sqlite:///") if url.startswith("sqlite") else url.removeprefix("journal:").removeprefix("//"))
+    path = _file_of(url)
+    if path is not None:
         if not path.exists():
             if url != default_url and not path.parent.is_dir():
                 raise ConfigError(f"cannot open the Optuna storage {redact(url)!r}: directory {path.parent} does not exist")
@@ -299,21 +318,30 @@ def prepare(
     algo: str, env_id: str, study_name: str, storage_url: str, default_url: str, given: dict[str, Any],
     space_path: Path | None = None,
 ) -> tuple[StudySettings, SearchSpace]:
-    """The setting of study ``study_name``: the stored one when it exists (checked against the
-    options ``given``), else a new one from ``given`` (option -> value or None). Every check
-    runs before anything is written."""
+    """The setting and search space of study ``study_name``: the stored ones when it exists
+    (checked against the options ``given`` and ``space_path``), else new ones from ``given``
+    (option -> value or None). Every check runs before anything is written."""
     import optuna
 
     space = load_search_space(algo, space_path)
     check_env_id(env_id)
     agents.algorithm_class(algo).check_env_spec(env_spec(env_id))
+    if given.get("suite") not in (None, "none"):
+        given = {**given, "suite": config.load_suite(given["suite"]).name}
     if study_exists(storage_url, study_name, default_url):
         study = optuna.load_study(study_name=study_name, storage=open_storage(storage_url))
-        return resumed_settings(study_settings(study), algo, env_id, given), space
+        settings = resumed_settings(study_settings(study), algo, env_id, given)
+        if space_path is not None and space.to_dict() != settings.space:
+            raise ConfigError(
+                f"study {study_name!r} searches the space it was created with, not {space_path}; "
+                "leave out --space to resume it, or choose another --study name"
+            )
+        return settings, space_from_dict(settings.space)
+    seeds_per_trial, seed = given.get("seeds_per_trial"), given.get("seed")
     return make_settings(
-        algo, env_id, budget_steps=given.get("budget"), seeds_per_trial=given.get("seeds_per_trial") or 1,
+        algo, env_id, budget_steps=given.get("budget"), seeds_per_trial=1 if seeds_per_trial is None else seeds_per_trial,
         base_suite=given.get("suite"), space_path=space_path, reference_score=given.get("reference"),
-        random_score=given.get("random"), seed=given.get("seed") or 0,
+        random_score=given.get("random"), seed=0 if seed is None else seed,
     )
 
 
@@ -351,6 +379,8 @@ class Objective:
     experiment_id: str
     parent_run_id: str
     device: str = "auto"
+    current: Any = None
+    """A shared integer (multiprocessing Value) where a worker publishes its running trial's number."""
 
     def __call__(self, trial: Any) -> float:
         import optuna
@@ -358,7 +388,13 @@ class Objective:
         from benchmark import train
 
         settings = self.settings
-        sampled = self.space.sample(trial)
+        if self.current is not None:
+            self.current.value = trial.number  # the parent fails this trial if the process dies
+        try:
+            sampled = self.space.sample(trial)
+        except ValueError as error:  # e.g. a distribution that contradicts earlier trials' (edited storage)
+            trial.set_user_attr("error", f"cannot sample: {error}"[:2000])
+            raise TrialFailed(f"cannot sample: {error}") from error
         tuned = {name: value for name, value in sampled.items() if name not in self.space.fixed}
         overrides = {**settings.base_hyperparameters, **sampled}
         seeds = settings.trial_seeds(trial.number)
@@ -394,11 +430,14 @@ class Objective:
             run.finish("KILLED")
             raise
         except (train.Preempted, KeyboardInterrupt) as error:  # the invocation is stopping
+            _ignore_further_stop_signals()
             run.set_tags({"trial_state": "FAIL"})
+            run.flush()
             run.fail(error, "KILLED")
             raise
         except Exception as error:  # noqa: BLE001 - any failure of one trial must not end the study
             run.set_tags({"trial_state": "FAIL"})
+            run.flush()
             run.fail(error)
             message = str(error) if isinstance(error, TrialFailed) else f"{type(error).__name__}: {error}"
             trial.set_user_attr("error", message[:2000])
@@ -418,13 +457,12 @@ class Objective:
         returns: list[float] = []
         for index, seed in enumerate(seeds):
             spec = RunSpec(f"tune-{self.study_name}", settings.algo, settings.env_id, seed, hyperparameters, budget, self.device, 1, overrides)
-            evaluations = 0
             last_seed = index == len(seeds) - 1
 
             def on_evaluation(evaluation: Any) -> None:
-                nonlocal evaluations
-                evaluations += 1
-                nominal = min(evaluations * budget.eval_every, budget.total_steps)
+                # the evaluation's scheduled step (a multiple of eval_every, or the budget), so
+                # that trials with different numbers of envs report at the same steps
+                nominal = min(evaluation.step // budget.eval_every * budget.eval_every, budget.total_steps)
                 step = index * budget.total_steps + nominal
                 value = float(np.mean([*finals, settings.normalize(evaluation.mean)]))
                 if not math.isfinite(value):
@@ -495,7 +533,6 @@ class WorkerJob:
     study_name: str
     storage_url: str
     settings: dict[str, Any]
-    space_path: str | None
     tracking_uri: str
     experiment_id: str
     parent_run_id: str
@@ -507,17 +544,27 @@ class WorkerJob:
     """time.time() after which no new trial starts (--timeout)."""
 
 
-def sampler_seed(seed: int, trial_number: int, worker: int) -> int:
+def sampler_seed(seed: int, trial_number: int, worker: int, host: str = "") -> int:
     """The sampler seed of the trial about to start: a function of the study seed, the number
-    the trial will get and the worker, so that the same command draws the same trials, a
-    resumed study does not draw its first trials again, and workers (or machines) that start
-    trials at the same time draw different ones."""
-    text = f"{seed}/{trial_number}/{worker}"
+    the trial will get, the worker and ``host``, so that the same command draws the same
+    trials, a resumed study does not draw its first trials again, and workers that start
+    trials at the same time draw different ones. ``host`` is the host name for storages that
+    other machines can join (their worker 0 would otherwise draw what ours does), and empty
+    for SQLite, so that a local study repeats exactly anywhere."""
+    text = f"{seed}/{trial_number}/{worker}/{host}"
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
 
 
-def work(job: WorkerJob, worker: int, tickets: Any, device_slot: tuple[str, str] | None, parent_pid: int) -> None:
-    """A worker process: take a ticket, run one trial, until the tickets or the time run out."""
+def shared_storage(url: str) -> bool:
+    """Whether other machines can join a study in this storage (not SQLite)."""
+    return not url.startswith("sqlite")
+
+
+def work(
+    job: WorkerJob, worker: int, tickets: Any, current: Any, device_slot: tuple[str, str] | None, parent_pid: int
+) -> None:
+    """A worker process: take a ticket, run one trial, until the tickets or the time run out.
+    ``current`` holds the number of the trial it runs (-1 between trials)."""
     from benchmark import devices, runner
 
     runner.init_child_process(parent_pid)
@@ -531,22 +578,25 @@ def work(job: WorkerJob, worker: int, tickets: Any, device_slot: tuple[str, str]
 
     quiet_optuna()
     settings = StudySettings.from_dict(job.settings)
-    space = load_search_space(settings.algo, Path(job.space_path) if job.space_path else None)
+    space = space_from_dict(settings.space)  # the study's own space, whatever the files say now
     study = optuna.load_study(
         study_name=job.study_name,
         storage=open_storage(job.storage_url),
-        sampler=make_sampler(job.sampler, sampler_seed(settings.seed, 0, worker)),
         pruner=make_pruner(job.pruner, settings, job.pruner_startup_trials, job.pruner_warmup_steps),
     )
-    objective = Objective(job.study_name, settings, space, job.tracking_uri, job.experiment_id, job.parent_run_id, device)
+    objective = Objective(
+        job.study_name, settings, space, job.tracking_uri, job.experiment_id, job.parent_run_id, device, current
+    )
     console = Console(stderr=True, soft_wrap=True, highlight=False)
+    host = socket.gethostname() if shared_storage(job.storage_url) else ""
     from benchmark.train import Preempted
 
     try:
         while (job.deadline is None or time.time() < job.deadline) and _take_ticket(tickets):
             next_number = len(study.get_trials(deepcopy=False))  # (another worker may take it first: no matter)
-            study.sampler = make_sampler(job.sampler, sampler_seed(settings.seed, next_number, worker))
+            study.sampler = make_sampler(job.sampler, sampler_seed(settings.seed, next_number, worker, host))
             study.optimize(objective, n_trials=1, catch=(TrialFailed,), callbacks=[lambda s, t: _print_trial(console, t)])
+            current.value = -1
     except (KeyboardInterrupt, Preempted):  # stopped by the invocation: the trial is FAIL, its run KILLED
         sys.exit(143)
 
@@ -556,7 +606,16 @@ class _Interrupted(KeyboardInterrupt):
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
+    _ignore_further_stop_signals()
     raise _Interrupted()
+
+
+def _ignore_further_stop_signals() -> None:
+    """Once stopping, a second SIGTERM (the process group's and the parent's) or Ctrl-C must
+    not interrupt the cleanup that marks the trial and its run (main thread only)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _take_ticket(tickets: Any) -> bool:
@@ -600,9 +659,31 @@ class StudyRun:
     worker_errors: list[str]
 
 
+def check_options(
+    *, trials: int, workers: int, sampler: str, pruner: str, pruner_startup_trials: int,
+    pruner_warmup_steps: int | None, timeout: float | None, device: str, runs_per_gpu: int | None,
+) -> list[Any]:
+    """ConfigError for any option out of range (before anything is written); the device slots
+    of the workers (see benchmark.devices)."""
+    from benchmark import devices, train
+
+    if trials < 1 or workers < 1:
+        raise ConfigError(f"--trials and --workers must be >= 1, got {trials} and {workers}")
+    if timeout is not None and timeout <= 0:
+        raise ConfigError(f"--timeout must be a positive number of seconds, got {timeout}")
+    if sampler not in SAMPLERS or pruner not in PRUNERS:
+        raise ConfigError(f"--sampler must be one of {', '.join(SAMPLERS)} and --pruner one of {', '.join(PRUNERS)}")
+    if pruner_startup_trials < 0 or (pruner_warmup_steps is not None and pruner_warmup_steps < 0):
+        raise ConfigError("--pruner-startup-trials and --pruner-warmup-steps must be >= 0")
+    train.resolve_device(device)
+    slots = devices.plan_slots(device, devices.visible_gpus(devices.gpu_count()) if device != "cpu" else [], runs_per_gpu, workers)
+    if len(slots) < workers:
+        raise ConfigError(f"--workers {workers} is more than the GPUs times --runs-per-gpu ({len(slots)} slots)")
+    return slots[:workers]
+
+
 def run_study(
     settings: StudySettings,
-    space: SearchSpace,
     *,
     study_name: str,
     storage_url: str,
@@ -617,38 +698,27 @@ def run_study(
     timeout: float | None = None,
     device: str = "auto",
     runs_per_gpu: int | None = None,
-    space_path: Path | None = None,
     console: Console | None = None,
 ) -> StudyRun:
     """Create ``study_name`` with ``settings``, or resume it (``settings`` are then the stored
-    ones: see ``resumed_settings``), and run ``trials`` more trials in ``workers`` processes."""
+    ones: see ``prepare``), and run ``trials`` more trials in ``workers`` processes."""
     import optuna
-
-    from benchmark import devices
 
     console = console or Console(stderr=True, soft_wrap=True, highlight=False)
     quiet_optuna()
-    if trials < 1 or workers < 1:
-        raise ConfigError(f"--trials and --workers must be >= 1, got {trials} and {workers}")
-    if timeout is not None and timeout <= 0:
-        raise ConfigError(f"--timeout must be a positive number of seconds, got {timeout}")
-    make_sampler(sampler, 0)
-    make_pruner(pruner, settings, pruner_startup_trials, pruner_warmup_steps)
-    if pruner_startup_trials < 0 or (pruner_warmup_steps is not None and pruner_warmup_steps < 0):
-        raise ConfigError("--pruner-startup-trials and --pruner-warmup-steps must be >= 0")
-    slots = devices.plan_slots(device, devices.visible_gpus(devices.gpu_count()) if device != "cpu" else [], runs_per_gpu, workers)
-
+    slots = check_options(
+        trials=trials, workers=workers, sampler=sampler, pruner=pruner,
+        pruner_startup_trials=pruner_startup_trials, pruner_warmup_steps=pruner_warmup_steps, timeout=timeout,
+        device=device, runs_per_gpu=runs_per_gpu,
+    )
     storage = open_storage(storage_url)
-    if study_name in optuna.get_all_study_names(storage):
-        study = optuna.load_study(study_name=study_name, storage=storage)
-        if study_settings(study) != settings:
-            raise ConfigError(f"study {study_name!r} was created with another setting; resume it with its stored one")
-        if settings.space != space.to_dict():
-            console.print(f"note: the search space of {settings.algo} changed since the study was created; new trials use the current one")
-    else:
-        study = optuna.create_study(study_name=study_name, storage=storage, direction="maximize")
+    # (another machine may create the same study at this moment: the first setting stored wins)
+    study = optuna.create_study(study_name=study_name, storage=storage, direction="maximize", load_if_exists=True)
+    if SETTINGS_ATTR not in study.user_attrs:
         study.set_user_attr(SETTINGS_ATTR, settings.to_dict())
         study.set_user_attr("created", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    if study_settings(optuna.load_study(study_name=study_name, storage=storage)) != settings:
+        raise ConfigError(f"study {study_name!r} was just created elsewhere with another setting; run the command again to join it")
     optuna.storages.fail_stale_trials(study)
     trials_before = len(study.trials)
 
@@ -664,13 +734,14 @@ def run_study(
         f"and reference {settings.reference_score:.1f}; storage {redact(storage_url)}; MLflow experiment {experiment_name!r}"
     )
     job = WorkerJob(
-        study_name, storage_url, settings.to_dict(), str(space_path) if space_path else None, tracking_uri, experiment,
-        parent.run_id, sampler, pruner, pruner_startup_trials, pruner_warmup_steps, time.time() + timeout if timeout else None,
+        study_name, storage_url, settings.to_dict(), tracking_uri, experiment, parent.run_id, sampler, pruner,
+        pruner_startup_trials, pruner_warmup_steps, time.time() + timeout if timeout else None,
     )
     context = multiprocessing.get_context("spawn")
     tickets = context.Value("i", trials)
+    running = [context.Value("q", -1) for _ in range(workers)]
     processes = [
-        context.Process(target=work, args=(job, index, tickets, dataclasses.astuple(slots[index % len(slots)]), os.getpid()), daemon=False)
+        context.Process(target=work, args=(job, index, tickets, running[index], dataclasses.astuple(slots[index]), os.getpid()))
         for index in range(workers)
     ]
     try:
@@ -679,11 +750,14 @@ def run_study(
         for process in processes:
             process.join()
     except BaseException as error:
+        _ignore_further_stop_signals()
         _stop(processes)
+        _fail_abandoned_trials(storage, study_name, processes, running)
         _close_orphaned_trials(tracking_uri, experiment, optuna.load_study(study_name=study_name, storage=storage))
         parent.fail(error)
         raise
     errors = [f"worker {index} exited with code {p.exitcode}" for index, p in enumerate(processes) if p.exitcode != 0]
+    _fail_abandoned_trials(storage, study_name, processes, running)
     study = optuna.load_study(study_name=study_name, storage=storage)
     _close_orphaned_trials(tracking_uri, experiment, study)
     counts = {state.name: 0 for state in optuna.trial.TrialState}
@@ -699,6 +773,20 @@ def run_study(
     return StudyRun(study_name, storage_url, parent.run_id, trials_before, len(study.trials), counts, best, errors)
 
 
+def _fail_abandoned_trials(storage: Any, study_name: str, processes: list[Any], running: list[Any]) -> None:
+    """A worker that died inside a trial (killed, out of memory) left it RUNNING: mark it FAIL
+    now rather than after the storage's heartbeat grace period (journal files have none)."""
+    import optuna
+
+    study_id = storage.get_study_id_from_name(study_name)
+    for process, number in zip(processes, running):
+        if process.exitcode not in (0, None) and number.value >= 0:
+            trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number.value)
+            if storage.get_trial(trial_id).state == optuna.trial.TrialState.RUNNING:
+                storage.set_trial_user_attr(trial_id, "error", f"its worker process died (exit code {process.exitcode})")
+                storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL)
+
+
 def _best_trial(study: Any) -> Any | None:
     import optuna
 
@@ -708,11 +796,12 @@ def _best_trial(study: Any) -> Any | None:
 
 def _stop(processes: list[Any], grace_seconds: float = 30.0) -> None:
     """SIGTERM every worker (its running trial is marked FAIL, its MLflow run KILLED), then kill stragglers."""
-    for process in processes:
+    started = [process for process in processes if process.pid is not None]
+    for process in started:
         if process.is_alive():
             process.terminate()
     deadline = time.time() + grace_seconds
-    for process in processes:
+    for process in started:
         process.join(max(deadline - time.time(), 0.1))
         if process.is_alive():
             process.kill()
@@ -806,7 +895,8 @@ def export_suite(study: Any, seeds: int, output: Path | None, force: bool = Fals
 
 
 def importances(study: Any) -> dict[str, float] | None:
-    """fANOVA parameter importances over the completed trials (None with fewer than two)."""
+    """fANOVA parameter importances over the completed trials, seeded (the plot shows the same
+    numbers); None with fewer than two, or when every completed trial scored the same."""
     import optuna
 
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
@@ -814,11 +904,21 @@ def importances(study: Any) -> dict[str, float] | None:
         return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return optuna.importance.get_param_importances(study)
+        try:
+            return optuna.importance.get_param_importances(study, evaluator=_importance_evaluator())
+        except RuntimeError:  # "zero total variance": nothing to attribute
+            return None
 
 
-def write_plots(study: Any, directory: Path) -> list[Path]:
-    """Optimization history, parameter importances and intermediate values as PNG files."""
+def _importance_evaluator() -> Any:
+    import optuna
+
+    return optuna.importance.FanovaImportanceEvaluator(seed=0)
+
+
+def write_plots(study: Any, directory: Path, with_importances: bool = True) -> list[Path]:
+    """Optimization history, intermediate values and (``with_importances``) parameter
+    importances as PNG files in ``directory``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -827,9 +927,11 @@ def write_plots(study: Any, directory: Path) -> list[Path]:
 
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    drawings = {"optimization_history": plots.plot_optimization_history, "intermediate_values": plots.plot_intermediate_values}
-    if importances(study):
-        drawings["param_importances"] = plots.plot_param_importances
+    drawings: dict[str, Any] = {
+        "optimization_history": plots.plot_optimization_history, "intermediate_values": plots.plot_intermediate_values
+    }
+    if with_importances:
+        drawings["param_importances"] = lambda study: plots.plot_param_importances(study, evaluator=_importance_evaluator())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, draw in drawings.items():

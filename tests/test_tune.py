@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -164,8 +165,7 @@ def test_every_sampler_draws_from_a_space_and_repeats_itself_when_seeded(sampler
 def test_pruners_are_built_from_the_setting():
     setting = settings()
     assert isinstance(tune.make_pruner("median", setting), optuna.pruners.MedianPruner)
-    hyperband = tune.make_pruner("hyperband", setting)
-    assert hyperband._min_resource == 100 and hyperband._max_resource == 3000  # one eval period .. all seeds' budgets
+    assert isinstance(tune.make_pruner("hyperband", setting), optuna.pruners.HyperbandPruner)
     assert isinstance(tune.make_pruner("none", setting), optuna.pruners.NopPruner)
     with pytest.raises(ConfigError, match="unknown pruner"):
         tune.make_pruner("asha", setting)
@@ -311,6 +311,9 @@ def test_a_non_finite_loss_fails_the_trial_and_its_mlflow_run(tmp_path, monkeypa
         (("--algo", "ppo", "--env", "CartPole-v1", "--storage", "nosuchdb://x/y"), "cannot open the Optuna storage 'nosuchdb://x/y'"),
         (("--algo", "ppo", "--env", "CartPole-v1", "--storage", "sqlite:////nonexistent/dir/optuna.db"), "directory /nonexistent/dir does not exist"),
         (("--algo", "ppo", "--env", "CartPole-v1", "--trials", "0"), "--trials and --workers must be >= 1"),
+        (("--algo", "ppo", "--env", "CartPole-v1", "--pruner-warmup-steps", "-1"), "--pruner-warmup-steps must be >= 0"),
+        (("--algo", "ppo", "--env", "CartPole-v1", "--timeout", "0"), "--timeout must be a positive number"),
+        (("--algo", "ppo", "--env", "CartPole-v1", "--seeds-per-trial", "0"), "--seeds-per-trial must be >= 1"),
         (("--algo", "ppo", "--env", "CartPole-v1", "--budget", "-5"), "--budget must be a positive number"),
         (("--algo", "ppo", "--env", "Pendulum-v1", "--suite", "her", "--budget", "512"), "suite 'her' has no run of ppo on Pendulum-v1"),
         (("--env", "CartPole-v1"), "tune needs --algo and --env"),
@@ -353,6 +356,21 @@ def test_reference_flag_tunes_an_env_without_a_published_score_and_show_needs_a_
     assert nothing.returncode == 2 and "no study storage" in nothing.stderr and not (tmp_path / "empty").exists()
 
 
+def test_a_resumed_study_keeps_the_search_space_it_was_created_with(tmp_path):
+    results = tmp_path / "results"
+    space = write_space(tmp_path, "num_epochs: {choices: [1, 2]}")
+    common = ("tune", "--algo", "ppo", "--env", "CartPole-v1", "--budget", "256", "--suite", "none", "--pruner", "none",
+              "--results-dir", str(results))
+    assert run_cli(*common, "--trials", "1", "--space", str(space), cwd=tmp_path).returncode == 0
+    resumed = run_cli(*common, "--trials", "1", cwd=tmp_path)  # no --space: the study's own
+    assert resumed.returncode == 0, resumed.stderr
+    study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tune.open_storage(tune.default_storage_url(results)))
+    assert [set(t.params) for t in study.trials] == [{"num_epochs"}, {"num_epochs"}]
+    space.write_text("algo: ppo\nparameters:\n  num_epochs: {choices: [1, 3]}\n")
+    other = run_cli(*common, "--trials", "1", "--space", str(space), cwd=tmp_path)
+    assert other.returncode == 2 and "searches the space it was created with" in other.stderr
+
+
 def test_storage_opens_in_optuna_dashboard(tmp_path):
     from optuna_dashboard import wsgi
 
@@ -376,35 +394,54 @@ def test_journal_storage_url(tmp_path):
     assert optuna.get_all_study_names(tune.open_storage(f"journal:{tmp_path / 'optuna.log'}")) == ["j"]
 
 
-def test_sigterm_stops_the_workers_and_marks_the_trials(tmp_path):
-    import os
-    import signal
-    import time
-
+def start_study(tmp_path: Path, *arguments: str) -> tuple[subprocess.Popen, Path]:
+    """A `tune` invocation of PPO on CartPole with budgets too long to finish during a test."""
     results = tmp_path / "results"
     process = subprocess.Popen(
         [sys.executable, "-m", "benchmark", "tune", "--algo", "ppo", "--env", "CartPole-v1", "--budget", "1000000",
-         "--trials", "3", "--workers", "2", "--pruner", "none", "--results-dir", str(results)],
+         "--pruner", "none", "--results-dir", str(results), *arguments],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    storage_url = tune.default_storage_url(results)
-    deadline = time.time() + 120
-    running = []
-    while time.time() < deadline and len(running) < 2:
+    return process, results
+
+
+def wait_for_running_trials(process: subprocess.Popen, results: Path, count: int, seconds: float = 300) -> list:
+    """The study's RUNNING trials once ``count`` of them have started training."""
+    import time
+
+    deadline, running = time.time() + seconds, []
+    while time.time() < deadline and len(running) < count:
         time.sleep(0.5)
+        if process.poll() is not None:
+            pytest.fail(f"the invocation ended early ({process.returncode}): {process.communicate()[1]}")
         if (results / "optuna.db").exists():
             try:
-                study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tune.open_storage(storage_url))
+                study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tune.open_storage(tune.default_storage_url(results)))
                 running = [t for t in study.trials if t.state.name == "RUNNING" and "mlflow_run_id" in t.user_attrs]
             except (KeyError, optuna.exceptions.OptunaError):
                 pass  # the study is being created
-    assert len(running) == 2, "two trials should be running"
-    workers = [int(pid) for pid in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()]
+    assert len(running) == count, f"{count} trial(s) should be running"
+    return running
+
+
+def worker_pids(process: subprocess.Popen) -> list[int]:
+    """The invocation's worker processes (not multiprocessing's resource tracker)."""
+    children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+    return [int(pid) for pid in children if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()]
+
+
+def test_sigterm_stops_the_workers_and_marks_the_trials(tmp_path):
+    import signal
+
+    process, results = start_study(tmp_path, "--trials", "3", "--workers", "2")
+    wait_for_running_trials(process, results, 2)
+    workers = worker_pids(process)
+    assert len(workers) == 2
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 143, stderr
 
-    study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tune.open_storage(storage_url))
+    study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tune.open_storage(tune.default_storage_url(results)))
     assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"]  # the third trial never started
     client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
     for trial in study.trials:
@@ -412,6 +449,21 @@ def test_sigterm_stops_the_workers_and_marks_the_trials(tmp_path):
         assert run.info.status == "KILLED" and run.data.tags["trial_state"] == "FAIL"
     parent = client.get_run(client.get_run(study.trials[0].user_attrs["mlflow_run_id"]).data.tags["mlflow.parentRunId"])
     assert parent.info.status == "KILLED"
-    for pid in workers:  # no worker outlives the invocation
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
+    for pid in workers:  # no worker outlives the invocation (the parent joined them: gone, or at most a zombie)
+        stat = Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or stat.read_text().split(")")[-1].split()[0] == "Z"
+
+
+def test_a_killed_worker_fails_its_trial_at_once(tmp_path):
+    import signal
+
+    process, results = start_study(tmp_path, "--trials", "1")
+    wait_for_running_trials(process, results, 1)
+    os.kill(worker_pids(process)[0], signal.SIGKILL)  # no chance to clean up: the invocation must notice
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 1 and "worker 0 exited with code -9" in stderr + stdout
+
+    trial = optuna.load_study(study_name="ppo-CartPole-v1", storage=tune.open_storage(tune.default_storage_url(results))).trials[0]
+    assert trial.state.name == "FAIL" and "worker process died" in trial.user_attrs["error"]
+    run = MlflowClient(f"sqlite:///{results / 'mlflow.db'}").get_run(trial.user_attrs["mlflow_run_id"])
+    assert run.info.status == "KILLED" and run.data.tags["trial_state"] == "FAIL"
