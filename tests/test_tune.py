@@ -467,3 +467,13 @@ def test_a_killed_worker_fails_its_trial_at_once(tmp_path):
     assert trial.state.name == "FAIL" and "worker process died" in trial.user_attrs["error"]
     run = MlflowClient(f"sqlite:///{results / 'mlflow.db'}").get_run(trial.user_attrs["mlflow_run_id"])
     assert run.info.status == "KILLED" and run.data.tags["trial_state"] == "FAIL"
+
+
+def test_store_options_count_before_and_after_the_subcommand():
+    from benchmark.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["tune", "--results-dir", "x", "show", "s"]).results_dir == Path("x")
+    assert parser.parse_args(["tune", "show", "s", "--results-dir", "y"]).results_dir == Path("y")
+    assert parser.parse_args(["tune", "export", "s"]).results_dir == Path("results")
+    assert parser.parse_args(["tune", "--storage", "journal:a", "export", "s"]).storage == "journal:a"
