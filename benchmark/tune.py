@@ -462,15 +462,15 @@ class Objective:
             def on_evaluation(evaluation: Any) -> None:
                 # the evaluation's scheduled step (a multiple of eval_every, or the budget), so
                 # that trials with different numbers of envs report at the same steps
-                nominal = min(evaluation.step // budget.eval_every * budget.eval_every, budget.total_steps)
+                final_evaluation = evaluation.step >= budget.total_steps
+                nominal = budget.total_steps if final_evaluation else evaluation.step // budget.eval_every * budget.eval_every
                 step = index * budget.total_steps + nominal
                 value = float(np.mean([*finals, settings.normalize(evaluation.mean)]))
                 if not math.isfinite(value):
                     raise TrialFailed(f"non-finite evaluation return {evaluation.mean} at step {evaluation.step} of seed {seed}")
                 trial.report(value, step)
                 run.log_metrics({"objective/intermediate": value}, step)
-                final = last_seed and nominal >= budget.total_steps  # nothing left to save by pruning
-                if not final and trial.should_prune():
+                if not (last_seed and final_evaluation) and trial.should_prune():  # (nothing to save at the very end)
                     run.flush()
                     raise optuna.TrialPruned(f"pruned at step {step:,} with intermediate value {value:.3f}")
 

@@ -184,8 +184,9 @@ def test_redact_hides_passwords():
 # ---------------------------------------------------------------------------- the CLI, for real
 
 # The classic suite's PPO CartPole setting (8 envs) with the shipped PPO space, 2,048 steps a
-# trial. The median pruner may prune after one finished trial, from the first evaluation on.
-STUDY = ("--algo", "ppo", "--env", "CartPole-v1", "--budget", "2048", "--pruner-startup-trials", "1", "--pruner-warmup-steps", "0")
+# trial. The median pruner may prune after two finished trials, from the first evaluation on
+# (with seeds 0, 1 and 3 alike, 2-4 of 6 trials complete and the others are pruned).
+STUDY = ("--algo", "ppo", "--env", "CartPole-v1", "--budget", "2048", "--pruner-startup-trials", "2", "--pruner-warmup-steps", "0")
 
 
 def trial_runs(results: Path, study: str) -> list:
@@ -204,6 +205,7 @@ def test_study_prunes_logs_every_trial_exports_a_suite_and_resumes(tmp_path):
     assert len(states) == 6 and set(states) <= {"COMPLETE", "PRUNED"}, first.stderr
     assert "PRUNED" in states and "COMPLETE" in states, first.stderr
     assert "trial 0 " in first.stderr and "best: trial" in first.stdout
+    assert "already reported" not in first.stderr  # one report per step, the final evaluation's included
 
     runs = trial_runs(results, "ppo-CartPole-v1")
     parents = [r for r in runs if r.data.tags.get("kind") == "study"]
@@ -300,6 +302,34 @@ def test_a_non_finite_loss_fails_the_trial_and_its_mlflow_run(tmp_path, monkeypa
     assert "NonFiniteLoss" in study.trials[0].user_attrs["error"]
     child = MlflowClient(uri).get_run(study.trials[0].user_attrs["mlflow_run_id"])
     assert child.info.status == "FAILED" and child.data.tags["trial_state"] == "FAIL" and "policy_loss=nan" in child.data.tags["error"]
+
+
+def test_pruner_steps_are_the_scheduled_ones_for_every_seed(tmp_path, monkeypatch):
+    """8 envs and eval_every 204: evaluations land at 208, 408, 616, ... 2040 and 2048; the
+    pruner sees 204, 408, 612, ... 2040, 2048, then the same plus 2048 for the second seed."""
+    from benchmark import tracking, train
+
+    def fake_run(spec, tracker, on_evaluation=None):
+        result = train.RunResult(spec)
+        steps = [next(s for s in range(8, 2049, 8) if s >= k * 204) for k in range(1, 11)] + [2048]
+        for step in steps:
+            result.evaluations.append(train.Evaluation(step, [100.0 + step / 100], [10]))
+            on_evaluation(result.evaluations[-1])
+        return result
+
+    monkeypatch.setattr(train, "run", fake_run)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment = tracking.experiment_id(uri, "tune-x", tmp_path / "artifacts")
+    parent = tracking.start_parent_run(uri, experiment, "x", {"kind": "study"})
+    setting = settings(budget=Budget(2048, 204, 2), seeds_per_trial=2)
+    study = optuna.create_study(direction="maximize")
+    study.optimize(tune.Objective("x", setting, load_search_space("ppo"), uri, experiment, parent.run_id, "cpu"), n_trials=1)
+    scheduled = [204 * k for k in range(1, 11)] + [2048]
+    assert sorted(study.trials[0].intermediate_values) == scheduled + [2048 + step for step in scheduled]
+    final = setting.normalize(100.0 + 2048 / 100)
+    assert study.trials[0].intermediate_values[2048] == pytest.approx(final)  # seed 0's final score
+    assert study.trials[0].intermediate_values[2048 + 204] == pytest.approx((final + setting.normalize(102.08)) / 2)
+    assert study.trials[0].value == pytest.approx(final)
 
 
 @pytest.mark.parametrize(
