@@ -123,21 +123,20 @@ def base_setting(algo: str, env_id: str, suite_name: str | None) -> tuple[str | 
 def make_settings(
     algo: str,
     env_id: str,
+    space: SearchSpace,
     *,
     budget_steps: int | None = None,
     seeds_per_trial: int = 1,
     base_suite: str | None = None,
-    space_path: Path | None = None,
     reference_score: float | None = None,
     random_score: float | None = None,
     seed: int = 0,
-) -> tuple[StudySettings, SearchSpace]:
-    """Validate everything a new study needs, before anything is written; ConfigError naming
-    the problem (unknown algorithm or environment, a bad search space, no reference score)."""
-    agents.algorithm_class(algo)
+) -> StudySettings:
+    """The setting of a new study searching ``space`` (``load_search_space`` checked it),
+    validated before anything is written; ConfigError naming the problem (unknown
+    environment, a budget or seed out of range, no reference score)."""
     check_env_id(env_id)
     agents.algorithm_class(algo).check_env_spec(env_spec(env_id))
-    space = load_search_space(algo, space_path)
     if seeds_per_trial < 1:
         raise ConfigError(f"--seeds-per-trial must be >= 1, got {seeds_per_trial}")
     if seed < 0:
@@ -170,10 +169,9 @@ def make_settings(
         random_score = normalizer.random.mean
     if reference_score == random_score:
         raise ConfigError(f"the reference score equals the random score ({reference_score}): nothing to normalize by")
-    settings = StudySettings(
+    return StudySettings(
         algo, env_id, budget, seeds_per_trial, suite_name, fixed, space.to_dict(), float(random_score), float(reference_score), source, seed
     )
-    return settings, space
 
 
 # ---------------------------------------------------------------------------------- storage
@@ -323,7 +321,7 @@ def prepare(
     (option -> value or None). Every check runs before anything is written."""
     import optuna
 
-    space = load_search_space(algo, space_path)
+    space = load_search_space(algo, space_path)  # (an unknown algorithm is named first)
     check_env_id(env_id)
     agents.algorithm_class(algo).check_env_spec(env_spec(env_id))
     if given.get("suite") not in (None, "none"):
@@ -338,11 +336,12 @@ def prepare(
             )
         return settings, space_from_dict(settings.space)
     seeds_per_trial, seed = given.get("seeds_per_trial"), given.get("seed")
-    return make_settings(
-        algo, env_id, budget_steps=given.get("budget"), seeds_per_trial=1 if seeds_per_trial is None else seeds_per_trial,
-        base_suite=given.get("suite"), space_path=space_path, reference_score=given.get("reference"),
-        random_score=given.get("random"), seed=0 if seed is None else seed,
+    settings = make_settings(
+        algo, env_id, space, budget_steps=given.get("budget"), seeds_per_trial=1 if seeds_per_trial is None else seeds_per_trial,
+        base_suite=given.get("suite"), reference_score=given.get("reference"), random_score=given.get("random"),
+        seed=0 if seed is None else seed,
     )
+    return settings, space
 
 
 # -------------------------------------------------------------------------------- the trials
@@ -650,7 +649,6 @@ def _short(value: Any) -> str:
 @dataclass
 class StudyRun:
     study_name: str
-    storage_url: str
     parent_run_id: str
     trials_before: int
     trials_after: int
@@ -770,7 +768,7 @@ def run_study(
         parent.set_tags({"best_trial": best.number, "best_mlflow_run_id": best.user_attrs.get("mlflow_run_id", "")})
     parent.log_metrics(metrics, len(study.trials))
     parent.finish("FAILED" if errors else "FINISHED")
-    return StudyRun(study_name, storage_url, parent.run_id, trials_before, len(study.trials), counts, best, errors)
+    return StudyRun(study_name, parent.run_id, trials_before, len(study.trials), counts, best, errors)
 
 
 def _fail_abandoned_trials(storage: Any, study_name: str, processes: list[Any], running: list[Any]) -> None:
