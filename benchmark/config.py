@@ -198,7 +198,7 @@ def load_suite(name_or_path: str, seeds: list[int] | None = None, device: str | 
 def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_override: str | None) -> Suite:
     if not isinstance(data, dict):
         raise ConfigError("a suite must be a mapping with 'name', 'seeds', 'budget' and 'experiments'")
-    _check_keys(data, _SUITE_KEYS, "suite")
+    check_keys(data, _SUITE_KEYS, "suite")
     for required in ("seeds", "budget", "experiments"):
         if required not in data:
             raise ConfigError(f"missing required key {required!r}")
@@ -218,7 +218,7 @@ def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_
         except ConfigError as error:
             raise ConfigError(f"{where}: {error}") from None
     checkpoint = _as_mapping(data.get("checkpoint", {}), "checkpoint")
-    _check_keys(checkpoint, _CHECKPOINT_KEYS, "checkpoint")
+    check_keys(checkpoint, _CHECKPOINT_KEYS, "checkpoint")
     replay_buffer = checkpoint.get("replay_buffer", False)
     if not isinstance(replay_buffer, bool):
         raise ConfigError(f"checkpoint.replay_buffer must be true or false, got {replay_buffer!r}")
@@ -242,7 +242,7 @@ def _expand_experiment(
     seeds_overridden: bool,
 ) -> list[RunSpec]:
     experiment = _as_mapping(experiment, "experiment")
-    _check_keys(experiment, _EXPERIMENT_KEYS, "experiment")
+    check_keys(experiment, _EXPERIMENT_KEYS, "experiment")
     if "algo" not in experiment or "envs" not in experiment:
         raise ConfigError("each experiment needs 'algo' and 'envs'")
     algo = str(experiment["algo"])
@@ -300,7 +300,8 @@ def _as_mapping(value: Any, where: str) -> dict[str, Any]:
     return dict(value)
 
 
-def _check_keys(data: dict[str, Any], valid: set[str], what: str) -> None:
+def check_keys(data: dict[str, Any], valid: set[str], what: str) -> None:
+    """ConfigError naming the first key of ``data`` not in ``valid``, a close match and the valid ones."""
     for key in data:
         if key not in valid:
             raise ConfigError(f"unknown {what} key {key!r}{suggest(str(key), valid)}; valid: {', '.join(sorted(valid))}")

@@ -32,6 +32,7 @@ import yaml
 
 import agents
 from agents.api import ConfigError, suggest
+from benchmark.config import check_keys
 
 SEARCH_DIR = Path(__file__).resolve().parent.parent / "suites" / "search"
 
@@ -189,7 +190,7 @@ def _load(path: Path, algo: str, seen: tuple[Path, ...]) -> SearchSpace:
         raise ConfigError(f"malformed YAML: {error}") from None
     if not isinstance(data, dict) or not isinstance(data.get("parameters"), dict):
         raise ConfigError("a search space must be a mapping with 'algo' and 'parameters' (a mapping of name -> range)")
-    _check_keys(data, _SPACE_KEYS, "search space")
+    check_keys(data, _SPACE_KEYS, "search space")
     declared = str(data.get("algo", ""))
     if declared != algo:
         raise ConfigError(f"this space is for algorithm {declared!r}, not {algo!r}")
@@ -217,7 +218,7 @@ def _load(path: Path, algo: str, seen: tuple[Path, ...]) -> SearchSpace:
 def _parse_parameter(name: str, spec: Any) -> Parameter:
     if not isinstance(spec, dict):
         raise ConfigError(f"parameter {name!r}: expected a mapping such as {{low: 1e-5, high: 1e-2, log: true}}, got {spec!r}")
-    _check_keys(spec, _PARAMETER_KEYS, f"parameter {name!r}")
+    check_keys(spec, _PARAMETER_KEYS, f"parameter {name!r}")
     when = spec.get("when") or {}
     if not isinstance(when, dict):
         raise ConfigError(f"parameter {name!r}: 'when' must map parameter names to a value or a list of values")
@@ -237,7 +238,7 @@ def _parse_parameter(name: str, spec: Any) -> Parameter:
 def _parse_distribution(name: str, spec: Any) -> Distribution:
     if not isinstance(spec, dict):
         raise ConfigError(f"parameter {name!r}: expected a mapping with 'choices' or 'low' and 'high', got {spec!r}")
-    _check_keys(spec, _PARAMETER_KEYS - {"width", "depth", "when"}, f"parameter {name!r}")
+    check_keys(spec, _PARAMETER_KEYS - {"width", "depth", "when"}, f"parameter {name!r}")
     if "choices" in spec:
         choices = spec["choices"]
         if set(spec) != {"choices"} or not isinstance(choices, list) or not choices:
@@ -297,9 +298,3 @@ def _check_values(space: SearchSpace) -> None:
             except ConfigError as error:
                 where = f" ({space.path})" if space.path else ""
                 raise ConfigError(f"search space of {space.algo}{where}: parameter {parameter.name!r} = {value!r}: {error}") from None
-
-
-def _check_keys(data: dict[str, Any], valid: set[str], what: str) -> None:
-    for key in data:
-        if key not in valid:
-            raise ConfigError(f"unknown {what} key {key!r}{suggest(str(key), valid)}; valid: {', '.join(sorted(valid))}")
