@@ -10,17 +10,24 @@ from typing import Any, Mapping
 
 import torch
 
-from agents.algos import A2C, DDPG, DQN, MPO, PPO, REINFORCE, SAC, TD3, TRPO, VPG, PPOAdaptiveKL, SurrogatePG
-from agents.api import Acted, Algorithm, ConfigError, Hyperparameters, Transitions, suggest
+from agents.algos import A2C, DDPG, DQN, MAMLPPO, MAMLTRPO, MAMLVPG, MPO, PPO, REINFORCE, SAC, TD3, TRPO, VPG, PPOAdaptiveKL, SurrogatePG
+from agents.api import Acted, Algorithm, ConfigError, Hyperparameters, Learner, Transitions, suggest
+from agents.meta import MetaAlgorithm
 from agents.envs import EnvSpec
 
 #: every algorithm by its registry name
-ALGORITHMS: dict[str, type[Algorithm]] = {
-    cls.name: cls for cls in (VPG, REINFORCE, A2C, PPO, PPOAdaptiveKL, SurrogatePG, TRPO, DDPG, TD3, SAC, DQN, MPO)
+ALGORITHMS: dict[str, type[Learner]] = {
+    cls.name: cls
+    for cls in (VPG, REINFORCE, A2C, PPO, PPOAdaptiveKL, SurrogatePG, TRPO, DDPG, TD3, SAC, DQN, MPO, MAMLVPG, MAMLPPO, MAMLTRPO)
 }
 
 
-def algorithm_class(name: str) -> type[Algorithm]:
+def is_meta(name: str) -> bool:
+    """Whether algorithm ``name`` is a meta-learner (trained by epochs over tasks)."""
+    return issubclass(algorithm_class(name), MetaAlgorithm)
+
+
+def algorithm_class(name: str) -> type[Learner]:
     """The class registered as ``name``; ConfigError naming the choices otherwise."""
     try:
         return ALGORITHMS[name]
@@ -43,7 +50,7 @@ def make(
     total_steps: int,
     device: torch.device | str = "cpu",
     seed: int = 0,
-) -> Algorithm:
+) -> Learner:
     """Build algorithm ``name`` for ``env_spec``; ``total_steps`` sizes schedules (e.g. LR annealing)."""
     cls = algorithm_class(name)
     config = hyperparameters if isinstance(hyperparameters, cls.Config) else cls.Config.from_dict(hyperparameters)
@@ -57,8 +64,11 @@ __all__ = [
     "ConfigError",
     "EnvSpec",
     "Hyperparameters",
+    "Learner",
+    "MetaAlgorithm",
     "Transitions",
     "algorithm_class",
+    "is_meta",
     "make",
     "resolve_config",
 ]

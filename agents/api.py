@@ -200,8 +200,10 @@ class Transitions:
     truncated: torch.Tensor  # (N,) bool
 
 
-class Algorithm(abc.ABC):
-    """The interface every algorithm implements; ``benchmark`` talks to nothing else.
+class Learner(abc.ABC):
+    """What every learner shares, online or meta: acting, gradients computed apart from their
+    application (so they can travel between processes), weights, live hyperparameter updates
+    and checkpointable state.
 
     Subclasses set ``name`` and ``Config`` (their Hyperparameters dataclass) and take
     ``(env_spec, config, total_steps, device, seed)`` in their constructor.
@@ -250,24 +252,12 @@ class Algorithm(abc.ABC):
         return state
 
     @abc.abstractmethod
-    def observe(self, transitions: Transitions) -> None:
-        """Hand one vector step of collected data to the algorithm's storage."""
-
-    @abc.abstractmethod
-    def ready_to_update(self) -> bool:
-        """Whether enough data has been observed for ``update``."""
-
-    @abc.abstractmethod
     def compute_gradients(self, batch: Any) -> tuple[list[torch.Tensor | None], dict[str, float]]:
         """Losses on one batch -> gradients of every trainable parameter (no optimizer step)."""
 
     @abc.abstractmethod
     def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
         """Optimizer step, first setting ``gradients`` (in ``compute_gradients`` order) if given."""
-
-    @abc.abstractmethod
-    def update(self) -> dict[str, float]:
-        """Local training step: sample batches, compute and apply gradients; mean logs."""
 
     @abc.abstractmethod
     def modules(self) -> dict[str, torch.nn.Module]:
@@ -318,6 +308,29 @@ class Algorithm(abc.ABC):
 
     def load_replay_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what ``replay_state_dict`` returned."""
+
+
+class Algorithm(Learner):
+    """An online learner, trained by the benchmark's collect -> update loop: it acts in a
+    vector env, is handed each step's transitions, and updates when it says it is ready.
+    ``benchmark`` talks to nothing else."""
+
+    #: whether it learns from the transitions the loop collects; an offline learner (behavioral
+    #: cloning from a dataset) is only asked to update, each update consuming ``samples_per_update``
+    collects_experience: bool = True
+    samples_per_update: int = 0
+
+    @abc.abstractmethod
+    def observe(self, transitions: Transitions) -> None:
+        """Hand one vector step of collected data to the algorithm's storage."""
+
+    @abc.abstractmethod
+    def ready_to_update(self) -> bool:
+        """Whether enough data has been observed for ``update``."""
+
+    @abc.abstractmethod
+    def update(self) -> dict[str, float]:
+        """Local training step: sample batches, compute and apply gradients; mean logs."""
 
     def interrupt_episodes(self, final_obs: torch.Tensor, state: Any = None) -> None:
         """The envs were restarted mid-episode (a resume without their state): treat the

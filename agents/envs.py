@@ -9,6 +9,7 @@ Normalization uses gymnasium's vector wrappers; their running statistics are exp
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
 from dataclasses import dataclass
@@ -24,9 +25,11 @@ from gymnasium.wrappers.utils import RunningMeanStd
 from agents.api import ConfigError, suggest
 from agents.classic_envs import register_classic_envs
 from agents.goal_envs import register_goal_envs
+from agents.tasks import is_task_family, register_task_envs
 
 register_goal_envs()
 register_classic_envs()
+register_task_envs()
 
 
 GOAL_KEYS = ("achieved_goal", "desired_goal", "observation")
@@ -73,6 +76,7 @@ class EnvSpec:
     max_episode_steps: int | None
     goal: GoalLayout | None = None  # set for goal envs, whose observations are flattened dicts
     action_nvec: tuple[int, ...] | None = None  # MultiDiscrete only: choices per action component
+    task_family: bool = False  # a meta-RL task family (agents.tasks): sample_tasks, set_task, get_task
 
     @property
     def multi_discrete(self) -> bool:
@@ -175,7 +179,8 @@ def env_spec(env_id: str) -> EnvSpec:
     route_mujoco_warnings()
     env = gym.make(env_id)
     try:
-        return EnvSpec.from_spaces(env_id, env.observation_space, env.action_space, env.spec.max_episode_steps)
+        spec = EnvSpec.from_spaces(env_id, env.observation_space, env.action_space, env.spec.max_episode_steps)
+        return dataclasses.replace(spec, task_family=is_task_family(env))
     finally:
         env.close()
 

@@ -190,9 +190,14 @@ def run(
     checkpoint (the runner keeps the MLflow run id there). ``remove_latest_on_finish=False``
     leaves ``latest.pt`` for the caller to remove once it has recorded the finished run.
     ``on_evaluation`` sees each evaluation once it is logged (a tuner reports it to its pruner
-    and may raise to stop the run there).
+    and may raise to stop the run there). A meta-learner trains in ``benchmark.meta_train``
+    instead, with the same arguments and result.
     """
     tracker = tracker or NullTracker()
+    if agents.is_meta(spec.algo):
+        from benchmark.meta_train import run_meta
+
+        return run_meta(spec, tracker, progress, checkpoint_dir, resume, checkpoint_metadata, remove_latest_on_finish, on_evaluation)
     torch.set_num_threads(spec.torch_threads)
     seed_everything(spec.seed)
     device = resolve_device(spec.device)

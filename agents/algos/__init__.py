@@ -2,6 +2,7 @@
 
 from agents.algos.ddpg import DDPG, TD3, DDPGConfig, TD3Config
 from agents.algos.dqn import DQN, DQNConfig
+from agents.algos.maml import MAML, MAMLPPO, MAMLTRPO, MAMLVPG, MAMLPPOConfig, MAMLTRPOConfig, MAMLVPGConfig
 from agents.algos.mpo import MPO, MPOConfig
 from agents.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
 from agents.algos.ppo import PPO, PPOAdaptiveKL, PPOAdaptiveKLConfig, PPOConfig, SurrogateConfig, SurrogatePG
@@ -16,6 +17,13 @@ __all__ = [
     "DDPGConfig",
     "DQN",
     "DQNConfig",
+    "MAML",
+    "MAMLPPO",
+    "MAMLPPOConfig",
+    "MAMLTRPO",
+    "MAMLTRPOConfig",
+    "MAMLVPG",
+    "MAMLVPGConfig",
     "MPO",
     "MPOConfig",
     "OnPolicyAlgorithm",

@@ -1,0 +1,591 @@
+"""Model-Agnostic Meta-Learning with VPG, PPO or TRPO as the outer optimizer.
+
+Finn, Abbeel, Levine (2017), "Model-Agnostic Meta-Learning for Fast Adaptation of Deep
+Networks", Algorithm 3 (reinforcement learning):
+
+    repeat (one epoch):
+        sample meta_batch_size tasks T_i
+        for each task T_i:
+            theta_i = theta
+            for k = 1 .. num_grad_updates:
+                D_ik = episodes_per_task episodes of pi(theta_i) on T_i
+                A    = GAE(gamma, gae_lambda) with a linear baseline fitted on D_ik
+                theta_i = theta_i - inner_lr * grad L_VPG(theta_i; D_ik)   (the inner step)
+            D_i' = episodes of the adapted pi(theta_i) on T_i                 (validation)
+        outer step on mean_i L_outer(theta_i(theta); D_i'): the gradient flows back through
+        every inner step (second order) unless first_order, where d theta_i / d theta = I
+
+The outer objective and step are the outer algorithm's:
+    MAML-VPG   Adam on -mean(log pi(a|s) A)
+    MAML-PPO   Adam on the clipped surrogate -mean(min(r A, clip(r, 1 -+ lr_clip_range) A)),
+               r = pi(theta_i(theta)) / pi(theta_i at collection)
+    MAML-TRPO  the natural-gradient step of mean(r A) with mean KL[pi(theta_i old) || pi(theta_i)]
+               <= max_kl, the Fisher-vector products differentiating through the inner steps
+
+The baseline is the linear feature baseline of Duan et al. (2016) (features obs, obs^2, t, t^2,
+t^3, 1, refitted by ridge regression on each batch), the MAML paper's choice. Episodes end at
+termination or the horizon without bootstrapping. Option names follow garage's MAMLVPG,
+MAMLPPO and MAMLTRPO.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+from agents.algos.onpolicy import ENTROPY_METHODS
+from agents.api import Acted, ConfigError, Hyperparameters, hp, set_gradients
+from agents.envs import EnvSpec
+from agents.meta import Episodes, MetaAlgorithm, PolicyOutput, TaskEnvs
+from agents.nets.distributions import Categorical, DiagGaussian
+from agents.nets.mlp import mlp
+from agents.optim import conjugate_gradient, fisher_vector_product, flatten
+
+Parameters = dict[str, torch.Tensor]
+
+
+# --------------------------------------------------------------------------------------------
+# Hyperparameters
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MAMLConfig(Hyperparameters):
+    """Shared by the three variants; Finn et al. (2017), Sec. 5.3 and App. A.2, and garage."""
+
+    num_envs: int = hp(20, ge=1)
+    """Sub-envs collecting a task's episodes in parallel (episodes_per_task by default)."""
+    meta_batch_size: int = hp(20, ge=1)
+    """Tasks per meta-update (20 for 2-D navigation in the paper; 40 for locomotion)."""
+    episodes_per_task: int = hp(20, ge=1)
+    """Episodes per task for each inner step and for the validation batch (K = 20)."""
+    inner_lr: float = hp(0.1, gt=0.0)
+    """alpha: step size of the inner (adaptation) gradient step."""
+    outer_lr: float = hp(1e-3, gt=0.0, le=1.0)
+    """Adam step size of the meta-update (VPG, PPO); unused by TRPO."""
+    num_grad_updates: int = hp(1, ge=1)
+    """Inner gradient steps, each on fresh episodes of the adapted policy."""
+    first_order: bool = hp(False)
+    """Drop the second-order term: treat d theta_i / d theta as the identity (FOMAML)."""
+    gae_lambda: float = hp(1.0, ge=0.0, le=1.0)
+    """GAE lambda over the linear baseline (1: returns minus the baseline, as in the paper)."""
+    center_adv: bool = hp(True)
+    """Standardize each batch's advantages."""
+    positive_adv: bool = hp(False)
+    """Shift advantages to be positive (after centering, if both)."""
+    entropy_method: str = hp("no_entropy", choices=ENTROPY_METHODS)
+    """no_entropy; regularized: entropy bonus in the objectives; max: entropy added to the rewards."""
+    policy_ent_coeff: float = hp(0.0, ge=0.0)
+    """Weight of the policy entropy under regularized or max."""
+    use_softplus_entropy: bool = hp(False)
+    """Pass the entropy through softplus, so the bonus never turns negative."""
+    stop_entropy_gradient: bool = hp(False)
+    """Treat the regularized entropy bonus as a constant."""
+    hidden_sizes: tuple[int, ...] = hp((100, 100), ge=1)
+    """Policy hidden layers (two of 100 units in the paper)."""
+    activation: str = hp("relu", choices=("tanh", "relu", "elu", "gelu"))
+    """Hidden activation (ReLU in the paper)."""
+    initial_log_std: float = hp(0.0)
+    """Initial log standard deviation of the Gaussian policy (state-independent)."""
+    baseline_reg_coeff: float = hp(1e-5, gt=0.0)
+    """Ridge coefficient of the linear baseline (raised x10 while the solve is not finite)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.entropy_method == "no_entropy" and self.policy_ent_coeff > 0:
+            raise ConfigError(
+                f"policy_ent_coeff is {self.policy_ent_coeff} but entropy_method is 'no_entropy'; "
+                "set entropy_method to 'regularized' or 'max', or policy_ent_coeff to 0"
+            )
+
+
+@dataclass
+class MAMLVPGConfig(MAMLConfig):
+    """MAML-VPG: garage's MAMLVPG defaults (inner_lr 0.1, outer_lr 1e-3, meta_batch_size 20)."""
+
+
+@dataclass
+class MAMLPPOConfig(MAMLConfig):
+    """MAML-PPO: garage's MAMLPPO defaults (lr_clip_range 0.5, one Adam step per epoch)."""
+
+    lr_clip_range: float = hp(0.5, gt=0.0)
+    """epsilon of the clipped likelihood ratio."""
+    outer_iterations: int = hp(1, ge=1)
+    """Adam steps on each meta-batch (garage: 1; ProMP uses 5, where clipping starts to bind)."""
+
+
+@dataclass
+class MAMLTRPOConfig(MAMLConfig):
+    """MAML-TRPO, the paper's locomotion setting: meta_batch_size 40, KL step 0.01; the
+    conjugate-gradient settings of garage's ConjugateGradientOptimizer."""
+
+    meta_batch_size: int = hp(40, ge=1)
+    max_kl: float = hp(0.01, gt=0.0)
+    """The largest mean KL between the adapted policies before and after a meta-update."""
+    cg_iterations: int = hp(10, ge=1)
+    """Conjugate-gradient iterations for the search direction."""
+    cg_damping: float = hp(1e-5, ge=0.0)
+    """Added to the Fisher matrix's diagonal."""
+    line_search_shrink: float = hp(0.8, gt=0.0, lt=1.0)
+    """Backtracking factor of the step."""
+    line_search_max_steps: int = hp(15, ge=1)
+    """Step sizes tried before the meta-update is rejected."""
+
+
+# --------------------------------------------------------------------------------------------
+# The policy, acting from any parameter set
+# --------------------------------------------------------------------------------------------
+
+
+class PolicyNetwork(nn.Module):
+    """pi(a | s): an MLP giving logits (Discrete) or the mean of a Gaussian with a
+    state-independent log-std (Box); evaluated at any parameters with ``torch.func``."""
+
+    def __init__(self, spec: EnvSpec, hidden_sizes: tuple[int, ...], activation: str, initial_log_std: float):
+        super().__init__()
+        self.discrete = spec.discrete
+        self.body = mlp(int(np.prod(spec.observation_shape)), hidden_sizes, spec.num_actions, activation)
+        self.log_std = None if spec.discrete else nn.Parameter(torch.full((spec.num_actions,), initial_log_std))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Distribution parameters (B, P): logits, or mean and log-std side by side."""
+        out = self.body(obs.flatten(1))
+        if self.log_std is not None:
+            out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
+        return out
+
+    def distribution(self, params: torch.Tensor) -> Categorical | DiagGaussian:
+        if self.discrete:
+            return Categorical(params)
+        mean, log_std = params.chunk(2, dim=-1)
+        return DiagGaussian(mean, log_std)
+
+
+class AdaptedPolicy:
+    """The policy network at one parameter set (the meta-policy's, or a task's adapted one)."""
+
+    def __init__(self, network: PolicyNetwork, parameters: Parameters, spec: EnvSpec):
+        self.network, self.parameters, self.spec = network, parameters, spec
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> PolicyOutput:
+        with torch.no_grad():
+            params = functional_call(self.network, self.parameters, (obs,))
+            dist = self.network.distribution(params)
+            actions = dist.mode() if deterministic else dist.sample()
+            log_probs = dist.log_prob(actions)
+        env_actions = actions.cpu().numpy()
+        if not self.spec.discrete:
+            env_actions = np.clip(env_actions, self.spec.action_low, self.spec.action_high)
+        return PolicyOutput(actions, env_actions, log_probs, params)
+
+
+# --------------------------------------------------------------------------------------------
+# Baseline and advantages
+# --------------------------------------------------------------------------------------------
+
+
+def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Rewards-to-go sum_k gamma^k r_{t+k} within each episode; (E, T) -> (E, T), 0 on padding."""
+    returns = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.shape[1])):
+        running = (rewards[:, t] + gamma * running) * mask[:, t]
+        returns[:, t] = running
+    return returns
+
+
+def linear_baseline(episodes: Episodes, rewards: torch.Tensor, gamma: float, reg_coeff: float) -> torch.Tensor:
+    """Values (E, T) of the linear feature baseline fitted to these episodes' returns-to-go.
+
+    Duan, Chen, Houthooft, Schulman, Abbeel (2016), "Benchmarking Deep RL for Continuous
+    Control": features [o, o^2, t, t^2, t^3, 1] with o clipped to [-10, 10] and t in hundreds
+    of steps; ridge regression, its coefficient raised tenfold while the solution is not finite.
+    """
+    obs = episodes.observations.flatten(2).double().clamp(-10.0, 10.0)
+    num_episodes, horizon = episodes.mask.shape
+    time = (torch.arange(horizon, device=obs.device, dtype=torch.float64) / 100.0).expand(num_episodes, horizon).unsqueeze(-1)
+    features = torch.cat([obs, obs**2, time, time**2, time**3, torch.ones_like(time)], dim=-1)
+    targets = discounted_returns(rewards.double(), episodes.mask, gamma)
+    x, y = features[episodes.mask], targets[episodes.mask]
+    gram, moment = x.T @ x, x.T @ y
+    identity = torch.eye(gram.shape[0], dtype=gram.dtype, device=gram.device)
+    for _ in range(5):
+        weights = torch.linalg.lstsq(gram + reg_coeff * identity, moment.unsqueeze(-1)).solution.squeeze(-1)
+        if torch.isfinite(weights).all():
+            break
+        reg_coeff *= 10
+    return ((features @ weights) * episodes.mask).float()
+
+
+def episode_advantages(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, gae_lambda: float
+) -> torch.Tensor:
+    """GAE over padded episodes (E, T); an episode's last step bootstraps nothing."""
+    next_values = torch.zeros_like(values)
+    next_values[:, :-1] = values[:, 1:] * mask[:, 1:]
+    deltas = (rewards + gamma * next_values - values) * mask
+    advantages = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.shape[1])):
+        running = (deltas[:, t] + gamma * gae_lambda * running) * mask[:, t]
+        advantages[:, t] = running
+    return advantages
+
+
+@dataclass
+class Batch:
+    """Episodes of one task with their (constant) advantages at the valid steps (N,)."""
+
+    episodes: Episodes
+    advantages: torch.Tensor
+
+
+@dataclass
+class TaskBatch:
+    """What one task contributes to a meta-update: the inner batches, then the validation one."""
+
+    inner: list[Batch]
+    validation: Batch
+
+
+# --------------------------------------------------------------------------------------------
+# MAML
+# --------------------------------------------------------------------------------------------
+
+
+class MAML(MetaAlgorithm):
+    """The inner loop and the meta-gradient; subclasses give the outer objective and step."""
+
+    Config: ClassVar[type[MAMLConfig]] = MAMLConfig
+    tunable_parameters: ClassVar[tuple[str, ...]] = ("inner_lr", "outer_lr", "policy_ent_coeff", "gae_lambda")
+    config: MAMLConfig
+
+    def __init__(self, env_spec: EnvSpec, config: MAMLConfig, total_steps: int, device: torch.device | str = "cpu", seed: int = 0):
+        self.check_env_spec(env_spec)
+        self.check_config(config, env_spec)
+        self.spec, self.config, self.device = env_spec, config, torch.device(device)
+        self.network = PolicyNetwork(env_spec, config.hidden_sizes, config.activation, config.initial_log_std).to(self.device)
+        self.parameters = [p for p in self.network.parameters()]
+        self.names = [name for name, _ in self.network.named_parameters()]
+        self.optimizer = torch.optim.Adam(self.parameters, lr=config.outer_lr) if self.uses_optimizer else None
+        self.rng = np.random.default_rng(seed)
+        self.last_batch: list[TaskBatch] = []
+
+    uses_optimizer: ClassVar[bool] = True
+
+    @classmethod
+    def check_config(cls, config: Any, spec: Any) -> None:
+        if config.normalize_observations or config.normalize_rewards:
+            raise ConfigError(f"{cls.name} does not normalize observations or rewards (set normalize_observations and normalize_rewards to false)")
+
+    # -- the meta-test protocol: one adaptation round per inner step ------------------------
+
+    @property
+    def meta_test_exploration_episodes(self) -> int:  # type: ignore[override]
+        return self.config.episodes_per_task
+
+    @property
+    def meta_test_adaptation_rounds(self) -> int:  # type: ignore[override]
+        return self.config.num_grad_updates
+
+    @property
+    def meta_test_episodes(self) -> int:  # type: ignore[override]
+        return self.config.episodes_per_task
+
+    # -- acting -----------------------------------------------------------------------------
+
+    def meta_parameters(self) -> Parameters:
+        """theta, as live tensors (the meta-gradient reaches them)."""
+        return dict(zip(self.names, self.parameters))
+
+    def act(self, obs: torch.Tensor, state: Any = None, deterministic: bool = False) -> Acted:
+        """The meta-policy (before adaptation)."""
+        out = self.get_exploration_policy().act(obs, deterministic)
+        return Acted(out.actions, out.env_actions, state, {"log_probs": out.log_probs})
+
+    def get_exploration_policy(self) -> AdaptedPolicy:
+        return AdaptedPolicy(self.network, {k: v.detach().clone() for k, v in self.meta_parameters().items()}, self.spec)
+
+    def adapt_policy(self, exploration_policy: AdaptedPolicy, episodes: Episodes) -> AdaptedPolicy:
+        """One inner gradient step from the exploration policy's parameters on ``episodes``."""
+        return self._step_policy(exploration_policy, self.make_batch(episodes))
+
+    # -- the inner loop ---------------------------------------------------------------------
+
+    def make_batch(self, episodes: Episodes) -> Batch:
+        """Advantages of ``episodes`` over a linear baseline fitted on them."""
+        config = self.config
+        rewards = episodes.rewards
+        if config.entropy_method == "max" and episodes.dist_params is not None:
+            entropy = self.network.distribution(episodes.dist_params.flatten(0, 1)).entropy().view_as(rewards)
+            rewards = rewards + config.policy_ent_coeff * self._entropy(entropy).detach() * episodes.mask
+        values = linear_baseline(episodes, rewards, config.gamma, config.baseline_reg_coeff)
+        advantages = episodes.valid(episode_advantages(rewards, values, episodes.mask.float(), config.gamma, config.gae_lambda))
+        if config.center_adv and advantages.numel() > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        if config.positive_adv:
+            advantages = advantages - advantages.min() + 1e-8
+        return Batch(episodes, advantages)
+
+    def _entropy(self, entropy: torch.Tensor) -> torch.Tensor:
+        return F.softplus(entropy) if self.config.use_softplus_entropy else entropy
+
+    def entropy_bonus(self, dist: Categorical | DiagGaussian) -> torch.Tensor:
+        """policy_ent_coeff * mean entropy under ``regularized``, else 0."""
+        if self.config.entropy_method != "regularized":
+            return torch.zeros((), device=self.device)
+        entropy = self._entropy(dist.entropy()).mean()
+        if self.config.stop_entropy_gradient:
+            entropy = entropy.detach()
+        return self.config.policy_ent_coeff * entropy
+
+    def distribution(self, parameters: Parameters, batch: Batch) -> Categorical | DiagGaussian:
+        """pi(. | s) at ``parameters`` for the valid steps of ``batch``."""
+        obs = batch.episodes.valid(batch.episodes.observations)
+        return self.network.distribution(functional_call(self.network, parameters, (obs,)))
+
+    def inner_loss(self, parameters: Parameters, batch: Batch) -> torch.Tensor:
+        """The adaptation loss: -mean(log pi(a|s) A) minus the entropy bonus."""
+        dist = self.distribution(parameters, batch)
+        log_probs = dist.log_prob(batch.episodes.valid(batch.episodes.actions))
+        return -(log_probs * batch.advantages).mean() - self.entropy_bonus(dist)
+
+    def adapt(self, parameters: Parameters, batch: Batch, create_graph: bool) -> Parameters:
+        """One inner step theta' = theta - inner_lr * grad inner_loss(theta).
+
+        With ``create_graph`` the step is part of the graph, so a loss at theta' differentiates
+        back to theta through the Hessian of the inner loss; without it the gradient is a
+        constant and d theta' / d theta = I (first order).
+        """
+        names = list(parameters)
+        gradients = torch.autograd.grad(self.inner_loss(parameters, batch), [parameters[k] for k in names], create_graph=create_graph)
+        return {k: parameters[k] - self.config.inner_lr * g for k, g in zip(names, gradients)}
+
+    def adapted_parameters(self, task_batch: TaskBatch, second_order: bool | None = None) -> Parameters:
+        """theta_i(theta): the inner steps replayed from theta, through their Hessians when
+        ``second_order`` (by default: unless first_order)."""
+        second_order = not self.config.first_order if second_order is None else second_order
+        parameters = self.meta_parameters()
+        for batch in task_batch.inner:
+            parameters = self.adapt(parameters, batch, create_graph=second_order)
+        return parameters
+
+    def train_epoch(self, task_envs: TaskEnvs) -> dict[str, float]:
+        """Sample tasks, adapt to each on fresh episodes, meta-update on the validation episodes."""
+        config = self.config
+        tasks = task_envs.sampler.sample(config.meta_batch_size, self.rng)
+        batch, pre_returns = [], []
+        for task in tasks:
+            policy = self.get_exploration_policy()
+            inner = []
+            for _ in range(config.num_grad_updates):
+                episodes = task_envs.collect(task, policy, config.episodes_per_task)
+                inner.append(self.make_batch(episodes))
+                policy = self._step_policy(policy, inner[-1])
+            validation = self.make_batch(task_envs.collect(task, policy, config.episodes_per_task))
+            batch.append(TaskBatch(inner, validation))
+            pre_returns.append(float(inner[0].episodes.returns.mean()))
+        logs = self.update(batch)
+        logs["pre_adaptation_return"] = float(np.mean(pre_returns))
+        logs["post_adaptation_return"] = float(np.mean([float(b.validation.episodes.returns.mean()) for b in batch]))
+        return logs
+
+    def _step_policy(self, policy: AdaptedPolicy, batch: Batch) -> AdaptedPolicy:
+        """The policy one inner step on from ``policy`` (values only: no graph to theta)."""
+        with torch.enable_grad():
+            start = {k: v.detach().requires_grad_() for k, v in policy.parameters.items()}
+            adapted = self.adapt(start, batch, create_graph=False)
+        return AdaptedPolicy(self.network, {k: v.detach() for k, v in adapted.items()}, self.spec)
+
+    # -- the outer step ---------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def outer_loss(self, parameters: Parameters, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        """The outer algorithm's loss of the adapted policy on one task's validation batch."""
+
+    def meta_loss(self, batch: list[TaskBatch]) -> tuple[torch.Tensor, dict[str, float]]:
+        """mean_i L_outer(theta_i(theta); D_i'), differentiable w.r.t. theta."""
+        losses, logs = [], []
+        for task_batch in batch:
+            loss, info = self.outer_loss(self.adapted_parameters(task_batch), task_batch.validation)
+            losses.append(loss)
+            logs.append(info)
+        keys = logs[0].keys() if logs else ()
+        return torch.stack(losses).mean(), {k: float(np.mean([info[k] for info in logs])) for k in keys}
+
+    def compute_gradients(self, batch: list[TaskBatch]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+        """The meta-gradient of every policy parameter (the order of ``self.parameters``)."""
+        loss, logs = self.meta_loss(batch)
+        gradients = torch.autograd.grad(loss, self.parameters, allow_unused=True)
+        logs["meta_loss"] = loss.item()
+        logs["meta_gradient_norm"] = flatten([g for g in gradients if g is not None]).norm().item()
+        return list(gradients), logs
+
+    def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
+        """An Adam step of the outer learning rate."""
+        assert self.optimizer is not None
+        if gradients is not None:
+            set_gradients(self.parameters, gradients)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def update(self, batch: list[TaskBatch] | None = None) -> dict[str, float]:
+        """The meta-update on ``batch`` (the last epoch's by default)."""
+        batch = self.last_batch if batch is None else batch
+        self.last_batch = batch
+        gradients, logs = self.compute_gradients(batch)
+        self.apply_gradients(gradients)
+        return logs
+
+    def _on_parameter_updated(self, name: str) -> None:
+        if name == "outer_lr" and self.optimizer is not None:
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.config.outer_lr
+
+    # -- state --------------------------------------------------------------------------------
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {"policy": self.network}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.network.state_dict(),
+            "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
+            "rng": self.rng.bit_generator.state,
+            "config": self.config.to_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.network.load_state_dict(state["policy"])
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.rng.bit_generator.state = state["rng"]
+        self.config = self.Config.from_dict(state["config"])
+        self._on_parameter_updated("outer_lr")
+
+
+class MAMLVPG(MAML):
+    """MAML with the vanilla policy gradient as the outer objective (Adam)."""
+
+    name = "maml_vpg"
+    Config: ClassVar[type[MAMLVPGConfig]] = MAMLVPGConfig
+
+    def outer_loss(self, parameters: Parameters, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        dist = self.distribution(parameters, batch)
+        log_probs = dist.log_prob(batch.episodes.valid(batch.episodes.actions))
+        return -(log_probs * batch.advantages).mean() - self.entropy_bonus(dist), {}
+
+
+class MAMLPPO(MAML):
+    """MAML with PPO's clipped surrogate as the outer objective (Adam)."""
+
+    name = "maml_ppo"
+    Config: ClassVar[type[MAMLPPOConfig]] = MAMLPPOConfig
+    tunable_parameters = (*MAML.tunable_parameters, "lr_clip_range")
+    config: MAMLPPOConfig
+
+    def outer_loss(self, parameters: Parameters, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        episodes = batch.episodes
+        dist = self.distribution(parameters, batch)
+        ratio = (dist.log_prob(episodes.valid(episodes.actions)) - episodes.valid(episodes.log_probs)).exp()
+        clip = self.config.lr_clip_range
+        surrogate = torch.min(ratio * batch.advantages, ratio.clamp(1 - clip, 1 + clip) * batch.advantages).mean()
+        clip_fraction = ((ratio - 1).abs() > clip).float().mean().item()
+        return -surrogate - self.entropy_bonus(dist), {"clip_fraction": clip_fraction}
+
+    def update(self, batch: list[TaskBatch] | None = None) -> dict[str, float]:
+        batch = self.last_batch if batch is None else batch
+        self.last_batch = batch
+        logs: dict[str, float] = {}
+        for _ in range(self.config.outer_iterations):
+            gradients, logs = self.compute_gradients(batch)
+            self.apply_gradients(gradients)
+        return logs
+
+
+class MAMLTRPO(MAML):
+    """MAML with TRPO's natural-gradient step as the meta-update."""
+
+    name = "maml_trpo"
+    Config: ClassVar[type[MAMLTRPOConfig]] = MAMLTRPOConfig
+    tunable_parameters = (*MAML.tunable_parameters, "max_kl")
+    uses_optimizer = False
+    config: MAMLTRPOConfig
+
+    def objective(self, batch: list[TaskBatch], second_order: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Surrogate mean_i mean(r A) (+ entropy bonus) and the mean KL between each task's
+        adapted policy at collection and now, both as functions of theta."""
+        surrogates, kls = [], []
+        for task_batch in batch:
+            parameters = self.adapted_parameters(task_batch, second_order)
+            validation = task_batch.validation
+            loss, _ = self.outer_loss(parameters, validation)
+            old = self.network.distribution(validation.episodes.valid(validation.episodes.dist_params))
+            kls.append(old.kl(self.distribution(parameters, validation)).mean())
+            surrogates.append(-loss)
+        return torch.stack(surrogates).mean(), torch.stack(kls).mean()
+
+    def outer_loss(self, parameters: Parameters, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        episodes = batch.episodes
+        dist = self.distribution(parameters, batch)
+        ratio = (dist.log_prob(episodes.valid(episodes.actions)) - episodes.valid(episodes.log_probs)).exp()
+        return -(ratio * batch.advantages).mean() - self.entropy_bonus(dist), {}
+
+    def compute_gradients(self, batch: list[TaskBatch]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+        """Minus the accepted trust-region step (so ``apply_gradients``' theta - g takes it)."""
+        config = self.config
+        surrogate, mean_kl = self.objective(batch)
+        gradient = flatten(torch.autograd.grad(surrogate, self.parameters, retain_graph=True))
+        fisher_product = fisher_vector_product(mean_kl, self.parameters, config.cg_damping)
+        direction = conjugate_gradient(fisher_product, gradient, config.cg_iterations)
+        curvature = direction.dot(fisher_product(direction)).clamp_min(1e-12)
+        full_step = (torch.sqrt(2 * config.max_kl / curvature) * direction).detach()
+        step, logs = self.line_search(batch, full_step, surrogate.item())
+        logs.update({"surrogate": surrogate.item(), "meta_gradient_norm": gradient.norm().item()})
+        steps = step.split([p.numel() for p in self.parameters])
+        return [-s.view_as(p) for s, p in zip(steps, self.parameters)], logs
+
+    def line_search(self, batch: list[TaskBatch], full_step: torch.Tensor, surrogate_before: float) -> tuple[torch.Tensor, dict[str, float]]:
+        """Backtrack to the first step with KL <= max_kl and a better surrogate (zeros if none);
+        the parameters are left as they were."""
+        config = self.config
+        start = flatten([p.detach() for p in self.parameters]).clone()
+        accepted = torch.zeros_like(full_step)
+        logs = {"line_search_fraction": 0.0, "kl": 0.0, "surrogate_improvement": 0.0}
+        try:
+            for j in range(config.line_search_max_steps):
+                fraction = config.line_search_shrink**j
+                self._assign(start + fraction * full_step)
+                surrogate, mean_kl = self.objective(batch, second_order=False)  # scoring needs no graph to theta
+                improvement = surrogate.item() - surrogate_before
+                if mean_kl.item() <= config.max_kl and improvement > 0:
+                    accepted = fraction * full_step
+                    logs = {"line_search_fraction": fraction, "kl": mean_kl.item(), "surrogate_improvement": improvement}
+                    break
+        finally:
+            self._assign(start)
+        return accepted, logs
+
+    @torch.no_grad()
+    def _assign(self, vector: torch.Tensor) -> None:
+        offset = 0
+        for parameter in self.parameters:
+            parameter.copy_(vector[offset : offset + parameter.numel()].view_as(parameter))
+            offset += parameter.numel()
+
+    def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
+        """theta <- theta - g: takes the trust-region step."""
+        if gradients is not None:
+            set_gradients(self.parameters, gradients)
+        with torch.no_grad():
+            for parameter in self.parameters:
+                if parameter.grad is not None:
+                    parameter.sub_(parameter.grad)
+                    parameter.grad = None

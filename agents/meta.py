@@ -1,0 +1,276 @@
+"""The meta-RL interface: episodes collected per task, the meta-algorithm contract, meta-test.
+
+A meta-algorithm learns across tasks of a family (``agents.tasks``) so that it adapts quickly
+to a new one. Its meta-interface is garage's:
+
+    policy  = algo.get_exploration_policy()           acts before adaptation
+    episodes = task_envs.collect(task, policy, k)     explore the task
+    adapted = algo.adapt_policy(policy, episodes)     MAML: gradient steps; PEARL: posterior over z
+
+``meta_test`` runs that protocol on held-out tasks and reports the return before adaptation
+(the exploration episodes) and after it (episodes of the adapted policy), per task.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+
+from agents.api import ConfigError, Learner
+from agents.envs import EnvSpec, check_env_id, route_mujoco_warnings
+from agents.tasks import TASK_FAMILIES, Task, TaskSampler
+
+
+class Policy(Protocol):
+    """Something that acts on a batch of observations (B, *obs_shape)."""
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> "PolicyOutput": ...
+
+
+@dataclass
+class PolicyOutput:
+    """Actions (B, *action_shape) as the policy produced them, what the env receives, and the
+    log-probabilities (B,) and distribution parameters (B, P) of stochastic policies."""
+
+    actions: torch.Tensor
+    env_actions: np.ndarray
+    log_probs: torch.Tensor | None = None
+    dist_params: torch.Tensor | None = None
+
+
+@dataclass
+class Episodes:
+    """E episodes of one task, padded to the horizon T; step t of episode e is valid where
+    ``mask[e, t]``. Tensors live on the collecting device."""
+
+    task: Task
+    observations: torch.Tensor  # (E, T, *obs_shape)
+    actions: torch.Tensor  # (E, T, *action_shape)
+    rewards: torch.Tensor  # (E, T)
+    next_observations: torch.Tensor  # (E, T, *obs_shape)
+    terminated: torch.Tensor  # (E, T) bool: a true terminal state (no bootstrap)
+    mask: torch.Tensor  # (E, T) bool
+    log_probs: torch.Tensor | None = None  # (E, T) of the collecting policy
+    dist_params: torch.Tensor | None = None  # (E, T, P) of the collecting policy
+
+    @property
+    def num_episodes(self) -> int:
+        return int(self.mask.shape[0])
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """(E,) valid steps per episode."""
+        return self.mask.sum(dim=1)
+
+    @property
+    def returns(self) -> torch.Tensor:
+        """(E,) undiscounted episode returns."""
+        return (self.rewards * self.mask).sum(dim=1)
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.mask.sum())
+
+    def valid(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The valid steps of an (E, T, ...) tensor, flattened to (N, ...)."""
+        return tensor[self.mask]
+
+    def cat(self, other: "Episodes") -> "Episodes":
+        """These episodes and ``other``'s (same task and horizon) as one batch."""
+
+        def join(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
+            return None if a is None or b is None else torch.cat([a, b])
+
+        return Episodes(
+            self.task,
+            *(torch.cat([getattr(self, name), getattr(other, name)]) for name in _TENSORS),
+            log_probs=join(self.log_probs, other.log_probs),
+            dist_params=join(self.dist_params, other.dist_params),
+        )
+
+
+_TENSORS = ("observations", "actions", "rewards", "next_observations", "terminated", "mask")
+
+
+class TaskEnvs:
+    """A sync vector env of one task family that collects whole episodes on a chosen task.
+
+    Every collection round resets the sub-envs with fresh seeds from ``seed`` and a round
+    counter, so a run is reproducible and a resumed run (``state_dict``) continues the same
+    sequence. ``steps`` counts the env steps taken (the budget of a meta-training run).
+    """
+
+    def __init__(self, env_id: str, num_envs: int, seed: int, device: torch.device | str = "cpu"):
+        check_env_id(env_id)
+        route_mujoco_warnings()
+        self.sampler = TaskSampler(env_id)
+        self.env_id, self.num_envs, self.seed, self.device = env_id, num_envs, seed, torch.device(device)
+        self.envs = gym.make_vec(
+            env_id, num_envs=num_envs, vectorization_mode="sync", vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}
+        )
+        self.horizon = int(self.envs.envs[0].spec.max_episode_steps)
+        space = self.envs.single_action_space
+        self._discrete = isinstance(space, gym.spaces.Discrete)
+        self._low = None if self._discrete else space.low
+        self._high = None if self._discrete else space.high
+        self.rounds = 0
+        self.steps = 0
+
+    def close(self) -> None:
+        self.envs.close()
+
+    def state_dict(self) -> dict[str, int]:
+        return {"rounds": self.rounds, "steps": self.steps}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.rounds, self.steps = int(state["rounds"]), int(state["steps"])
+
+    def set_task(self, task: Task) -> None:
+        self.envs.call("set_task", task)
+
+    @torch.no_grad()  # not inference_mode: the episodes are training data, used later under autograd
+    def collect(self, task: Task, policy: Policy, num_episodes: int, deterministic: bool = False) -> Episodes:
+        """``num_episodes`` episodes of ``task`` acted by ``policy``, in rounds of num_envs."""
+        self.set_task(task)
+        parts = []
+        remaining = num_episodes
+        while remaining > 0:
+            count = min(remaining, self.num_envs)
+            parts.append(self._round(task, policy, count, deterministic))
+            remaining -= count
+        episodes = parts[0]
+        for part in parts[1:]:
+            episodes = episodes.cat(part)
+        return episodes
+
+    def _round(self, task: Task, policy: Policy, count: int, deterministic: bool) -> Episodes:
+        obs, _ = self.envs.reset(seed=self.seed + self.rounds * self.num_envs)
+        self.rounds += 1
+        n, horizon = self.num_envs, self.horizon
+        observations: list[torch.Tensor] = []
+        next_observations: list[np.ndarray] = []
+        actions, rewards, terminated, alive, log_probs, dist_params = [], [], [], [], [], []
+        running = np.ones(n, dtype=bool)
+        running[count:] = False  # sub-envs beyond ``count`` step along but are not recorded
+        for _ in range(horizon):
+            obs_tensor = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            out = policy.act(obs_tensor, deterministic=deterministic)
+            next_obs, reward, term, trunc, infos = self.envs.step(out.env_actions)
+            final = next_obs
+            if "_final_obs" in infos and infos["_final_obs"].any():
+                final = next_obs.copy()
+                for i in np.flatnonzero(infos["_final_obs"]):
+                    final[i] = infos["final_obs"][i]
+            observations.append(obs_tensor)
+            next_observations.append(np.asarray(final, dtype=np.float32))
+            actions.append(out.actions)
+            rewards.append(reward)
+            terminated.append(term)
+            alive.append(running.copy())
+            if out.log_probs is not None:
+                log_probs.append(out.log_probs)
+            if out.dist_params is not None:
+                dist_params.append(out.dist_params)
+            self.steps += int(running.sum())
+            running &= ~(term | trunc)
+            obs = next_obs
+            if not running.any():
+                break
+
+        def stack(items: list[Any], dtype: torch.dtype | None = None) -> torch.Tensor:
+            tensors = [torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x, device=self.device) for x in items]
+            stacked = torch.stack(tensors, dim=1)[:count]  # (E, T', ...)
+            if dtype is not None:
+                stacked = stacked.to(dtype)
+            pad = horizon - stacked.shape[1]
+            if pad:
+                stacked = torch.cat([stacked, stacked.new_zeros((count, pad, *stacked.shape[2:]))], dim=1)
+            return stacked
+
+        return Episodes(
+            task,
+            observations=stack(observations, torch.float32),
+            actions=stack(actions),
+            rewards=stack(rewards, torch.float32),
+            next_observations=stack(next_observations, torch.float32),
+            terminated=stack(terminated, torch.bool),
+            mask=stack(alive, torch.bool),
+            log_probs=stack(log_probs, torch.float32) if log_probs else None,
+            dist_params=stack(dist_params, torch.float32) if dist_params else None,
+        )
+
+
+class MetaAlgorithm(Learner):
+    """A meta-learner, trained by the benchmark's meta loop: one ``train_epoch`` per
+    iteration (it samples its tasks, collects through ``task_envs`` and updates), and
+    meta-tested by ``meta_test`` through ``get_exploration_policy``/``adapt_policy``."""
+
+    #: exploration episodes collected on each held-out task before adapting (and adaptation
+    #: rounds: MAML takes one gradient step per round, PEARL adds each round to its context)
+    meta_test_exploration_episodes: int = 1
+    meta_test_adaptation_rounds: int = 1
+    #: episodes of the adapted policy scored on each held-out task
+    meta_test_episodes: int = 1
+
+    @classmethod
+    def check_env_spec(cls, spec: EnvSpec) -> None:
+        super().check_env_spec(spec)
+        if not spec.task_family:
+            raise ConfigError(
+                f"{cls.name} is a meta-RL algorithm and needs a task family; {spec.env_id} has no tasks "
+                f"(task families: {', '.join(TASK_FAMILIES)})"
+            )
+
+    @abc.abstractmethod
+    def train_epoch(self, task_envs: TaskEnvs) -> dict[str, float]:
+        """One meta-training iteration: sample tasks, collect, adapt, update; mean logs."""
+
+    @abc.abstractmethod
+    def get_exploration_policy(self) -> Policy:
+        """A policy to explore one task with before adaptation (use it on that task only)."""
+
+    @abc.abstractmethod
+    def adapt_policy(self, exploration_policy: Policy, episodes: Episodes) -> Policy:
+        """The policy adapted to the task that ``episodes`` (acted by ``exploration_policy``) came from."""
+
+
+@dataclass
+class TaskResult:
+    """One held-out task's meta-test: mean episode returns before and after adaptation."""
+
+    task: Task
+    pre_adaptation_return: float
+    post_adaptation_return: float
+    post_adaptation_length: float
+    round_returns: list[float] = field(default_factory=list)  # exploration return of each adaptation round
+
+
+def meta_test(algo: MetaAlgorithm, task_envs: TaskEnvs, tasks: list[Task], deterministic: bool = False) -> list[TaskResult]:
+    """Adapt to each task from ``meta_test_exploration_episodes`` per round for
+    ``meta_test_adaptation_rounds`` rounds, then score ``meta_test_episodes`` episodes of the
+    adapted policy. The pre-adaptation return is that of the first round's exploration."""
+    results = []
+    for task in tasks:
+        policy = algo.get_exploration_policy()
+        round_returns = []
+        for _ in range(algo.meta_test_adaptation_rounds):
+            episodes = task_envs.collect(task, policy, algo.meta_test_exploration_episodes)
+            round_returns.append(float(episodes.returns.mean()))
+            policy = algo.adapt_policy(policy, episodes)
+        adapted = task_envs.collect(task, policy, algo.meta_test_episodes, deterministic=deterministic)
+        results.append(
+            TaskResult(
+                task,
+                pre_adaptation_return=round_returns[0],
+                post_adaptation_return=float(adapted.returns.mean()),
+                post_adaptation_length=float(adapted.lengths.float().mean()),
+                round_returns=round_returns,
+            )
+        )
+    return results

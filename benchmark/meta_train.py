@@ -1,0 +1,193 @@
+"""One meta-RL training run: epochs of ``train_epoch`` over a task family, meta-tested on
+held-out tasks.
+
+    repeat until budget.total_steps env steps (summed over every task and episode):
+        logs = algo.train_epoch(train task envs)             sample tasks, collect, adapt, update
+        every eval_every env steps (and at the end):
+            for each of budget.eval_episodes held-out test tasks (the same in every run):
+                explore -> adapt_policy -> score the adapted policy
+            log meta_test/pre_adaptation_return, meta_test/post_adaptation_return (means over
+            the tasks), each task's pair, and eval/return_mean = the post-adaptation mean
+
+For a meta-RL run, ``budget.eval_episodes`` is the number of held-out test tasks; how many
+episodes each task gets is the algorithm's (``meta_test_*``). Checkpoints are written at epoch
+boundaries, where no episode is in flight, so a resumed run continues exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import agents
+from agents.envs import env_spec
+from agents.meta import MetaAlgorithm, TaskEnvs, TaskResult, meta_test
+from benchmark import checkpoint
+from benchmark.config import RunSpec
+
+#: meta-test episodes never share env seeds with meta-training ones
+EVAL_SEED_OFFSET = 1_000_003
+
+
+@dataclass
+class _MetaLoop:
+    """The meta loop's counters: checkpointed with the algorithm."""
+
+    step: int = 0
+    epoch: int = 0
+    next_eval: int = 0
+    next_checkpoint: int = 0
+    next_progress: int = 0
+    train_seconds: float = 0.0
+    eval_seconds: float = 0.0
+
+
+def meta_test_metrics(results: list[TaskResult]) -> dict[str, float]:
+    """The means over test tasks and each task's pre/post-adaptation returns."""
+    pre = [r.pre_adaptation_return for r in results]
+    post = [r.post_adaptation_return for r in results]
+    metrics = {
+        "eval/return_mean": float(np.mean(post)),
+        "eval/return_std": float(np.std(post)),
+        "eval/length_mean": float(np.mean([r.post_adaptation_length for r in results])),
+        "meta_test/pre_adaptation_return": float(np.mean(pre)),
+        "meta_test/post_adaptation_return": float(np.mean(post)),
+        "meta_test/adaptation_gain": float(np.mean(post) - np.mean(pre)),
+    }
+    for i, result in enumerate(results):
+        metrics[f"meta_test/task{i}/pre_adaptation_return"] = result.pre_adaptation_return
+        metrics[f"meta_test/task{i}/post_adaptation_return"] = result.post_adaptation_return
+    return metrics
+
+
+def run_meta(
+    spec: RunSpec,
+    tracker: Any,
+    progress: Any = None,
+    checkpoint_dir: Path | None = None,
+    resume: dict[str, Any] | None = None,
+    checkpoint_metadata: dict[str, Any] | None = None,
+    remove_latest_on_finish: bool = True,
+    on_evaluation: Any = None,
+) -> Any:
+    """``benchmark.train.run`` for a meta-learner (same arguments, same RunResult)."""
+    from benchmark import train  # train dispatches here; import late to keep one import direction
+
+    torch.set_num_threads(spec.torch_threads)
+    train.seed_everything(spec.seed)
+    device = train.resolve_device(spec.device)
+    config = agents.resolve_config(spec.algo, spec.hyperparameters)
+    budget = spec.budget
+    run_dir = checkpoint.run_directory(checkpoint_dir, spec.run_key) if checkpoint_dir is not None else None
+    if run_dir is not None:
+        checkpoint.remove_partial_writes(run_dir)
+    algo = agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=budget.total_steps, device=device, seed=spec.seed)
+    assert isinstance(algo, MetaAlgorithm)
+    train_envs = TaskEnvs(spec.env_id, config.num_envs, seed=spec.seed, device=device)
+    test_envs = TaskEnvs(spec.env_id, config.num_envs, seed=spec.seed + EVAL_SEED_OFFSET, device=device)
+    test_tasks = train_envs.sampler.test_tasks(budget.eval_episodes)
+    result = train.RunResult(spec, device=str(device))
+    loop = _MetaLoop(next_eval=budget.eval_every, next_checkpoint=spec.checkpoint_interval)
+
+    def evaluate_now(step: int) -> None:
+        test_envs.rounds = 0  # every meta-test sees the same episodes' seeds
+        results = meta_test(algo, test_envs, test_tasks)
+        metrics = meta_test_metrics(results)
+        lengths = [int(round(r.post_adaptation_length)) for r in results]
+        result.evaluations.append(train.Evaluation(step, [r.post_adaptation_return for r in results], lengths))
+        tracker.log_metrics({**metrics, "meta_test/epoch": float(loop.epoch)}, step)
+
+    def payload() -> dict[str, Any]:
+        loop.train_seconds = time.perf_counter() - started - loop.eval_seconds
+        return {
+            "format": checkpoint.FORMAT,
+            "kind": "meta",
+            "spec": spec.to_dict(),
+            "metadata": dict(checkpoint_metadata or {}),
+            "loop": dataclasses.asdict(loop),
+            "evaluations": [dataclasses.asdict(evaluation) for evaluation in result.evaluations],
+            "algorithm": algo.state_dict(),
+            "task_envs": train_envs.state_dict(),
+            "rng": checkpoint.rng_state(),
+        }
+
+    def save() -> Path:
+        assert run_dir is not None
+        tracker.flush()  # everything logged up to here is stored before the checkpoint a resume starts from
+        return checkpoint.write_atomic(payload(), run_dir / checkpoint.LATEST)
+
+    try:
+        if resume is not None:
+            try:
+                _restore(resume, algo, train_envs, loop, result, spec)
+            except (KeyError, ValueError, RuntimeError, TypeError) as error:
+                raise train.ResumeError(f"cannot resume {spec.label} from its checkpoint: {type(error).__name__}: {error}") from error
+        started = time.perf_counter() - loop.train_seconds - loop.eval_seconds
+        with train._StopSignal() as stop:
+            while loop.step < budget.total_steps:
+                logs = algo.train_epoch(train_envs)
+                train.check_finite(logs, train_envs.steps)
+                loop.step = step = train_envs.steps
+                loop.epoch += 1
+                loop.train_seconds = time.perf_counter() - started - loop.eval_seconds
+                tracker.log_metrics(
+                    {**{f"train/{k}": v for k, v in logs.items()}, "train/epoch": float(loop.epoch), "perf/steps_per_second": step / max(loop.train_seconds, 1e-9)},
+                    step,
+                )
+                if step >= loop.next_eval or step >= budget.total_steps:
+                    eval_started = time.perf_counter()
+                    evaluate_now(step)
+                    loop.eval_seconds += time.perf_counter() - eval_started
+                    while loop.next_eval <= step:
+                        loop.next_eval += budget.eval_every
+                    tracker.flush()
+                    if on_evaluation is not None:
+                        on_evaluation(result.evaluations[-1])
+                if progress is not None and (step >= loop.next_progress or step >= budget.total_steps):
+                    progress(min(step, budget.total_steps), budget.total_steps, result.evaluations[-1].mean if result.evaluations else None)
+                    loop.next_progress = step + max(budget.total_steps // 100, 1)
+                if step >= budget.total_steps:
+                    break
+                if run_dir is not None and spec.checkpoint_interval and step >= loop.next_checkpoint:
+                    while loop.next_checkpoint <= step:
+                        loop.next_checkpoint += spec.checkpoint_interval
+                    save()
+                if stop.received:
+                    where = f"; checkpoint {save()}" if run_dir is not None else ""
+                    raise train.Preempted(f"stopped by SIGTERM at env step {step}{where}")
+
+        result.wall_seconds = time.perf_counter() - started
+        result.steps_per_second = loop.step / max(result.wall_seconds - loop.eval_seconds, 1e-9)
+        if run_dir is not None:
+            final = {"spec": spec.to_dict(), "algorithm": algo.state_dict(), "normalization": {}}
+            path = checkpoint.write_atomic(final, run_dir / checkpoint.FINAL)
+            if remove_latest_on_finish:
+                (run_dir / checkpoint.LATEST).unlink(missing_ok=True)
+            result.checkpoint = str(path)
+            tracker.log_artifact(path, "checkpoints")
+        tracker.flush()
+        return result
+    finally:
+        train_envs.close()
+        test_envs.close()
+
+
+def _restore(payload: dict[str, Any], algo: MetaAlgorithm, train_envs: TaskEnvs, loop: _MetaLoop, result: Any, spec: RunSpec) -> None:
+    from benchmark import train
+
+    if payload.get("format") != checkpoint.FORMAT or payload.get("kind") != "meta":
+        raise ValueError(f"not a meta-RL checkpoint of format {checkpoint.FORMAT}")
+    if payload["spec"].get("run_key") != spec.run_key:
+        raise ValueError(f"the checkpoint belongs to run key {payload['spec'].get('run_key')}, not {spec.run_key}")
+    algo.load_state_dict(payload["algorithm"])
+    train_envs.load_state_dict(payload["task_envs"])
+    for name, value in payload["loop"].items():
+        setattr(loop, name, value)
+    result.evaluations = [train.Evaluation(**evaluation) for evaluation in payload["evaluations"]]
+    checkpoint.set_rng_state(payload["rng"])
