@@ -320,6 +320,11 @@ class Algorithm(Learner):
     collects_experience: bool = True
     samples_per_update: int = 0
 
+    def behavior_act(self, obs: torch.Tensor, state: Any = None) -> Acted:
+        """What acts in the training envs: the policy itself, its exploration included, except
+        for a learner that collects another policy's behaviour (BC collects its expert's)."""
+        return self.act(obs, state)
+
     @abc.abstractmethod
     def observe(self, transitions: Transitions) -> None:
         """Hand one vector step of collected data to the algorithm's storage."""

@@ -276,26 +276,31 @@ def run(
         started = time.perf_counter() - loop.train_seconds - loop.eval_seconds  # wall time before a resume counts
         with _StopSignal() as stop:
             while loop.step < budget.total_steps:
-                obs_tensor = torch.as_tensor(obs, dtype=torch.float32, device=device)
-                acted = algo.act(obs_tensor, state)
-                next_obs, rewards, terminated, truncated, infos = train_envs.step(acted.env_actions)
-                state = algo.reset_state(acted.state, torch.as_tensor(terminated | truncated, device=device))
-                algo.observe(
-                    Transitions(
-                        obs=obs_tensor,
-                        acted=acted,
-                        rewards=torch.as_tensor(rewards, dtype=torch.float32, device=device),
-                        next_obs=torch.as_tensor(true_next_obs(next_obs, infos), dtype=torch.float32, device=device),
-                        terminated=torch.as_tensor(terminated, device=device),
-                        truncated=torch.as_tensor(truncated, device=device),
+                if algo.collects_experience:
+                    obs_tensor = torch.as_tensor(obs, dtype=torch.float32, device=device)
+                    acted = algo.behavior_act(obs_tensor, state)
+                    next_obs, rewards, terminated, truncated, infos = train_envs.step(acted.env_actions)
+                    state = algo.reset_state(acted.state, torch.as_tensor(terminated | truncated, device=device))
+                    algo.observe(
+                        Transitions(
+                            obs=obs_tensor,
+                            acted=acted,
+                            rewards=torch.as_tensor(rewards, dtype=torch.float32, device=device),
+                            next_obs=torch.as_tensor(true_next_obs(next_obs, infos), dtype=torch.float32, device=device),
+                            terminated=torch.as_tensor(terminated, device=device),
+                            truncated=torch.as_tensor(truncated, device=device),
+                        )
                     )
-                )
-                obs = next_obs
-                loop.step += config.num_envs
-                step = loop.step
+                    obs = next_obs
+                    loop.step += config.num_envs
+                    step = loop.step
 
-                for episode_return, episode_length in finished_episodes(infos):
-                    tracker.log_metrics({"train/episode_return": episode_return, "train/episode_length": episode_length}, step)
+                    for episode_return, episode_length in finished_episodes(infos):
+                        tracker.log_metrics({"train/episode_return": episode_return, "train/episode_length": episode_length}, step)
+                else:  # an offline learner: each update consumes samples_per_update stored samples
+                    loop.step += algo.samples_per_update
+                    step = loop.step
+
                 if algo.ready_to_update():
                     logs = algo.update()
                     check_finite(logs, step)

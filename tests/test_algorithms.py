@@ -1,6 +1,8 @@
 """The interface contract, for every registered algorithm on every action space it supports."""
 
 import io
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,7 +26,19 @@ SMALL = {
     "td3": {"start_steps": 4, "learning_starts": 8, "batch_size": 8, "hidden_sizes": [16, 16], "buffer_size": 1000},
     "dqn": {"learning_starts": 8, "batch_size": 8, "hidden_sizes": [16, 16], "buffer_size": 1000, "update_every": 1},
     "mpo": {"learning_starts": 8, "batch_size": 8, "hidden_sizes": [16, 16], "buffer_size": 1000, "num_action_samples": 4},
+    "bc": {"batch_size": 16, "minibatches_per_epoch": 2, "hidden_sizes": [16, 16]},
 }
+_EXPERTS = Path(tempfile.mkdtemp(prefix="bc-experts-"))
+
+
+def bc_expert(env_id: str) -> str:
+    """A small random dataset of ``env_id``'s observations and actions for bc to clone."""
+    path = _EXPERTS / f"{env_id.replace('/', '_')}.npz"
+    if not path.exists():
+        spec, rng = env_spec(env_id), np.random.default_rng(0)
+        actions = rng.integers(0, spec.num_actions, 64) if spec.discrete else rng.uniform(-1, 1, (64, *spec.action_shape))
+        np.savez(path, observations=rng.normal(size=(64, *spec.observation_shape)).astype(np.float32), actions=actions)
+    return str(path)
 SEQUENCES = {"batch_size": 4, "sequence_length": 4, "burn_in": 2, "recurrent_size": 8}
 #: replay and network variants, each checked against the whole contract
 VARIANTS = {
@@ -66,7 +80,8 @@ def test_every_algorithm_is_covered():
 
 def build(name: str, env_id: str, variant: dict | None = None, seed: int = 0, **overrides):
     torch.manual_seed(seed)
-    return agents.make(name, env_spec(env_id), {**SMALL[name], **(variant or {}), **overrides}, total_steps=1000, seed=seed)
+    expert = {"expert": bc_expert(env_id)} if name == "bc" else {}
+    return agents.make(name, env_spec(env_id), {**SMALL[name], **expert, **(variant or {}), **overrides}, total_steps=1000, seed=seed)
 
 
 def feed(algo, env_id: str, steps: int, seed: int = 0) -> None:
@@ -93,6 +108,8 @@ def one_batch(algo):
     if hasattr(algo, "storage"):
         algo.storage.compute_returns(torch.zeros(algo.config.num_envs), algo.config.gamma, algo.config.gae_lambda)
         return next(algo.minibatches(1))
+    if algo.name == "bc":
+        return algo._epoch_batch()
     return algo.buffer.sample(algo.config.batch_size, torch.Generator().manual_seed(0))
 
 

@@ -1,5 +1,6 @@
 """One module per algorithm family."""
 
+from agents.algos.bc import BC, BCConfig
 from agents.algos.ddpg import DDPG, TD3, DDPGConfig, TD3Config
 from agents.algos.dqn import DQN, DQNConfig
 from agents.algos.maml import MAML, MAMLPPO, MAMLTRPO, MAMLVPG, MAMLPPOConfig, MAMLTRPOConfig, MAMLVPGConfig
@@ -13,6 +14,8 @@ from agents.algos.vpg import A2C, REINFORCE, VPG, A2CConfig, REINFORCEConfig, VP
 __all__ = [
     "A2C",
     "A2CConfig",
+    "BC",
+    "BCConfig",
     "DDPG",
     "DDPGConfig",
     "DQN",

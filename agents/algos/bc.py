@@ -1,0 +1,328 @@
+"""Behavioral cloning: supervised learning of an expert's actions.
+
+Ho, Gupta, Ermon (2016), "Model-Free Imitation Learning with Policy Optimization" (the
+reference of garage's BC), as garage runs it:
+
+    repeat (one epoch):
+        batch = batch_size (observation, expert action) pairs:
+            expert policy: the expert acts in the training envs (the benchmark's collector)
+            dataset:       drawn uniformly from the transitions on disk
+        split the batch into minibatches_per_epoch minibatches; for each, one optimizer step on
+            log_prob: -mean log pi(a_expert | s)            (a stochastic learner)
+            mse:      mean |mu(s) - a_expert|^2             (the deterministic output, or the mean)
+
+The expert (``expert`` hyperparameter) is either
+- a policy checkpoint written by this suite's runs (``final.pt`` or ``latest.pt``: the keys
+  ``spec`` (algo, env_id, hyperparameters), ``algorithm`` and ``normalization`` are read; the
+  expert sees observations normalized with its own frozen statistics);
+- a dataset of transitions: ``.npz`` with arrays ``observations`` (N, *obs_shape) and
+  ``actions`` (N, *action_shape); or ``minari:<dataset id>`` for a Minari dataset stored
+  locally (needs the ``minari`` package).
+
+Defaults are garage's BC (learning rate 1e-3 with Adam, 16 minibatches per epoch, log_prob).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from agents.api import Acted, Algorithm, ConfigError, Hyperparameters, Learner, Transitions, hp, set_gradients
+from agents.envs import EnvSpec, env_spec
+from agents.nets.distributions import Categorical, DiagGaussian
+from agents.nets.mlp import mlp
+
+OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD, "rmsprop": torch.optim.RMSprop}
+
+
+@dataclass
+class BCConfig(Hyperparameters):
+    """Behavioral cloning; garage's BC defaults."""
+
+    expert: str | None = hp(None)
+    """A policy checkpoint of this suite (.pt), a dataset (.npz) or minari:<dataset id>."""
+    loss: str = hp("log_prob", choices=("log_prob", "mse"))
+    """log_prob: maximize the learner's likelihood of the expert's actions; mse: regress them."""
+    policy: str = hp("stochastic", choices=("stochastic", "deterministic"))
+    """stochastic: categorical or Gaussian (state-independent log-std); deterministic: an MLP
+    giving the action (continuous actions only)."""
+    batch_size: int = hp(1000, ge=1)
+    """Expert transitions per epoch."""
+    minibatches_per_epoch: int = hp(16, ge=1)
+    """Optimizer steps per epoch, each on a 1/minibatches_per_epoch share of the batch."""
+    optimizer: str = hp("adam", choices=tuple(OPTIMIZERS))
+    """The policy's optimizer."""
+    learning_rate: float = hp(1e-3, gt=0.0, le=1.0)
+    """Its step size."""
+    hidden_sizes: tuple[int, ...] = hp((64, 64), ge=1)
+    """Learner hidden layers."""
+    activation: str = hp("tanh", choices=("tanh", "relu", "elu", "gelu"))
+    """Learner hidden activation."""
+    initial_log_std: float = hp(0.0)
+    """Initial log-std of a Gaussian learner."""
+    expert_deterministic: bool = hp(True)
+    """An expert policy acts with its deterministic action (the behaviour it is scored on)."""
+
+
+class LearnerNetwork(nn.Module):
+    """The cloned policy: logits, a Gaussian mean with a state-independent log-std, or an action."""
+
+    def __init__(self, spec: EnvSpec, config: BCConfig):
+        super().__init__()
+        self.discrete = spec.discrete
+        obs_dim = int(np.prod(spec.observation_shape))
+        self.body = mlp(obs_dim, config.hidden_sizes, spec.num_actions, config.activation)
+        stochastic_gaussian = not spec.discrete and config.policy == "stochastic"
+        self.log_std = nn.Parameter(torch.full((spec.num_actions,), config.initial_log_std)) if stochastic_gaussian else None
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Logits (B, n), mean (B, d) or action (B, d)."""
+        return self.body(obs.flatten(1))
+
+    def distribution(self, output: torch.Tensor) -> Categorical | DiagGaussian:
+        return Categorical(output) if self.discrete else DiagGaussian(output, self.log_std)
+
+
+class ExpertPolicy:
+    """A trained policy of this suite, restored from its checkpoint, acting on raw observations."""
+
+    def __init__(self, payload: Mapping[str, Any], spec: EnvSpec, device: torch.device, deterministic: bool):
+        import agents  # the registry imports this module
+
+        try:
+            recorded = payload["spec"]
+            algo, env_id, hyperparameters = recorded["algo"], recorded["env_id"], recorded["hyperparameters"]
+            state = payload["algorithm"]
+        except (KeyError, TypeError):
+            raise ConfigError("the expert checkpoint lacks spec (algo, env_id, hyperparameters) or algorithm state; is it a checkpoint of this suite?") from None
+        expert_spec = env_spec(env_id)
+        if (expert_spec.observation_shape, expert_spec.action_shape, expert_spec.discrete) != (spec.observation_shape, spec.action_shape, spec.discrete):
+            raise ConfigError(f"the expert was trained on {env_id}, whose spaces differ from {spec.env_id}'s")
+        if hyperparameters.get("recurrent"):
+            raise ConfigError(f"the expert {algo} is recurrent; bc clones feed-forward experts only")
+        self.algorithm: Learner = agents.make(algo, expert_spec, hyperparameters, total_steps=1, device=device)
+        self.algorithm.load_state_dict(state)
+        statistics = (payload.get("normalization") or {}).get("obs_rms")
+        self.clip = float(hyperparameters.get("clip_observations", 10.0))
+        self.mean = self.std = None
+        if statistics is not None:
+            self.mean = torch.as_tensor(np.asarray(statistics["mean"]), dtype=torch.float32, device=device)
+            self.std = torch.sqrt(torch.as_tensor(np.asarray(statistics["var"]), dtype=torch.float32, device=device) + 1e-8)
+        self.deterministic = deterministic
+        self.name = algo
+
+    def act(self, obs: torch.Tensor) -> Acted:
+        if self.mean is not None:
+            obs = ((obs - self.mean) / self.std).clamp(-self.clip, self.clip)
+        return self.algorithm.act(obs, None, deterministic=self.deterministic)
+
+
+def load_dataset(source: str, spec: EnvSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(observations (N, *obs_shape), actions (N, *action_shape)) from an .npz file or a
+    local Minari dataset; ConfigError naming what does not fit ``spec``."""
+    if source.startswith("minari:"):
+        observations, actions = _load_minari(source.removeprefix("minari:"))
+    else:
+        with np.load(source) as data:
+            missing = {"observations", "actions"} - set(data.files)
+            if missing:
+                raise ConfigError(f"expert dataset {source} lacks {sorted(missing)}; it has {sorted(data.files)}")
+            observations, actions = data["observations"], data["actions"]
+    if observations.shape[1:] != spec.observation_shape or len(observations) != len(actions):
+        raise ConfigError(
+            f"expert dataset {source}: observations {observations.shape} and actions {actions.shape} do not fit "
+            f"{spec.env_id} (observations (N, {', '.join(map(str, spec.observation_shape))}))"
+        )
+    if actions.shape[1:] != spec.action_shape:
+        raise ConfigError(f"expert dataset {source}: actions have shape {actions.shape[1:]}, {spec.env_id} takes {spec.action_shape}")
+    if len(observations) == 0:
+        raise ConfigError(f"expert dataset {source} is empty")
+    return observations.astype(np.float32), actions
+
+
+def _load_minari(dataset_id: str) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        import minari
+    except ImportError:
+        raise ConfigError(f"expert minari:{dataset_id} needs the minari package (pip install minari)") from None
+    try:
+        dataset = minari.load_dataset(dataset_id)
+    except Exception as error:  # minari raises several types for a missing dataset
+        raise ConfigError(f"cannot load Minari dataset {dataset_id!r}: {error}") from None
+    observations, actions = [], []
+    for episode in dataset.iterate_episodes():
+        observations.append(np.asarray(episode.observations)[:-1])  # the last observation has no action
+        actions.append(np.asarray(episode.actions))
+    if not observations:
+        raise ConfigError(f"Minari dataset {dataset_id!r} has no episodes")
+    return np.concatenate(observations), np.concatenate(actions)
+
+
+def _is_dataset(source: str) -> bool:
+    return source.startswith("minari:") or source.endswith(".npz")
+
+
+class BC(Algorithm):
+    """Behavioral cloning of an expert policy (acting in the training envs) or a dataset."""
+
+    name = "bc"
+    Config: ClassVar[type[BCConfig]] = BCConfig
+    tunable_parameters = ("learning_rate",)
+    config: BCConfig
+
+    @classmethod
+    def check_config(cls, config: Any, spec: Any) -> None:
+        if config.expert is None:
+            raise ConfigError("bc needs an expert: a policy checkpoint (.pt) of this suite, a dataset (.npz) or minari:<dataset id>")
+        if not config.expert.startswith("minari:") and not Path(config.expert).is_file():
+            raise ConfigError(f"bc expert {config.expert!r} does not exist")
+        if not config.expert.startswith("minari:") and not config.expert.endswith((".pt", ".npz")):
+            raise ConfigError(f"bc expert {config.expert!r} is neither a checkpoint (.pt) nor a dataset (.npz)")
+        if config.loss == "log_prob" and config.policy == "deterministic":
+            raise ConfigError("loss log_prob needs a stochastic learner (policy: stochastic); a deterministic one clones with loss mse")
+        if spec.discrete and (config.loss == "mse" or config.policy == "deterministic"):
+            raise ConfigError(f"{spec.env_id} has discrete actions: bc clones them with policy stochastic and loss log_prob")
+        if spec.multi_discrete:
+            raise ConfigError(f"bc cannot clone {spec.env_id}'s {spec.action_space_name} actions")
+        if config.normalize_observations or config.normalize_rewards:
+            raise ConfigError("bc learns on raw observations (an expert normalizes with its own statistics): set normalize_observations and normalize_rewards to false")
+        if config.minibatches_per_epoch > config.batch_size:
+            raise ConfigError(f"minibatches_per_epoch {config.minibatches_per_epoch} exceeds batch_size {config.batch_size}")
+
+    def __init__(self, spec: EnvSpec, config: BCConfig, total_steps: int, device: torch.device | str = "cpu", seed: int = 0):
+        self.check_env_spec(spec)
+        self.check_config(config, spec)
+        self.spec, self.config, self.device = spec, config, torch.device(device)
+        self.network = LearnerNetwork(spec, config).to(self.device)
+        self.parameters = list(self.network.parameters())
+        self.optimizer = OPTIMIZERS[config.optimizer](self.parameters, lr=config.learning_rate)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.expert: ExpertPolicy | None = None
+        self.dataset: tuple[torch.Tensor, torch.Tensor] | None = None
+        if _is_dataset(config.expert):
+            observations, actions = load_dataset(config.expert, spec)
+            self.dataset = (torch.as_tensor(observations, device=self.device), torch.as_tensor(actions, device=self.device))
+            self.collects_experience = False
+            self.samples_per_update = config.batch_size
+        else:
+            payload = torch.load(config.expert, map_location="cpu", weights_only=True)
+            self.expert = ExpertPolicy(payload, spec, self.device, config.expert_deterministic)
+        # the epoch's batch of expert pairs, filled num_envs at a time (rounded up to a multiple)
+        capacity = math.ceil(config.batch_size / config.num_envs) * config.num_envs
+        action_dtype = torch.long if spec.discrete else torch.float32
+        self.observations = torch.zeros((capacity, *spec.observation_shape), device=self.device)
+        self.actions = torch.zeros((capacity, *spec.action_shape), dtype=action_dtype, device=self.device)
+        self.filled = 0
+        if not spec.discrete:
+            self._low = np.asarray(spec.action_low, np.float32)
+            self._high = np.asarray(spec.action_high, np.float32)
+
+    # -- acting: the learner; collecting: the expert -----------------------------------------
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor, state: Any = None, deterministic: bool = False) -> Acted:
+        """The learner's actions (the cloned policy)."""
+        output = self.network(obs)
+        if self.config.policy == "deterministic":
+            actions = output
+        else:
+            dist = self.network.distribution(output)
+            actions = dist.mode() if deterministic else dist.sample()
+        env_actions = actions.cpu().numpy()
+        if not self.spec.discrete:
+            env_actions = np.clip(env_actions, self._low, self._high)
+        return Acted(actions, env_actions, state)
+
+    def behavior_act(self, obs: torch.Tensor, state: Any = None) -> Acted:
+        """The expert acts in the training envs: its observations and actions are the data."""
+        assert self.expert is not None, "a dataset learner collects nothing"
+        acted = self.expert.act(obs)
+        actions = torch.as_tensor(np.asarray(acted.env_actions), device=self.device)  # what the env received
+        return Acted(actions, acted.env_actions, state)
+
+    def observe(self, transitions: Transitions) -> None:
+        count = transitions.obs.shape[0]
+        end = min(self.filled + count, len(self.observations))
+        self.observations[self.filled : end] = transitions.obs[: end - self.filled]
+        self.actions[self.filled : end] = transitions.acted.actions[: end - self.filled].to(self.actions.dtype)
+        self.filled = end
+
+    def ready_to_update(self) -> bool:
+        return self.dataset is not None or self.filled >= self.config.batch_size
+
+    # -- learning ------------------------------------------------------------------------------
+
+    def _epoch_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.dataset is not None:
+            observations, actions = self.dataset
+            indices = torch.randint(len(observations), (self.config.batch_size,), generator=self.generator).to(self.device)
+            return observations[indices], actions[indices]
+        return self.observations[: self.filled], self.actions[: self.filled]
+
+    def loss(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """The cloning loss of one minibatch (observations, expert actions)."""
+        observations, actions = batch
+        output = self.network(observations)
+        if self.config.loss == "log_prob":
+            return -self.network.distribution(output).log_prob(actions).mean()
+        return (output - actions).pow(2).sum(-1).mean()  # the deterministic output, or the Gaussian's mean
+
+    def compute_gradients(self, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+        loss = self.loss(batch)
+        gradients = torch.autograd.grad(loss, self.parameters, allow_unused=True)
+        return list(gradients), {"loss": loss.item()}
+
+    def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
+        if gradients is not None:
+            set_gradients(self.parameters, gradients)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def update(self) -> dict[str, float]:
+        """One epoch: the batch shuffled into minibatches_per_epoch optimizer steps."""
+        observations, actions = self._epoch_batch()
+        order = torch.randperm(len(observations), generator=self.generator).to(self.device)
+        losses = []
+        for indices in order.tensor_split(self.config.minibatches_per_epoch):
+            gradients, logs = self.compute_gradients((observations[indices], actions[indices]))
+            self.apply_gradients(gradients)
+            losses.append(logs["loss"])
+        self.filled = 0
+        logs = {"loss": float(np.mean(losses))}
+        if self.network.log_std is not None:
+            logs["policy_std"] = self.network.log_std.exp().mean().item()
+        return logs
+
+    def _on_parameter_updated(self, name: str) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.config.learning_rate
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {"policy": self.network}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.network.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "generator": self.generator.get_state(),
+            "batch": {"observations": self.observations[: self.filled].cpu(), "actions": self.actions[: self.filled].cpu()},
+            "config": self.config.to_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.network.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.filled = len(state["batch"]["observations"])
+        self.observations[: self.filled] = state["batch"]["observations"].to(self.device)
+        self.actions[: self.filled] = state["batch"]["actions"].to(self.device)
+        self.config = self.Config.from_dict(state["config"])
+        self._on_parameter_updated("learning_rate")
