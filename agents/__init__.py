@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 import torch
 
-from agents.algos import A2C, BC, DDPG, DQN, MAMLPPO, MAMLTRPO, MAMLVPG, MPO, PPO, REINFORCE, SAC, TD3, TRPO, VPG, PPOAdaptiveKL, SurrogatePG
+from agents.algos import A2C, BC, DDPG, DQN, MAMLPPO, MAMLTRPO, MAMLVPG, MPO, PEARL, PPO, REINFORCE, SAC, TD3, TRPO, VPG, PPOAdaptiveKL, SurrogatePG
 from agents.api import Acted, Algorithm, ConfigError, Hyperparameters, Learner, Transitions, suggest
 from agents.meta import MetaAlgorithm
 from agents.envs import EnvSpec
@@ -18,7 +18,7 @@ from agents.envs import EnvSpec
 #: every algorithm by its registry name
 ALGORITHMS: dict[str, type[Learner]] = {
     cls.name: cls
-    for cls in (VPG, REINFORCE, A2C, PPO, PPOAdaptiveKL, SurrogatePG, TRPO, DDPG, TD3, SAC, DQN, MPO, BC, MAMLVPG, MAMLPPO, MAMLTRPO)
+    for cls in (VPG, REINFORCE, A2C, PPO, PPOAdaptiveKL, SurrogatePG, TRPO, DDPG, TD3, SAC, DQN, MPO, BC, MAMLVPG, MAMLPPO, MAMLTRPO, PEARL)
 }
 
 

@@ -215,8 +215,9 @@ class MetaAlgorithm(Learner):
     #: rounds: MAML takes one gradient step per round, PEARL adds each round to its context)
     meta_test_exploration_episodes: int = 1
     meta_test_adaptation_rounds: int = 1
-    #: episodes of the adapted policy scored on each held-out task
+    #: episodes of the adapted policy scored on each held-out task, and whether it acts deterministically
     meta_test_episodes: int = 1
+    meta_test_deterministic: bool = False
 
     @classmethod
     def check_env_spec(cls, spec: EnvSpec) -> None:
@@ -251,10 +252,11 @@ class TaskResult:
     round_returns: list[float] = field(default_factory=list)  # exploration return of each adaptation round
 
 
-def meta_test(algo: MetaAlgorithm, task_envs: TaskEnvs, tasks: list[Task], deterministic: bool = False) -> list[TaskResult]:
+def meta_test(algo: MetaAlgorithm, task_envs: TaskEnvs, tasks: list[Task]) -> list[TaskResult]:
     """Adapt to each task from ``meta_test_exploration_episodes`` per round for
     ``meta_test_adaptation_rounds`` rounds, then score ``meta_test_episodes`` episodes of the
-    adapted policy. The pre-adaptation return is that of the first round's exploration."""
+    adapted policy (deterministic actions if ``meta_test_deterministic``). The pre-adaptation
+    return is that of the first round's exploration."""
     results = []
     for task in tasks:
         policy = algo.get_exploration_policy()
@@ -263,7 +265,7 @@ def meta_test(algo: MetaAlgorithm, task_envs: TaskEnvs, tasks: list[Task], deter
             episodes = task_envs.collect(task, policy, algo.meta_test_exploration_episodes)
             round_returns.append(float(episodes.returns.mean()))
             policy = algo.adapt_policy(policy, episodes)
-        adapted = task_envs.collect(task, policy, algo.meta_test_episodes, deterministic=deterministic)
+        adapted = task_envs.collect(task, policy, algo.meta_test_episodes, deterministic=algo.meta_test_deterministic)
         results.append(
             TaskResult(
                 task,

@@ -186,7 +186,7 @@ class TaskSampler:
     ``sample(n, rng)`` draws from the run's own RNG (MAML's fresh tasks every meta-batch);
     ``train_tasks(n)`` and ``test_tasks(n)`` are fixed by seeds every run shares (PEARL's
     training set; the meta-test). A family with finitely many tasks (``all_tasks()``) has its
-    test tasks cycled through that list.
+    training and test tasks cycled through that list.
     """
 
     def __init__(self, env_id: str):
@@ -198,6 +198,8 @@ class TaskSampler:
                     f"task families: {', '.join(TASK_FAMILIES)}"
                 )
             self._family = env.unwrapped
+            finite = getattr(self._family, "all_tasks", None)
+            self._finite = finite if callable(finite) else None
         finally:
             env.close()
         self.env_id = env_id
@@ -208,11 +210,12 @@ class TaskSampler:
 
     def train_tasks(self, n: int) -> list[Task]:
         """The fixed training set of ``n`` tasks (the same in every run)."""
+        if self._finite is not None:
+            return list(itertools.islice(itertools.cycle(self._finite()), n))
         return self.sample(n, np.random.default_rng(TRAIN_TASKS_SEED))
 
     def test_tasks(self, n: int) -> list[Task]:
         """The ``n`` held-out test tasks (the same in every run)."""
-        finite = getattr(self._family, "all_tasks", None)
-        if callable(finite):
-            return list(itertools.islice(itertools.cycle(finite()), n))
+        if self._finite is not None:
+            return list(itertools.islice(itertools.cycle(self._finite()), n))
         return self.sample(n, np.random.default_rng(TEST_TASKS_SEED))

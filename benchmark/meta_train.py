@@ -11,7 +11,9 @@ held-out tasks.
 
 For a meta-RL run, ``budget.eval_episodes`` is the number of held-out test tasks; how many
 episodes each task gets is the algorithm's (``meta_test_*``). Checkpoints are written at epoch
-boundaries, where no episode is in flight, so a resumed run continues exactly.
+boundaries, where no episode is in flight, so a resumed run continues exactly (PEARL's
+per-task buffers only when the checkpoint holds them: ``checkpoint.replay_buffer``; without
+them it refills every task's buffers before its next update).
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ def run_meta(
             "loop": dataclasses.asdict(loop),
             "evaluations": [dataclasses.asdict(evaluation) for evaluation in result.evaluations],
             "algorithm": algo.state_dict(),
+            "replay": algo.replay_state_dict() if spec.checkpoint_replay_buffer else None,
             "task_envs": train_envs.state_dict(),
             "rng": checkpoint.rng_state(),
         }
@@ -186,6 +189,8 @@ def _restore(payload: dict[str, Any], algo: MetaAlgorithm, train_envs: TaskEnvs,
     if payload["spec"].get("run_key") != spec.run_key:
         raise ValueError(f"the checkpoint belongs to run key {payload['spec'].get('run_key')}, not {spec.run_key}")
     algo.load_state_dict(payload["algorithm"])
+    if payload.get("replay") is not None:
+        algo.load_replay_state_dict(payload["replay"])
     train_envs.load_state_dict(payload["task_envs"])
     for name, value in payload["loop"].items():
         setattr(loop, name, value)

@@ -25,6 +25,11 @@ SMALL = {
     "maml_vpg": {"meta_batch_size": 2, "episodes_per_task": 3, "num_envs": 3, "hidden_sizes": [8]},
     "maml_ppo": {"meta_batch_size": 2, "episodes_per_task": 3, "num_envs": 3, "hidden_sizes": [8], "outer_iterations": 2},
     "maml_trpo": {"meta_batch_size": 2, "episodes_per_task": 3, "num_envs": 3, "hidden_sizes": [8]},
+    "pearl": {
+        "num_train_tasks": 3, "latent_dim": 2, "encoder_hidden_sizes": [8], "hidden_sizes": [8], "meta_batch_size": 2,
+        "num_steps_per_epoch": 5, "num_initial_steps": 100, "num_tasks_sample": 2, "num_steps_prior": 50,
+        "num_extra_rl_steps_posterior": 50, "batch_size": 16, "embedding_batch_size": 16, "replay_buffer_size": 1000,
+    },
 }
 
 
@@ -264,13 +269,16 @@ def test_meta_interface_contract(name):
     other.set_weights(algo.get_weights())
     torch.testing.assert_close(other.act(obs, deterministic=True).actions, algo.act(obs, deterministic=True).actions)
 
-    algo.update_parameter("inner_lr", 0.05)
-    assert algo.config.inner_lr == 0.05
+    parameter = "inner_lr" if name.startswith("maml") else "kl_lambda"
+    algo.update_parameter(parameter, 0.05)
+    assert getattr(algo.config, parameter) == 0.05
     with pytest.raises(ConfigError, match="cannot update 'hidden_sizes'"):
         algo.update_parameter("hidden_sizes", [4])
     # gradients computed on one learner apply on another (the distributed path)
-    gradients, _ = algo.compute_gradients(algo.last_batch)
+    gradients, _ = algo.compute_gradients(algo.last_batch if name.startswith("maml") else algo.sample_batch())
     assert len(gradients) == len(algo.parameters)
+    other.apply_gradients(gradients)
+    assert any(not torch.equal(a, b) for a, b in zip(other.parameters, algo.parameters))
 
 
 # -- learning ------------------------------------------------------------------------------
@@ -345,3 +353,112 @@ def test_a_meta_run_is_deterministic_and_resumes_exactly(tmp_path):
     resumed = train.run(spec, checkpoint_dir=tmp_path, resume=payload)
     assert [(e.step, e.returns) for e in resumed.evaluations] == [(e.step, e.returns) for e in whole.evaluations]
     assert (tmp_path / spec.run_key / checkpoint.FINAL).exists()
+
+
+# -- PEARL ---------------------------------------------------------------------------------
+
+PEARL_POINT = {
+    "num_train_tasks": 10, "latent_dim": 2, "encoder_hidden_sizes": [64, 64], "hidden_sizes": [64, 64], "meta_batch_size": 5,
+    "num_steps_per_epoch": 100, "num_initial_steps": 200, "num_tasks_sample": 5, "num_steps_prior": 100,
+    "num_extra_rl_steps_posterior": 100, "batch_size": 64, "embedding_batch_size": 64, "replay_buffer_size": 10_000,
+}
+
+
+def test_product_of_gaussians_and_its_kl():
+    mu = torch.tensor([[[1.0], [3.0]]])  # one task, two factors N(1, 1) and N(3, 1/3)
+    var = torch.tensor([[[1.0], [1.0 / 3.0]]])
+    mean, variance = __import__("agents.algos.pearl", fromlist=["x"]).product_of_gaussians(mu, var)
+    torch.testing.assert_close(variance, torch.tensor([[0.25]]))  # precisions 1 + 3
+    torch.testing.assert_close(mean, torch.tensor([[0.25 * (1.0 + 9.0)]]))
+    from agents.algos.pearl import gaussian_kl_to_unit
+
+    direct = torch.distributions.kl_divergence(torch.distributions.Normal(mean, variance.sqrt()), torch.distributions.Normal(0.0, 1.0)).sum(-1)
+    torch.testing.assert_close(gaussian_kl_to_unit(mean, variance), direct)
+
+
+def test_pearl_encoder_learns_from_the_q_loss_and_the_kl_term():
+    """The encoder's gradient is that of kl_lambda * KL + L_Q; no other loss reaches it, and the
+    KL term changes only the encoder's gradient."""
+    torch.manual_seed(0)
+    algo = agents.make("pearl", env_spec(POINT), SMALL["pearl"], total_steps=1, seed=0)
+    algo.train_epoch(TaskEnvs(POINT, 1, seed=0))
+    batch = algo.sample_batch()
+    gradients = {}
+    for kl_lambda in (0.0, 1.0):
+        algo.update_parameter("kl_lambda", kl_lambda)
+        algo.generator.manual_seed(6)  # the same z samples and actions for both
+        torch.manual_seed(7)
+        gradients[kl_lambda], logs = algo.compute_gradients(batch)
+        assert logs["kl"] > 0
+    encoder = len(list(algo.encoder.parameters()))  # the encoder's parameters come first
+    assert all(g is not None and g.abs().sum() > 0 for g in gradients[1.0][:encoder])
+    assert any(not torch.allclose(a, b) for a, b in zip(gradients[0.0][:encoder], gradients[1.0][:encoder]))
+    for a, b in zip(gradients[0.0][encoder:], gradients[1.0][encoder:]):
+        torch.testing.assert_close(a, b)
+    # the KL term alone: its gradient reaches the encoder and nothing else
+    losses, _ = algo.losses(batch)
+    mean, var = algo.posterior(batch["context"])
+    kl = __import__("agents.algos.pearl", fromlist=["x"]).gaussian_kl_to_unit(mean, var).sum()
+    kl_gradients = torch.autograd.grad(kl, list(algo.encoder.parameters()))
+    assert all(g.abs().sum() > 0 for g in kl_gradients)
+
+
+def test_pearl_adapts_the_policy_by_posterior_sampling_from_its_context():
+    torch.manual_seed(0)
+    algo = agents.make("pearl", env_spec(POINT), SMALL["pearl"], total_steps=1, seed=0)
+    envs = TaskEnvs(POINT, 1, seed=0)
+    policy = algo.get_exploration_policy()
+    assert policy.context is None
+    first = envs.collect({"goal": [0.2, 0.2]}, policy, 1)
+    adapted = algo.adapt_policy(policy, first)
+    assert adapted.context.shape == (first.num_steps, 2 + 2 + 1)
+    again = algo.adapt_policy(adapted, envs.collect({"goal": [0.2, 0.2]}, adapted, 1))
+    assert len(again.context) > len(adapted.context)  # context accumulates over rounds
+    mean, var = algo.posterior(again.context.unsqueeze(0))
+    assert var.max() < 1.0  # more context, a narrower posterior than the unit prior
+
+
+@pytest.mark.learning
+def test_pearl_meta_test_return_improves_with_meta_training():
+    torch.manual_seed(0)
+    algo = agents.make("pearl", env_spec(POINT), PEARL_POINT, total_steps=1, seed=0)
+    train_envs, test_envs = TaskEnvs(POINT, 1, seed=0), TaskEnvs(POINT, 1, seed=10**6)
+    tasks = train_envs.sampler.test_tasks(8)
+
+    def score():
+        test_envs.rounds = 0
+        results = meta_test(algo, test_envs, tasks)
+        return np.mean([r.pre_adaptation_return for r in results]), np.mean([r.post_adaptation_return for r in results])
+
+    _, untrained = score()
+    for _ in range(15):
+        logs = algo.train_epoch(train_envs)
+    pre, post = score()
+    print(f"pearl: untrained post {untrained:.1f}; trained pre {pre:.1f} -> post {post:.1f}; last kl {logs['kl']:.2f}")
+    assert post > untrained + 30
+    assert post > pre
+
+
+def test_a_pearl_run_with_its_buffers_in_the_checkpoint_resumes_exactly(tmp_path):
+    hyperparameters = agents.resolve_config("pearl", SMALL["pearl"]).to_dict()
+    spec = RunSpec("t", "pearl", POINT, 0, hyperparameters, Budget(1500, 1, 2), device="cpu", checkpoint_replay_buffer=True)
+    whole = train.run(spec)
+
+    class Stop(Exception):
+        pass
+
+    seen = []
+
+    def stop_at_third(evaluation):
+        if len(seen) == 2:
+            raise Stop
+        seen.append(evaluation)
+
+    with pytest.raises(Stop):
+        train.run(spec, checkpoint_dir=tmp_path, on_evaluation=stop_at_third)
+    from benchmark import checkpoint
+
+    payload = checkpoint.load(tmp_path / spec.run_key / checkpoint.LATEST)
+    assert payload["replay"] is not None
+    resumed = train.run(spec, checkpoint_dir=tmp_path, resume=payload)
+    assert [(e.step, e.returns) for e in resumed.evaluations] == [(e.step, e.returns) for e in whole.evaluations]

@@ -101,8 +101,14 @@ class TanhGaussian:
 
     def rsample_with_log_prob(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterized actions (B, d) and their log-probabilities (B,)."""
+        actions, log_prob, _ = self.rsample_with_pre_tanh()
+        return actions, log_prob
+
+    def rsample_with_pre_tanh(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Reparameterized actions (B, d), their log-probabilities (B,) and the Gaussian
+        sample u (B, d) they are tanh(u) of."""
         pre_tanh = self._normal.rsample()
-        return torch.tanh(pre_tanh), self._log_prob_pre_tanh(pre_tanh)
+        return torch.tanh(pre_tanh), self._log_prob_pre_tanh(pre_tanh), pre_tanh
 
     def sample(self) -> torch.Tensor:
         return torch.tanh(self._normal.sample())

@@ -1,0 +1,516 @@
+"""PEARL: Probabilistic Embeddings for Actor-critic RL.
+
+Rakelly, Zhou, Quillen, Finn, Levine (2019), "Efficient Off-Policy Meta-Reinforcement Learning
+via Probabilistic Context Variables", Algorithms 1 and 2:
+
+    c     = transitions (s, a, r[, s']) of one task (its context)
+    q(z|c) = prod_n N(mu(c_n), sigma^2(c_n))           the encoder's factors, multiplied
+                                                       (the information bottleneck)
+    meta-training, one epoch:
+        [first epoch] collect num_initial_steps on every training task with z ~ prior
+        for num_tasks_sample random training tasks i:
+            clear task i's encoder buffer
+            num_steps_prior steps with z ~ N(0, I)                      -> RL and encoder buffers
+            num_steps_posterior steps with z ~ q(z | c_i)               -> RL and encoder buffers
+            num_extra_rl_steps_posterior steps with z ~ q(z | c_i)      -> RL buffer only
+            (z is resampled every update_post_train episodes, from context of the encoder buffer)
+        num_steps_per_epoch gradient steps, each on meta_batch_size training tasks:
+            c_i ~ encoder buffer i (embedding_batch_size), z_i ~ q(z | c_i) (reparameterized)
+            (s, a, r, s', d) ~ RL buffer i (batch_size)
+            L_KL = kl_lambda * sum_i KL(q(z|c_i) || N(0, I))
+            L_Q  = mean (Q_j(s, a, z) - (reward_scale r + gamma (1 - d) V_target(s', z)))^2, j = 1, 2
+                   the encoder learns from L_KL + L_Q (z is detached everywhere else)
+            L_V  = mean (V(s, z) - (min_j Q_j(s, a~pi, z) - log pi(a~|s, z)))^2
+            L_pi = mean (log pi(a~|s, z) - min_j Q_j(s, a~, z)) + mean/std/pre-activation regularizers
+            V_target <- (1 - tau) V_target + tau V
+    meta-test on a task: act with z ~ prior, then z ~ q(z | context collected so far) (posterior
+        sampling); score the episodes of the adapted policy (deterministic actions)
+
+All losses are computed at the same parameters, then every optimizer steps, so the gradients
+can be computed on one process and applied on another; the authors' code steps the
+Q-functions before computing the value and policy losses. Defaults are the authors' default
+configuration (their rlkit-based code, configs/default.py); garage's PEARL names the options.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from agents.api import Acted, ConfigError, Hyperparameters, hp, parameters_of, set_gradients
+from agents.envs import EnvSpec
+from agents.meta import Episodes, MetaAlgorithm, PolicyOutput, TaskEnvs
+from agents.nets.distributions import TanhGaussian
+from agents.nets.mlp import mlp, polyak_update
+from agents.tasks import Task
+
+
+@dataclass
+class PEARLConfig(Hyperparameters):
+    """PEARL; the authors' default configuration (Rakelly et al. 2019)."""
+
+    num_train_tasks: int = hp(100, ge=1)
+    """The fixed set of training tasks (HalfCheetah-Vel: 100)."""
+    latent_dim: int = hp(5, ge=1)
+    """Size of the task variable z."""
+    encoder_hidden_sizes: tuple[int, ...] = hp((200, 200, 200), ge=1)
+    """Context encoder hidden layers."""
+    hidden_sizes: tuple[int, ...] = hp((300, 300, 300), ge=1)
+    """Hidden layers of the policy, Q-functions and value function."""
+    policy_lr: float = hp(3e-4, gt=0.0, le=1.0)
+    qf_lr: float = hp(3e-4, gt=0.0, le=1.0)
+    vf_lr: float = hp(3e-4, gt=0.0, le=1.0)
+    context_lr: float = hp(3e-4, gt=0.0, le=1.0)
+    """Adam step sizes of the policy, Q-functions, value function and encoder."""
+    policy_mean_reg_coeff: float = hp(1e-3, ge=0.0)
+    policy_std_reg_coeff: float = hp(1e-3, ge=0.0)
+    policy_pre_activation_coeff: float = hp(0.0, ge=0.0)
+    """Weights of the policy's mean^2, log-std^2 and pre-tanh^2 penalties."""
+    soft_target_tau: float = hp(0.005, gt=0.0, le=1.0)
+    """Polyak rate of the target value function."""
+    kl_lambda: float = hp(0.1, ge=0.0)
+    """Weight of KL(q(z|c) || N(0, I)) in the encoder's loss."""
+    use_information_bottleneck: bool = hp(True)
+    """A Gaussian posterior with the KL term; false: z is the mean of the encoder's outputs."""
+    use_next_obs_in_context: bool = hp(False)
+    """Context transitions include the next observation."""
+    meta_batch_size: int = hp(16, ge=1)
+    """Training tasks per gradient step."""
+    num_steps_per_epoch: int = hp(2000, ge=1)
+    """Gradient steps per epoch."""
+    num_initial_steps: int = hp(2000, ge=0)
+    """Env steps per training task, z ~ prior, before the first gradient step."""
+    num_tasks_sample: int = hp(5, ge=1)
+    """Training tasks that collect data each epoch."""
+    num_steps_prior: int = hp(400, ge=0)
+    """Env steps per sampled task with z ~ prior (to both buffers)."""
+    num_steps_posterior: int = hp(0, ge=0)
+    """Env steps per sampled task with z ~ posterior (to both buffers)."""
+    num_extra_rl_steps_posterior: int = hp(400, ge=0)
+    """Env steps per sampled task with z ~ posterior (to the RL buffer only)."""
+    batch_size: int = hp(256, ge=1)
+    """RL transitions per task per gradient step."""
+    embedding_batch_size: int = hp(64, ge=1)
+    """Context transitions per task per gradient step."""
+    replay_buffer_size: int = hp(1_000_000, ge=1)
+    """Transitions kept per task (RL and encoder buffers each)."""
+    reward_scale: float = hp(5.0, gt=0.0)
+    """Rewards are multiplied by this in the Q targets (the entropy weight is 1)."""
+    update_post_train: int = hp(1, ge=1)
+    """Episodes between posterior resamples while collecting with z ~ posterior."""
+    meta_test_context_episodes: int = hp(1, ge=1)
+    """Meta-test: episodes that gather context (the first with z ~ prior) before the adapted
+    policy is scored."""
+    meta_test_episodes: int = hp(1, ge=1)
+    """Meta-test: episodes of the adapted policy scored per task."""
+
+
+class ContextEncoder(nn.Module):
+    """Each context transition -> (mu, sigma^2) of one Gaussian factor of q(z | c)."""
+
+    def __init__(self, in_features: int, hidden_sizes: tuple[int, ...], latent_dim: int):
+        super().__init__()
+        self.latent_dim = latent_dim
+        self.body = mlp(in_features, hidden_sizes, 2 * latent_dim, "relu")
+
+    def forward(self, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """context (T, N, C) -> factor means and variances (T, N, latent)."""
+        mu, raw = self.body(context).split(self.latent_dim, dim=-1)
+        return mu, F.softplus(raw).clamp_min(1e-7)
+
+
+def product_of_gaussians(mu: torch.Tensor, var: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (normalized) product of N Gaussian factors along dim -2: (T, N, L) -> (T, L)."""
+    precision = 1.0 / var
+    posterior_var = 1.0 / precision.sum(dim=-2)
+    return posterior_var * (mu * precision).sum(dim=-2), posterior_var
+
+
+def gaussian_kl_to_unit(mu: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+    """KL(N(mu, var) || N(0, I)) summed over the latent dimensions: (T, L) -> (T,)."""
+    return 0.5 * (var + mu**2 - 1.0 - var.log()).sum(dim=-1)
+
+
+class TaskBuffer:
+    """One task's transitions; grows by doubling up to ``capacity``, then overwrites the oldest."""
+
+    def __init__(self, obs_dim: int, action_dim: int, capacity: int, device: torch.device):
+        self.obs_dim, self.action_dim, self.capacity, self.device = obs_dim, action_dim, capacity, device
+        self.data = self._allocate(min(capacity, 1024))
+        self.size = self.position = 0
+
+    def _allocate(self, rows: int) -> dict[str, torch.Tensor]:
+        return {
+            "obs": torch.zeros(rows, self.obs_dim, device=self.device),
+            "actions": torch.zeros(rows, self.action_dim, device=self.device),
+            "rewards": torch.zeros(rows, device=self.device),
+            "next_obs": torch.zeros(rows, self.obs_dim, device=self.device),
+            "terminated": torch.zeros(rows, device=self.device),
+        }
+
+    def clear(self) -> None:
+        self.size = self.position = 0
+
+    def add(self, transitions: Mapping[str, torch.Tensor]) -> None:
+        count = len(transitions["obs"])
+        rows = len(self.data["obs"])
+        if self.size + count > rows and rows < self.capacity:
+            new_rows = min(self.capacity, max(2 * rows, self.size + count))
+            grown = self._allocate(new_rows)
+            for key, value in self.data.items():
+                grown[key][: self.size] = value[: self.size]
+            self.data = grown
+            rows = new_rows
+        indices = (self.position + torch.arange(count, device=self.device)) % rows
+        for key, value in transitions.items():
+            self.data[key][indices] = value.to(self.data[key].dtype)
+        self.position = int((self.position + count) % rows)
+        self.size = min(self.size + count, rows)
+
+    def sample(self, count: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        indices = torch.randint(self.size, (count,), generator=generator).to(self.device)
+        return {key: value[indices] for key, value in self.data.items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"size": self.size, "position": self.position, **{k: v[: max(self.size, self.position)].cpu() for k, v in self.data.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        rows = max(len(state["obs"]), 1)
+        self.data = self._allocate(max(rows, min(self.capacity, 1024)))
+        for key in self.data:
+            self.data[key][: len(state[key])] = state[key].to(self.device)
+        self.size, self.position = int(state["size"]), int(state["position"])
+
+
+class ContextPolicy:
+    """pi(a | s, z) for one sampled z, and the context it was inferred from."""
+
+    def __init__(self, algo: "PEARL", context: torch.Tensor | None, z: torch.Tensor):
+        self.algo, self.context, self.z = algo, context, z
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> PolicyOutput:
+        with torch.no_grad():
+            dist = self.algo.policy_distribution(obs, self.z.expand(obs.shape[0], -1))
+            actions = dist.mode() if deterministic else dist.sample()
+        return PolicyOutput(actions, self.algo.to_env_actions(actions))
+
+
+class PEARL(MetaAlgorithm):
+    """SAC with a learned task variable z inferred from context, trained on per-task buffers."""
+
+    name = "pearl"
+    Config: ClassVar[type[PEARLConfig]] = PEARLConfig
+    supports_discrete = False
+    has_replay_buffer = True
+    tunable_parameters = ("kl_lambda", "reward_scale", "policy_lr", "qf_lr", "vf_lr", "context_lr")
+    meta_test_exploration_episodes = 1
+    meta_test_deterministic = True
+    config: PEARLConfig
+
+    @classmethod
+    def check_config(cls, config: Any, spec: Any) -> None:
+        if config.normalize_observations or config.normalize_rewards:
+            raise ConfigError("pearl does not normalize observations or rewards (set normalize_observations and normalize_rewards to false)")
+        if config.num_initial_steps == 0 and config.num_steps_prior + config.num_steps_posterior == 0:
+            raise ConfigError("pearl collects no context: num_initial_steps, num_steps_prior and num_steps_posterior are all 0")
+
+    def __init__(self, env_spec: EnvSpec, config: PEARLConfig, total_steps: int, device: torch.device | str = "cpu", seed: int = 0):
+        self.check_env_spec(env_spec)
+        self.check_config(config, env_spec)
+        self.spec, self.config, self.device = env_spec, config, torch.device(device)
+        obs_dim, action_dim, latent = int(np.prod(env_spec.observation_shape)), env_spec.num_actions, config.latent_dim
+        self.obs_dim, self.action_dim = obs_dim, action_dim
+        context_dim = obs_dim + action_dim + 1 + (obs_dim if config.use_next_obs_in_context else 0)
+        hidden = config.hidden_sizes
+        self.encoder = ContextEncoder(context_dim, config.encoder_hidden_sizes, latent).to(self.device)
+        self.policy = mlp(obs_dim + latent, hidden, 2 * action_dim, "relu").to(self.device)
+        self.qf1 = mlp(obs_dim + action_dim + latent, hidden, 1, "relu").to(self.device)
+        self.qf2 = mlp(obs_dim + action_dim + latent, hidden, 1, "relu").to(self.device)
+        self.vf = mlp(obs_dim + latent, hidden, 1, "relu").to(self.device)
+        self.target_vf = copy.deepcopy(self.vf).requires_grad_(False)
+        self.optimizers = {
+            "policy": torch.optim.Adam(self.policy.parameters(), lr=config.policy_lr),
+            "qf1": torch.optim.Adam(self.qf1.parameters(), lr=config.qf_lr),
+            "qf2": torch.optim.Adam(self.qf2.parameters(), lr=config.qf_lr),
+            "vf": torch.optim.Adam(self.vf.parameters(), lr=config.vf_lr),
+            "context": torch.optim.Adam(self.encoder.parameters(), lr=config.context_lr),
+        }
+        self.parameters = parameters_of(self.encoder, self.policy, self.qf1, self.qf2, self.vf)
+        self.rl_buffers = [TaskBuffer(obs_dim, action_dim, config.replay_buffer_size, self.device) for _ in range(config.num_train_tasks)]
+        self.encoder_buffers = [TaskBuffer(obs_dim, action_dim, config.replay_buffer_size, self.device) for _ in range(config.num_train_tasks)]
+        self.train_tasks: list[Task] | None = None
+        self.rng = np.random.default_rng(seed)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.epochs = 0
+        self._low = torch.as_tensor(env_spec.action_low, dtype=torch.float32, device=self.device)
+        self._high = torch.as_tensor(env_spec.action_high, dtype=torch.float32, device=self.device)
+
+    # -- the meta-test protocol ---------------------------------------------------------------
+
+    @property
+    def meta_test_adaptation_rounds(self) -> int:  # type: ignore[override]
+        return self.config.meta_test_context_episodes
+
+    @property
+    def meta_test_episodes(self) -> int:  # type: ignore[override]
+        return self.config.meta_test_episodes
+
+    # -- acting ---------------------------------------------------------------------------------
+
+    def to_env_actions(self, actions: torch.Tensor) -> np.ndarray:
+        """tanh-space actions in (-1, 1) rescaled to the env's bounds."""
+        return (self._low + (actions + 1.0) * 0.5 * (self._high - self._low)).cpu().numpy()
+
+    def policy_distribution(self, obs: torch.Tensor, z: torch.Tensor) -> TanhGaussian:
+        mean, log_std = self.policy(torch.cat([obs.flatten(1), z], dim=-1)).split(self.action_dim, dim=-1)
+        return TanhGaussian(mean, log_std.clamp(-20.0, 2.0))
+
+    def prior_z(self) -> torch.Tensor:
+        return torch.randn(1, self.config.latent_dim, generator=self.generator).to(self.device)
+
+    def posterior(self, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q(z | c) for context (T, N, C): means and variances (T, latent)."""
+        mu, var = self.encoder(context)
+        if self.config.use_information_bottleneck:
+            return product_of_gaussians(mu, var)
+        return mu.mean(dim=-2), torch.zeros_like(mu[:, 0])
+
+    def sample_posterior(self, context: torch.Tensor) -> torch.Tensor:
+        """One z (1, latent) from q(z | context (N, C)), without gradients."""
+        with torch.no_grad():
+            mean, var = self.posterior(context.unsqueeze(0))
+            noise = torch.randn(mean.shape, generator=self.generator).to(self.device)
+            return mean + var.sqrt() * noise
+
+    def act(self, obs: torch.Tensor, state: Any = None, deterministic: bool = False) -> Acted:
+        """The policy before any context: z drawn from the prior, or (deterministic) the
+        prior's mean z = 0 and the policy's mode."""
+        z = torch.zeros(1, self.config.latent_dim, device=self.device) if deterministic else self.prior_z()
+        out = ContextPolicy(self, None, z).act(obs, deterministic)
+        return Acted(out.actions, out.env_actions, state)
+
+    def get_exploration_policy(self) -> ContextPolicy:
+        return ContextPolicy(self, None, self.prior_z())
+
+    def adapt_policy(self, exploration_policy: ContextPolicy, episodes: Episodes) -> ContextPolicy:
+        """Add ``episodes`` to the policy's context and sample z from the posterior over all of it."""
+        context = self.context_of(episodes)
+        if exploration_policy.context is not None:
+            context = torch.cat([exploration_policy.context, context])
+        return ContextPolicy(self, context, self.sample_posterior(context))
+
+    def context_of(self, episodes: Episodes) -> torch.Tensor:
+        """The context transitions (N, C) of the valid steps of ``episodes``."""
+        return self._context(self._transitions(episodes))
+
+    def _context(self, transitions: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        parts = [transitions["obs"], transitions["actions"], transitions["rewards"].unsqueeze(-1)]
+        if self.config.use_next_obs_in_context:
+            parts.append(transitions["next_obs"])
+        return torch.cat(parts, dim=-1)
+
+    @staticmethod
+    def _transitions(episodes: Episodes) -> dict[str, torch.Tensor]:
+        return {
+            "obs": episodes.valid(episodes.observations).flatten(1),
+            "actions": episodes.valid(episodes.actions),
+            "rewards": episodes.valid(episodes.rewards),
+            "next_obs": episodes.valid(episodes.next_observations).flatten(1),
+            "terminated": episodes.valid(episodes.terminated).float(),
+        }
+
+    # -- meta-training --------------------------------------------------------------------------
+
+    def collect(self, task_envs: TaskEnvs, index: int, steps: int, posterior: bool, to_encoder: bool) -> list[float]:
+        """At least ``steps`` env steps on training task ``index``, one episode at a time, with
+        z ~ prior or (resampled every update_post_train episodes) z ~ q(z | encoder buffer)."""
+        assert self.train_tasks is not None
+        z, collected, episodes_since, returns = self.prior_z(), 0, 0, []
+        while collected < steps:
+            episodes = task_envs.collect(self.train_tasks[index], ContextPolicy(self, None, z), 1)
+            transitions = self._transitions(episodes)
+            self.rl_buffers[index].add(transitions)
+            if to_encoder:
+                self.encoder_buffers[index].add(transitions)
+            collected += episodes.num_steps
+            returns.append(float(episodes.returns.sum()))
+            episodes_since += 1
+            if posterior and episodes_since >= self.config.update_post_train and self.encoder_buffers[index].size:
+                context = self._context(self.encoder_buffers[index].sample(self.config.embedding_batch_size, self.generator))
+                z, episodes_since = self.sample_posterior(context), 0
+            elif not posterior:
+                z = self.prior_z()  # a fresh prior draw for every episode
+        return returns
+
+    def train_epoch(self, task_envs: TaskEnvs) -> dict[str, float]:
+        config = self.config
+        if self.train_tasks is None:
+            self.train_tasks = task_envs.sampler.train_tasks(config.num_train_tasks)
+        prior_returns, posterior_returns = [], []
+        for index in range(config.num_train_tasks):
+            # the first epoch, or a resume without the buffers: fill every task's buffers first
+            if self.rl_buffers[index].size == 0 or self.encoder_buffers[index].size == 0:
+                steps = config.num_initial_steps or config.num_steps_prior + config.num_steps_posterior
+                prior_returns += self.collect(task_envs, index, steps, posterior=False, to_encoder=True)
+        for index in self.rng.integers(config.num_train_tasks, size=config.num_tasks_sample):
+            self.encoder_buffers[index].clear()
+            if config.num_steps_prior:
+                prior_returns += self.collect(task_envs, index, config.num_steps_prior, posterior=False, to_encoder=True)
+            if config.num_steps_posterior:
+                posterior_returns += self.collect(task_envs, index, config.num_steps_posterior, posterior=True, to_encoder=True)
+            if config.num_extra_rl_steps_posterior:
+                posterior_returns += self.collect(task_envs, index, config.num_extra_rl_steps_posterior, posterior=True, to_encoder=False)
+        logs: dict[str, list[float]] = {}
+        for _ in range(config.num_steps_per_epoch):
+            for key, value in self.update(self.sample_batch()).items():
+                logs.setdefault(key, []).append(value)
+        self.epochs += 1
+        summary = {key: float(np.mean(values)) for key, values in logs.items()}
+        if prior_returns:
+            summary["pre_adaptation_return"] = float(np.mean(prior_returns))  # z ~ prior
+        if posterior_returns:
+            summary["post_adaptation_return"] = float(np.mean(posterior_returns))  # z ~ posterior
+        return summary
+
+    def sample_batch(self) -> dict[str, torch.Tensor]:
+        """meta_batch_size training tasks: RL transitions (T, B, .) and context (T, N, C)."""
+        config = self.config
+        indices = self.rng.choice(config.num_train_tasks, size=config.meta_batch_size, replace=config.meta_batch_size > config.num_train_tasks)
+        rl = [self.rl_buffers[i].sample(config.batch_size, self.generator) for i in indices]
+        context = [self._context(self.encoder_buffers[i].sample(config.embedding_batch_size, self.generator)) for i in indices]
+        batch = {key: torch.stack([sample[key] for sample in rl]) for key in rl[0]}
+        batch["context"] = torch.stack(context)
+        return batch
+
+    def losses(self, batch: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        """Every loss at the current parameters, each differentiable only where it trains."""
+        config = self.config
+        tasks, per_task = batch["obs"].shape[:2]
+        mean, var = self.posterior(batch["context"])
+        noise = torch.randn(mean.shape, generator=self.generator).to(self.device)
+        task_z = mean + var.sqrt() * noise if config.use_information_bottleneck else mean  # (T, L), reparameterized
+        z = task_z.unsqueeze(1).expand(tasks, per_task, -1).reshape(tasks * per_task, -1)
+        obs, actions = batch["obs"].flatten(0, 1), batch["actions"].flatten(0, 1)
+        rewards, next_obs, terminated = batch["rewards"].flatten(), batch["next_obs"].flatten(0, 1), batch["terminated"].flatten()
+
+        kl = gaussian_kl_to_unit(mean, var).sum() if config.use_information_bottleneck else torch.zeros((), device=self.device)
+        q1 = self.qf1(torch.cat([obs, actions, z], dim=-1)).squeeze(-1)
+        q2 = self.qf2(torch.cat([obs, actions, z], dim=-1)).squeeze(-1)
+        with torch.no_grad():
+            target_v = self.target_vf(torch.cat([next_obs, z], dim=-1)).squeeze(-1)
+            q_target = config.reward_scale * rewards + (1.0 - terminated) * config.gamma * target_v
+        qf_loss = F.mse_loss(q1, q_target) + F.mse_loss(q2, q_target)
+
+        z = z.detach()  # only the Q-functions' loss and the KL train the encoder
+        policy_out = self.policy(torch.cat([obs, z], dim=-1))
+        policy_mean, policy_log_std = policy_out.split(self.action_dim, dim=-1)
+        policy_log_std = policy_log_std.clamp(-20.0, 2.0)
+        new_actions, log_pi, pre_tanh = TanhGaussian(policy_mean, policy_log_std).rsample_with_pre_tanh()
+        min_q_new = torch.min(
+            self._q_frozen(self.qf1, obs, new_actions, z), self._q_frozen(self.qf2, obs, new_actions, z)
+        )
+        v = self.vf(torch.cat([obs, z], dim=-1)).squeeze(-1)
+        vf_loss = F.mse_loss(v, (min_q_new - log_pi).detach())
+        policy_loss = (
+            (log_pi - min_q_new).mean()
+            + config.policy_mean_reg_coeff * policy_mean.pow(2).mean()
+            + config.policy_std_reg_coeff * policy_log_std.pow(2).mean()
+            + config.policy_pre_activation_coeff * pre_tanh.pow(2).sum(-1).mean()
+        )
+        losses = {"context": config.kl_lambda * kl + qf_loss, "qf": qf_loss, "vf": vf_loss, "policy": policy_loss}
+        logs = {
+            "qf_loss": qf_loss.item(),
+            "vf_loss": vf_loss.item(),
+            "policy_loss": policy_loss.item(),
+            "kl": kl.item(),
+            "q_mean": q1.mean().item(),
+            "z_mean_abs": mean.abs().mean().item(),
+            "z_var": var.mean().item(),
+            "log_pi": log_pi.mean().item(),
+        }
+        return losses, logs
+
+    @staticmethod
+    def _q_frozen(qf: nn.Module, obs: torch.Tensor, actions: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """Q(s, a, z) differentiable in the actions only (the policy's loss must not train Q)."""
+        weights = dict(qf.named_parameters())
+        return torch.func.functional_call(qf, {k: v.detach() for k, v in weights.items()}, (torch.cat([obs, actions, z], dim=-1),)).squeeze(-1)
+
+    def compute_gradients(self, batch: Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+        """Gradients in ``self.parameters`` order: the encoder's from L_KL + L_Q, the
+        Q-functions' from L_Q, the value function's from L_V, the policy's from L_pi."""
+        losses, logs = self.losses(batch)
+        groups = {
+            "context": list(self.encoder.parameters()),
+            "policy": list(self.policy.parameters()),
+            "qf": [*self.qf1.parameters(), *self.qf2.parameters()],
+            "vf": list(self.vf.parameters()),
+        }
+        gradients: dict[int, torch.Tensor | None] = {}
+        for name, params in groups.items():
+            grads = torch.autograd.grad(losses[name], params, retain_graph=True, allow_unused=True)
+            gradients.update({id(p): g for p, g in zip(params, grads)})
+        return [gradients[id(p)] for p in self.parameters], logs
+
+    def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
+        """Every optimizer steps; then the target value function moves toward V."""
+        if gradients is not None:
+            set_gradients(self.parameters, gradients)
+        for optimizer in self.optimizers.values():
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        polyak_update(self.target_vf, self.vf, self.config.soft_target_tau)
+
+    def update(self, batch: Mapping[str, torch.Tensor] | None = None) -> dict[str, float]:
+        gradients, logs = self.compute_gradients(self.sample_batch() if batch is None else batch)
+        self.apply_gradients(gradients)
+        return logs
+
+    def _on_parameter_updated(self, name: str) -> None:
+        rates = {"policy": "policy_lr", "qf1": "qf_lr", "qf2": "qf_lr", "vf": "vf_lr", "context": "context_lr"}
+        for optimizer_name, field in rates.items():
+            for group in self.optimizers[optimizer_name].param_groups:
+                group["lr"] = getattr(self.config, field)
+
+    # -- state ------------------------------------------------------------------------------------
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {"encoder": self.encoder, "policy": self.policy, "qf1": self.qf1, "qf2": self.qf2, "vf": self.vf, "target_vf": self.target_vf}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "modules": {name: module.state_dict() for name, module in self.modules().items()},
+            "optimizers": {name: optimizer.state_dict() for name, optimizer in self.optimizers.items()},
+            "rng": self.rng.bit_generator.state,
+            "generator": self.generator.get_state(),
+            "epochs": self.epochs,
+            "train_tasks": self.train_tasks,
+            "config": self.config.to_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for name, module in self.modules().items():
+            module.load_state_dict(state["modules"][name])
+        for name, optimizer in self.optimizers.items():
+            optimizer.load_state_dict(state["optimizers"][name])
+        self.rng.bit_generator.state = state["rng"]
+        self.generator.set_state(state["generator"])
+        self.epochs = int(state["epochs"])
+        self.train_tasks = state["train_tasks"]
+        self.config = self.Config.from_dict(state["config"])
+        self._on_parameter_updated("policy_lr")
+
+    def replay_state_dict(self) -> dict[str, Any]:
+        return {"rl": [b.state_dict() for b in self.rl_buffers], "encoder": [b.state_dict() for b in self.encoder_buffers]}
+
+    def load_replay_state_dict(self, state: Mapping[str, Any]) -> None:
+        for buffer, saved in zip(self.rl_buffers, state["rl"]):
+            buffer.load_state_dict(saved)
+        for buffer, saved in zip(self.encoder_buffers, state["encoder"]):
+            buffer.load_state_dict(saved)
