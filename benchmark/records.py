@@ -17,6 +17,7 @@ from benchmark import tracking
 from benchmark.config import RunSpec, Suite
 
 EVAL_METRIC = "eval/return_mean"
+PRE_ADAPTATION_METRIC = "meta_test/pre_adaptation_return"
 
 
 @dataclass
@@ -37,6 +38,8 @@ class RunRecord:
     latest_status: str | None = None
     """Status of the most recent attempt, when it is not the one reported (a newer re-launch
     that failed or is still going, say)."""
+    pre_adaptation_return: float | None = None
+    """Meta-RL runs: the final meta-test's return before adaptation (final_return is after)."""
 
     @property
     def finished(self) -> bool:
@@ -78,6 +81,7 @@ def collect(suite: Suite, tracking_uri: str, with_curves: bool = True) -> list[R
         if chosen is not candidates[0]:
             record.latest_status = candidates[0].info.status
         record.final_return = metrics.get("final/eval_return_mean") if record.status == "FINISHED" else None
+        record.pre_adaptation_return = metrics.get(PRE_ADAPTATION_METRIC) if record.status == "FINISHED" else None
         mark_unusable(record)
         record.steps_per_second = metrics.get("final/steps_per_second", metrics.get("perf/steps_per_second"))
         record.wall_seconds = metrics.get("final/wall_seconds")

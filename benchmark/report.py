@@ -328,6 +328,7 @@ def _environment_section(
          "published (this algorithm)", "steps/s", "wall time (mean)"],
         rows,
     )
+    _adaptation_table(doc, groups)
     # finished runs and runs still going; a failed run's partial curve would drag the mean
     with_scores = [g for g in groups if len(g.scores) and normalizer.available]
     if with_scores:
@@ -351,6 +352,24 @@ def _environment_section(
             random=random.mean if random else None,
         )
         doc.image(f"plots/{path.name}", f"learning curves on {env_id}")
+
+
+def _adaptation_table(doc: Document, groups: list[Group]) -> None:
+    """Meta-RL groups: the final meta-test's return before and after adaptation, over seeds."""
+    rows = []
+    for group in groups:
+        pairs = [(r.pre_adaptation_return, r.final_return) for r in group.records if r.finished and r.pre_adaptation_return is not None]
+        if not pairs:
+            continue
+        pre, post = np.array(pairs).T
+        rows.append([group.label, str(len(pairs)), _interval(stats.t_interval(pre)), _interval(stats.t_interval(post)), _interval(stats.t_interval(post - pre))])
+    if rows:
+        doc.paragraph(
+            "Meta-test on the held-out tasks (the final return above is the post-adaptation one): mean episode "
+            "return before adaptation (exploring with the meta-policy) and after it, averaged over the test "
+            "tasks, with 95% Student-t intervals over seeds:"
+        )
+        doc.table(["algorithm", "seeds", "pre-adaptation [95% CI]", "post-adaptation [95% CI]", "gain [95% CI]"], rows)
 
 
 def _runs_section(doc: Document, records: list[RunRecord]) -> None:

@@ -462,3 +462,39 @@ def test_a_pearl_run_with_its_buffers_in_the_checkpoint_resumes_exactly(tmp_path
     assert payload["replay"] is not None
     resumed = train.run(spec, checkpoint_dir=tmp_path, resume=payload)
     assert [(e.step, e.returns) for e in resumed.evaluations] == [(e.step, e.returns) for e in whole.evaluations]
+
+
+def test_a_meta_suite_through_the_cli_logs_meta_metrics_and_reports_adaptation(write_suite, tmp_path):
+    from test_cli import all_runs, run_cli
+
+    suite = write_suite(
+        """
+        name: tiny_meta
+        seeds: 1
+        budget: {total_steps: 1200, eval_every: 1200, eval_episodes: 2}
+        experiments:
+          - algo: maml_vpg
+            envs: [reprorl/PointNav-v0]
+            hyperparameters: {meta_batch_size: 2, episodes_per_task: 3, num_envs: 3, hidden_sizes: [8]}
+          - algo: pearl
+            envs: [reprorl/PointNav-v0]
+            hyperparameters: {num_train_tasks: 3, latent_dim: 2, encoder_hidden_sizes: [8], hidden_sizes: [8], meta_batch_size: 2,
+                              num_steps_per_epoch: 5, num_initial_steps: 100, num_tasks_sample: 2, num_steps_prior: 50,
+                              num_extra_rl_steps_posterior: 50, batch_size: 16, embedding_batch_size: 16, replay_buffer_size: 1000}
+        """
+    )
+    results = tmp_path / "results"
+    completed = run_cli("run", "--suite", str(suite), "--workers", "2", "--results-dir", str(results), cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    client, runs = all_runs(f"sqlite:///{results / 'mlflow.db'}")
+    children = [run for run in runs if run.data.tags.get("run_key")]
+    assert len(children) == 2 and all(run.info.status == "FINISHED" for run in children)
+    for run in children:
+        metrics = run.data.metrics
+        assert {"meta_test/pre_adaptation_return", "meta_test/post_adaptation_return", "meta_test/task1/post_adaptation_return"} <= set(metrics)
+        assert metrics["final/eval_return_mean"] == pytest.approx(metrics["meta_test/post_adaptation_return"])
+    completed = run_cli("report", "--suite", str(suite), "--results-dir", str(results), cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    report = (results / "reports" / "tiny_meta" / "report.md").read_text()
+    assert "| algorithm | seeds | pre-adaptation [95% CI] | post-adaptation [95% CI] | gain [95% CI] |" in report
+    assert "| maml_vpg | 1 |" in report and "| pearl | 1 |" in report
