@@ -101,9 +101,11 @@ _TENSORS = ("observations", "actions", "rewards", "next_observations", "terminat
 class TaskEnvs:
     """A sync vector env of one task family that collects whole episodes on a chosen task.
 
-    Every collection round resets the sub-envs with fresh seeds from ``seed`` and a round
-    counter, so a run is reproducible and a resumed run (``state_dict``) continues the same
-    sequence. ``steps`` counts the env steps taken (the budget of a meta-training run).
+    Every collection round resets the sub-envs with seeds drawn from (``seed``, round counter)
+    by a SeedSequence, so runs of neighbouring seeds share no episodes, a run is reproducible
+    and a resumed run (``state_dict``) continues the same sequence. ``steps`` counts the env
+    steps of the collected episodes (the budget of a meta-training run); sub-envs beyond a
+    round's episode count step along unrecorded and uncounted.
     """
 
     def __init__(self, env_id: str, num_envs: int, seed: int, device: torch.device | str = "cpu"):
@@ -150,7 +152,8 @@ class TaskEnvs:
         return episodes
 
     def _round(self, task: Task, policy: Policy, count: int, deterministic: bool) -> Episodes:
-        obs, _ = self.envs.reset(seed=self.seed + self.rounds * self.num_envs)
+        seeds = np.random.SeedSequence([self.seed, self.rounds]).generate_state(self.num_envs)
+        obs, _ = self.envs.reset(seed=[int(s) for s in seeds])
         self.rounds += 1
         n, horizon = self.num_envs, self.horizon
         observations: list[torch.Tensor] = []
@@ -215,9 +218,12 @@ class MetaAlgorithm(Learner):
     #: rounds: MAML takes one gradient step per round, PEARL adds each round to its context)
     meta_test_exploration_episodes: int = 1
     meta_test_adaptation_rounds: int = 1
-    #: episodes of the adapted policy scored on each held-out task, and whether it acts deterministically
+    #: episodes of the adapted policy scored on each held-out task
     meta_test_episodes: int = 1
+    #: whether the meta-test acts deterministically (exploration and adapted episodes alike)
     meta_test_deterministic: bool = False
+    #: sub-envs a collection uses (more would step unrecorded)
+    collection_envs: int = 1
 
     @classmethod
     def check_env_spec(cls, spec: EnvSpec) -> None:
@@ -227,6 +233,8 @@ class MetaAlgorithm(Learner):
                 f"{cls.name} is a meta-RL algorithm and needs a task family; {spec.env_id} has no tasks "
                 f"(task families: {', '.join(TASK_FAMILIES)})"
             )
+        if spec.max_episode_steps is None:
+            raise ConfigError(f"{spec.env_id} has no episode horizon (max_episode_steps); meta-RL collects whole episodes")
 
     @abc.abstractmethod
     def train_epoch(self, task_envs: TaskEnvs) -> dict[str, float]:
@@ -252,20 +260,32 @@ class TaskResult:
     round_returns: list[float] = field(default_factory=list)  # exploration return of each adaptation round
 
 
-def meta_test(algo: MetaAlgorithm, task_envs: TaskEnvs, tasks: list[Task]) -> list[TaskResult]:
+def meta_test(algo: MetaAlgorithm, task_envs: TaskEnvs, tasks: list[Task], seed: int = 0) -> list[TaskResult]:
     """Adapt to each task from ``meta_test_exploration_episodes`` per round for
     ``meta_test_adaptation_rounds`` rounds, then score ``meta_test_episodes`` episodes of the
     adapted policy (deterministic actions if ``meta_test_deterministic``). The pre-adaptation
-    return is that of the first round's exploration."""
+    return is that of the first round's exploration.
+
+    The torch RNG is forked and seeded with ``seed``: a meta-test draws the same action noise
+    and latent samples each time and leaves the training streams untouched.
+    """
+    devices = list(range(torch.cuda.device_count())) if task_envs.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        return _meta_test(algo, task_envs, tasks)
+
+
+def _meta_test(algo: MetaAlgorithm, task_envs: TaskEnvs, tasks: list[Task]) -> list[TaskResult]:
     results = []
+    deterministic = algo.meta_test_deterministic
     for task in tasks:
         policy = algo.get_exploration_policy()
         round_returns = []
         for _ in range(algo.meta_test_adaptation_rounds):
-            episodes = task_envs.collect(task, policy, algo.meta_test_exploration_episodes)
+            episodes = task_envs.collect(task, policy, algo.meta_test_exploration_episodes, deterministic=deterministic)
             round_returns.append(float(episodes.returns.mean()))
             policy = algo.adapt_policy(policy, episodes)
-        adapted = task_envs.collect(task, policy, algo.meta_test_episodes, deterministic=algo.meta_test_deterministic)
+        adapted = task_envs.collect(task, policy, algo.meta_test_episodes, deterministic=deterministic)
         results.append(
             TaskResult(
                 task,

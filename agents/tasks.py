@@ -185,8 +185,8 @@ class TaskSampler:
 
     ``sample(n, rng)`` draws from the run's own RNG (MAML's fresh tasks every meta-batch);
     ``train_tasks(n)`` and ``test_tasks(n)`` are fixed by seeds every run shares (PEARL's
-    training set; the meta-test). A family with finitely many tasks (``all_tasks()``) has its
-    training and test tasks cycled through that list.
+    training set; the meta-test). A family with finitely many tasks (``all_tasks()``) cycles
+    through that list for its training set and tests on (at most) all of them.
     """
 
     def __init__(self, env_id: str):
@@ -215,7 +215,8 @@ class TaskSampler:
         return self.sample(n, np.random.default_rng(TRAIN_TASKS_SEED))
 
     def test_tasks(self, n: int) -> list[Task]:
-        """The ``n`` held-out test tasks (the same in every run)."""
+        """The ``n`` held-out test tasks (the same in every run); a finite family has at most
+        all of its tasks."""
         if self._finite is not None:
-            return list(itertools.islice(itertools.cycle(self._finite()), n))
+            return self._finite()[:n]
         return self.sample(n, np.random.default_rng(TEST_TASKS_SEED))

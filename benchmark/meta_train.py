@@ -91,15 +91,15 @@ def run_meta(
         checkpoint.remove_partial_writes(run_dir)
     algo = agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=budget.total_steps, device=device, seed=spec.seed)
     assert isinstance(algo, MetaAlgorithm)
-    train_envs = TaskEnvs(spec.env_id, config.num_envs, seed=spec.seed, device=device)
-    test_envs = TaskEnvs(spec.env_id, config.num_envs, seed=spec.seed + EVAL_SEED_OFFSET, device=device)
+    train_envs = TaskEnvs(spec.env_id, algo.collection_envs, seed=spec.seed, device=device)
+    test_envs = TaskEnvs(spec.env_id, algo.collection_envs, seed=spec.seed + EVAL_SEED_OFFSET, device=device)
     test_tasks = train_envs.sampler.test_tasks(budget.eval_episodes)
     result = train.RunResult(spec, device=str(device))
     loop = _MetaLoop(next_eval=budget.eval_every, next_checkpoint=spec.checkpoint_interval)
 
     def evaluate_now(step: int) -> None:
-        test_envs.rounds = 0  # every meta-test sees the same episodes' seeds
-        results = meta_test(algo, test_envs, test_tasks)
+        test_envs.rounds = 0  # every meta-test sees the same env seeds and (seeded) action noise
+        results = meta_test(algo, test_envs, test_tasks, seed=spec.seed + EVAL_SEED_OFFSET)
         metrics = meta_test_metrics(results)
         lengths = [int(round(r.post_adaptation_length)) for r in results]
         result.evaluations.append(train.Evaluation(step, [r.post_adaptation_return for r in results], lengths))
@@ -116,6 +116,8 @@ def run_meta(
             "evaluations": [dataclasses.asdict(evaluation) for evaluation in result.evaluations],
             "algorithm": algo.state_dict(),
             "replay": algo.replay_state_dict() if spec.checkpoint_replay_buffer else None,
+            # epochs end with no episode in flight: exact unless a replay buffer is left out
+            "exact": spec.checkpoint_replay_buffer or not algo.has_replay_buffer,
             "task_envs": train_envs.state_dict(),
             "rng": checkpoint.rng_state(),
         }

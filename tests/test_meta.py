@@ -28,7 +28,7 @@ SMALL = {
     "pearl": {
         "num_train_tasks": 3, "latent_dim": 2, "encoder_hidden_sizes": [8], "hidden_sizes": [8], "meta_batch_size": 2,
         "num_steps_per_epoch": 5, "num_initial_steps": 100, "num_tasks_sample": 2, "num_steps_prior": 50,
-        "num_extra_rl_steps_posterior": 50, "batch_size": 16, "embedding_batch_size": 16, "replay_buffer_size": 1000,
+        "num_extra_rl_steps_posterior": 150, "batch_size": 16, "embedding_batch_size": 16, "replay_buffer_size": 1000,
     },
 }
 
@@ -47,8 +47,9 @@ def test_test_tasks_are_fixed_and_held_out(env_id):
     assert first.train_tasks(4) == second.train_tasks(4)
     drawn = first.sample(4, np.random.default_rng(0))
     assert drawn == first.sample(4, np.random.default_rng(0))
-    if env_id.endswith("Dir-v5"):  # two tasks only: the test tasks are both directions, cycled
-        assert first.test_tasks(3) == [{"direction": -1.0}, {"direction": 1.0}, {"direction": -1.0}]
+    if env_id.endswith("Dir-v5"):  # two tasks only: both are the test tasks (at most), the training set cycles
+        assert first.test_tasks(3) == [{"direction": -1.0}, {"direction": 1.0}]
+        assert first.train_tasks(3) == [{"direction": -1.0}, {"direction": 1.0}, {"direction": -1.0}]
     else:
         assert not set(map(str, first.test_tasks(4))) & (set(map(str, first.train_tasks(4))) | set(map(str, drawn)))
 
@@ -93,6 +94,12 @@ def test_a_meta_algorithm_needs_a_task_family_and_a_task_family_needs_tasks():
         TaskSampler("Pendulum-v1")
     with pytest.raises(ConfigError, match="does not normalize"):
         agents.make("maml_vpg", env_spec(POINT), {"normalize_observations": True}, total_steps=1)
+    with pytest.raises(ConfigError, match="pearl refills no encoder buffer"):
+        agents.make("pearl", env_spec(POINT), {**SMALL["pearl"], "num_steps_prior": 0}, total_steps=1)
+    with pytest.raises(ConfigError, match="num_envs must be 1"):
+        agents.make("pearl", env_spec(POINT), {**SMALL["pearl"], "num_envs": 4}, total_steps=1)
+    with pytest.raises(ConfigError, match="pearl needs continuous"):
+        agents.algorithm_class("pearl").check_env_spec(env_spec("CartPole-v1"))
 
 
 # -- collection ----------------------------------------------------------------------------
@@ -238,6 +245,34 @@ def test_adapt_policy_takes_one_inner_step_from_the_exploration_policy():
         torch.testing.assert_close(policy.parameters[name], value.detach())
 
 
+@pytest.mark.parametrize("name", ["maml_vpg", "pearl"])
+def test_a_meta_test_repeats_itself_and_leaves_the_training_streams_alone(name):
+    torch.manual_seed(0)
+    algo = agents.make(name, env_spec(POINT), SMALL[name], total_steps=1, seed=0)
+    envs = TaskEnvs(POINT, algo.collection_envs, seed=9)
+    tasks = envs.sampler.test_tasks(2)
+    torch_state, generator_state = torch.get_rng_state(), getattr(algo, "generator", torch.Generator()).get_state()
+    results = []
+    for _ in range(2):
+        envs.rounds = 0
+        results.append([(r.pre_adaptation_return, r.post_adaptation_return) for r in meta_test(algo, envs, tasks, seed=3)])
+    assert results[0] == results[1]
+    assert torch.equal(torch.get_rng_state(), torch_state)
+    if hasattr(algo, "generator"):
+        assert torch.equal(algo.generator.get_state(), generator_state)
+
+
+def test_neighbouring_run_seeds_share_no_episode_seeds():
+    first, second = TaskEnvs(POINT, 2, seed=0), TaskEnvs(POINT, 2, seed=1)
+    policy = agents.make("maml_vpg", env_spec(POINT), SMALL["maml_vpg"], total_steps=1).get_exploration_policy()
+    seeds = []
+    for envs in (first, second):
+        for _ in range(3):
+            envs.collect({"goal": [0.0, 0.1]}, policy, 2)
+        seeds.append({int(s) for r in range(3) for s in np.random.SeedSequence([envs.seed, r]).generate_state(2)})
+    assert not seeds[0] & seeds[1]
+
+
 # -- the interface contract -----------------------------------------------------------------
 
 
@@ -251,7 +286,7 @@ def test_meta_interface_contract(name):
     acted = algo.act(obs, deterministic=True)
     assert acted.actions.shape == (5, 2) and np.all(np.abs(acted.env_actions) <= 1.0)
     before = algo.get_weights()
-    logs = algo.train_epoch(TaskEnvs(POINT, 3, seed=0))
+    logs = algo.train_epoch(TaskEnvs(POINT, algo.collection_envs, seed=0))
     assert logs and all(np.isfinite(v) for v in logs.values())
     assert {"pre_adaptation_return", "post_adaptation_return"} <= set(logs)
     after = algo.get_weights()
@@ -287,7 +322,7 @@ LEARN = {"meta_batch_size": 10, "episodes_per_task": 10, "num_envs": 10, "hidden
 
 
 @pytest.mark.learning
-@pytest.mark.parametrize("name,epochs,overrides", [("maml_vpg", 12, {"outer_lr": 1e-2}), ("maml_ppo", 12, {"outer_lr": 1e-2, "outer_iterations": 3}), ("maml_trpo", 8, {})])
+@pytest.mark.parametrize("name,epochs,overrides", [("maml_vpg", 20, {"outer_lr": 1e-2}), ("maml_ppo", 12, {"outer_lr": 1e-2, "outer_iterations": 3}), ("maml_trpo", 8, {})])
 def test_maml_adapts_on_held_out_point_navigation_tasks(name, epochs, overrides):
     """After a short meta-training, one inner step on held-out goals raises the return
     (averaged over the test tasks), and the adapted return beats the untrained one."""
@@ -441,7 +476,7 @@ def test_pearl_meta_test_return_improves_with_meta_training():
 
 def test_a_pearl_run_with_its_buffers_in_the_checkpoint_resumes_exactly(tmp_path):
     hyperparameters = agents.resolve_config("pearl", SMALL["pearl"]).to_dict()
-    spec = RunSpec("t", "pearl", POINT, 0, hyperparameters, Budget(1500, 1, 2), device="cpu", checkpoint_replay_buffer=True)
+    spec = RunSpec("t", "pearl", POINT, 0, hyperparameters, Budget(3000, 1, 2), device="cpu", checkpoint_replay_buffer=True)
     whole = train.run(spec)
 
     class Stop(Exception):

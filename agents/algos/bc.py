@@ -25,6 +25,7 @@ Defaults are garage's BC (learning rate 1e-3 with Adam, 16 minibatches per epoch
 from __future__ import annotations
 
 import math
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
@@ -89,25 +90,37 @@ class LearnerNetwork(nn.Module):
         return Categorical(output) if self.discrete else DiagGaussian(output, self.log_std)
 
 
+def load_expert_checkpoint(path: str, spec: EnvSpec) -> dict[str, Any]:
+    """A policy checkpoint of this suite, checked against ``spec``; ConfigError otherwise."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+        recorded = payload["spec"]
+        algo, env_id, hyperparameters = recorded["algo"], recorded["env_id"], recorded["hyperparameters"]
+        payload["algorithm"]
+    except (KeyError, TypeError):
+        raise ConfigError(f"bc expert {path}: not a checkpoint of this suite (it needs spec with algo, env_id, hyperparameters, and algorithm)") from None
+    except Exception as error:  # torch raises several types for a file it cannot read
+        raise ConfigError(f"bc expert {path}: cannot read it as a checkpoint ({type(error).__name__}: {error})") from None
+    expert_spec = env_spec(env_id)
+    if (expert_spec.observation_shape, expert_spec.action_shape, expert_spec.discrete) != (spec.observation_shape, spec.action_shape, spec.discrete):
+        raise ConfigError(f"the expert was trained on {env_id}, whose spaces differ from {spec.env_id}'s")
+    if hyperparameters.get("recurrent"):
+        raise ConfigError(f"the expert {algo} is recurrent; bc clones feed-forward experts only")
+    return payload
+
+
 class ExpertPolicy:
     """A trained policy of this suite, restored from its checkpoint, acting on raw observations."""
 
-    def __init__(self, payload: Mapping[str, Any], spec: EnvSpec, device: torch.device, deterministic: bool):
+    def __init__(self, payload: Mapping[str, Any], device: torch.device, deterministic: bool):
         import agents  # the registry imports this module
 
-        try:
-            recorded = payload["spec"]
-            algo, env_id, hyperparameters = recorded["algo"], recorded["env_id"], recorded["hyperparameters"]
-            state = payload["algorithm"]
-        except (KeyError, TypeError):
-            raise ConfigError("the expert checkpoint lacks spec (algo, env_id, hyperparameters) or algorithm state; is it a checkpoint of this suite?") from None
-        expert_spec = env_spec(env_id)
-        if (expert_spec.observation_shape, expert_spec.action_shape, expert_spec.discrete) != (spec.observation_shape, spec.action_shape, spec.discrete):
-            raise ConfigError(f"the expert was trained on {env_id}, whose spaces differ from {spec.env_id}'s")
-        if hyperparameters.get("recurrent"):
-            raise ConfigError(f"the expert {algo} is recurrent; bc clones feed-forward experts only")
-        self.algorithm: Learner = agents.make(algo, expert_spec, hyperparameters, total_steps=1, device=device)
-        self.algorithm.load_state_dict(state)
+        recorded = payload["spec"]
+        algo, hyperparameters = recorded["algo"], dict(recorded["hyperparameters"])
+        if "buffer_size" in hyperparameters:  # acting needs no replay buffer: keep its allocation small
+            hyperparameters["buffer_size"] = max(int(hyperparameters.get("batch_size", 1)), 1)
+        self.algorithm: Learner = agents.make(algo, env_spec(recorded["env_id"]), hyperparameters, total_steps=1, device=device)
+        self.algorithm.load_state_dict(payload["algorithm"])
         statistics = (payload.get("normalization") or {}).get("obs_rms")
         self.clip = float(hyperparameters.get("clip_observations", 10.0))
         self.mean = self.std = None
@@ -123,40 +136,69 @@ class ExpertPolicy:
         return self.algorithm.act(obs, None, deterministic=self.deterministic)
 
 
+def _check_dataset_shapes(source: str, observations: tuple[int, ...], actions: tuple[int, ...], spec: EnvSpec) -> None:
+    if observations[1:] != spec.observation_shape or observations[0] != actions[0]:
+        raise ConfigError(
+            f"expert dataset {source}: observations {observations} and actions {actions} do not fit "
+            f"{spec.env_id} (observations (N, {', '.join(map(str, spec.observation_shape))}))"
+        )
+    if actions[1:] != spec.action_shape:
+        raise ConfigError(f"expert dataset {source}: actions have shape {actions[1:]}, {spec.env_id} takes {spec.action_shape}")
+    if observations[0] == 0:
+        raise ConfigError(f"expert dataset {source} is empty")
+
+
+def check_dataset(source: str, spec: EnvSpec) -> None:
+    """ConfigError unless ``source`` is a readable dataset of ``spec``'s shapes (reads only the
+    npz headers, or the Minari store's list of datasets)."""
+    if source.startswith("minari:"):
+        try:
+            import minari
+        except ImportError:
+            raise ConfigError(f"expert {source} needs the minari package (pip install minari, or the imitation extra)") from None
+        dataset_id = source.removeprefix("minari:")
+        if dataset_id not in minari.list_local_datasets():
+            raise ConfigError(f"Minari dataset {dataset_id!r} is not in the local Minari store ({minari.storage.get_dataset_path()})")
+        return
+    shapes = {}
+    try:
+        with zipfile.ZipFile(source) as archive:
+            for name in ("observations", "actions"):
+                if f"{name}.npy" not in archive.namelist():
+                    raise ConfigError(f"expert dataset {source} lacks {name!r}; it has {sorted(n.removesuffix('.npy') for n in archive.namelist())}")
+                with archive.open(f"{name}.npy") as file:
+                    version = np.lib.format.read_magic(file)
+                    reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                    shapes[name] = reader(file)[0]
+    except (zipfile.BadZipFile, ValueError, OSError) as error:
+        raise ConfigError(f"expert dataset {source}: not a readable npz file ({error})") from None
+    _check_dataset_shapes(source, tuple(shapes["observations"]), tuple(shapes["actions"]), spec)
+
+
 def load_dataset(source: str, spec: EnvSpec) -> tuple[np.ndarray, np.ndarray]:
     """(observations (N, *obs_shape), actions (N, *action_shape)) from an .npz file or a
     local Minari dataset; ConfigError naming what does not fit ``spec``."""
+    check_dataset(source, spec)
     if source.startswith("minari:"):
         observations, actions = _load_minari(source.removeprefix("minari:"))
     else:
         with np.load(source) as data:
-            missing = {"observations", "actions"} - set(data.files)
-            if missing:
-                raise ConfigError(f"expert dataset {source} lacks {sorted(missing)}; it has {sorted(data.files)}")
             observations, actions = data["observations"], data["actions"]
-    if observations.shape[1:] != spec.observation_shape or len(observations) != len(actions):
-        raise ConfigError(
-            f"expert dataset {source}: observations {observations.shape} and actions {actions.shape} do not fit "
-            f"{spec.env_id} (observations (N, {', '.join(map(str, spec.observation_shape))}))"
-        )
-    if actions.shape[1:] != spec.action_shape:
-        raise ConfigError(f"expert dataset {source}: actions have shape {actions.shape[1:]}, {spec.env_id} takes {spec.action_shape}")
-    if len(observations) == 0:
-        raise ConfigError(f"expert dataset {source} is empty")
+    _check_dataset_shapes(source, observations.shape, actions.shape, spec)
     return observations.astype(np.float32), actions
 
 
 def _load_minari(dataset_id: str) -> tuple[np.ndarray, np.ndarray]:
-    try:
-        import minari
-    except ImportError:
-        raise ConfigError(f"expert minari:{dataset_id} needs the minari package (pip install minari)") from None
+    import minari
+
     try:
         dataset = minari.load_dataset(dataset_id)
-    except Exception as error:  # minari raises several types for a missing dataset
+    except Exception as error:  # minari raises several types for a dataset it cannot read
         raise ConfigError(f"cannot load Minari dataset {dataset_id!r}: {error}") from None
     observations, actions = [], []
     for episode in dataset.iterate_episodes():
+        if isinstance(episode.observations, dict):
+            raise ConfigError(f"Minari dataset {dataset_id!r} has dict observations ({sorted(episode.observations)}); bc clones Box observations")
         observations.append(np.asarray(episode.observations)[:-1])  # the last observation has no action
         actions.append(np.asarray(episode.actions))
     if not observations:
@@ -194,6 +236,10 @@ class BC(Algorithm):
             raise ConfigError("bc learns on raw observations (an expert normalizes with its own statistics): set normalize_observations and normalize_rewards to false")
         if config.minibatches_per_epoch > config.batch_size:
             raise ConfigError(f"minibatches_per_epoch {config.minibatches_per_epoch} exceeds batch_size {config.batch_size}")
+        if _is_dataset(config.expert):
+            check_dataset(config.expert, spec)
+        else:
+            load_expert_checkpoint(config.expert, spec)
 
     def __init__(self, spec: EnvSpec, config: BCConfig, total_steps: int, device: torch.device | str = "cpu", seed: int = 0):
         self.check_env_spec(spec)
@@ -211,8 +257,7 @@ class BC(Algorithm):
             self.collects_experience = False
             self.samples_per_update = config.batch_size
         else:
-            payload = torch.load(config.expert, map_location="cpu", weights_only=True)
-            self.expert = ExpertPolicy(payload, spec, self.device, config.expert_deterministic)
+            self.expert = ExpertPolicy(load_expert_checkpoint(config.expert, spec), self.device, config.expert_deterministic)
         # the epoch's batch of expert pairs, filled num_envs at a time (rounded up to a multiple)
         capacity = math.ceil(config.batch_size / config.num_envs) * config.num_envs
         action_dtype = torch.long if spec.discrete else torch.float32

@@ -49,6 +49,7 @@ from agents.nets.mlp import mlp
 from agents.optim import conjugate_gradient, fisher_vector_product, flatten
 
 Parameters = dict[str, torch.Tensor]
+TASK_STREAM = 1  # the task-sampling RNG is seeded by SeedSequence([seed, TASK_STREAM])
 
 
 # --------------------------------------------------------------------------------------------
@@ -61,7 +62,7 @@ class MAMLConfig(Hyperparameters):
     """Shared by the three variants; Finn et al. (2017), Sec. 5.3 and App. A.2, and garage."""
 
     num_envs: int = hp(20, ge=1)
-    """Sub-envs collecting a task's episodes in parallel (episodes_per_task by default)."""
+    """Sub-envs collecting a task's episodes in parallel (at most episodes_per_task are used)."""
     meta_batch_size: int = hp(20, ge=1)
     """Tasks per meta-update (20 for 2-D navigation in the paper; 40 for locomotion)."""
     episodes_per_task: int = hp(20, ge=1)
@@ -275,7 +276,7 @@ class MAML(MetaAlgorithm):
         self.parameters = [p for p in self.network.parameters()]
         self.names = [name for name, _ in self.network.named_parameters()]
         self.optimizer = torch.optim.Adam(self.parameters, lr=config.outer_lr) if self.uses_optimizer else None
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(np.random.SeedSequence([seed, TASK_STREAM]))
         self.last_batch: list[TaskBatch] = []
 
     uses_optimizer: ClassVar[bool] = True
@@ -286,6 +287,10 @@ class MAML(MetaAlgorithm):
             raise ConfigError(f"{cls.name} does not normalize observations or rewards (set normalize_observations and normalize_rewards to false)")
 
     # -- the meta-test protocol: one adaptation round per inner step ------------------------
+
+    @property
+    def collection_envs(self) -> int:  # type: ignore[override]
+        return min(self.config.num_envs, self.config.episodes_per_task)
 
     @property
     def meta_test_exploration_episodes(self) -> int:  # type: ignore[override]
@@ -438,11 +443,18 @@ class MAML(MetaAlgorithm):
 
     def update(self, batch: list[TaskBatch] | None = None) -> dict[str, float]:
         """The meta-update on ``batch`` (the last epoch's by default)."""
-        batch = self.last_batch if batch is None else batch
-        self.last_batch = batch
+        batch = self._batch_or_last(batch)
         gradients, logs = self.compute_gradients(batch)
         self.apply_gradients(gradients)
         return logs
+
+    def _batch_or_last(self, batch: list[TaskBatch] | None) -> list[TaskBatch]:
+        if batch is None:
+            if not self.last_batch:
+                raise RuntimeError(f"{self.name} has no meta-batch to update on yet (train_epoch collects one; it is not checkpointed)")
+            return self.last_batch
+        self.last_batch = batch
+        return batch
 
     def _on_parameter_updated(self, name: str) -> None:
         if name == "outer_lr" and self.optimizer is not None:
@@ -501,8 +513,7 @@ class MAMLPPO(MAML):
         return -surrogate - self.entropy_bonus(dist), {"clip_fraction": clip_fraction}
 
     def update(self, batch: list[TaskBatch] | None = None) -> dict[str, float]:
-        batch = self.last_batch if batch is None else batch
-        self.last_batch = batch
+        batch = self._batch_or_last(batch)
         logs: dict[str, float] = {}
         for _ in range(self.config.outer_iterations):
             gradients, logs = self.compute_gradients(batch)

@@ -11,9 +11,10 @@ via Probabilistic Context Variables", Algorithms 1 and 2:
         for num_tasks_sample random training tasks i:
             clear task i's encoder buffer
             num_steps_prior steps with z ~ N(0, I)                      -> RL and encoder buffers
-            num_steps_posterior steps with z ~ q(z | c_i)               -> RL and encoder buffers
-            num_extra_rl_steps_posterior steps with z ~ q(z | c_i)      -> RL buffer only
-            (z is resampled every update_post_train episodes, from context of the encoder buffer)
+            num_steps_posterior steps, z ~ q(z | c_i)                   -> RL and encoder buffers
+            num_extra_rl_steps_posterior steps, z ~ q(z | c_i)          -> RL buffer only
+            (as in the authors' code, each posterior phase starts with z ~ prior and draws z from
+            q(z | c), c from task i's encoder buffer, after every update_post_train episodes)
         num_steps_per_epoch gradient steps, each on meta_batch_size training tasks:
             c_i ~ encoder buffer i (embedding_batch_size), z_i ~ q(z | c_i) (reparameterized)
             (s, a, r, s', d) ~ RL buffer i (batch_size)
@@ -24,7 +25,8 @@ via Probabilistic Context Variables", Algorithms 1 and 2:
             L_pi = mean (log pi(a~|s, z) - min_j Q_j(s, a~, z)) + mean/std/pre-activation regularizers
             V_target <- (1 - tau) V_target + tau V
     meta-test on a task: act with z ~ prior, then z ~ q(z | context collected so far) (posterior
-        sampling); score the episodes of the adapted policy (deterministic actions)
+        sampling); score the episodes of the adapted policy; every meta-test episode takes the
+        policy's deterministic action, as in the authors' evaluation
 
 All losses are computed at the same parameters, then every optimizer steps, so the gradients
 can be computed on one process and applied on another; the authors' code steps the
@@ -49,6 +51,8 @@ from agents.meta import Episodes, MetaAlgorithm, PolicyOutput, TaskEnvs
 from agents.nets.distributions import TanhGaussian
 from agents.nets.mlp import mlp, polyak_update
 from agents.tasks import Task
+
+TASK_STREAM = 1  # the task-choice RNG is seeded by SeedSequence([seed, TASK_STREAM])
 
 
 @dataclass
@@ -217,8 +221,13 @@ class PEARL(MetaAlgorithm):
     def check_config(cls, config: Any, spec: Any) -> None:
         if config.normalize_observations or config.normalize_rewards:
             raise ConfigError("pearl does not normalize observations or rewards (set normalize_observations and normalize_rewards to false)")
-        if config.num_initial_steps == 0 and config.num_steps_prior + config.num_steps_posterior == 0:
-            raise ConfigError("pearl collects no context: num_initial_steps, num_steps_prior and num_steps_posterior are all 0")
+        if config.num_steps_prior + config.num_steps_posterior == 0:
+            raise ConfigError(
+                "pearl refills no encoder buffer: num_steps_prior and num_steps_posterior are both 0, but each "
+                "epoch clears the encoder buffer of every task it collects on"
+            )
+        if config.num_envs != 1:
+            raise ConfigError(f"pearl collects one episode at a time (one z per episode): num_envs must be 1, got {config.num_envs}")
 
     def __init__(self, env_spec: EnvSpec, config: PEARLConfig, total_steps: int, device: torch.device | str = "cpu", seed: int = 0):
         self.check_env_spec(env_spec)
@@ -245,8 +254,8 @@ class PEARL(MetaAlgorithm):
         self.rl_buffers = [TaskBuffer(obs_dim, action_dim, config.replay_buffer_size, self.device) for _ in range(config.num_train_tasks)]
         self.encoder_buffers = [TaskBuffer(obs_dim, action_dim, config.replay_buffer_size, self.device) for _ in range(config.num_train_tasks)]
         self.train_tasks: list[Task] | None = None
-        self.rng = np.random.default_rng(seed)
-        self.generator = torch.Generator().manual_seed(seed)
+        self.rng = np.random.default_rng(np.random.SeedSequence([seed, TASK_STREAM]))
+        self.generator = torch.Generator().manual_seed(seed)  # batches and the update's z samples
         self.epochs = 0
         self._low = torch.as_tensor(env_spec.action_low, dtype=torch.float32, device=self.device)
         self._high = torch.as_tensor(env_spec.action_high, dtype=torch.float32, device=self.device)
@@ -272,7 +281,8 @@ class PEARL(MetaAlgorithm):
         return TanhGaussian(mean, log_std.clamp(-20.0, 2.0))
 
     def prior_z(self) -> torch.Tensor:
-        return torch.randn(1, self.config.latent_dim, generator=self.generator).to(self.device)
+        """z ~ N(0, I) (1, latent), from the global torch RNG like every acting-time draw."""
+        return torch.randn(1, self.config.latent_dim, device=self.device)
 
     def posterior(self, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """q(z | c) for context (T, N, C): means and variances (T, latent)."""
@@ -285,8 +295,7 @@ class PEARL(MetaAlgorithm):
         """One z (1, latent) from q(z | context (N, C)), without gradients."""
         with torch.no_grad():
             mean, var = self.posterior(context.unsqueeze(0))
-            noise = torch.randn(mean.shape, generator=self.generator).to(self.device)
-            return mean + var.sqrt() * noise
+            return mean + var.sqrt() * torch.randn_like(mean)
 
     def act(self, obs: torch.Tensor, state: Any = None, deterministic: bool = False) -> Acted:
         """The policy before any context: z drawn from the prior, or (deterministic) the
@@ -327,11 +336,15 @@ class PEARL(MetaAlgorithm):
 
     # -- meta-training --------------------------------------------------------------------------
 
-    def collect(self, task_envs: TaskEnvs, index: int, steps: int, posterior: bool, to_encoder: bool) -> list[float]:
+    def collect(self, task_envs: TaskEnvs, index: int, steps: int, posterior: bool, to_encoder: bool) -> tuple[list[float], list[float]]:
         """At least ``steps`` env steps on training task ``index``, one episode at a time, with
-        z ~ prior or (resampled every update_post_train episodes) z ~ q(z | encoder buffer)."""
+        z ~ prior, or (posterior) z ~ q(z | c) drawn after every update_post_train episodes
+        from context of the task's encoder buffer. The returns of the episodes acted with a
+        prior z and with a posterior z."""
         assert self.train_tasks is not None
-        z, collected, episodes_since, returns = self.prior_z(), 0, 0, []
+        z, from_posterior, collected, episodes_since = self.prior_z(), False, 0, 0
+        prior_returns: list[float] = []
+        posterior_returns: list[float] = []
         while collected < steps:
             episodes = task_envs.collect(self.train_tasks[index], ContextPolicy(self, None, z), 1)
             transitions = self._transitions(episodes)
@@ -339,33 +352,39 @@ class PEARL(MetaAlgorithm):
             if to_encoder:
                 self.encoder_buffers[index].add(transitions)
             collected += episodes.num_steps
-            returns.append(float(episodes.returns.sum()))
+            (posterior_returns if from_posterior else prior_returns).append(float(episodes.returns.sum()))
             episodes_since += 1
             if posterior and episodes_since >= self.config.update_post_train and self.encoder_buffers[index].size:
                 context = self._context(self.encoder_buffers[index].sample(self.config.embedding_batch_size, self.generator))
-                z, episodes_since = self.sample_posterior(context), 0
+                z, from_posterior, episodes_since = self.sample_posterior(context), True, 0
             elif not posterior:
                 z = self.prior_z()  # a fresh prior draw for every episode
-        return returns
+        return prior_returns, posterior_returns
 
     def train_epoch(self, task_envs: TaskEnvs) -> dict[str, float]:
         config = self.config
         if self.train_tasks is None:
             self.train_tasks = task_envs.sampler.train_tasks(config.num_train_tasks)
-        prior_returns, posterior_returns = [], []
+        prior_returns: list[float] = []
+        posterior_returns: list[float] = []
+
+        def collect(index: int, steps: int, posterior: bool, to_encoder: bool) -> None:
+            prior, post = self.collect(task_envs, index, steps, posterior, to_encoder)
+            prior_returns.extend(prior)
+            posterior_returns.extend(post)
+
         for index in range(config.num_train_tasks):
             # the first epoch, or a resume without the buffers: fill every task's buffers first
             if self.rl_buffers[index].size == 0 or self.encoder_buffers[index].size == 0:
-                steps = config.num_initial_steps or config.num_steps_prior + config.num_steps_posterior
-                prior_returns += self.collect(task_envs, index, steps, posterior=False, to_encoder=True)
+                collect(index, config.num_initial_steps or config.num_steps_prior + config.num_steps_posterior, False, True)
         for index in self.rng.integers(config.num_train_tasks, size=config.num_tasks_sample):
             self.encoder_buffers[index].clear()
             if config.num_steps_prior:
-                prior_returns += self.collect(task_envs, index, config.num_steps_prior, posterior=False, to_encoder=True)
+                collect(index, config.num_steps_prior, False, True)
             if config.num_steps_posterior:
-                posterior_returns += self.collect(task_envs, index, config.num_steps_posterior, posterior=True, to_encoder=True)
+                collect(index, config.num_steps_posterior, True, True)
             if config.num_extra_rl_steps_posterior:
-                posterior_returns += self.collect(task_envs, index, config.num_extra_rl_steps_posterior, posterior=True, to_encoder=False)
+                collect(index, config.num_extra_rl_steps_posterior, True, False)
         logs: dict[str, list[float]] = {}
         for _ in range(config.num_steps_per_epoch):
             for key, value in self.update(self.sample_batch()).items():
