@@ -63,3 +63,71 @@ def fisher_vector_product(
         return flatten(hessian_vector) + damping * vector
 
     return product
+
+
+def trust_region_step(
+    surrogate: torch.Tensor,
+    mean_kl: torch.Tensor,
+    parameters: Sequence[torch.nn.Parameter],
+    max_kl: float,
+    cg_iterations: int,
+    damping: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The full step s (P,) of TRPO's quadratic model and the surrogate's gradient g (P,).
+
+    x = F^-1 g by conjugate gradient; s = sqrt(2 max_kl / x^T F x) x, the step along x whose
+    quadratic KL model equals max_kl. Both graphs (``surrogate``, ``mean_kl``) are kept.
+    """
+    gradient = flatten(torch.autograd.grad(surrogate, parameters, retain_graph=True))
+    fisher_product = fisher_vector_product(mean_kl, parameters, damping)
+    direction = conjugate_gradient(fisher_product, gradient, cg_iterations)
+    curvature = direction.dot(fisher_product(direction)).clamp_min(1e-12)  # x^T F x
+    return (torch.sqrt(2 * max_kl / curvature) * direction).detach(), gradient.detach()
+
+
+@torch.no_grad()
+def assign_flat(parameters: Sequence[torch.nn.Parameter], vector: torch.Tensor) -> None:
+    """Write a flat vector (P,) into ``parameters``, in order."""
+    offset = 0
+    for parameter in parameters:
+        parameter.copy_(vector[offset : offset + parameter.numel()].view_as(parameter))
+        offset += parameter.numel()
+
+
+def backtracking_line_search(
+    parameters: Sequence[torch.nn.Parameter],
+    objective: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    full_step: torch.Tensor,
+    surrogate_before: float,
+    max_kl: float,
+    shrink: float,
+    max_steps: int,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The first of shrink^j * ``full_step`` (j < max_steps) whose (surrogate, mean KL) from
+    ``objective()`` improves the surrogate within the KL bound; zeros if none. The
+    parameters are left as they were."""
+    start = flatten([p.detach() for p in parameters]).clone()
+    accepted = torch.zeros_like(full_step)
+    info = {"line_search_fraction": 0.0, "kl": 0.0, "surrogate_improvement": 0.0}
+    try:
+        for j in range(max_steps):
+            fraction = shrink**j
+            assign_flat(parameters, start + fraction * full_step)
+            surrogate, mean_kl = objective()
+            improvement = surrogate.item() - surrogate_before
+            if mean_kl.item() <= max_kl and improvement > 0:
+                accepted = fraction * full_step
+                info = {"line_search_fraction": fraction, "kl": mean_kl.item(), "surrogate_improvement": improvement}
+                break
+    finally:
+        assign_flat(parameters, start)
+    return accepted, info
+
+
+@torch.no_grad()
+def subtract_gradients(parameters: Sequence[torch.nn.Parameter]) -> None:
+    """theta <- theta - theta.grad, then clear the gradients (a step stored as minus a gradient)."""
+    for parameter in parameters:
+        if parameter.grad is not None:
+            parameter.sub_(parameter.grad)
+            parameter.grad = None

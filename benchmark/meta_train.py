@@ -30,24 +30,19 @@ import torch
 import agents
 from agents.envs import env_spec
 from agents.meta import MetaAlgorithm, TaskEnvs, TaskResult, meta_test
-from benchmark import checkpoint
+from benchmark import checkpoint, train
 from benchmark.config import RunSpec
+from benchmark.train import _Loop
 
 #: meta-test episodes never share env seeds with meta-training ones
 EVAL_SEED_OFFSET = 1_000_003
 
 
 @dataclass
-class _MetaLoop:
-    """The meta loop's counters: checkpointed with the algorithm."""
+class _MetaLoop(_Loop):
+    """The training loop's counters and the epoch: checkpointed with the algorithm."""
 
-    step: int = 0
     epoch: int = 0
-    next_eval: int = 0
-    next_checkpoint: int = 0
-    next_progress: int = 0
-    train_seconds: float = 0.0
-    eval_seconds: float = 0.0
 
 
 def meta_test_metrics(results: list[TaskResult]) -> dict[str, float]:
@@ -79,8 +74,6 @@ def run_meta(
     on_evaluation: Any = None,
 ) -> Any:
     """``benchmark.train.run`` for a meta-learner (same arguments, same RunResult)."""
-    from benchmark import train  # train dispatches here; import late to keep one import direction
-
     torch.set_num_threads(spec.torch_threads)
     train.seed_everything(spec.seed)
     device = train.resolve_device(spec.device)
@@ -184,8 +177,6 @@ def run_meta(
 
 
 def _restore(payload: dict[str, Any], algo: MetaAlgorithm, train_envs: TaskEnvs, loop: _MetaLoop, result: Any, spec: RunSpec) -> None:
-    from benchmark import train
-
     if payload.get("format") != checkpoint.FORMAT or payload.get("kind") != "meta":
         raise ValueError(f"not a meta-RL checkpoint of format {checkpoint.FORMAT}")
     if payload["spec"].get("run_key") != spec.run_key:

@@ -13,6 +13,7 @@ from agents.algos import PPOAdaptiveKL
 from agents.api import Transitions
 from agents.envs import env_spec, make_vector_env, true_next_obs
 from agents.nets.distributions import MultiCategorical
+from agents.optim import assign_flat
 
 SMALL = {"num_steps": 32, "hidden_sizes": [16, 16], "normalize_observations": False, "normalize_rewards": False}
 
@@ -72,7 +73,7 @@ def test_trpo_accepted_step_stays_inside_the_trust_region(env_id):
     step, info = algo.line_search(batch, full_step, surrogate_before)
     assert info["line_search_fraction"] > 0, "no step accepted on a fresh rollout"
     assert measured_kl(algo, batch) < 1e-6  # the search leaves the parameters where they were
-    algo._assign_policy(torch.cat([p.detach().flatten() for p in algo.policy_parameters]) + step)
+    assign_flat(algo.policy_parameters, torch.cat([p.detach().flatten() for p in algo.policy_parameters]) + step)
     kl = measured_kl(algo, batch)
     assert 0 < kl <= 0.01 and kl == pytest.approx(info["kl"], rel=1e-4)
     surrogate_after, _ = algo.policy_objective(batch)
@@ -86,9 +87,9 @@ def test_trpo_line_search_shrinks_a_step_that_breaks_the_kl_limit():
     full_step, surrogate_before, _ = algo.search_direction(batch)
     too_long = 20 * full_step
     start = torch.cat([p.detach().flatten() for p in algo.policy_parameters])
-    algo._assign_policy(start + too_long)
+    assign_flat(algo.policy_parameters, start + too_long)
     assert measured_kl(algo, batch) > 0.01  # the unshrunk step would leave the trust region
-    algo._assign_policy(start)
+    assign_flat(algo.policy_parameters, start)
 
     step, info = algo.line_search(batch, too_long, surrogate_before)
     assert 0 < info["line_search_fraction"] < 1 and info["kl"] <= 0.01

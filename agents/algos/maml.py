@@ -40,13 +40,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from agents.algos.onpolicy import ENTROPY_METHODS
-from agents.api import Acted, ConfigError, Hyperparameters, hp, set_gradients
+from agents.algos.onpolicy import PolicyGradientOptions
+from agents.api import Acted, ConfigError, hp, set_gradients
 from agents.envs import EnvSpec
 from agents.meta import Episodes, MetaAlgorithm, PolicyOutput, TaskEnvs
 from agents.nets.distributions import Categorical, DiagGaussian
 from agents.nets.mlp import mlp
-from agents.optim import conjugate_gradient, fisher_vector_product, flatten
+from agents.optim import backtracking_line_search, flatten, subtract_gradients, trust_region_step
 
 Parameters = dict[str, torch.Tensor]
 TASK_STREAM = 1  # the task-sampling RNG is seeded by SeedSequence([seed, TASK_STREAM])
@@ -58,8 +58,9 @@ TASK_STREAM = 1  # the task-sampling RNG is seeded by SeedSequence([seed, TASK_S
 
 
 @dataclass
-class MAMLConfig(Hyperparameters):
-    """Shared by the three variants; Finn et al. (2017), Sec. 5.3 and App. A.2, and garage."""
+class MAMLConfig(PolicyGradientOptions):
+    """Shared by the three variants; Finn et al. (2017), Sec. 5.3 and App. A.2, and garage.
+    The advantage and entropy options are the on-policy family's (garage's names)."""
 
     num_envs: int = hp(20, ge=1)
     """Sub-envs collecting a task's episodes in parallel (at most episodes_per_task are used)."""
@@ -77,18 +78,6 @@ class MAMLConfig(Hyperparameters):
     """Drop the second-order term: treat d theta_i / d theta as the identity (FOMAML)."""
     gae_lambda: float = hp(1.0, ge=0.0, le=1.0)
     """GAE lambda over the linear baseline (1: returns minus the baseline, as in the paper)."""
-    center_adv: bool = hp(True)
-    """Standardize each batch's advantages."""
-    positive_adv: bool = hp(False)
-    """Shift advantages to be positive (after centering, if both)."""
-    entropy_method: str = hp("no_entropy", choices=ENTROPY_METHODS)
-    """no_entropy; regularized: entropy bonus in the objectives; max: entropy added to the rewards."""
-    policy_ent_coeff: float = hp(0.0, ge=0.0)
-    """Weight of the policy entropy under regularized or max."""
-    use_softplus_entropy: bool = hp(False)
-    """Pass the entropy through softplus, so the bonus never turns negative."""
-    stop_entropy_gradient: bool = hp(False)
-    """Treat the regularized entropy bonus as a constant."""
     hidden_sizes: tuple[int, ...] = hp((100, 100), ge=1)
     """Policy hidden layers (two of 100 units in the paper)."""
     activation: str = hp("relu", choices=("tanh", "relu", "elu", "gelu"))
@@ -97,14 +86,6 @@ class MAMLConfig(Hyperparameters):
     """Initial log standard deviation of the Gaussian policy (state-independent)."""
     baseline_reg_coeff: float = hp(1e-5, gt=0.0)
     """Ridge coefficient of the linear baseline (raised x10 while the solve is not finite)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.entropy_method == "no_entropy" and self.policy_ent_coeff > 0:
-            raise ConfigError(
-                f"policy_ent_coeff is {self.policy_ent_coeff} but entropy_method is 'no_entropy'; "
-                "set entropy_method to 'regularized' or 'max', or policy_ent_coeff to 0"
-            )
 
 
 @dataclass
@@ -330,26 +311,14 @@ class MAML(MetaAlgorithm):
         rewards = episodes.rewards
         if config.entropy_method == "max" and episodes.dist_params is not None:
             entropy = self.network.distribution(episodes.dist_params.flatten(0, 1)).entropy().view_as(rewards)
-            rewards = rewards + config.policy_ent_coeff * self._entropy(entropy).detach() * episodes.mask
+            rewards = rewards + config.policy_ent_coeff * config.entropy_transform(entropy).detach() * episodes.mask
         values = linear_baseline(episodes, rewards, config.gamma, config.baseline_reg_coeff)
         advantages = episodes.valid(episode_advantages(rewards, values, episodes.mask.float(), config.gamma, config.gae_lambda))
-        if config.center_adv and advantages.numel() > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        if config.positive_adv:
-            advantages = advantages - advantages.min() + 1e-8
-        return Batch(episodes, advantages)
-
-    def _entropy(self, entropy: torch.Tensor) -> torch.Tensor:
-        return F.softplus(entropy) if self.config.use_softplus_entropy else entropy
+        return Batch(episodes, config.process_advantages(advantages))
 
     def entropy_bonus(self, dist: Categorical | DiagGaussian) -> torch.Tensor:
         """policy_ent_coeff * mean entropy under ``regularized``, else 0."""
-        if self.config.entropy_method != "regularized":
-            return torch.zeros((), device=self.device)
-        entropy = self._entropy(dist.entropy()).mean()
-        if self.config.stop_entropy_gradient:
-            entropy = entropy.detach()
-        return self.config.policy_ent_coeff * entropy
+        return self.config.entropy_bonus(dist.entropy())
 
     def distribution(self, parameters: Parameters, batch: Batch) -> Categorical | DiagGaussian:
         """pi(. | s) at ``parameters`` for the valid steps of ``batch``."""
@@ -553,50 +522,22 @@ class MAMLTRPO(MAML):
         """Minus the accepted trust-region step (so ``apply_gradients``' theta - g takes it)."""
         config = self.config
         surrogate, mean_kl = self.objective(batch)
-        gradient = flatten(torch.autograd.grad(surrogate, self.parameters, retain_graph=True))
-        fisher_product = fisher_vector_product(mean_kl, self.parameters, config.cg_damping)
-        direction = conjugate_gradient(fisher_product, gradient, config.cg_iterations)
-        curvature = direction.dot(fisher_product(direction)).clamp_min(1e-12)
-        full_step = (torch.sqrt(2 * config.max_kl / curvature) * direction).detach()
-        step, logs = self.line_search(batch, full_step, surrogate.item())
+        full_step, gradient = trust_region_step(surrogate, mean_kl, self.parameters, config.max_kl, config.cg_iterations, config.cg_damping)
+        step, logs = backtracking_line_search(
+            self.parameters,
+            lambda: self.objective(batch, second_order=False),  # scoring a candidate needs no graph to theta
+            full_step,
+            surrogate.item(),
+            config.max_kl,
+            config.line_search_shrink,
+            config.line_search_max_steps,
+        )
         logs.update({"surrogate": surrogate.item(), "meta_gradient_norm": gradient.norm().item()})
         steps = step.split([p.numel() for p in self.parameters])
         return [-s.view_as(p) for s, p in zip(steps, self.parameters)], logs
-
-    def line_search(self, batch: list[TaskBatch], full_step: torch.Tensor, surrogate_before: float) -> tuple[torch.Tensor, dict[str, float]]:
-        """Backtrack to the first step with KL <= max_kl and a better surrogate (zeros if none);
-        the parameters are left as they were."""
-        config = self.config
-        start = flatten([p.detach() for p in self.parameters]).clone()
-        accepted = torch.zeros_like(full_step)
-        logs = {"line_search_fraction": 0.0, "kl": 0.0, "surrogate_improvement": 0.0}
-        try:
-            for j in range(config.line_search_max_steps):
-                fraction = config.line_search_shrink**j
-                self._assign(start + fraction * full_step)
-                surrogate, mean_kl = self.objective(batch, second_order=False)  # scoring needs no graph to theta
-                improvement = surrogate.item() - surrogate_before
-                if mean_kl.item() <= config.max_kl and improvement > 0:
-                    accepted = fraction * full_step
-                    logs = {"line_search_fraction": fraction, "kl": mean_kl.item(), "surrogate_improvement": improvement}
-                    break
-        finally:
-            self._assign(start)
-        return accepted, logs
-
-    @torch.no_grad()
-    def _assign(self, vector: torch.Tensor) -> None:
-        offset = 0
-        for parameter in self.parameters:
-            parameter.copy_(vector[offset : offset + parameter.numel()].view_as(parameter))
-            offset += parameter.numel()
 
     def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
         """theta <- theta - g: takes the trust-region step."""
         if gradients is not None:
             set_gradients(self.parameters, gradients)
-        with torch.no_grad():
-            for parameter in self.parameters:
-                if parameter.grad is not None:
-                    parameter.sub_(parameter.grad)
-                    parameter.grad = None
+        subtract_gradients(self.parameters)

@@ -35,15 +35,10 @@ PARTS = ("policy", "value")
 
 
 @dataclass
-class OnPolicyConfig(Hyperparameters):
-    """Options every on-policy algorithm accepts; each algorithm sets its published defaults."""
+class PolicyGradientOptions(Hyperparameters):
+    """The advantage and entropy options of garage's policy-gradient family, shared by the
+    on-policy algorithms and MAML, with the transformations they name."""
 
-    num_steps: int = hp(2048, ge=1)
-    """Steps collected per env between updates (the horizon T)."""
-    learning_rate: float = hp(3e-4, gt=0.0, le=1.0)
-    """Step size of the policy optimizer (of the value function's for TRPO)."""
-    anneal_lr: bool = hp(False)
-    """Decay the learning rates linearly to 0 over the run."""
     gae_lambda: float = hp(0.95, ge=0.0, le=1.0)
     """GAE lambda (1: Monte-Carlo returns minus the baseline; 0: one-step TD errors)."""
     center_adv: bool = hp(True)
@@ -58,6 +53,48 @@ class OnPolicyConfig(Hyperparameters):
     """Pass the entropy through softplus, so the bonus never turns negative (Gaussian policies)."""
     stop_entropy_gradient: bool = hp(False)
     """Treat the regularized entropy bonus as a constant (no gradient through it)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.entropy_method == "no_entropy" and self.policy_ent_coeff > 0:
+            raise ConfigError(
+                f"policy_ent_coeff is {self.policy_ent_coeff} but entropy_method is 'no_entropy'; "
+                "set entropy_method to 'regularized' or 'max', or policy_ent_coeff to 0"
+            )
+
+    def process_advantages(self, advantages: torch.Tensor) -> torch.Tensor:
+        """center_adv, then positive_adv."""
+        if self.center_adv and advantages.numel() > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        if self.positive_adv:
+            advantages = advantages - advantages.min() + 1e-8
+        return advantages
+
+    def entropy_transform(self, entropy: torch.Tensor) -> torch.Tensor:
+        """softplus(H) under use_softplus_entropy, else H."""
+        return F.softplus(entropy) if self.use_softplus_entropy else entropy
+
+    def entropy_bonus(self, entropy: torch.Tensor) -> torch.Tensor:
+        """The objective's entropy term (B,) -> scalar: policy_ent_coeff * mean H under
+        'regularized', else 0."""
+        if self.entropy_method != "regularized":
+            return entropy.new_zeros(())
+        entropy = self.entropy_transform(entropy)
+        if self.stop_entropy_gradient:
+            entropy = entropy.detach()
+        return self.policy_ent_coeff * entropy.mean()
+
+
+@dataclass
+class OnPolicyConfig(PolicyGradientOptions):
+    """Options every on-policy algorithm accepts; each algorithm sets its published defaults."""
+
+    num_steps: int = hp(2048, ge=1)
+    """Steps collected per env between updates (the horizon T)."""
+    learning_rate: float = hp(3e-4, gt=0.0, le=1.0)
+    """Step size of the policy optimizer (of the value function's for TRPO)."""
+    anneal_lr: bool = hp(False)
+    """Decay the learning rates linearly to 0 over the run."""
     value_coef: float = hp(0.5, ge=0.0)
     """Weight of the value loss where policy and value are optimized as one loss."""
     value_clip_range: float | None = hp(None, gt=0.0)
@@ -81,11 +118,6 @@ class OnPolicyConfig(Hyperparameters):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.entropy_method == "no_entropy" and self.policy_ent_coeff > 0:
-            raise ConfigError(
-                f"policy_ent_coeff is {self.policy_ent_coeff} but entropy_method is 'no_entropy'; "
-                "set entropy_method to 'regularized' or 'max', or policy_ent_coeff to 0"
-            )
         if self.sequence_length is not None and self.num_steps % self.sequence_length:
             raise ConfigError(f"sequence_length {self.sequence_length} must divide num_steps {self.num_steps}")
 
@@ -278,7 +310,7 @@ class OnPolicyAlgorithm(Algorithm):
     def _finish_rollout(self) -> dict[str, float]:
         config, logs = self.config, {}
         if config.entropy_method == "max":
-            bonus = config.policy_ent_coeff * self._entropy_transform(self.storage.entropies)
+            bonus = config.policy_ent_coeff * self.config.entropy_transform(self.storage.entropies)
             self.storage.rewards += bonus
             logs["entropy_reward"] = float(bonus.mean())
         last_values = self._values(self._last_next_obs, self._last_state)
@@ -309,25 +341,11 @@ class OnPolicyAlgorithm(Algorithm):
 
     def process_advantages(self, advantages: torch.Tensor) -> torch.Tensor:
         """center_adv, then positive_adv."""
-        if self.config.center_adv and advantages.numel() > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        if self.config.positive_adv:
-            advantages = advantages - advantages.min() + 1e-8
-        return advantages
-
-    def _entropy_transform(self, entropy: torch.Tensor) -> torch.Tensor:
-        return F.softplus(entropy) if self.config.use_softplus_entropy else entropy
+        return self.config.process_advantages(advantages)
 
     def entropy_bonus(self, entropy: torch.Tensor) -> torch.Tensor:
-        """The objective's entropy term (B,) -> scalar: policy_ent_coeff * mean H under
-        'regularized', else 0."""
-        config = self.config
-        if config.entropy_method != "regularized":
-            return entropy.new_zeros(())
-        entropy = self._entropy_transform(entropy)
-        if config.stop_entropy_gradient:
-            entropy = entropy.detach()
-        return config.policy_ent_coeff * entropy.mean()
+        """policy_ent_coeff * mean H under 'regularized', else 0."""
+        return self.config.entropy_bonus(entropy)
 
     @property
     def value_clip_range(self) -> float | None:

@@ -26,7 +26,7 @@ import torch
 
 from agents.algos.onpolicy import PARTS, OnPolicyAlgorithm, OnPolicyConfig
 from agents.api import ConfigError, hp, set_gradients
-from agents.optim import conjugate_gradient, fisher_vector_product, flatten
+from agents.optim import backtracking_line_search, subtract_gradients, trust_region_step
 
 
 @dataclass
@@ -99,13 +99,10 @@ class TRPO(OnPolicyAlgorithm):
     def search_direction(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, float, dict[str, float]]:
         """The full step s (P,) of the quadratic trust-region model, and L at theta_old."""
         surrogate, mean_kl = self.policy_objective(batch)
-        gradient = flatten(torch.autograd.grad(surrogate, self.policy_parameters, retain_graph=True))
-        fisher_product = fisher_vector_product(mean_kl, self.policy_parameters, self.config.cg_damping)
-        direction = conjugate_gradient(fisher_product, gradient, self.config.cg_iterations)
-        curvature = direction.dot(fisher_product(direction)).clamp_min(1e-12)  # x^T F x
-        full_step = torch.sqrt(2 * self.config.max_kl / curvature) * direction
+        config = self.config
+        full_step, gradient = trust_region_step(surrogate, mean_kl, self.policy_parameters, config.max_kl, config.cg_iterations, config.cg_damping)
         info = {"surrogate": surrogate.item(), "gradient_norm": gradient.norm().item()}
-        return full_step.detach(), surrogate.item(), info
+        return full_step, surrogate.item(), info
 
     @torch.no_grad()
     def line_search(
@@ -114,30 +111,15 @@ class TRPO(OnPolicyAlgorithm):
         """Backtrack from ``full_step`` to the first step with KL <= max_kl and a better
         surrogate; returns that step (zeros if none) and the parameters are left unchanged."""
         config = self.config
-        start = flatten([p.detach() for p in self.policy_parameters]).clone()
-        accepted = torch.zeros_like(full_step)
-        info = {"line_search_fraction": 0.0, "kl": 0.0, "surrogate_improvement": 0.0}
-        try:
-            for j in range(config.line_search_max_steps):
-                fraction = config.line_search_shrink**j
-                self._assign_policy(start + fraction * full_step)
-                surrogate, mean_kl = self.policy_objective(batch)
-                improvement = surrogate.item() - surrogate_before
-                if mean_kl.item() <= config.max_kl and improvement > 0:
-                    accepted = fraction * full_step
-                    info = {"line_search_fraction": fraction, "kl": mean_kl.item(), "surrogate_improvement": improvement}
-                    break
-        finally:
-            self._assign_policy(start)
-        return accepted, info
-
-    @torch.no_grad()
-    def _assign_policy(self, vector: torch.Tensor) -> None:
-        """Write a flat vector (P,) into the policy's parameters."""
-        offset = 0
-        for parameter in self.policy_parameters:
-            parameter.copy_(vector[offset : offset + parameter.numel()].view_as(parameter))
-            offset += parameter.numel()
+        return backtracking_line_search(
+            self.policy_parameters,
+            lambda: self.policy_objective(batch),
+            full_step,
+            surrogate_before,
+            config.max_kl,
+            config.line_search_shrink,
+            config.line_search_max_steps,
+        )
 
     def compute_gradients(
         self, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS
@@ -164,10 +146,6 @@ class TRPO(OnPolicyAlgorithm):
         """theta_pi <- theta_pi - g (the trust-region step), then the value optimizer's step."""
         if gradients is not None:
             set_gradients(self.parameters, gradients)
-        with torch.no_grad():
-            for parameter in self.policy_parameters:
-                if parameter.grad is not None:
-                    parameter.sub_(parameter.grad)
-                    parameter.grad = None
+        subtract_gradients(self.policy_parameters)
         super().apply_gradients()
 
