@@ -160,17 +160,7 @@ def run_meta(
                     where = f"; checkpoint {save()}" if run_dir is not None else ""
                     raise train.Preempted(f"stopped by SIGTERM at env step {step}{where}")
 
-        result.wall_seconds = time.perf_counter() - started
-        result.steps_per_second = loop.step / max(result.wall_seconds - loop.eval_seconds, 1e-9)
-        if run_dir is not None:
-            final = {"spec": spec.to_dict(), "algorithm": algo.state_dict(), "normalization": {}}
-            path = checkpoint.write_atomic(final, run_dir / checkpoint.FINAL)
-            if remove_latest_on_finish:
-                (run_dir / checkpoint.LATEST).unlink(missing_ok=True)
-            result.checkpoint = str(path)
-            tracker.log_artifact(path, "checkpoints")
-        tracker.flush()
-        return result
+        return train.finish(result, loop, started, tracker, run_dir, train.policy_checkpoint(algo, None, spec), remove_latest_on_finish)
     finally:
         train_envs.close()
         test_envs.close()

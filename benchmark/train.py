@@ -331,19 +331,33 @@ def run(
                     where = f"; checkpoint {save(obs, state)}" if run_dir is not None else ""
                     raise Preempted(f"stopped by SIGTERM at env step {step}{where}")
 
-        result.wall_seconds = time.perf_counter() - started
-        result.steps_per_second = loop.step / max(result.wall_seconds - loop.eval_seconds, 1e-9)
-        if run_dir is not None:
-            path = save_checkpoint(algo, train_envs, spec, run_dir / checkpoint.FINAL)
-            if remove_latest_on_finish:
-                (run_dir / checkpoint.LATEST).unlink(missing_ok=True)
-            result.checkpoint = str(path)
-            tracker.log_artifact(path, "checkpoints")
-        tracker.flush()
-        return result
+        return finish(result, loop, started, tracker, run_dir, policy_checkpoint(algo, train_envs, spec), remove_latest_on_finish)
     finally:
         train_envs.close()
         eval_envs.close()
+
+
+def finish(
+    result: RunResult,
+    loop: Any,
+    started: float,
+    tracker: Tracker,
+    run_dir: Path | None,
+    final_payload: dict[str, Any],
+    remove_latest_on_finish: bool,
+) -> RunResult:
+    """A run's end: its timing, ``final.pt`` (and ``latest.pt`` removed unless the caller
+    removes it once the run is recorded), the metrics flushed."""
+    result.wall_seconds = time.perf_counter() - started
+    result.steps_per_second = loop.step / max(result.wall_seconds - loop.eval_seconds, 1e-9)
+    if run_dir is not None:
+        path = checkpoint.write_atomic(final_payload, run_dir / checkpoint.FINAL)
+        if remove_latest_on_finish:
+            (run_dir / checkpoint.LATEST).unlink(missing_ok=True)
+        result.checkpoint = str(path)
+        tracker.log_artifact(path, "checkpoints")
+    tracker.flush()
+    return result
 
 
 def _restore(
@@ -434,13 +448,13 @@ def evaluate(
     return Evaluation(step=step, returns=returns.tolist(), lengths=lengths.tolist())
 
 
-def save_checkpoint(algo: Algorithm, train_envs: gym.vector.VectorEnv, spec: RunSpec, path: Path) -> Path:
-    """The trained policy: algorithm state, normalization statistics and the spec (tensors and
-    primitives only), written atomically."""
-    payload = {"spec": spec.to_dict(), "algorithm": algo.state_dict(), "normalization": _normalization_tensors(train_envs)}
-    return checkpoint.write_atomic(payload, path)
+def policy_checkpoint(algo: Any, train_envs: gym.vector.VectorEnv | None, spec: RunSpec) -> dict[str, Any]:
+    """The trained policy as ``final.pt`` holds it: algorithm state, normalization statistics
+    and the spec (tensors and primitives only)."""
+    normalization = _normalization_tensors(train_envs) if train_envs is not None else {}
+    return {"spec": spec.to_dict(), "algorithm": algo.state_dict(), "normalization": normalization}
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Read a checkpoint written by ``save_checkpoint`` (no pickled objects are executed)."""
+    """Read a checkpoint written by a run (no pickled objects are executed)."""
     return checkpoint.load(path)
