@@ -299,19 +299,24 @@ def normalizer(env_id: str, reference_dir: Path = REFERENCE_DIR) -> Normalizer:
 
 def measure_random(env_id: str, episodes: int = 100, seed: int = 0) -> RandomScore:
     """Return of uniformly random actions (``action_space.sample()``), ``episodes`` episodes,
-    on the environment exactly as the suite makes it (same id, same time limit)."""
+    on the environment exactly as the suite makes it (same id, same time limit). On a meta-RL
+    task family, episode i runs on held-out test task i (cycled): the meta-test's tasks."""
     import gymnasium as gym
 
     from agents.envs import check_env_id
+    from agents.tasks import TaskSampler, is_task_family
 
     check_env_id(env_id)
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {episodes}")
     env = gym.make(env_id)
     env.action_space.seed(seed)
+    tasks = TaskSampler(env_id).test_tasks(episodes) if is_task_family(env) else []
     returns = []
     try:
         for episode in range(episodes):
+            if tasks:
+                env.unwrapped.set_task(tasks[episode % len(tasks)])
             env.reset(seed=seed + episode)
             total, done = 0.0, False
             while not done:

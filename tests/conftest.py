@@ -2,6 +2,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
+
+# One intra-op thread per test process, as every run of the suite uses (RunSpec.torch_threads):
+# tests that drive an algorithm directly would otherwise take a thread per core each, and two
+# xdist workers on two cores then oversubscribe them several times over.
+torch.set_num_threads(1)
 
 TINY_SUITE = """
 name: tiny

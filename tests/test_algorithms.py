@@ -263,7 +263,7 @@ def test_dqn_refuses_continuous_actions():
 
 
 def test_unknown_algorithm_lists_choices():
-    with pytest.raises(ConfigError, match="unknown algorithm 'ppo2'.*available: a2c, ddpg, dqn, maml_ppo, maml_trpo, maml_vpg, mpo, ppo, ppo_kl, reinforce"):
+    with pytest.raises(ConfigError, match="unknown algorithm 'ppo2'.*available: a2c, bc, ddpg, dqn, maml_ppo, maml_trpo, maml_vpg, mpo, pearl, ppo, ppo_kl, reinforce"):
         agents.algorithm_class("ppo2")
 
 

@@ -519,7 +519,7 @@ def test_a_meta_suite_through_the_cli_logs_meta_metrics_and_reports_adaptation(w
         """
     )
     results = tmp_path / "results"
-    completed = run_cli("run", "--suite", str(suite), "--workers", "2", "--results-dir", str(results), cwd=tmp_path)
+    completed = run_cli("run", "--suite", str(suite), "--workers", "1", "--results-dir", str(results), cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr
     client, runs = all_runs(f"sqlite:///{results / 'mlflow.db'}")
     children = [run for run in runs if run.data.tags.get("run_key")]
