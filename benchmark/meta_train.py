@@ -167,15 +167,6 @@ def run_meta(
 
 
 def _restore(payload: dict[str, Any], algo: MetaAlgorithm, train_envs: TaskEnvs, loop: _MetaLoop, result: Any, spec: RunSpec) -> None:
-    if payload.get("format") != checkpoint.FORMAT or payload.get("kind") != "meta":
-        raise ValueError(f"not a meta-RL checkpoint of format {checkpoint.FORMAT}")
-    if payload["spec"].get("run_key") != spec.run_key:
-        raise ValueError(f"the checkpoint belongs to run key {payload['spec'].get('run_key')}, not {spec.run_key}")
-    algo.load_state_dict(payload["algorithm"])
-    if payload.get("replay") is not None:
-        algo.load_replay_state_dict(payload["replay"])
+    train.restore_learner(payload, algo, loop, result, spec, kind="meta")
     train_envs.load_state_dict(payload["task_envs"])
-    for name, value in payload["loop"].items():
-        setattr(loop, name, value)
-    result.evaluations = [train.Evaluation(**evaluation) for evaluation in payload["evaluations"]]
     checkpoint.set_rng_state(payload["rng"])

@@ -371,16 +371,7 @@ def _restore(
 ) -> tuple[np.ndarray, Any]:
     """Load a ``latest.pt`` payload into a freshly built run; the observation and recurrent
     state to act from next."""
-    if payload.get("format") != checkpoint.FORMAT:
-        raise ValueError(f"checkpoint format {payload.get('format')!r} is not {checkpoint.FORMAT}")
-    if payload["spec"].get("run_key") != spec.run_key:
-        raise ValueError(f"the checkpoint belongs to run key {payload['spec'].get('run_key')}, not {spec.run_key}")
-    algo.load_state_dict(payload["algorithm"])
-    if payload.get("replay") is not None:
-        algo.load_replay_state_dict(payload["replay"])
-    for name, value in payload["loop"].items():
-        setattr(loop, name, value)
-    result.evaluations = [Evaluation(**evaluation) for evaluation in payload["evaluations"]]
+    restore_learner(payload, algo, loop, result, spec)
     obs, state = payload["obs"].numpy(), _to_device(payload["recurrent_state"], device)
     if payload["envs"] is not None:
         load_vector_env_state(train_envs, payload["envs"])
@@ -393,6 +384,22 @@ def _restore(
         state = None
     checkpoint.set_rng_state(payload["rng"])
     return obs, state
+
+
+def restore_learner(payload: dict[str, Any], algo: Any, loop: Any, result: RunResult, spec: RunSpec, kind: str | None = None) -> None:
+    """What every resume restores: after checking the payload's format (and ``kind``) and that
+    it belongs to ``spec``, the algorithm (with its replay buffer when saved), the loop's
+    counters and the evaluations so far."""
+    if payload.get("format") != checkpoint.FORMAT or payload.get("kind") != kind:
+        raise ValueError(f"checkpoint format {payload.get('format')!r} ({payload.get('kind') or 'online'}) is not {checkpoint.FORMAT} ({kind or 'online'})")
+    if payload["spec"].get("run_key") != spec.run_key:
+        raise ValueError(f"the checkpoint belongs to run key {payload['spec'].get('run_key')}, not {spec.run_key}")
+    algo.load_state_dict(payload["algorithm"])
+    if payload.get("replay") is not None:
+        algo.load_replay_state_dict(payload["replay"])
+    for name, value in payload["loop"].items():
+        setattr(loop, name, value)
+    result.evaluations = [Evaluation(**evaluation) for evaluation in payload["evaluations"]]
 
 
 def _to_cpu(state: Any) -> Any:
