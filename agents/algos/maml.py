@@ -36,7 +36,6 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
