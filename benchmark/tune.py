@@ -212,17 +212,24 @@ def open_storage(url: str) -> Any:
                 return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
             engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
             return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=30, grace_period=120)
-        except sqlalchemy.exc.IntegrityError:
-            # another process created the tables of a new database at the same moment: they exist now
-            if attempt == 3:
-                raise
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as error:
+            # another process created the tables of a new database at the same moment: they exist
+            # now (SQLite reports the race as "table ... already exists", other drivers as a
+            # duplicate key); anything else is a real failure to open
+            racing = isinstance(error, sqlalchemy.exc.IntegrityError) or "already exists" in str(error)
+            if not racing or attempt == 3:
+                raise _cannot_open(url, error) from None
             time.sleep(0.5)
         except Exception as error:  # noqa: BLE001 - sqlalchemy, drivers and optuna raise many types
-            raise ConfigError(
-                f"cannot open the Optuna storage {redact(url)!r}: {type(error).__name__}: {error}. "
-                "Use sqlite:///PATH, postgresql://USER@HOST/DB, mysql://USER@HOST/DB or journal:PATH"
-            ) from None
+            raise _cannot_open(url, error) from None
     raise AssertionError("unreachable")
+
+
+def _cannot_open(url: str, error: Exception) -> ConfigError:
+    return ConfigError(
+        f"cannot open the Optuna storage {redact(url)!r}: {type(error).__name__}: {error}. "
+        "Use sqlite:///PATH, postgresql://USER@HOST/DB, mysql://USER@HOST/DB or journal:PATH"
+    )
 
 
 def open_existing_storage(url: str | None, results_dir: Path) -> tuple[str, Any]:

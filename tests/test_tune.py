@@ -424,6 +424,36 @@ def test_journal_storage_url(tmp_path):
     assert optuna.get_all_study_names(tune.open_storage(f"journal:{tmp_path / 'optuna.log'}")) == ["j"]
 
 
+def test_opening_a_database_another_process_is_creating_retries(tmp_path, monkeypatch):
+    """Two processes opening a new SQLite file race to create its tables; the loser sees
+    "table ... already exists" and must open the tables the winner made, while any other
+    database error is reported at once."""
+    import sqlalchemy.exc
+
+    real, calls = optuna.storages.RDBStorage, []
+
+    class Raced(real):
+        def __init__(self, url, **kwargs):
+            calls.append(url)
+            if len(calls) == 1:
+                raise sqlalchemy.exc.OperationalError("CREATE TABLE alembic_version", {}, Exception("table alembic_version already exists"))
+            super().__init__(url, **kwargs)
+
+    class Broken(real):
+        def __init__(self, url, **kwargs):
+            raise sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("disk I/O error"))
+
+    monkeypatch.setattr(tune.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(optuna.storages, "RDBStorage", Raced)
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    optuna.create_study(study_name="raced", storage=tune.open_storage(url))
+    assert len(calls) == 2 and optuna.get_all_study_names(real(url)) == ["raced"]
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", Broken)
+    with pytest.raises(ConfigError, match="cannot open the Optuna storage .*disk I/O error"):
+        tune.open_storage(url)
+
+
 def start_study(tmp_path: Path, *arguments: str) -> tuple[subprocess.Popen, Path]:
     """A `tune` invocation of PPO on CartPole with budgets too long to finish during a test."""
     results = tmp_path / "results"
