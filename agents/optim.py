@@ -1,4 +1,4 @@
-"""Natural-gradient building blocks: conjugate gradient and Fisher-vector products.
+"""Optimizer building blocks: Adam on its fused kernel; conjugate gradient and Fisher-vector products.
 
 TRPO (Schulman, Levine, Moritz, Jordan, Abbeel 2015, "Trust Region Policy Optimization",
 App. C) solves F x = g for the search direction without forming the Fisher matrix F: conjugate
@@ -8,9 +8,30 @@ divergence between the old and the current policy at the old parameters (two bac
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
+
+FUSED_DEVICES = ("cpu", "cuda")
+
+
+def adam(parameters: Iterable[torch.Tensor], lr: float, **kwargs: Any) -> torch.optim.Adam:
+    """``torch.optim.Adam`` on PyTorch's fused kernel wherever it has one (floating-point
+    parameters on CPU or CUDA), else its default implementation. The arithmetic is Adam's
+    either way; on the small networks of RL the fused step is about three times faster on CPU
+    (one kernel per step instead of about ten ops per tensor)."""
+    parameters = list(parameters)
+    fused = bool(parameters) and all(p.device.type in FUSED_DEVICES and p.dtype.is_floating_point for p in parameters)
+    return torch.optim.Adam(parameters, lr=lr, fused=fused or None, **kwargs)
+
+
+def clip_gradients(gradients: Sequence[torch.Tensor], max_norm: float) -> float:
+    """Scale ``gradients`` in place so their global L2 norm is at most ``max_norm`` (as
+    ``torch.nn.utils.clip_grad_norm_``, in four ops whatever their number); the norm before."""
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(list(gradients))))
+    scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+    torch._foreach_mul_(list(gradients), scale)
+    return norm.item()
 
 
 def flatten(tensors: Sequence[torch.Tensor]) -> torch.Tensor:

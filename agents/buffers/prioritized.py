@@ -33,6 +33,8 @@ class UniformSampler:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(B,) flat indices and no importance weights."""
         offsets = torch.randint(0, window.count, (batch_size,), generator=generator)
+        if window.start == 0:  # count <= modulus: the offsets are the indices
+            return offsets, None
         return (window.start + offsets) % window.modulus, None
 
     def on_insert(self, indices: torch.Tensor) -> None:

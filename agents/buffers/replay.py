@@ -93,6 +93,14 @@ class ReplayBuffer:
         self._current_start = torch.zeros(envs, dtype=torch.long, device=self.device)
         self._running_returns = torch.zeros(envs, dtype=torch.float64)
         self.rows_written = 0  # absolute count; the next row goes to rows_written % num_rows
+        # CPU storage is written through NumPy views of the same memory: a row of a few small
+        # fields is copied several times faster by NumPy indexing than by torch's
+        self._numpy = None
+        if self.device.type == "cpu":
+            self._numpy = {name: tensor.numpy() for name, tensor in self.storage.items()}
+            self._numpy.update(episode_start=self.episode_start.numpy(), episode_end=self.episode_end.numpy())
+        self._flat = {name: tensor.flatten(0, 1) for name, tensor in self.storage.items()}  # views: (capacity, ...)
+        self._constants: dict[tuple[str, int], torch.Tensor] = {}
 
     @staticmethod
     def rounded_capacity(capacity: int, num_envs: int) -> int:
@@ -141,18 +149,28 @@ class ReplayBuffer:
             "truncated": truncated,
             **(extras or {}),
         }
-        for name, value in values.items():
-            target = self.storage[name]
-            target[row] = value.to(self.device, target.dtype)
-        self.episode_start[row] = self._current_start
-        self.episode_end[row] = -1
-        done = (terminated.to(self.device, torch.bool) | truncated.to(self.device, torch.bool))
+        if self._numpy is not None:
+            arrays = {name: value.detach().cpu().numpy() for name, value in values.items()}
+            for name, array in arrays.items():
+                self._numpy[name][row] = array
+            self._numpy["episode_start"][row] = self._current_start.numpy()
+            self._numpy["episode_end"][row] = -1
+            ended = arrays["terminated"].astype(bool) | arrays["truncated"].astype(bool)
+            done = torch.from_numpy(ended) if ended.any() else None
+        else:
+            for name, value in values.items():
+                target = self.storage[name]
+                target[row] = value.to(self.device, target.dtype)
+            self.episode_start[row] = self._current_start
+            self.episode_end[row] = -1
+            ended_tensor = terminated.to(self.device, torch.bool) | truncated.to(self.device, torch.bool)
+            done = ended_tensor if bool(ended_tensor.any()) else None
         self.rows_written += 1
         if self.sampler.prioritized:
             self.sampler.on_insert(torch.arange(row * self.num_envs, (row + 1) * self.num_envs))
         if self.recent is not None:
             self._running_returns += rewards.detach().double().cpu()
-        if bool(done.any()):
+        if done is not None:
             self._close_episodes(done, now)
 
     def truncate_newest(self) -> None:
@@ -204,6 +222,13 @@ class ReplayBuffer:
         """
         indices, weights = self.sampler.sample(batch_size, self.sample_window(), generator)
         indices = indices.to(self.device)
+        batch_weights = self._constant("ones", batch_size, 1.0) if weights is None else weights.to(self.device)
+        if self.n_step == 1 and self.relabeler is None:
+            # a flat index t * num_envs + e is the row of the (time * env)-flattened storage: one gather per field
+            batch = {name: self._flat[name][indices] for name in self.storage if name != "truncated"}
+            batch["terminated"] = batch["terminated"].float()
+            batch.update(discounts=self._constant("gamma", batch_size, self.gamma), indices=indices, weights=batch_weights)
+            return batch
         rows, envs = indices // self.num_envs, indices % self.num_envs
         batch = {name: tensor[rows, envs] for name, tensor in self.storage.items() if name not in ("rewards", "next_obs", "terminated", "truncated")}
         if self.n_step == 1:
@@ -215,10 +240,18 @@ class ReplayBuffer:
         batch["next_obs"] = self.storage["next_obs"][last_rows, envs]
         batch["terminated"] = self.storage["terminated"][last_rows, envs].float()
         batch["indices"] = indices
-        batch["weights"] = torch.ones(batch_size, device=self.device) if weights is None else weights.to(self.device)
+        batch["weights"] = batch_weights
         if self.relabeler is not None:
             self.relabeler.relabel(self, batch, rows, envs, generator)
         return batch
+
+    def _constant(self, name: str, size: int, value: float) -> torch.Tensor:
+        """A (size,) tensor filled with ``value``, made once: batches share it, so it must never
+        be written to."""
+        key = (name, size)
+        if key not in self._constants:
+            self._constants[key] = torch.full((size,), value, device=self.device)
+        return self._constants[key]
 
     def _n_step_returns(self, rows: torch.Tensor, envs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """sum_{k<m} gamma^k r_{t+k}, gamma^m and the row t+m-1, with m <= n cut at episode ends."""

@@ -80,6 +80,12 @@ class RolloutStorage:
         self.episode_starts = zeros(T, N, dtype=torch.bool)
         self._next_starts = torch.ones(N, dtype=torch.bool, device=device)  # the first step after reset starts an episode
         self.step = 0
+        self._numpy = {name: getattr(self, name).numpy() for name in self._INSERTED} if self.obs.device.type == "cpu" else {}
+
+    _INSERTED = (
+        "obs", "actions", "log_probs", "values", "rewards", "terminated", "truncated", "truncation_values",
+        "dist_params", "entropies", "states", "episode_starts",
+    )
 
     @property
     def full(self) -> bool:
@@ -104,22 +110,19 @@ class RolloutStorage:
         if self.full:
             raise RuntimeError("rollout storage is full; call compute_returns and reset first")
         t = self.step
-        self.obs[t] = obs
-        self.actions[t] = actions
-        self.log_probs[t] = log_probs
-        self.values[t] = values
-        self.rewards[t] = rewards
-        self.terminated[t] = terminated
-        self.truncated[t] = truncated
-        if truncation_values is not None:
-            self.truncation_values[t] = truncation_values
-        if dist_params is not None:
-            self.dist_params[t] = dist_params
-        if entropies is not None:
-            self.entropies[t] = entropies
-        if states is not None:
-            self.states[t] = states
-        self.episode_starts[t] = self._next_starts
+        fields = {
+            "obs": obs, "actions": actions, "log_probs": log_probs, "values": values, "rewards": rewards,
+            "terminated": terminated, "truncated": truncated, "truncation_values": truncation_values,
+            "dist_params": dist_params, "entropies": entropies, "states": states, "episode_starts": self._next_starts,
+        }
+        if self.obs.device.type == "cpu":  # NumPy indexing copies a small row several times faster than torch's
+            for name, value in fields.items():
+                if value is not None:
+                    self._numpy[name][t] = value.detach().cpu().numpy()
+        else:
+            for name, value in fields.items():
+                if value is not None:
+                    getattr(self, name)[t] = value
         self._next_starts = terminated | truncated
         self.step += 1
 
@@ -149,10 +152,12 @@ class RolloutStorage:
     def minibatches(self, num_minibatches: int, generator: torch.Generator | None = None) -> Iterator[dict[str, torch.Tensor]]:
         """One epoch of shuffled minibatches over all T*N samples, flattened to (B, ...)."""
         size = self.num_steps * self.num_envs
-        flat = {key: tensor.flatten(0, 1) for key, tensor in self._per_step().items()}
         order = torch.randperm(size, generator=generator).to(self.obs.device)
-        for indices in order.tensor_split(num_minibatches):  # exactly num_minibatches (chunk may give fewer)
-            yield {key: tensor[indices] for key, tensor in flat.items()}
+        # one gather per field and epoch; the minibatches are then views of consecutive rows
+        # (exactly num_minibatches of them: tensor_split, unlike chunk, never gives fewer)
+        splits = {key: tensor.flatten(0, 1)[order].tensor_split(num_minibatches) for key, tensor in self._per_step().items()}
+        for i in range(num_minibatches):
+            yield {key: parts[i] for key, parts in splits.items()}
 
     def sequence_minibatches(
         self,

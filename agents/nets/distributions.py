@@ -10,7 +10,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch.distributions import Categorical as _TorchCategorical
-from torch.distributions import Normal, kl_divergence
+from torch.distributions import kl_divergence
 
 
 class Categorical:
@@ -22,6 +22,10 @@ class Categorical:
 
     def sample(self) -> torch.Tensor:
         return self._dist.sample()
+
+    def sample_with_log_prob(self) -> tuple[torch.Tensor, torch.Tensor]:
+        actions = self.sample()
+        return actions, self.log_prob(actions)
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         return self._dist.log_prob(actions.long())
@@ -49,6 +53,10 @@ class MultiCategorical:
     def sample(self) -> torch.Tensor:
         return torch.stack([part.sample() for part in self.parts], dim=-1)
 
+    def sample_with_log_prob(self) -> tuple[torch.Tensor, torch.Tensor]:
+        actions = self.sample()
+        return actions, self.log_prob(actions)
+
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         return sum(part.log_prob(actions[..., i]) for i, part in enumerate(self.parts))
 
@@ -63,28 +71,45 @@ class MultiCategorical:
         return sum(mine.kl(theirs) for mine, theirs in zip(self.parts, other.parts))
 
 
+HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
+
+
 class DiagGaussian:
-    """Gaussian with diagonal covariance: mean (B, d), log_std (B, d) or (d,)."""
+    """Gaussian with diagonal covariance: mean (B, d), log_std (B, d) or (d,).
+
+    Closed forms written out rather than through ``torch.distributions.Normal``: acting on one
+    observation is a few small tensors, where each avoided op is a measurable share."""
 
     def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
-        self._dist = Normal(mean, log_std.exp().expand_as(mean), validate_args=False)
         self.mean = mean
+        self.log_std = log_std.expand_as(mean)
+        self.std = self.log_std.exp()
 
     def sample(self) -> torch.Tensor:
-        return self._dist.sample()
+        return torch.normal(self.mean, self.std)
+
+    def sample_with_log_prob(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actions (B, d) and their log-probabilities (B,), the latter from the standard-normal
+        draw itself (fewer ops than ``log_prob`` of the actions; what acting needs)."""
+        noise = torch.randn_like(self.mean)
+        actions = self.mean + self.std * noise
+        return actions, (-0.5 * noise.pow(2) - self.log_std).sum(-1) - HALF_LOG_TWO_PI * self.mean.shape[-1]
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
-        return self._dist.log_prob(actions).sum(-1)
+        z = (actions - self.mean) / self.std
+        return (-0.5 * z.pow(2) - self.log_std).sum(-1) - HALF_LOG_TWO_PI * self.mean.shape[-1]
 
     def entropy(self) -> torch.Tensor:
-        return self._dist.entropy().sum(-1)
+        return self.log_std.sum(-1) + (0.5 + HALF_LOG_TWO_PI) * self.mean.shape[-1]
 
     def mode(self) -> torch.Tensor:
         return self.mean
 
     def kl(self, other: "DiagGaussian") -> torch.Tensor:
         """KL(self || other) per sample (B,), summed over action dimensions."""
-        return kl_divergence(self._dist, other._dist).sum(-1)
+        variance_ratio = (self.std / other.std).pow(2)
+        mean_term = ((self.mean - other.mean) / other.std).pow(2)
+        return 0.5 * (variance_ratio + mean_term - 1 - variance_ratio.log()).sum(-1)
 
 
 class TanhGaussian:
@@ -96,8 +121,8 @@ class TanhGaussian:
     """
 
     def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
-        self._normal = Normal(mean, log_std.exp(), validate_args=False)
-        self.mean = mean
+        self.mean, self.log_std = mean, log_std
+        self.std = log_std.exp()
 
     def rsample_with_log_prob(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterized actions (B, d) and their log-probabilities (B,)."""
@@ -107,20 +132,25 @@ class TanhGaussian:
     def rsample_with_pre_tanh(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Reparameterized actions (B, d), their log-probabilities (B,) and the Gaussian
         sample u (B, d) they are tanh(u) of."""
-        pre_tanh = self._normal.rsample()
-        return torch.tanh(pre_tanh), self._log_prob_pre_tanh(pre_tanh), pre_tanh
+        noise = torch.randn_like(self.mean)
+        pre_tanh = self.mean + self.std * noise
+        gaussian_log_prob = (-0.5 * noise.pow(2) - self.log_std).sum(-1)
+        return torch.tanh(pre_tanh), gaussian_log_prob - self._log_det(pre_tanh) - HALF_LOG_TWO_PI * self.mean.shape[-1], pre_tanh
 
     def sample(self) -> torch.Tensor:
-        return torch.tanh(self._normal.sample())
+        return torch.tanh(torch.normal(self.mean, self.std))
 
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
         eps = torch.finfo(actions.dtype).eps
         pre_tanh = torch.atanh(actions.clamp(-1 + eps, 1 - eps))
-        return self._log_prob_pre_tanh(pre_tanh)
+        z = (pre_tanh - self.mean) / self.std
+        gaussian_log_prob = (-0.5 * z.pow(2) - self.log_std).sum(-1)
+        return gaussian_log_prob - self._log_det(pre_tanh) - HALF_LOG_TWO_PI * self.mean.shape[-1]
 
-    def _log_prob_pre_tanh(self, pre_tanh: torch.Tensor) -> torch.Tensor:
-        log_det = 2.0 * (math.log(2.0) - pre_tanh - F.softplus(-2.0 * pre_tanh))
-        return (self._normal.log_prob(pre_tanh) - log_det).sum(-1)
+    @staticmethod
+    def _log_det(pre_tanh: torch.Tensor) -> torch.Tensor:
+        """sum log(1 - tanh(u)^2) over dimensions (B,)."""
+        return (2.0 * (math.log(2.0) - pre_tanh - F.softplus(-2.0 * pre_tanh))).sum(-1)
 
     def mode(self) -> torch.Tensor:
         return torch.tanh(self.mean)

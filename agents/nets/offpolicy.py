@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from agents.nets.distributions import Categorical, TanhGaussian
-from agents.nets.mlp import ACTIVATIONS, mlp
+from agents.nets.mlp import ACTIVATIONS, MLP, mlp
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,13 @@ def feature_extractor(in_features: int, sizes: Sequence[int], activation: str) -
     layers: list[nn.Module] = []
     for fan_in, fan_out in zip([in_features, *sizes[:-1]], sizes):
         layers += [nn.Linear(fan_in, fan_out), ACTIVATIONS[activation]()]
-    return nn.Sequential(*layers), sizes[-1]
+    return MLP(*layers), sizes[-1]
+
+
+def extract(extractor: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+    """``extractor(inputs)``, skipping the call of an identity (a module call per network per
+    batch adds up on the hot path)."""
+    return inputs if isinstance(extractor, nn.Identity) else extractor(inputs)
 
 
 class ContinuousQ(nn.Module):
@@ -58,7 +64,7 @@ class ContinuousQ(nn.Module):
         self.trunk = mlp(obs_features + act_features, shape.hidden_sizes, 1, shape.activation)
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        features = torch.cat([self.obs_extractor(obs.flatten(1)), self.act_extractor(actions)], dim=-1)
+        features = torch.cat([extract(self.obs_extractor, obs.flatten(1)), extract(self.act_extractor, actions)], dim=-1)
         return self.trunk(features).squeeze(-1)
 
 
@@ -82,7 +88,7 @@ class DiscreteQ(nn.Module):
             self.trunk = mlp(features, shape.hidden_sizes, num_actions, shape.activation)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        features = self.trunk(self.obs_extractor(obs.flatten(1)))
+        features = self.trunk(extract(self.obs_extractor, obs.flatten(1)))
         if not self.dueling:
             return features
         advantages = self.advantage(features)
@@ -115,7 +121,7 @@ class _ActorBase(nn.Module):
         self.trunk = mlp(features, shape.hidden_sizes, out_features, shape.activation)
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.trunk(self.obs_extractor(obs.flatten(1)))
+        return self.trunk(extract(self.obs_extractor, obs.flatten(1)))
 
 
 class DeterministicActor(_ActorBase):
