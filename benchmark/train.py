@@ -275,23 +275,29 @@ def run(
                 raise ResumeError(f"cannot resume {spec.label} from its checkpoint: {type(error).__name__}: {error}") from error
         started = time.perf_counter() - loop.train_seconds - loop.eval_seconds  # wall time before a resume counts
         with _StopSignal() as stop:
+            obs_tensor = torch.as_tensor(obs, dtype=torch.float32, device=device)
             while loop.step < budget.total_steps:
                 if algo.collects_experience:
-                    obs_tensor = torch.as_tensor(obs, dtype=torch.float32, device=device)
                     acted = algo.behavior_act(obs_tensor, state)
                     next_obs, rewards, terminated, truncated, infos = train_envs.step(acted.env_actions)
-                    state = algo.reset_state(acted.state, torch.as_tensor(terminated | truncated, device=device))
+                    next_obs_tensor = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
+                    if acted.state is not None:
+                        state = algo.reset_state(acted.state, torch.as_tensor(terminated | truncated, device=device))
+                    else:
+                        state = None
+                    # where an episode ended, the stored next observation is its final one, not the reset one
+                    final_obs = true_next_obs(next_obs, infos)
                     algo.observe(
                         Transitions(
                             obs=obs_tensor,
                             acted=acted,
                             rewards=torch.as_tensor(rewards, dtype=torch.float32, device=device),
-                            next_obs=torch.as_tensor(true_next_obs(next_obs, infos), dtype=torch.float32, device=device),
+                            next_obs=next_obs_tensor if final_obs is next_obs else torch.as_tensor(final_obs, dtype=torch.float32, device=device),
                             terminated=torch.as_tensor(terminated, device=device),
                             truncated=torch.as_tensor(truncated, device=device),
                         )
                     )
-                    obs = next_obs
+                    obs, obs_tensor = next_obs, next_obs_tensor
                     loop.step += config.num_envs
                     step = loop.step
 

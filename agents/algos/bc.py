@@ -38,8 +38,9 @@ from agents.api import Acted, Algorithm, ConfigError, Hyperparameters, Learner, 
 from agents.envs import EnvSpec, env_spec
 from agents.nets.distributions import Categorical, DiagGaussian
 from agents.nets.mlp import mlp
+from agents.optim import adam
 
-OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD, "rmsprop": torch.optim.RMSprop}
+OPTIMIZERS = {"adam": adam, "sgd": torch.optim.SGD, "rmsprop": torch.optim.RMSprop}
 
 
 @dataclass

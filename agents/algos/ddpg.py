@@ -41,6 +41,7 @@ from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, weighted
 from agents.api import Transitions, hp, parameters_of
 from agents.nets import polyak_update
 from agents.nets.offpolicy import DeterministicActor, make_critics
+from agents.optim import adam
 
 
 @dataclass
@@ -109,8 +110,8 @@ class DDPG(OffPolicyAlgorithm):
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic = make_critics(self.obs_dim, False, env_spec.num_actions, shape, config.num_critics).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_optimizer = torch.optim.Adam(parameters_of(self.actor), lr=config.actor_lr)
-        self.critic_optimizer = torch.optim.Adam(
+        self.actor_optimizer = adam(parameters_of(self.actor), lr=config.actor_lr)
+        self.critic_optimizer = adam(
             parameters_of(self.critic), lr=config.critic_lr, weight_decay=config.critic_weight_decay
         )
         self.ou_state = torch.zeros(config.num_envs, env_spec.num_actions, device=self.device)
@@ -164,7 +165,7 @@ class DDPG(OffPolicyAlgorithm):
             next_q = self.critic_target(batch["next_obs"], next_actions).min(dim=0).values
             targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * next_q
         q_values = self.critic(obs, batch["actions"])  # (num_critics, B)
-        self.td_errors = (q_values.detach() - targets).abs().mean(dim=0)
+        self.record_td_errors(q_values, targets)
         critic_loss = weighted_mse(q_values, targets, batch["weights"])
         groups = self.groups
         gradients: list[torch.Tensor | None] = list(torch.autograd.grad(critic_loss, groups["critic"][0]))

@@ -28,10 +28,11 @@ from typing import Mapping
 import torch
 import torch.nn.functional as F
 
-from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, clip_gradients
+from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from agents.api import hp, parameters_of
 from agents.nets import polyak_update
 from agents.nets.offpolicy import DiscreteQ
+from agents.optim import adam, clip_gradients
 
 
 @dataclass
@@ -79,7 +80,7 @@ class DQN(OffPolicyAlgorithm):
         self.q_network = DiscreteQ(self.feature_dim, env_spec.num_actions, self.head_shape(), config.dueling).to(self.device)
         self.q_target = copy.deepcopy(self.q_network).requires_grad_(False)
         self.q_parameters = parameters_of(*([self.encoder] if self.encoder is not None else []), self.q_network)
-        self.optimizer = torch.optim.Adam(self.q_parameters, lr=config.learning_rate)
+        self.optimizer = adam(self.q_parameters, lr=config.learning_rate)
 
     def parameter_groups(self):
         return {"q": (self.q_parameters, self.optimizer)}
@@ -115,7 +116,7 @@ class DQN(OffPolicyAlgorithm):
                 next_values = next_q_target.max(dim=-1).values
             targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * next_values
         q_values = self.q_network(batch["features"]).gather(1, batch["actions"].long().unsqueeze(1)).squeeze(1)
-        self.td_errors = (q_values.detach() - targets).abs()
+        self.record_td_errors(q_values, targets)
         elementwise = F.smooth_l1_loss(q_values, targets, reduction="none") if self.config.huber else (q_values - targets).pow(2)
         loss = (elementwise * batch["weights"]).mean()
         gradients = list(torch.autograd.grad(loss, self.q_parameters))

@@ -45,7 +45,7 @@ from agents.envs import EnvSpec
 from agents.meta import Episodes, MetaAlgorithm, PolicyOutput, TaskEnvs
 from agents.nets.distributions import Categorical, DiagGaussian
 from agents.nets.mlp import mlp
-from agents.optim import backtracking_line_search, flatten, subtract_gradients, trust_region_step
+from agents.optim import adam, backtracking_line_search, flatten, subtract_gradients, trust_region_step
 
 Parameters = dict[str, torch.Tensor]
 TASK_STREAM = 1  # the task-sampling RNG is seeded by SeedSequence([seed, TASK_STREAM])
@@ -255,7 +255,7 @@ class MAML(MetaAlgorithm):
         self.network = PolicyNetwork(env_spec, config.hidden_sizes, config.activation, config.initial_log_std).to(self.device)
         self.parameters = [p for p in self.network.parameters()]
         self.names = [name for name, _ in self.network.named_parameters()]
-        self.optimizer = torch.optim.Adam(self.parameters, lr=config.outer_lr) if self.uses_optimizer else None
+        self.optimizer = adam(self.parameters, lr=config.outer_lr) if self.uses_optimizer else None
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, TASK_STREAM]))
         self.last_batch: list[TaskBatch] = []
 

@@ -36,9 +36,10 @@ from typing import Any, Mapping
 import torch
 import torch.nn.functional as F
 
-from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, clip_gradients, weighted_mse
+from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, weighted_mse
 from agents.api import hp, parameters_of
 from agents.nets.offpolicy import GaussianActor, make_critics
+from agents.optim import adam, clip_gradients
 
 
 @dataclass
@@ -130,9 +131,9 @@ class MPO(OffPolicyAlgorithm):
         self.alpha_mean_param = dual(config.initial_alpha_mean, multipliers)
         self.alpha_stddev_param = dual(config.initial_alpha_stddev, multipliers)
         self.dual_parameters = [self.temperature_param, self.alpha_mean_param, self.alpha_stddev_param]
-        self.actor_optimizer = torch.optim.Adam(parameters_of(self.actor), lr=config.actor_lr)
-        self.critic_optimizer = torch.optim.Adam(parameters_of(self.critic), lr=config.critic_lr)
-        self.dual_optimizer = torch.optim.Adam(self.dual_parameters, lr=config.dual_lr)
+        self.actor_optimizer = adam(parameters_of(self.actor), lr=config.actor_lr)
+        self.critic_optimizer = adam(parameters_of(self.critic), lr=config.critic_lr)
+        self.dual_optimizer = adam(self.dual_parameters, lr=config.dual_lr)
 
     def parameter_groups(self):
         return {
@@ -174,7 +175,7 @@ class MPO(OffPolicyAlgorithm):
             sampled_actions = self._sample_actions(old_mean, old_std)  # (N, B, d)
             sampled_q = self._q_of_samples(self.critic_target, obs, sampled_actions)  # (N, B)
         q_values = self.critic(obs, batch["actions"])
-        self.td_errors = (q_values.detach() - targets).abs().mean(dim=0)
+        self.record_td_errors(q_values, targets)
         critic_loss = weighted_mse(q_values, targets, batch["weights"])
 
         temperature = F.softplus(self.temperature_param) + 1e-8

@@ -325,6 +325,13 @@ class OffPolicyAlgorithm(Algorithm):
         )
         return encoded
 
+    def record_td_errors(self, q_values: torch.Tensor, targets: torch.Tensor) -> None:
+        """Keep |Q - y| per sample (B,) for PER's new priorities, averaged over critics when
+        ``q_values`` is (num_critics, B); nothing to compute without prioritized replay."""
+        if self.config.prioritized:
+            errors = (q_values.detach() - targets).abs()
+            self.td_errors = errors.mean(dim=0) if errors.dim() > 1 else errors
+
     def update_encoder_target(self, tau: float) -> None:
         if self.encoder is not None and self.encoder_target is not None:
             polyak_update(self.encoder_target, self.encoder, tau)
@@ -342,7 +349,7 @@ class OffPolicyAlgorithm(Algorithm):
                 self.buffer.update_priorities(batch["indices"], self.td_errors)
             for key, value in info.items():
                 logs.setdefault(key, []).append(value)
-        return {key: float(np.mean(values)) for key, values in logs.items()}
+        return {key: float(sum(values) / len(values)) for key, values in logs.items()}
 
     @abc.abstractmethod
     def parameter_groups(self) -> dict[str, tuple[list[torch.nn.Parameter], torch.optim.Optimizer | None]]:
@@ -431,11 +438,3 @@ class OffPolicyAlgorithm(Algorithm):
 def weighted_mse(predictions: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """mean_i w_i (prediction_i - target_i)^2, summed over leading critic dims: (..., B) -> scalar."""
     return ((predictions - targets).pow(2) * weights).mean(dim=-1).sum()
-
-
-def clip_gradients(gradients: list[torch.Tensor], max_norm: float) -> float:
-    """Scale ``gradients`` in place so their global L2 norm is at most ``max_norm``; the norm before."""
-    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in gradients]))
-    scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
-    torch._foreach_mul_(gradients, scale)
-    return norm.item()

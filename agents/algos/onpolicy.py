@@ -29,6 +29,7 @@ from agents.buffers import RolloutStorage
 from agents.envs import EnvSpec
 from agents.nets import ActorCritic
 from agents.nets.policies import PolicyDistribution
+from agents.optim import adam, clip_gradients
 
 ENTROPY_METHODS = ("no_entropy", "regularized", "max")
 PARTS = ("policy", "value")
@@ -209,7 +210,7 @@ class OnPolicyAlgorithm(Algorithm):
 
     def _make_optimizers(self) -> dict[str, torch.optim.Optimizer]:
         """One Adam over all parameters (eps 1e-5 as in baselines); subclasses may split it."""
-        return {"joint": torch.optim.Adam(self.parameters, lr=self.config.learning_rate, eps=1e-5)}
+        return {"joint": adam(self.parameters, lr=self.config.learning_rate, eps=1e-5)}
 
     def _base_learning_rates(self) -> dict[str, float]:
         """Each optimizer's configured learning rate (before annealing)."""
@@ -236,10 +237,14 @@ class OnPolicyAlgorithm(Algorithm):
             state = self.actor_critic.initial_state(obs.shape[0], obs.device)
         params, values, next_state = self.actor_critic(obs, state)
         dist = self.actor_critic.distribution(params)
-        actions = dist.mode() if deterministic else dist.sample()
+        if deterministic:
+            actions = dist.mode()
+            log_probs = dist.log_prob(actions)
+        else:
+            actions, log_probs = dist.sample_with_log_prob()
         if not self.learns_value:
             values = torch.zeros_like(values)
-        extras = {"log_prob": dist.log_prob(actions), "value": values, "dist_params": params}
+        extras = {"log_prob": log_probs, "value": values, "dist_params": params}
         if self.config.entropy_method == "max":
             extras["entropy"] = dist.entropy()
         if state is not None:
@@ -417,7 +422,7 @@ class OnPolicyAlgorithm(Algorithm):
             if not with_gradients:
                 continue
             if self.config.max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(with_gradients, self.config.max_grad_norm)
+                clip_gradients([p.grad for p in with_gradients], self.config.max_grad_norm)
             optimizer.step()
         for parameter in self.parameters:
             parameter.grad = None

@@ -50,6 +50,7 @@ from agents.envs import EnvSpec
 from agents.meta import Episodes, MetaAlgorithm, PolicyOutput, TaskEnvs
 from agents.nets.distributions import TanhGaussian
 from agents.nets.mlp import mlp, polyak_update
+from agents.optim import adam
 from agents.tasks import Task
 
 TASK_STREAM = 1  # the task-choice RNG is seeded by SeedSequence([seed, TASK_STREAM])
@@ -244,11 +245,11 @@ class PEARL(MetaAlgorithm):
         self.vf = mlp(obs_dim + latent, hidden, 1, "relu").to(self.device)
         self.target_vf = copy.deepcopy(self.vf).requires_grad_(False)
         self.optimizers = {
-            "policy": torch.optim.Adam(self.policy.parameters(), lr=config.policy_lr),
-            "qf1": torch.optim.Adam(self.qf1.parameters(), lr=config.qf_lr),
-            "qf2": torch.optim.Adam(self.qf2.parameters(), lr=config.qf_lr),
-            "vf": torch.optim.Adam(self.vf.parameters(), lr=config.vf_lr),
-            "context": torch.optim.Adam(self.encoder.parameters(), lr=config.context_lr),
+            "policy": adam(self.policy.parameters(), lr=config.policy_lr),
+            "qf1": adam(self.qf1.parameters(), lr=config.qf_lr),
+            "qf2": adam(self.qf2.parameters(), lr=config.qf_lr),
+            "vf": adam(self.vf.parameters(), lr=config.vf_lr),
+            "context": adam(self.encoder.parameters(), lr=config.context_lr),
         }
         self.parameters = parameters_of(self.encoder, self.policy, self.qf1, self.qf2, self.vf)
         self.rl_buffers = [TaskBuffer(obs_dim, action_dim, config.replay_buffer_size, self.device) for _ in range(config.num_train_tasks)]

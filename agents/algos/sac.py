@@ -37,6 +37,7 @@ from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, weighted
 from agents.api import hp, parameters_of
 from agents.nets import polyak_update
 from agents.nets.offpolicy import CategoricalActor, SquashedGaussianActor, make_critics
+from agents.optim import adam
 
 
 @dataclass
@@ -88,9 +89,9 @@ class SAC(OffPolicyAlgorithm):
             self.target_entropy = 0.98 * math.log(spec.num_actions) if spec.discrete else -float(spec.num_actions)
         # a recurrent encoder learns from the critic loss; the actor reads its features detached
         self.critic_parameters = parameters_of(*([self.encoder] if self.encoder is not None else []), self.critic)
-        self.critic_optimizer = torch.optim.Adam(self.critic_parameters, lr=config.critic_lr)
-        self.actor_optimizer = torch.optim.Adam(parameters_of(self.actor), lr=config.actor_lr)
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.alpha_lr) if self.auto_alpha else None
+        self.critic_optimizer = adam(self.critic_parameters, lr=config.critic_lr)
+        self.actor_optimizer = adam(parameters_of(self.actor), lr=config.actor_lr)
+        self.alpha_optimizer = adam([self.log_alpha], lr=config.alpha_lr) if self.auto_alpha else None
 
     def parameter_groups(self):
         return {
@@ -144,7 +145,7 @@ class SAC(OffPolicyAlgorithm):
             q_values = self.critic(obs).gather(2, batch["actions"].long()[None, :, None].expand(self.config.num_critics, -1, 1)).squeeze(-1)
         else:
             q_values = self.critic(obs, batch["actions"])  # (num_critics, B)
-        self.td_errors = (q_values.detach() - targets).abs().mean(dim=0)
+        self.record_td_errors(q_values, targets)
         return weighted_mse(q_values, targets, batch["weights"]), q_values.mean().item()
 
     def _actor_loss(self, obs: torch.Tensor, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -26,7 +26,7 @@ import torch
 
 from agents.algos.onpolicy import PARTS, OnPolicyAlgorithm, OnPolicyConfig
 from agents.api import ConfigError, hp, set_gradients
-from agents.optim import backtracking_line_search, subtract_gradients, trust_region_step
+from agents.optim import adam, backtracking_line_search, subtract_gradients, trust_region_step
 
 
 @dataclass
@@ -76,7 +76,7 @@ class TRPO(OnPolicyAlgorithm):
         config.check_minibatches("value_num_minibatches", config.value_num_minibatches)
 
     def _make_optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"value": torch.optim.Adam(self.actor_critic.value_parameters(), lr=self.config.learning_rate)}
+        return {"value": adam(self.actor_critic.value_parameters(), lr=self.config.learning_rate)}
 
     def _optimize(self) -> dict[str, float]:
         gradients, logs = self.compute_gradients(self.storage.full_batch(self._sequence_length_or_none()), parts=("policy",))

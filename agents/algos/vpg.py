@@ -24,6 +24,7 @@ import torch
 
 from agents.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
 from agents.api import hp
+from agents.optim import adam
 
 
 @dataclass
@@ -119,8 +120,8 @@ class VPG(OnPolicyAlgorithm):
         if not self._split:
             return super()._make_optimizers()
         return {
-            "policy": torch.optim.Adam(self.actor_critic.policy_parameters(), lr=self.config.learning_rate),
-            "value": torch.optim.Adam(self.actor_critic.value_parameters(), lr=self.config.value_learning_rate),
+            "policy": adam(self.actor_critic.policy_parameters(), lr=self.config.learning_rate),
+            "value": adam(self.actor_critic.value_parameters(), lr=self.config.value_learning_rate),
         }
 
     def _base_learning_rates(self) -> dict[str, float]:
