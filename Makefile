@@ -17,13 +17,14 @@ ARGS   ?=
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+COMPARE_STAMP := $(VENV)/.compare-installed
 
 # a micro-benchmark fails `make perf-regress` when its median is this much slower than the
 # stored baseline (150% = 2.5x): see README, "Speed regressions", for why 2.5x
 PERF_FACTOR ?= 150%
 PERF_BASELINE := results/perf/baseline
 
-.PHONY: install bench test perf perf-baseline perf-regress report baseline regress tune dashboard ui list clean-results
+.PHONY: install bench test perf perf-micro perf-baseline perf-regress report baseline regress tune dashboard ui list clean-results
 
 install: $(STAMP)
 
@@ -40,8 +41,18 @@ bench: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
 
+# throughput side by side with Stable-Baselines3 (installs the compare extra first): PPO, SAC, TD3
+# on HalfCheetah-v5 and DQN on CartPole-v1, beside the env-only and update-floor bounds; the table
+# is printed and written to results/perf/compare.json. ARGS='--profile' adds where the time goes.
+perf: $(COMPARE_STAMP)
+	$(BIN)/python -m benchmark perf $(ARGS)
+
+$(COMPARE_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e ".[$(EXTRAS),compare]"
+	touch $(COMPARE_STAMP)
+
 # micro-benchmarks (pytest-benchmark): buffer insert/sample at capacity 1M, one update per algorithm
-perf: $(STAMP)
+perf-micro: $(STAMP)
 	$(PERF_PYTEST) $(ARGS)
 
 # the measured suite report from MLflow: results/reports/$(SUITE)/report.md and report.html

@@ -147,6 +147,22 @@ def build_parser() -> argparse.ArgumentParser:
     export_study.add_argument("--storage", default=argparse.SUPPRESS, help="Optuna storage URL (default sqlite in --results-dir)")
     export_study.add_argument("--results-dir", type=Path, default=argparse.SUPPRESS, help="where the default storage is")
 
+    perf = commands.add_parser(
+        "perf", help="throughput side by side with Stable-Baselines3, beside the env-only and update-floor bounds"
+    )
+    perf.add_argument("--cases", nargs="+", default=None, metavar="CASE", help="ppo, sac, td3, dqn (default: all)")
+    perf.add_argument("--pairs", type=int, default=3, help="alternating our/SB3 pairs per case; medians are reported (default 3)")
+    perf.add_argument("--scale", type=float, default=1.0, help="multiply every measurement's step count (default 1)")
+    perf.add_argument("--threads", type=int, default=1, help="torch threads in every measurement (default 1)")
+    perf.add_argument("--no-compare", action="store_true", help="measure ours and the bounds only (SB3 not needed)")
+    perf.add_argument("--profile", action="store_true", help="also where our time goes per env step, and the top functions")
+    perf.add_argument("--no-memory", action="store_true", help="skip the 1M-transition replay buffer measurement")
+    perf.add_argument(
+        "--learning", action="store_true",
+        help="instead of throughput: train our SAC and SB3's (same setting) 50k steps on 3 seeds each and compare final returns",
+    )
+    perf.add_argument("--output", type=Path, default=Path("results/perf/compare.json"), help="JSON written (default results/perf/compare.json)")
+
     listing = commands.add_parser("list", help="algorithms, buffers, suites and environments")
     listing.add_argument("what", nargs="?", choices=("algorithms", "buffers", "suites", "envs"), help="one section only")
     return parser
@@ -174,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             "regress": command_regress,
             "reproduce": command_reproduce,
             "tune": command_tune,
+            "perf": command_perf,
         }
         return commands[args.command](args, console)
     except ConfigError as error:
@@ -551,6 +568,114 @@ def _tune_export(args: argparse.Namespace, console: Console) -> int:
         soft_wrap=True, markup=False, highlight=False,
     )
     return 0
+
+
+def command_perf(args: argparse.Namespace, console: Console) -> int:
+    from benchmark import perf
+
+    cases = args.cases or list(perf.CASES)
+    compare = not args.no_compare
+    perf.check_arguments(cases, args.pairs, args.scale, args.threads)
+    sb3_version = perf.check_sb3() if compare else None
+    if args.learning:
+        return _perf_learning(args, console, perf)
+    console.print(
+        f"perf: {', '.join(cases)}; {args.pairs} alternating pair(s) each, {args.threads} torch thread(s)"
+        + (f", Stable-Baselines3 {sb3_version}" if compare else ", ours only"),
+        highlight=False, soft_wrap=True,
+    )
+
+    def progress(name: str, side: str, pair: int, measurement: dict) -> None:
+        console.print(
+            f"  pair {pair + 1} {name:<4} {side:<5} {measurement['steps_per_second']:>10,.1f} /s  "
+            f"{measurement['seconds']:6.1f} s  peak {measurement['peak_rss_mb']:,.0f} MiB",
+            highlight=False, soft_wrap=True,
+        )
+
+    results = perf.measure(cases, args.pairs, args.scale, args.threads, compare, on_measurement=progress)
+    memory = None if args.no_memory else perf.replay_memory()
+    profiles = perf.profile(cases, args.scale, args.threads) if args.profile else None
+    settings = {"cases": cases, "pairs": args.pairs, "scale": args.scale, "threads": args.threads, "compare": compare}
+    data = perf.report(results, memory, profiles, settings)
+    console.print(_perf_table(data, compare))
+    if memory is not None:
+        mark = "met" if memory["ratio"] <= memory["target_ratio"] else "MISSED"
+        console.print(
+            f"replay buffer, {memory['capacity']:,} HalfCheetah transitions: {memory['tensor_bytes'] / 2**20:,.0f} MiB of tensors "
+            f"({memory['ratio']:.3f}x the raw {memory['raw_bytes'] / 2**20:,.0f} MiB of its fields; target <= {memory['target_ratio']}x: {mark}); "
+            f"resident memory grew {memory['rss_increase_bytes'] / 2**20:,.0f} MiB ({memory['rss_ratio']:.3f}x)",
+            highlight=False, soft_wrap=True,
+        )
+    for name, found in (profiles or {}).items():
+        console.print(_profile_table(name, found))
+        console.print(found["top_functions"], highlight=False, soft_wrap=True, markup=False)
+    path = perf.write(data, args.output)
+    console.print(f"written to {path}", highlight=False, soft_wrap=True)
+    return 0
+
+
+def _perf_learning(args: argparse.Namespace, console: Console, perf) -> int:
+    from agents.api import ConfigError
+
+    if args.no_compare:
+        raise ConfigError("--learning compares with SB3; drop --no-compare")
+    steps = max(int(perf.LEARNING_STEPS * args.scale), 1)
+    console.print(f"learning: our SAC and SB3's, {steps:,} steps on HalfCheetah-v5, {perf.LEARNING_SEEDS} seeds each", highlight=False)
+
+    def progress(name: str, side: str, seed: int, measured: dict) -> None:
+        console.print(f"  seed {seed} {side:<4} final return {measured['final_return']:9.1f}  ({measured['seconds'] / 60:.1f} min)", highlight=False)
+
+    found = perf.learning("sac", steps=steps, threads=args.threads, on_measurement=progress)
+    for side in ("ours", "sb3"):
+        console.print(f"{side:<4} mean {found['mean'][side]:9.1f}  std over seeds {found['std'][side]:7.1f}  returns {[round(r, 1) for r in found['returns'][side]]}", highlight=False)
+    verdict = "within the seed noise" if found["within_seed_noise"] else "NOT within the seed noise"
+    console.print(f"Welch's t-test p = {found['welch_p_value']:.3f}: the difference is {verdict}", highlight=False)
+    path = args.output.with_name(args.output.stem + "-learning.json") if args.output.name == "compare.json" else args.output
+    perf.write({"created": perf.now(), "machine": perf.machine(), "learning": found}, path)
+    console.print(f"written to {path}", highlight=False)
+    return 0
+
+
+def _perf_table(data: dict, compare: bool) -> Table:
+    table = Table(title="throughput (medians over pairs; steps/s; the floor in updates/s)")
+    columns = ["case", "env", "steps", "ours"]
+    if compare:
+        columns += ["SB3", "ours/SB3 (target)"]
+    columns += ["bound", "bound rate", "ours/bound (target)", "peak MiB ours"]
+    if compare:
+        columns += ["peak MiB SB3", "targets"]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("case", "env", "bound", "targets") else "right")
+    for name, case in data["cases"].items():
+        s = case["summary"]
+        row = [name, case["env_id"], f"{case['steps']:,}", f"{s['ours_steps_per_second']:,.1f}"]
+        if compare:
+            row += [f"{s['sb3_steps_per_second']:,.1f}", f"{s['ratio']:.2f}x (>= {s['target_ratio']})"]
+        bound_target = s["target_fraction_of_bound"]
+        row += [
+            "env only" if s["bound"] == "env" else "update floor",
+            f"{s['bound_steps_per_second']:,.1f}",
+            f"{s['fraction_of_bound']:.2f}" + (f" (>= {bound_target:.2f})" if bound_target else ""),
+            f"{s['ours_peak_rss_mb']:,.0f}",
+        ]
+        if compare:
+            row += [f"{s['sb3_peak_rss_mb']:,.0f}", "met" if s["target_met"] else "missed"]
+        table.add_row(*row)
+    return table
+
+
+def _profile_table(name: str, found: dict) -> Table:
+    per_step = found["microseconds_per_step"]
+    total = sum(per_step.values())
+    table = Table(title=f"{name}: where the time goes ({found['steps_per_second']:,.1f} steps/s while timed)")
+    for column in ("part", "us per env step", "share", "calls"):
+        table.add_column(column, justify="left" if column == "part" else "right")
+    for part in ("env", "acting", "buffer", "update", "logging", "other"):
+        if part in per_step:
+            calls = found["calls"].get(part)
+            table.add_row(part, f"{per_step[part]:,.1f}", f"{per_step[part] / total:.0%}", f"{calls:,}" if calls else "")
+    table.add_row("total", f"{total:,.1f}", "100%", "")
+    return table
 
 
 def command_list(args: argparse.Namespace, console: Console) -> int:

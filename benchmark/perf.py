@@ -1,0 +1,361 @@
+"""Throughput side by side with Stable-Baselines3: ``make perf`` / ``python -m benchmark perf``.
+
+For PPO, SAC and TD3 on HalfCheetah-v5 and DQN on CartPole-v1, one invocation alternates our
+training loop and SB3's (the optional ``compare`` extra) at identical hyperparameters, network
+sizes, env, torch threads and step counts. Every measurement is a fresh process, and pairs
+alternate their order (ours first, then SB3 first, ...) so drift in the machine's speed
+cancels. Each pair also measures the case's bound:
+
+* ``env``: the env alone with pre-sampled random actions (PPO and DQN, whose networks are so
+  small that the env and per-step overhead are the limit);
+* ``floor``: the update's forward and backward passes in a bare loop at the same sizes (SAC
+  and TD3, whose time is matrix products).
+
+Reported: the medians over pairs of steps/s, our/SB3 ratio (median of the per-pair ratios),
+our fraction of the bound, and peak resident memory; plus the bytes of a full 1M-transition
+HalfCheetah replay buffer against the raw bytes of its fields. Written as JSON to
+``results/perf/compare.json``. ``--profile`` adds where our time goes per env step.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from agents.api import ConfigError
+
+HALF_CHEETAH, CARTPOLE = "HalfCheetah-v5", "CartPole-v1"
+PAIRS_DEFAULT = 3
+REPLAY_CAPACITY = 1_000_000
+REPLAY_TARGET = 1.2  # at most this times the raw bytes of a transition's fields
+
+
+@dataclass(frozen=True)
+class Case:
+    """One algorithm's comparison: the same setting expressed for both libraries."""
+
+    name: str
+    env_id: str
+    steps: int
+    """Env steps per measurement (scaled by --scale)."""
+    ours: dict[str, Any]
+    """Our hyperparameters (on top of the algorithm's defaults)."""
+    sb3: dict[str, Any]
+    """Stable-Baselines3 constructor arguments."""
+    bound: str
+    """'env' or 'floor': what this case's rate is compared with."""
+    target: float
+    """Our/SB3 steps/s ratio aimed at."""
+    bound_target: float | None = None
+    """Smallest fraction of the bound's rate aimed at (None: none)."""
+    floor: dict[str, Any] = field(default_factory=dict)
+    """Sizes of the bare update loop (bound 'floor')."""
+
+
+# SB3's own defaults (2.x) written out, and ours set to match them exactly.
+CASES: dict[str, Case] = {
+    "ppo": Case(
+        "ppo", HALF_CHEETAH, 8_192,
+        ours=dict(num_envs=1, num_steps=2048, num_minibatches=32, num_epochs=10, learning_rate=3e-4, gamma=0.99,
+                  gae_lambda=0.95, clip_range=0.2, value_clip_range=None, value_coef=0.5, max_grad_norm=0.5,
+                  entropy_method="no_entropy", policy_ent_coeff=0.0, hidden_sizes=(64, 64), activation="tanh",
+                  initial_log_std=0.0, normalize_observations=False, normalize_rewards=False, anneal_lr=False),
+        sb3=dict(n_steps=2048, batch_size=64, n_epochs=10, learning_rate=3e-4, gamma=0.99, gae_lambda=0.95,
+                 clip_range=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5,
+                 policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn="tanh", log_std_init=0.0)),
+        bound="env", target=1.5,
+    ),
+    "sac": Case(
+        "sac", HALF_CHEETAH, 1_500,
+        ours=dict(num_envs=1, buffer_size=1_000_000, batch_size=256, start_steps=100, learning_starts=100,
+                  update_every=1, gradient_steps=1, actor_lr=3e-4, critic_lr=3e-4, alpha_lr=3e-4, tau=0.005,
+                  gamma=0.99, initial_alpha=1.0, hidden_sizes=(256, 256), activation="relu"),
+        sb3=dict(buffer_size=1_000_000, batch_size=256, learning_starts=100, train_freq=1, gradient_steps=1,
+                 learning_rate=3e-4, tau=0.005, gamma=0.99, ent_coef="auto_1.0",
+                 policy_kwargs=dict(net_arch=[256, 256], activation_fn="relu")),
+        bound="floor", target=1.3, bound_target=1 / 1.5,
+        floor=dict(hidden_sizes=(256, 256), batch_size=256),
+    ),
+    "td3": Case(
+        "td3", HALF_CHEETAH, 1_500,
+        ours=dict(num_envs=1, buffer_size=1_000_000, batch_size=256, start_steps=100, learning_starts=100,
+                  update_every=1, gradient_steps=1, actor_lr=1e-3, critic_lr=1e-3, tau=0.005, gamma=0.99,
+                  policy_delay=2, target_policy_noise=0.2, target_noise_clip=0.5, exploration_noise="gaussian",
+                  noise_sigma=0.1, hidden_sizes=(400, 300), activation="relu"),
+        sb3=dict(buffer_size=1_000_000, batch_size=256, learning_starts=100, train_freq=1, gradient_steps=1,
+                 learning_rate=1e-3, tau=0.005, gamma=0.99, policy_delay=2, target_policy_noise=0.2,
+                 target_noise_clip=0.5, action_noise_sigma=0.1, policy_kwargs=dict(net_arch=[400, 300], activation_fn="relu")),
+        bound="floor", target=1.3, bound_target=1 / 1.5,
+        floor=dict(hidden_sizes=(400, 300), batch_size=256),
+    ),
+    "dqn": Case(
+        "dqn", CARTPOLE, 20_000,
+        # SB3 counts target_update_interval in env steps (10,000); ours in gradient steps (every 4 env steps)
+        ours=dict(num_envs=1, buffer_size=1_000_000, batch_size=32, learning_starts=100, update_every=4,
+                  gradient_steps=1, learning_rate=1e-4, gamma=0.99, tau=1.0, target_update_every=2_500,
+                  exploration_fraction=0.1, epsilon_start=1.0, epsilon_final=0.05, max_grad_norm=10.0,
+                  double_q=False, dueling=False, huber=True, hidden_sizes=(64, 64), activation="relu"),
+        sb3=dict(buffer_size=1_000_000, batch_size=32, learning_starts=100, train_freq=4, gradient_steps=1,
+                 learning_rate=1e-4, gamma=0.99, tau=1.0, target_update_interval=10_000, exploration_fraction=0.1,
+                 exploration_initial_eps=1.0, exploration_final_eps=0.05, max_grad_norm=10.0,
+                 policy_kwargs=dict(net_arch=[64, 64], activation_fn="relu")),
+        bound="env", target=1.5,
+    ),
+}
+ENV_STEPS = {HALF_CHEETAH: 20_000, CARTPOLE: 50_000}
+FLOOR_UPDATES = 300
+
+
+@dataclass
+class Measured:
+    """One case's measurements, one entry per pair."""
+
+    case: Case
+    steps: int
+    """Env steps (updates, for a floor) of each of our and SB3's measurements."""
+    ours: list[dict[str, Any]] = field(default_factory=list)
+    sb3: list[dict[str, Any]] = field(default_factory=list)
+    bound: list[dict[str, Any]] = field(default_factory=list)
+
+    def rates(self, side: str) -> list[float]:
+        return [m["steps_per_second"] for m in getattr(self, side)]
+
+    def summary(self) -> dict[str, Any]:
+        ours, sb3, bound = self.rates("ours"), self.rates("sb3"), self.rates("bound")
+        out: dict[str, Any] = {
+            "ours_steps_per_second": statistics.median(ours),
+            "ours_peak_rss_mb": max(m["peak_rss_mb"] for m in self.ours),
+            "bound": self.case.bound,
+            "bound_steps_per_second": statistics.median(bound),
+            "fraction_of_bound": statistics.median(o / b for o, b in zip(ours, bound)),
+            "target_ratio": self.case.target,
+            "target_fraction_of_bound": self.case.bound_target,
+        }
+        if sb3:
+            out.update(
+                sb3_steps_per_second=statistics.median(sb3),
+                sb3_peak_rss_mb=max(m["peak_rss_mb"] for m in self.sb3),
+                ratio=statistics.median(o / s for o, s in zip(ours, sb3)),
+                ratio_per_pair=[o / s for o, s in zip(ours, sb3)],
+            )
+            out["target_met"] = out["ratio"] >= self.case.target and (
+                self.case.bound_target is None or out["fraction_of_bound"] >= self.case.bound_target
+            )
+        return out
+
+
+def run_job(job: dict[str, Any], timeout: float = 1800.0) -> dict[str, Any]:
+    """Run one measurement in a fresh Python process; its result dict."""
+    with tempfile.TemporaryDirectory(prefix="reprorl-perf-") as directory:
+        output = Path(directory) / "result.json"
+        env = {**os.environ, "OMP_NUM_THREADS": str(job.get("threads", 1)), "MKL_NUM_THREADS": str(job.get("threads", 1))}
+        completed = subprocess.run(
+            [sys.executable, "-m", "benchmark.perf_worker", json.dumps(job), str(output)],
+            capture_output=True, text=True, timeout=timeout, env=env,
+        )
+        if completed.returncode != 0 or not output.exists():
+            tail = "\n".join(completed.stderr.strip().splitlines()[-15:])
+            raise RuntimeError(f"perf measurement {job['kind']} {job.get('algo', job.get('env_id'))} failed (exit {completed.returncode}):\n{tail}")
+        return json.loads(output.read_text())
+
+
+def _jobs(case: Case, scale: float, threads: int, seed: int) -> dict[str, dict[str, Any]]:
+    steps = max(int(case.steps * scale), 1)
+    if case.name == "ppo":  # whole rollouts: both libraries update only at rollout ends
+        steps = max(steps // 2048, 1) * 2048
+    common = {"algo": case.name, "env_id": case.env_id, "steps": steps, "threads": threads, "seed": seed}
+    jobs = {"ours": {**common, "kind": "ours", "hyperparameters": case.ours}, "sb3": {**common, "kind": "sb3", "hyperparameters": case.sb3}}
+    if case.bound == "env":
+        jobs["bound"] = {"kind": "env", "env_id": case.env_id, "steps": max(int(ENV_STEPS[case.env_id] * scale), 100), "seed": seed, "threads": threads}
+    else:
+        from agents.envs import env_spec
+
+        spec = env_spec(case.env_id)
+        jobs["bound"] = {
+            "kind": "floor", "algo": case.name, "steps": max(int(FLOOR_UPDATES * scale), 10), "threads": threads, "seed": seed,
+            "obs_dim": spec.observation_shape[0], "action_dim": spec.num_actions, **case.floor,
+        }
+    return jobs
+
+
+def check_arguments(cases: list[str], pairs: int, scale: float, threads: int) -> None:
+    """ConfigError naming an unknown case or an out-of-range count."""
+    unknown = [name for name in cases if name not in CASES]
+    if unknown:
+        raise ConfigError(f"unknown perf case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}")
+    if pairs < 1:
+        raise ConfigError(f"--pairs must be >= 1, got {pairs}")
+    if threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {threads}")
+    if not scale > 0:
+        raise ConfigError(f"--scale must be > 0, got {scale}")
+
+
+def check_sb3() -> str:
+    """SB3's version; ConfigError when the compare extra is not installed."""
+    try:
+        import stable_baselines3
+    except ImportError:
+        raise ConfigError(
+            "Stable-Baselines3 is not installed: `make perf` installs it (the compare extra), or "
+            "pip install -e '.[compare]'; --no-compare measures ours and the bounds only"
+        ) from None
+    return stable_baselines3.__version__
+
+
+def measure(
+    cases: list[str],
+    pairs: int = PAIRS_DEFAULT,
+    scale: float = 1.0,
+    threads: int = 1,
+    compare: bool = True,
+    on_measurement: Callable[[str, str, int, dict[str, Any]], None] | None = None,
+) -> dict[str, Measured]:
+    """``pairs`` alternating pairs per case (ours/SB3, then SB3/ours, ...) with the bound beside each."""
+    check_arguments(cases, pairs, scale, threads)
+    results = {name: Measured(CASES[name], _jobs(CASES[name], scale, threads, 0)["ours"]["steps"]) for name in cases}
+    for pair in range(pairs):
+        for name in cases:
+            jobs = _jobs(CASES[name], scale, threads, seed=pair)
+            order = ["ours", "sb3"] if pair % 2 == 0 else ["sb3", "ours"]
+            if not compare:
+                order.remove("sb3")
+            for side in [*order, "bound"]:
+                measurement = run_job(jobs[side])
+                getattr(results[name], side).append(measurement)
+                if on_measurement is not None:
+                    on_measurement(name, side, pair, measurement)
+    return results
+
+
+def profile(cases: list[str], scale: float = 1.0, threads: int = 1) -> dict[str, dict[str, Any]]:
+    """Where our time goes per env step in each case, and cProfile's top functions (a second run)."""
+    profiles = {}
+    for name in cases:
+        job = _jobs(CASES[name], scale, threads, seed=0)["ours"]
+        sections = run_job({**job, "profile": True})
+        functions = run_job({**job, "functions": True})
+        profiles[name] = {
+            "steps_per_second": sections["steps_per_second"],
+            "microseconds_per_step": sections["profile"]["microseconds_per_step"],
+            "calls": sections["profile"]["calls"],
+            "top_functions": functions["top_functions"],
+        }
+    return profiles
+
+
+LEARNING_STEPS, LEARNING_SEEDS, LEARNING_EPISODES = 50_000, 3, 10
+
+
+def learning(
+    case_name: str = "sac",
+    steps: int = LEARNING_STEPS,
+    seeds: int = LEARNING_SEEDS,
+    episodes: int = LEARNING_EPISODES,
+    threads: int = 1,
+    on_measurement: Callable[[str, str, int, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Both libraries trained ``steps`` with the case's setting on ``seeds`` seeds; final
+    deterministic returns over ``episodes`` episodes, and whether their difference is within
+    the seed noise (Welch's t-test, p > 0.05)."""
+    from scipy import stats
+
+    case = CASES[case_name]
+    returns: dict[str, list[float]] = {"ours": [], "sb3": []}
+    for seed in range(seeds):
+        for side in ("ours", "sb3"):
+            job = {"kind": f"learn_{side}", "algo": case.name, "env_id": case.env_id, "steps": steps, "episodes": episodes,
+                   "seed": seed, "threads": threads, "hyperparameters": case.ours if side == "ours" else case.sb3}
+            measured = run_job(job, timeout=6 * 3600)
+            returns[side].append(measured["final_return"])
+            if on_measurement is not None:
+                on_measurement(case_name, side, seed, measured)
+    test = stats.ttest_ind(returns["ours"], returns["sb3"], equal_var=False) if seeds > 1 else None
+    p_value = float(test.pvalue) if test is not None else None
+    return {
+        "case": case_name, "env_id": case.env_id, "steps": steps, "episodes": episodes, "returns": returns,
+        "mean": {side: statistics.fmean(values) for side, values in returns.items()},
+        "std": {side: statistics.stdev(values) if len(values) > 1 else 0.0 for side, values in returns.items()},
+        "welch_p_value": p_value,
+        "within_seed_noise": p_value is None or p_value > 0.05,
+    }
+
+
+def replay_memory(capacity: int = REPLAY_CAPACITY) -> dict[str, Any]:
+    """Bytes of a full HalfCheetah replay buffer against the raw bytes of its fields."""
+    measured = run_job({"kind": "memory", "env_id": HALF_CHEETAH, "capacity": capacity})
+    measured["ratio"] = measured["tensor_bytes"] / measured["raw_bytes"]
+    measured["rss_ratio"] = measured["rss_increase_bytes"] / measured["raw_bytes"]
+    measured["target_ratio"] = REPLAY_TARGET
+    return measured
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    from benchmark.tracking import code_version, cpu_model
+
+    info = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "processor": cpu_model(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        **code_version(),
+    }
+    try:
+        import stable_baselines3
+
+        info["stable_baselines3"] = stable_baselines3.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def now() -> str:
+    """The current UTC time, ISO 8601 to the second."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def report(
+    results: dict[str, Measured],
+    memory: dict[str, Any] | None,
+    profiles: dict[str, dict[str, Any]] | None,
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    """Everything measured as one JSON-ready dict."""
+    return {
+        "created": now(),
+        "machine": machine(),
+        "settings": settings,
+        "cases": {
+            name: {
+                "env_id": measured.case.env_id,
+                "steps": measured.steps,
+                "ours_hyperparameters": measured.case.ours,
+                "sb3_hyperparameters": measured.case.sb3,
+                "summary": measured.summary(),
+                "measurements": {"ours": measured.ours, "sb3": measured.sb3, "bound": measured.bound},
+            }
+            for name, measured in results.items()
+        },
+        "replay_memory": memory,
+        "profiles": profiles,
+    }
+
+
+def write(data: dict[str, Any], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    temporary.replace(path)
+    return path

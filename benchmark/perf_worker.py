@@ -1,0 +1,434 @@
+"""One throughput measurement, run in a fresh process by ``benchmark.perf``.
+
+    python -m benchmark.perf_worker '<job as JSON>' <result.json>
+
+A job names what to time (``kind``) and how: ``ours`` trains with ``benchmark.train.run``,
+``sb3`` with Stable-Baselines3's ``learn``, both from the same setting; ``env`` steps the
+environment alone with pre-sampled random actions; ``floor`` runs the update's forward and
+backward passes in a bare loop at the same network sizes; ``memory`` measures a full replay
+buffer. Construction is never timed, only training. The result holds the rate, the process's
+peak resident memory and, for ``ours`` with ``profile``, where the time went.
+"""
+
+from __future__ import annotations
+
+import copy
+import cProfile
+import dataclasses
+import io
+import json
+import pstats
+import resource
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident set size in MiB (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def current_rss_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+# -- our training loop ---------------------------------------------------------------------
+
+
+class SectionTimers:
+    """Exclusive wall time per category of nested calls: a call's time minus its timed children's."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self._children: list[float] = []
+        self.enabled = True
+
+    def wrap(self, category: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if not self.enabled:
+                return function(*args, **kwargs)
+            self._children.append(0.0)
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - started
+                children = self._children.pop()
+                self.seconds[category] += elapsed - children
+                self.calls[category] += 1
+                if self._children:
+                    self._children[-1] += elapsed
+
+        return timed
+
+    def wrap_iterator(self, category: str, make: Callable[..., Any]) -> Callable[..., Any]:
+        """Time every ``next`` of the iterators ``make`` returns (minibatch generators)."""
+
+        def timed_make(*args: Any, **kwargs: Any) -> Any:
+            iterator = iter(make(*args, **kwargs))
+            step = self.wrap(category, lambda: next(iterator, _END))
+            while (item := step()) is not _END:
+                yield item
+
+        return timed_make
+
+
+_END = object()
+
+
+def _instrument(timers: SectionTimers) -> None:
+    """Route the training loop's parts through ``timers``: the first vector env built is the
+    training env (its ``step``), the algorithm's acting, observing, updating and its buffer's
+    insert and sample, and the loop's logging helpers."""
+    import agents
+    from benchmark import train
+
+    make_env, make_algo = train.make_vector_env, agents.make
+    built: list[Any] = []
+
+    def make_vector_env(*args: Any, **kwargs: Any) -> Any:
+        envs = make_env(*args, **kwargs)
+        if not built:
+            envs.step = timers.wrap("env", envs.step)
+        built.append(envs)
+        return envs
+
+    def make(*args: Any, **kwargs: Any) -> Any:
+        algo = make_algo(*args, **kwargs)
+        algo.behavior_act = timers.wrap("acting", algo.behavior_act)
+        algo.observe = timers.wrap("buffer", algo.observe)
+        algo.update = timers.wrap("update", algo.update)
+        buffer = getattr(algo, "buffer", None)
+        if buffer is not None:
+            buffer.add = timers.wrap("buffer", buffer.add)
+            buffer.sample = timers.wrap("buffer", buffer.sample)
+        storage = getattr(algo, "storage", None)
+        if storage is not None:
+            storage.insert = timers.wrap("buffer", storage.insert)
+            storage.minibatches = timers.wrap_iterator("buffer", storage.minibatches)
+        return algo
+
+    train.make_vector_env = make_vector_env
+    agents.make = make
+    for name in ("finished_episodes", "check_finite"):
+        setattr(train, name, timers.wrap("logging", getattr(train, name)))
+    evaluate = train.evaluate
+
+    def untimed_evaluate(*args: Any, **kwargs: Any) -> Any:
+        timers.enabled = False  # evaluation is not training time
+        try:
+            return evaluate(*args, **kwargs)
+        finally:
+            timers.enabled = True
+
+    train.evaluate = untimed_evaluate
+
+
+class _TimedTracker:
+    """A tracker that keeps metrics in memory, its calls timed as logging."""
+
+    def __init__(self, timers: SectionTimers) -> None:
+        from benchmark.train import NullTracker
+
+        self._tracker = NullTracker()
+        self.log_metrics = timers.wrap("logging", self._tracker.log_metrics)
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+def run_ours(job: dict[str, Any]) -> dict[str, Any]:
+    """Train our implementation for ``job["steps"]`` env steps (no evaluation until the end;
+    its time is not counted). With ``profile`` the loop's parts are timed (microseconds per
+    env step); with ``functions`` cProfile lists the functions with the most own time."""
+    import agents
+    from benchmark import train
+    from benchmark.config import Budget, RunSpec
+
+    timers = SectionTimers() if job.get("profile") else None
+    if timers is not None:
+        _instrument(timers)
+    hyperparameters = agents.resolve_config(job["algo"], job["hyperparameters"]).to_dict()
+    steps = int(job["steps"])
+    spec = RunSpec(
+        "perf", job["algo"], job["env_id"], int(job["seed"]), hyperparameters,
+        Budget(total_steps=steps, eval_every=steps * 10, eval_episodes=1), device=job.get("device", "cpu"),
+        torch_threads=int(job["threads"]),
+    )
+    tracker = _TimedTracker(timers) if timers is not None else None
+    profiler = cProfile.Profile() if job.get("functions") else None
+    if profiler is not None:
+        profiler.enable()
+    result = train.run(spec, tracker=tracker)
+    if profiler is not None:
+        profiler.disable()
+    train_seconds = steps / result.steps_per_second
+    out: dict[str, Any] = {"steps_per_second": result.steps_per_second, "seconds": train_seconds}
+    if profiler is not None:
+        out["top_functions"] = _top_functions(profiler)
+    if timers is not None:
+        sections = dict(timers.seconds)
+        sections["other"] = max(train_seconds - sum(sections.values()), 0.0)
+        out["profile"] = {
+            "microseconds_per_step": {name: 1e6 * seconds / steps for name, seconds in sections.items()},
+            "calls": dict(timers.calls),
+        }
+    return out
+
+
+def _top_functions(profiler: cProfile.Profile, count: int = 15) -> str:
+    stream = io.StringIO()
+    stats = pstats.Stats(profiler, stream=stream)
+    stats.sort_stats("tottime").print_stats(count)
+    lines = stream.getvalue().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip().startswith("ncalls")), 0)
+    return "\n".join(line for line in lines[start:] if line.strip())
+
+
+# -- Stable-Baselines3 ---------------------------------------------------------------------
+
+
+def run_sb3(job: dict[str, Any], keep_model: bool = False) -> dict[str, Any]:
+    """Train Stable-Baselines3's implementation of ``job["algo"]`` for ``job["steps"]`` env steps
+    (``keep_model`` returns the trained model too, under "model")."""
+    import gymnasium as gym
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    torch.set_num_threads(int(job["threads"]))
+    kwargs = dict(job["hyperparameters"])
+    policy_kwargs = dict(kwargs.pop("policy_kwargs", {}))
+    if "activation_fn" in policy_kwargs:
+        policy_kwargs["activation_fn"] = {"tanh": nn.Tanh, "relu": nn.ReLU}[policy_kwargs["activation_fn"]]
+    env = gym.make(job["env_id"])
+    sigma = kwargs.pop("action_noise_sigma", None)
+    if sigma is not None:
+        dims = env.action_space.shape[0]
+        kwargs["action_noise"] = NormalActionNoise(np.zeros(dims), sigma * np.ones(dims))
+    algorithm = {"ppo": sb3.PPO, "sac": sb3.SAC, "td3": sb3.TD3, "dqn": sb3.DQN}[job["algo"]]
+    model = algorithm("MlpPolicy", env, seed=int(job["seed"]), device="cpu", verbose=0, policy_kwargs=policy_kwargs, **kwargs)
+    steps = int(job["steps"])
+    started = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    seconds = time.perf_counter() - started
+    result = {"steps_per_second": steps / seconds, "seconds": seconds, "version": sb3.__version__}
+    if keep_model:
+        result["model"] = model
+    return result
+
+
+# -- the bounds: the env alone, the update alone --------------------------------------------
+
+
+def run_env(job: dict[str, Any]) -> dict[str, Any]:
+    """Step one env with pre-sampled uniform random actions, resetting at episode ends."""
+    import gymnasium as gym
+
+    env = gym.make(job["env_id"])
+    env.action_space.seed(int(job["seed"]))
+    steps = int(job["steps"])
+    actions = [env.action_space.sample() for _ in range(steps)]
+    env.reset(seed=int(job["seed"]))
+    started = time.perf_counter()
+    for action in actions:
+        _, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            env.reset()
+    seconds = time.perf_counter() - started
+    return {"steps_per_second": steps / seconds, "seconds": seconds}
+
+
+def _mlp(sizes: list[int], activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(fan_in, fan_out), activation()]
+    return nn.Sequential(*layers[:-1])
+
+
+def run_floor(job: dict[str, Any]) -> dict[str, Any]:
+    """Updates per second of a bare actor-critic loop at the case's sizes: a random batch
+    prepared once, the algorithm's forward passes, gradients of only what each loss trains,
+    fused Adam and foreach target updates; no buffer, env, logging or bookkeeping."""
+    torch.set_num_threads(int(job["threads"]))
+    torch.manual_seed(int(job["seed"]))
+    kind, obs_dim, action_dim = job["algo"], int(job["obs_dim"]), int(job["action_dim"])
+    hidden, batch_size = list(job["hidden_sizes"]), int(job["batch_size"])
+    actor = _mlp([obs_dim, *hidden, action_dim * (2 if kind == "sac" else 1)])
+    critics = [_mlp([obs_dim + action_dim, *hidden, 1]) for _ in range(2)]
+    critic_targets = copy.deepcopy(critics)
+    actor_target = copy.deepcopy(actor)
+    actor_parameters = list(actor.parameters())
+    critic_parameters = [p for critic in critics for p in critic.parameters()]
+    target_parameters = [p for critic in critic_targets for p in critic.parameters()]
+    actor_optimizer = torch.optim.Adam(actor_parameters, lr=3e-4, fused=True)
+    critic_optimizer = torch.optim.Adam(critic_parameters, lr=3e-4, fused=True)
+    log_alpha = torch.zeros((), requires_grad=True)
+    alpha_optimizer = torch.optim.Adam([log_alpha], lr=3e-4, fused=True)
+    obs, next_obs = torch.randn(batch_size, obs_dim), torch.randn(batch_size, obs_dim)
+    actions, rewards = torch.rand(batch_size, action_dim) * 2 - 1, torch.randn(batch_size)
+    not_done = torch.ones(batch_size)
+
+    def q_min(networks: list[nn.Sequential], states: torch.Tensor, acts: torch.Tensor) -> torch.Tensor:
+        inputs = torch.cat([states, acts], dim=-1)
+        return torch.min(networks[0](inputs), networks[1](inputs)).squeeze(-1)
+
+    def squashed_sample(states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = actor(states).chunk(2, dim=-1)
+        log_std = log_std.clamp(-20.0, 2.0)
+        noise = torch.randn_like(mean)
+        pre_tanh = mean + log_std.exp() * noise
+        log_prob = (-0.5 * noise.pow(2) - log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
+        log_prob = log_prob - (2.0 * (np.log(2.0) - pre_tanh - F.softplus(-2.0 * pre_tanh))).sum(-1)
+        return torch.tanh(pre_tanh), log_prob
+
+    def critic_step(targets: torch.Tensor) -> None:
+        inputs = torch.cat([obs, actions], dim=-1)
+        loss = sum(((critic(inputs).squeeze(-1) - targets) ** 2).mean() for critic in critics)
+        for parameter, gradient in zip(critic_parameters, torch.autograd.grad(loss, critic_parameters)):
+            parameter.grad = gradient
+        critic_optimizer.step()
+
+    def sac_update(step: int) -> None:
+        alpha = log_alpha.exp().detach()
+        with torch.no_grad():
+            next_actions, next_log_probs = squashed_sample(next_obs)
+            targets = rewards + 0.99 * not_done * (q_min(critic_targets, next_obs, next_actions) - alpha * next_log_probs)
+        critic_step(targets)
+        new_actions, log_probs = squashed_sample(obs)
+        actor_loss = (alpha * log_probs - q_min(critics, obs, new_actions)).mean()
+        for parameter, gradient in zip(actor_parameters, torch.autograd.grad(actor_loss, actor_parameters)):
+            parameter.grad = gradient
+        actor_optimizer.step()
+        alpha_loss = -(log_alpha * (log_probs.detach() - action_dim)).mean()
+        (log_alpha.grad,) = torch.autograd.grad(alpha_loss, [log_alpha])
+        alpha_optimizer.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(target_parameters, critic_parameters, 0.005)
+
+    def td3_update(step: int) -> None:
+        with torch.no_grad():
+            noise = (torch.randn(batch_size, action_dim) * 0.2).clamp(-0.5, 0.5)
+            next_actions = (torch.tanh(actor_target(next_obs)) + noise).clamp(-1.0, 1.0)
+            targets = rewards + 0.99 * not_done * q_min(critic_targets, next_obs, next_actions)
+        critic_step(targets)
+        if step % 2 == 0:
+            actor_loss = -critics[0](torch.cat([obs, torch.tanh(actor(obs))], dim=-1)).mean()
+            for parameter, gradient in zip(actor_parameters, torch.autograd.grad(actor_loss, actor_parameters)):
+                parameter.grad = gradient
+            actor_optimizer.step()
+            with torch.no_grad():
+                torch._foreach_lerp_(target_parameters, critic_parameters, 0.005)
+                torch._foreach_lerp_(list(actor_target.parameters()), actor_parameters, 0.005)
+
+    update = sac_update if kind == "sac" else td3_update
+    for step in range(20):  # warm-up: allocator, optimizer state
+        update(step)
+    updates = int(job["steps"])
+    started = time.perf_counter()
+    for step in range(updates):
+        update(step)
+    seconds = time.perf_counter() - started
+    return {"steps_per_second": updates / seconds, "seconds": seconds}
+
+
+# -- memory ---------------------------------------------------------------------------------
+
+
+def run_memory(job: dict[str, Any]) -> dict[str, Any]:
+    """Bytes of a full replay buffer of ``capacity`` transitions of ``env_id`` (as SAC builds
+    it), against the raw bytes of its fields: obs, action, reward, next obs, terminated and
+    truncated at their stored dtypes."""
+    import agents
+    from agents.envs import env_spec
+
+    spec = env_spec(job["env_id"])
+    capacity = int(job["capacity"])
+    algo = agents.make("sac", spec, {"buffer_size": 1_000, "hidden_sizes": (8,)}, total_steps=capacity, seed=0)
+    algo.config = dataclasses.replace(algo.config, buffer_size=capacity)
+    before = current_rss_mb()  # imports and the algorithm are in place: only the buffer is new
+    buffer = algo.make_buffer()
+    for tensor in buffer.storage.values():  # touch every page, as a filled buffer would
+        tensor.fill_(1)
+    after = current_rss_mb()
+    obs_dim, action_dim = int(np.prod(spec.observation_shape)), spec.num_actions
+    raw = capacity * (4 * (2 * obs_dim + action_dim + 1) + 2)
+    owned = sum(tensor.numel() * tensor.element_size() for tensor in _buffer_tensors(buffer))
+    return {
+        "capacity": capacity,
+        "raw_bytes": raw,
+        "tensor_bytes": owned,
+        "rss_increase_bytes": int((after - before) * 2**20),
+        "fields": {name: str(tensor.dtype).replace("torch.", "") + str(tuple(tensor.shape)) for name, tensor in buffer.storage.items()},
+    }
+
+
+def _buffer_tensors(buffer: Any) -> list[torch.Tensor]:
+    """Every tensor a buffer owns (its storage, bookkeeping and sampler), each counted once."""
+    seen, found = set(), []
+    for value in [*buffer.storage.values(), *vars(buffer).values(), *vars(buffer.sampler).values()]:
+        if isinstance(value, torch.Tensor) and id(value) not in seen:
+            seen.add(id(value))
+            found.append(value)
+    return found
+
+
+# -- learning: the same setting trained to a score in both libraries --------------------------
+
+
+def learn_ours(job: dict[str, Any]) -> dict[str, Any]:
+    """Train ours for ``steps`` and score the final policy deterministically over ``episodes``."""
+    import agents
+    from benchmark import train
+    from benchmark.config import Budget, RunSpec
+
+    steps, episodes = int(job["steps"]), int(job["episodes"])
+    hyperparameters = agents.resolve_config(job["algo"], job["hyperparameters"]).to_dict()
+    spec = RunSpec(
+        "perf", job["algo"], job["env_id"], int(job["seed"]), hyperparameters,
+        Budget(total_steps=steps, eval_every=steps, eval_episodes=episodes), device="cpu", torch_threads=int(job["threads"]),
+    )
+    result = train.run(spec)
+    return {"final_return": result.evaluations[-1].mean, "steps_per_second": result.steps_per_second, "seconds": steps / result.steps_per_second}
+
+
+def learn_sb3(job: dict[str, Any]) -> dict[str, Any]:
+    """Train SB3 for ``steps`` and score it with its own ``evaluate_policy`` (deterministic)."""
+    import gymnasium as gym
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    result = run_sb3(job, keep_model=True)
+    env = gym.make(job["env_id"])
+    env.reset(seed=int(job["seed"]) + 1_000_003)
+    mean, _ = evaluate_policy(result.pop("model"), env, n_eval_episodes=int(job["episodes"]), deterministic=True)
+    return {**result, "final_return": float(mean)}
+
+
+KINDS = {
+    "ours": run_ours, "sb3": run_sb3, "env": run_env, "floor": run_floor, "memory": run_memory,
+    "learn_ours": learn_ours, "learn_sb3": learn_sb3,
+}
+
+
+def main(argv: list[str]) -> int:
+    job, output = json.loads(argv[0]), Path(argv[1])
+    result = KINDS[job["kind"]](job)
+    result["peak_rss_mb"] = peak_rss_mb()
+    output.write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,152 @@
+"""The side-by-side throughput benchmark (`python -m benchmark perf`): its plumbing, not its speed.
+
+Rates are measured by `make perf`, never asserted here; these tests check that the
+measurements run, that both libraries get the same setting, and that the accounting adds up.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import agents
+from benchmark import perf
+from benchmark.cli import EXIT_CONFIG_ERROR, main
+from benchmark.perf_worker import SectionTimers, run_floor, run_memory
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# our hyperparameter -> SB3 argument that must hold the same value in every case that sets it
+SAME_VALUE = {
+    "batch_size": "batch_size",
+    "learning_starts": "learning_starts",
+    "gradient_steps": "gradient_steps",
+    "tau": "tau",
+    "gamma": "gamma",
+    "buffer_size": "buffer_size",
+    "num_epochs": "n_epochs",
+    "num_steps": "n_steps",
+    "gae_lambda": "gae_lambda",
+    "clip_range": "clip_range",
+    "value_coef": "vf_coef",
+    "max_grad_norm": "max_grad_norm",
+    "policy_delay": "policy_delay",
+    "target_policy_noise": "target_policy_noise",
+    "target_noise_clip": "target_noise_clip",
+    "exploration_fraction": "exploration_fraction",
+    "epsilon_start": "exploration_initial_eps",
+    "epsilon_final": "exploration_final_eps",
+    "update_every": "train_freq",
+    "noise_sigma": "action_noise_sigma",
+}
+
+
+@pytest.mark.parametrize("name", list(perf.CASES))
+def test_both_libraries_get_the_same_setting(name):
+    case = perf.CASES[name]
+    config = agents.resolve_config(name, case.ours)  # every override is a valid hyperparameter
+    checked = 0
+    for ours, theirs in SAME_VALUE.items():
+        if theirs in case.sb3 and hasattr(config, ours):
+            assert getattr(config, ours) == case.sb3[theirs], f"{name}: {ours} {getattr(config, ours)} != SB3 {theirs} {case.sb3[theirs]}"
+            checked += 1
+    assert checked >= 5
+    rates = [getattr(config, key) for key in ("learning_rate", "actor_lr", "critic_lr") if hasattr(config, key)]
+    assert rates and all(rate == case.sb3["learning_rate"] for rate in rates)
+    net_arch = case.sb3["policy_kwargs"]["net_arch"]
+    sizes = net_arch["pi"] if isinstance(net_arch, dict) else net_arch
+    assert tuple(sizes) == tuple(config.hidden_sizes)
+    assert case.sb3["policy_kwargs"]["activation_fn"] == config.activation
+    assert config.num_envs == 1 and not config.normalize_observations and not config.normalize_rewards
+    if name == "dqn":  # SB3 counts the target period in env steps, ours in gradient steps
+        assert config.target_update_every * config.update_every == case.sb3["target_update_interval"]
+        assert config.double_q is False  # SB3's DQN bootstraps from max_a Q'(s', a)
+
+
+def test_section_timers_count_exclusive_time():
+    timers = SectionTimers()
+    inner = timers.wrap("buffer", lambda: time.sleep(0.02))
+
+    def outer_work():
+        time.sleep(0.01)
+        inner()
+
+    timers.wrap("update", outer_work)()
+    assert timers.seconds["buffer"] == pytest.approx(0.02, abs=0.015)
+    assert timers.seconds["update"] == pytest.approx(0.01, abs=0.015)  # the buffer's time is not counted twice
+    assert timers.calls == {"update": 1, "buffer": 1}
+    batches = list(timers.wrap_iterator("buffer", lambda: iter([1, 2, 3]))())
+    assert batches == [1, 2, 3] and timers.calls["buffer"] == 5  # one per item, one for the end
+
+
+def test_replay_buffer_memory_is_close_to_its_raw_fields():
+    measured = run_memory({"env_id": "HalfCheetah-v5", "capacity": 50_000})
+    assert measured["raw_bytes"] == 50_000 * (4 * (17 + 17 + 6 + 1) + 2)
+    assert measured["tensor_bytes"] / measured["raw_bytes"] <= perf.REPLAY_TARGET
+
+
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_update_floor_runs(algo):
+    result = run_floor({"algo": algo, "obs_dim": 5, "action_dim": 2, "hidden_sizes": [16, 16], "batch_size": 8, "steps": 3, "threads": 1, "seed": 0})
+    assert result["steps_per_second"] > 0
+
+
+def test_unknown_case_and_bad_counts_exit_2(capsys):
+    assert main(["perf", "--cases", "ppo", "a2c", "--no-compare"]) == EXIT_CONFIG_ERROR
+    assert "unknown perf case(s) a2c" in capsys.readouterr().err
+    assert main(["perf", "--pairs", "0", "--no-compare"]) == EXIT_CONFIG_ERROR
+    assert "--pairs must be >= 1" in capsys.readouterr().err
+
+
+def test_missing_sb3_names_the_extra(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # import fails as if not installed
+    assert main(["perf", "--cases", "dqn"]) == EXIT_CONFIG_ERROR
+    error = capsys.readouterr().err
+    assert "Stable-Baselines3 is not installed" in error and "compare" in error
+
+
+def test_perf_cli_writes_the_table_and_json(tmp_path):
+    """The real command, ours only, at a tiny scale: one pair of DQN, its bound and its profile."""
+    output = tmp_path / "perf.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmark", "perf", "--cases", "dqn", "--pairs", "1", "--scale", "0.02",
+         "--no-compare", "--no-memory", "--profile", "--output", str(output)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert "env only" in completed.stdout and "where the time goes" in completed.stdout
+    data = json.loads(output.read_text())
+    summary = data["cases"]["dqn"]["summary"]
+    assert summary["ours_steps_per_second"] > 0 and summary["bound_steps_per_second"] > 0
+    assert data["cases"]["dqn"]["steps"] == 400 and len(data["cases"]["dqn"]["measurements"]["ours"]) == 1
+    profile = data["profiles"]["dqn"]
+    parts = profile["microseconds_per_step"]
+    assert {"env", "acting", "buffer", "update", "logging", "other"} <= set(parts)
+    # the parts add up to the whole loop's time per step
+    assert sum(parts.values()) == pytest.approx(1e6 / profile["steps_per_second"], rel=0.05)
+    assert profile["calls"]["env"] == 400 and "ncalls" in profile["top_functions"]
+
+
+def test_learning_comparison_judges_the_difference_against_seed_noise(monkeypatch):
+    """The statistics of --learning, on returns stubbed in for the two libraries' runs."""
+    returns = {"ours": [3000.0, 2500.0, 3500.0], "sb3": [2900.0, 2400.0, 3300.0]}
+    jobs = []
+
+    def fake_run_job(job, timeout=0):
+        jobs.append(job)
+        side = job["kind"].removeprefix("learn_")
+        return {"final_return": returns[side][job["seed"]], "seconds": 1.0}
+
+    monkeypatch.setattr(perf, "run_job", fake_run_job)
+    found = perf.learning("sac", steps=1000, seeds=3)
+    assert [(j["kind"], j["seed"]) for j in jobs] == [(f"learn_{side}", seed) for seed in range(3) for side in ("ours", "sb3")]
+    assert jobs[0]["hyperparameters"] == perf.CASES["sac"].ours and jobs[1]["hyperparameters"] == perf.CASES["sac"].sb3
+    assert found["mean"] == {"ours": 3000.0, "sb3": pytest.approx(2866.67, abs=0.01)}
+    assert found["within_seed_noise"] and found["welch_p_value"] > 0.5
+    returns["sb3"] = [1000.0, 1010.0, 990.0]  # far outside the seed noise
+    assert not perf.learning("sac", steps=1000, seeds=3)["within_seed_noise"]
