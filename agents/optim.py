@@ -11,18 +11,98 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
+from torch.optim import optimizer as optimizer_module
+from torch.optim.optimizer import Optimizer
 
 FUSED_DEVICES = ("cpu", "cuda")
 
 
 def adam(parameters: Iterable[torch.Tensor], lr: float, **kwargs: Any) -> torch.optim.Adam:
     """``torch.optim.Adam`` on PyTorch's fused kernel wherever it has one (floating-point
-    parameters on CPU or CUDA), else its default implementation. The arithmetic is Adam's
-    either way; on the small networks of RL the fused step is about three times faster on CPU
-    (one kernel per step instead of about ten ops per tensor)."""
+    parameters on CPU or CUDA; a :class:`FusedAdam`), else its default implementation. The
+    arithmetic is Adam's either way; on the small networks of RL the fused step is about three
+    times faster on CPU (one kernel per step instead of about ten ops per tensor)."""
     parameters = list(parameters)
     fused = bool(parameters) and all(p.device.type in FUSED_DEVICES and p.dtype.is_floating_point for p in parameters)
-    return torch.optim.Adam(parameters, lr=lr, fused=fused or None, **kwargs)
+    if fused:
+        return FusedAdam(parameters, lr=lr, **kwargs)
+    return torch.optim.Adam(parameters, lr=lr, **kwargs)
+
+
+class FusedAdam(torch.optim.Adam):
+    """``torch.optim.Adam(fused=True)`` whose steps, once its state exists, call the fused kernel
+    directly on tensor lists gathered once.
+
+    ``Optimizer.step`` spends about 40 us in Python per call (grouping tensors by device,
+    checking every parameter's state, profiler and hook bookkeeping) against about 7 us in the
+    kernel for a 64x64 network. The kernel, its arguments and
+    hence every parameter are exactly those of the parent's step (a test checks bit equality);
+    the parent's step still runs for the first step, a closure, hooks, a missing gradient, a
+    tensor learning rate, amsgrad or parameters spread over devices or dtypes, and after
+    ``load_state_dict`` or ``add_param_group``. State dicts are the parent's."""
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3, **kwargs: Any):
+        kwargs.pop("fused", None)
+        super().__init__(params, lr=lr, fused=True, **kwargs)
+        self._tensor_lists: list[tuple[list[torch.Tensor], ...]] | None = None
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._tensor_lists = None
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        super().add_param_group(param_group)
+        self._tensor_lists = None
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        if closure is None and self._direct_step_possible():
+            with torch.no_grad():
+                for group, (params, exp_avgs, exp_avg_sqs, steps) in zip(self.param_groups, self._tensor_lists):
+                    beta1, beta2 = group["betas"]
+                    torch._foreach_add_(steps, 1)
+                    torch._fused_adam_(
+                        params, [p.grad for p in params], exp_avgs, exp_avg_sqs, [], steps,
+                        amsgrad=False, lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
+                        eps=group["eps"], maximize=group["maximize"], grad_scale=None, found_inf=None,
+                    )
+            return None
+        # the parent's step as torch runs it: with the profiler label and the step hooks
+        parent = torch.optim.Adam.step
+        parent = getattr(parent, "__wrapped__", parent) if getattr(parent, "hooked", False) else parent
+        loss = Optimizer.profile_hook_step(parent)(self, closure)
+        self._tensor_lists = self._gather()
+        return loss
+
+    step.hooked = True  # type: ignore[attr-defined]  # Optimizer.__init__ must not wrap it: the direct path has no hooks to run
+
+    def _direct_step_possible(self) -> bool:
+        return (
+            self._tensor_lists is not None
+            and not (
+                self._optimizer_step_pre_hooks or self._optimizer_step_post_hooks
+                or optimizer_module._global_optimizer_pre_hooks or optimizer_module._global_optimizer_post_hooks
+            )
+            and not any(isinstance(group["lr"], torch.Tensor) for group in self.param_groups)
+            and all(p.grad is not None for params, *_ in self._tensor_lists for p in params)
+        )
+
+    def _gather(self) -> list[tuple[list[torch.Tensor], ...]] | None:
+        """Per group (params, exp_avgs, exp_avg_sqs, steps) when every parameter has its state
+        and the group is one the direct call reproduces exactly; else None."""
+        lists = []
+        for group in self.param_groups:
+            params = group["params"]
+            if (
+                group["amsgrad"] or group["decoupled_weight_decay"] or group["capturable"] or group["differentiable"]
+                or any(isinstance(value, torch.Tensor) for value in (group["lr"], *group["betas"], group["eps"], group["weight_decay"]))
+                or not params
+                or len({(p.device, p.dtype) for p in params}) != 1
+                or any(p not in self.state or "exp_avg" not in self.state[p] for p in params)
+            ):
+                return None
+            states = [self.state[p] for p in params]
+            lists.append((list(params), [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [s["step"] for s in states]))
+        return lists
 
 
 def clip_gradients(gradients: Sequence[torch.Tensor], max_norm: float) -> float:

@@ -1,8 +1,12 @@
-"""Conjugate gradient against a direct solve; Fisher-vector products against the explicit Fisher matrix."""
+"""Conjugate gradient against a direct solve; Fisher-vector products against the explicit Fisher
+matrix; FusedAdam's direct steps against torch's fused Adam, bit for bit."""
 
+import copy
+
+import pytest
 import torch
 
-from agents.optim import conjugate_gradient, fisher_vector_product, flatten
+from agents.optim import FusedAdam, adam, conjugate_gradient, fisher_vector_product, flatten
 
 
 def test_conjugate_gradient_matches_a_direct_solve_on_random_spd_matrices():
@@ -45,3 +49,75 @@ def test_fisher_vector_product_matches_the_explicit_fisher_of_a_tiny_categorical
     vector = torch.randn(size, dtype=torch.float64)
     torch.testing.assert_close(product(vector), fisher @ vector + 0.1 * vector)
     torch.testing.assert_close(product(2 * vector), 2 * (fisher @ vector + 0.1 * vector))  # reusable
+
+
+def _adam_pair(**kwargs):
+    """Two copies of a small network: one under torch's fused Adam, one under FusedAdam."""
+    torch.manual_seed(0)
+    reference_net = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    fast_net = copy.deepcopy(reference_net)
+    reference = torch.optim.Adam(reference_net.parameters(), fused=True, **kwargs)
+    fast = FusedAdam(fast_net.parameters(), **kwargs)
+    return reference_net, reference, fast_net, fast
+
+
+def _train_step(net, optimizer, inputs):
+    optimizer.zero_grad()
+    net(inputs).pow(2).mean().backward()
+    optimizer.step()
+
+
+@pytest.mark.parametrize("kwargs", [dict(lr=1e-2), dict(lr=3e-3, betas=(0.8, 0.95), eps=1e-5, weight_decay=0.1, maximize=True)])
+def test_fused_adam_direct_steps_match_torch_bit_for_bit(kwargs):
+    reference_net, reference, fast_net, fast = _adam_pair(**kwargs)
+    generator = torch.Generator().manual_seed(1)
+    for step in range(20):
+        inputs = torch.randn(16, 5, generator=generator)
+        _train_step(reference_net, reference, inputs)
+        _train_step(fast_net, fast, inputs)
+        if step == 10:  # a schedule changes the learning rate between steps
+            for optimizer in (reference, fast):
+                optimizer.param_groups[0]["lr"] *= 0.5
+    assert fast._tensor_lists is not None  # the direct path ran
+    for a, b in zip(reference_net.parameters(), fast_net.parameters()):
+        assert torch.equal(a, b)
+    for a, b in zip(reference.state.values(), fast.state.values()):
+        assert all(torch.equal(a[key], b[key]) for key in ("step", "exp_avg", "exp_avg_sq"))
+
+
+def test_fused_adam_falls_back_where_the_direct_call_would_differ():
+    reference_net, reference, fast_net, fast = _adam_pair(lr=1e-2)
+    inputs = torch.randn(16, 5)
+    for _ in range(3):
+        _train_step(reference_net, reference, inputs)
+        _train_step(fast_net, fast, inputs)
+    # a parameter without a gradient is skipped, as torch does
+    hidden = torch.randn(4, 8)
+    for net, optimizer in ((reference_net, reference), (fast_net, fast)):
+        optimizer.zero_grad()
+        net[2](hidden).sum().backward()
+        optimizer.step()
+    # loading a state dict replaces the state tensors the direct path holds
+    fast.load_state_dict(copy.deepcopy(reference.state_dict()))  # as from a checkpoint file
+    assert fast._tensor_lists is None
+    for _ in range(3):
+        _train_step(reference_net, reference, inputs)
+        _train_step(fast_net, fast, inputs)
+    for a, b in zip(reference_net.parameters(), fast_net.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_adam_is_fused_on_cpu():
+    layer = torch.nn.Linear(3, 2)
+    assert isinstance(adam(layer.parameters(), lr=1e-3), FusedAdam)
+    assert not isinstance(adam([torch.zeros(2, dtype=torch.complex64, requires_grad=True)], lr=1e-3), FusedAdam)
+
+
+def test_fused_adam_runs_step_hooks_once_per_step_on_either_path():
+    _, _, net, optimizer = _adam_pair(lr=1e-2)
+    calls = []
+    optimizer.register_step_pre_hook(lambda *args: calls.append("pre"))
+    optimizer.register_step_post_hook(lambda *args: calls.append("post"))
+    for _ in range(3):
+        _train_step(net, optimizer, torch.randn(4, 5))
+    assert calls == ["pre", "post"] * 3
