@@ -219,15 +219,33 @@ def test_max_entropy_on_a_categorical_policy_uses_each_states_entropy():
 # -- advantages and baselines ----------------------------------------------------------------
 
 
+@pytest.mark.parametrize("overrides", [{}, {"shared_network": True}, {"recurrent": "gru", "num_minibatches": 1}])
+def test_rollout_values_are_the_critic_at_each_stored_observation(overrides):
+    """A feed-forward actor and critic act without V and fill the rollout's V in one batched
+    pass at its end; shared and recurrent networks store V while acting. Either way the stored
+    V(s_t) is the critic's value of the observation stored at t."""
+    algo = build("ppo", **overrides)
+    collect(algo)
+    algo._finish_rollout()
+    storage = algo.storage
+    with torch.no_grad():
+        if overrides.get("recurrent"):
+            _, expected, _ = algo.actor_critic(storage.obs, storage.states[0], storage.episode_starts)
+        else:
+            expected = torch.stack([algo.actor_critic(storage.obs[t])[1] for t in range(storage.obs.shape[0])])
+    torch.testing.assert_close(storage.values, expected.view_as(storage.values), rtol=1e-5, atol=1e-5)
+    assert storage.values.abs().sum() > 0
+
+
 def test_reinforce_advantages_are_discounted_returns_to_go():
     algo = build("reinforce", num_steps=3, gamma=0.9, center_adv=False)
     obs = torch.zeros(1, 4)
     for t in range(3):
         acted = algo.act(obs)
-        assert acted.extras["value"].item() == 0.0
         done = torch.tensor([t == 2])
         algo.observe(Transitions(obs, acted, torch.ones(1), obs, done, torch.tensor([False])))
     algo._finish_rollout()
+    assert not algo.storage.values.any()  # no baseline
     torch.testing.assert_close(algo.storage.advantages.flatten(), torch.tensor([1 + 0.9 + 0.81, 1 + 0.9, 1.0]))
 
 

@@ -235,16 +235,20 @@ class OnPolicyAlgorithm(Algorithm):
     def act(self, obs: torch.Tensor, state: Any = None, deterministic: bool = False) -> Acted:
         if state is None:
             state = self.actor_critic.initial_state(obs.shape[0], obs.device)
-        params, values, next_state = self.actor_critic(obs, state)
+        if self.actor_critic.separate_feed_forward:
+            # V of the whole rollout is computed in one pass when it is complete (_finish_rollout)
+            params, values, next_state = self.actor_critic.policy_params(obs), None, None
+        else:
+            params, values, next_state = self.actor_critic(obs, state)
         dist = self.actor_critic.distribution(params)
         if deterministic:
             actions = dist.mode()
             log_probs = dist.log_prob(actions)
         else:
             actions, log_probs = dist.sample_with_log_prob()
-        if not self.learns_value:
-            values = torch.zeros_like(values)
-        extras = {"log_prob": log_probs, "value": values, "dist_params": params}
+        extras = {"log_prob": log_probs, "dist_params": params}
+        if values is not None:
+            extras["value"] = values if self.learns_value else torch.zeros_like(values)
         if self.config.entropy_method == "max":
             extras["entropy"] = dist.entropy()
         if state is not None:
@@ -264,6 +268,8 @@ class OnPolicyAlgorithm(Algorithm):
         """V(obs) (B,) from recurrent ``state``; zeros without a learned baseline."""
         if not self.learns_value:
             return torch.zeros(obs.shape[0], device=obs.device)
+        if self.actor_critic.separate_feed_forward:
+            return self.actor_critic.value(obs)
         return self.actor_critic(obs, state)[1]
 
     def observe(self, transitions: Transitions) -> None:
@@ -275,7 +281,7 @@ class OnPolicyAlgorithm(Algorithm):
             transitions.obs,
             acted.actions,
             acted.extras["log_prob"],
-            acted.extras["value"],
+            acted.extras.get("value"),
             transitions.rewards,
             transitions.terminated,
             transitions.truncated,
@@ -318,6 +324,10 @@ class OnPolicyAlgorithm(Algorithm):
             bonus = config.policy_ent_coeff * self.config.entropy_transform(self.storage.entropies)
             self.storage.rewards += bonus
             logs["entropy_reward"] = float(bonus.mean())
+        if self.actor_critic.separate_feed_forward:
+            # V(s_t) of the whole rollout in one batched pass, instead of a critic forward per env step
+            storage = self.storage
+            storage.values.copy_(self._values(storage.obs.flatten(0, 1), None).view_as(storage.values))
         last_values = self._values(self._last_next_obs, self._last_state)
         self.storage.compute_returns(last_values, config.gamma, config.gae_lambda)
         return logs

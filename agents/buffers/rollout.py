@@ -96,7 +96,7 @@ class RolloutStorage:
         obs: torch.Tensor,
         actions: torch.Tensor,
         log_probs: torch.Tensor,
-        values: torch.Tensor,
+        values: torch.Tensor | None,
         rewards: torch.Tensor,
         terminated: torch.Tensor,
         truncated: torch.Tensor,
@@ -105,7 +105,8 @@ class RolloutStorage:
         entropies: torch.Tensor | None = None,
         states: torch.Tensor | None = None,
     ) -> None:
-        """Store one vector step; ``truncation_values`` (N,) is V(final obs), used where truncated;
+        """Store one vector step; ``values`` (N,) may be None when the algorithm fills ``values``
+        for the whole rollout before ``compute_returns``; ``truncation_values`` (N,) is V(final obs), used where truncated;
         ``dist_params`` (N, P), ``entropies`` (N,) and ``states`` (N, S) where the algorithm uses them."""
         if self.full:
             raise RuntimeError("rollout storage is full; call compute_returns and reset first")

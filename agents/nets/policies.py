@@ -110,6 +110,22 @@ class ActorCritic(nn.Module):
             params = torch.cat([params, self.log_std.expand_as(params)], dim=-1)
         return params, values.squeeze(-1), next_state
 
+    @property
+    def separate_feed_forward(self) -> bool:
+        """Feed-forward with separate actor and critic: pi and V can be evaluated apart."""
+        return not self.shared and self.actor_memory is None
+
+    def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
+        """Distribution parameters (B, P) alone, without V (``separate_feed_forward`` only)."""
+        params = self.actor(obs.flatten(1))
+        if self.log_std is not None:
+            params = torch.cat([params, self.log_std.expand_as(params)], dim=-1)
+        return params
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """V(obs) (B,) alone, without pi (``separate_feed_forward`` only)."""
+        return self.critic(obs.flatten(1)).squeeze(-1)
+
     def distribution(self, params: torch.Tensor) -> PolicyDistribution:
         """The policy distribution with parameters ``params`` (M, P) from ``forward``."""
         if self.nvec is not None:
