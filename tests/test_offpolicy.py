@@ -111,6 +111,19 @@ def test_mpo_gaussian_kl_matches_torch():
     torch.testing.assert_close(_gaussian_kl(mean_p, std_p, mean_q, std_q), expected)
 
 
+@pytest.mark.parametrize("epsilon", [1.0, 0.0, 0.4])
+def test_dqn_epsilon_greedy_takes_the_greedy_action_as_often_as_epsilon_says(epsilon):
+    """Over 16 envs x 250 steps on a 2-action task: a share 1 - epsilon greedy, and epsilon
+    uniform (half of which is the greedy action again)."""
+    algo = agents.make("dqn", env_spec("CartPole-v1"), {"epsilon_start": epsilon, "epsilon_final": epsilon}, total_steps=1000, seed=3)
+    obs = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        greedy = algo.q_network(obs).argmax(dim=-1)
+    shares = [(algo.policy_actions(obs, deterministic=False) == greedy).float().mean().item() for _ in range(250)]
+    assert sum(shares) / len(shares) == pytest.approx((1 - epsilon) + epsilon / 2, abs=0.03)
+    assert torch.equal(algo.policy_actions(obs, deterministic=True), greedy)
+
+
 def test_mpo_e_step_temperature_makes_the_kl_to_the_old_policy_equal_epsilon():
     torch.manual_seed(0)
     sampled_q = torch.randn(20, 64) * 5  # 20 actions in each of 64 states

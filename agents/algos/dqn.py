@@ -98,11 +98,16 @@ class DQN(OffPolicyAlgorithm):
         return config.epsilon_start + progress * (config.epsilon_final - config.epsilon_start)
 
     def policy_actions(self, features: torch.Tensor, deterministic: bool) -> torch.Tensor:
-        greedy = self.q_network(features).argmax(dim=-1)
         if deterministic:
+            return self.q_network(features).argmax(dim=-1)
+        # decided on the CPU first: no Q forward when every env explores, no random draw when none does
+        explore = torch.rand(features.shape[0], generator=self.generator) < self.epsilon
+        if explore.all():
+            return self.random_actions(features.shape[0])
+        greedy = self.q_network(features).argmax(dim=-1)
+        if not explore.any():
             return greedy
-        explore = torch.rand(greedy.shape, generator=self.generator).to(self.device) < self.epsilon
-        return torch.where(explore, self.random_actions(greedy.shape[0]), greedy)
+        return torch.where(explore.to(self.device), self.random_actions(features.shape[0]), greedy)
 
     def compute_gradients(self, batch: Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
         """TD loss on one batch -> gradients of the Q-network (norm-clipped)."""
