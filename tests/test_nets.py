@@ -51,3 +51,34 @@ def test_polyak_update_moves_target_by_tau():
 def test_orthogonal_init_scales_output_layer():
     net = mlp(8, [64, 64], 2, "tanh", orthogonal_init=True, output_gain=0.01)
     assert net[-1].weight.abs().max() < 0.05 and net[-1].bias.abs().max() == 0
+
+
+def test_policy_and_value_is_forward_with_the_log_std_broadcast():
+    """The update's distribution (log-std (d,) broadcast) gives the same log-probs, entropies,
+    KLs and gradients as the one rebuilt from forward's stored parameters (log-std per row)."""
+    from agents.envs import env_spec
+    from agents.nets.policies import ActorCritic
+
+    torch.manual_seed(0)
+    network = ActorCritic(env_spec("HalfCheetah-v5"), initial_log_std=-0.5)
+    with torch.no_grad():
+        network.log_std.copy_(torch.linspace(-1.0, 0.5, 6))
+    obs, actions = torch.randn(32, 17), torch.randn(32, 6)
+    old = network.distribution(network(obs)[0].detach() + 0.1)
+
+    def objective(dist):
+        return (dist.log_prob(actions) + dist.entropy() - old.kl(dist)).mean()
+
+    params, values, _ = network(obs)
+    stored = network.distribution(params)
+    direct, direct_values, _ = network.policy_and_value(obs)
+    assert torch.equal(values, direct_values) and direct.entropy().shape == (32,)
+    torch.testing.assert_close(direct.log_prob(actions), stored.log_prob(actions))
+    torch.testing.assert_close(direct.entropy(), stored.entropy())
+    torch.testing.assert_close(old.kl(direct), old.kl(stored))
+    gradients = [torch.autograd.grad(objective(dist), list(network.parameters()), allow_unused=True)
+                 for dist in (stored, network.policy_and_value(obs)[0])]
+    for a, b in zip(*gradients):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b)

@@ -347,12 +347,12 @@ class OnPolicyAlgorithm(Algorithm):
         """The current policy and values on a batch, and the batch's per-step tensors flattened
         to (M, ...): a recurrent batch of sequences is unrolled from its initial states."""
         if self.config.recurrent:
-            params, values, _ = self.actor_critic(batch["obs"], batch["states"], batch["episode_starts"])
+            dist, values, _ = self.actor_critic.policy_and_value(batch["obs"], batch["states"], batch["episode_starts"])
             flat = {key: tensor.flatten(0, 1) for key, tensor in batch.items() if key not in ("states", "episode_starts")}
         else:
-            params, values, _ = self.actor_critic(batch["obs"])
+            dist, values, _ = self.actor_critic.policy_and_value(batch["obs"])
             flat = dict(batch)
-        return self.actor_critic.distribution(params), values, flat
+        return dist, values, flat
 
     def process_advantages(self, advantages: torch.Tensor) -> torch.Tensor:
         """center_adv, then positive_adv."""

@@ -100,15 +100,33 @@ class ActorCritic(nn.Module):
         given, true where a new episode begins and the state is zeroed): obs (L, B, *obs_shape)
         from initial state (B, state_size), M = L * B in time-major order.
         """
+        outputs, values, next_state = self._heads(obs, state, episode_starts)
+        if self.log_std is not None:
+            outputs = torch.cat([outputs, self.log_std.expand_as(outputs)], dim=-1)
+        return outputs, values, next_state
+
+    def policy_and_value(
+        self, obs: torch.Tensor, state: torch.Tensor | None = None, episode_starts: torch.Tensor | None = None
+    ) -> tuple[PolicyDistribution, torch.Tensor, torch.Tensor | None]:
+        """``forward``, returning the distribution itself: a Gaussian keeps its state-independent
+        log-std (d,) broadcast instead of copied into every row, which spares the backward pass
+        an expand, a concatenation and a split."""
+        outputs, values, next_state = self._heads(obs, state, episode_starts)
+        if self.log_std is not None:
+            return DiagGaussian(outputs, self.log_std), values, next_state
+        return self.distribution(outputs), values, next_state
+
+    def _heads(
+        self, obs: torch.Tensor, state: torch.Tensor | None, episode_starts: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The actor's outputs (M, outputs) (logits, or the Gaussian's mean), V (M,) and the next state."""
         actor_features, critic_features, next_state = self._encode(obs, state, episode_starts)
         if self.shared:
             hidden = self.trunk(actor_features)
-            params, values = self.actor_head(hidden), self.critic_head(hidden)
+            outputs, values = self.actor_head(hidden), self.critic_head(hidden)
         else:
-            params, values = self.actor(actor_features), self.critic(critic_features)
-        if self.log_std is not None:
-            params = torch.cat([params, self.log_std.expand_as(params)], dim=-1)
-        return params, values.squeeze(-1), next_state
+            outputs, values = self.actor(actor_features), self.critic(critic_features)
+        return outputs, values.squeeze(-1), next_state
 
     @property
     def separate_feed_forward(self) -> bool:
