@@ -161,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--learning", action="store_true",
         help="instead of throughput: train our SAC and SB3's (same setting) 50k steps on 3 seeds each and compare final returns",
     )
+    perf.add_argument("--seeds", type=int, nargs="+", metavar="SEED", help="with --learning: the seeds (default 0 1 2)")
     perf.add_argument("--output", type=Path, default=Path("results/perf/compare.json"), help="JSON written (default results/perf/compare.json)")
 
     listing = commands.add_parser("list", help="algorithms, buffers, suites and environments")
@@ -571,11 +572,16 @@ def _tune_export(args: argparse.Namespace, console: Console) -> int:
 
 
 def command_perf(args: argparse.Namespace, console: Console) -> int:
+    from agents.api import ConfigError
     from benchmark import perf
 
     cases = args.cases or list(perf.CASES)
     compare = not args.no_compare
     perf.check_arguments(cases, args.pairs, args.scale, args.threads)
+    if args.seeds is not None and not args.learning:
+        raise ConfigError("--seeds is for --learning (throughput measurements alternate pairs, not seeds)")
+    if args.seeds is not None and (len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0):
+        raise ConfigError(f"--seeds must be distinct non-negative integers, got {args.seeds}")
     sb3_version = perf.check_sb3() if compare else None
     if args.learning:
         return _perf_learning(args, console, perf)
@@ -620,17 +626,18 @@ def _perf_learning(args: argparse.Namespace, console: Console, perf) -> int:
     if args.no_compare:
         raise ConfigError("--learning compares with SB3; drop --no-compare")
     steps = max(int(perf.LEARNING_STEPS * args.scale), 1)
-    console.print(f"learning: our SAC and SB3's, {steps:,} steps on HalfCheetah-v5, {perf.LEARNING_SEEDS} seeds each", highlight=False)
+    seeds = args.seeds if args.seeds is not None else list(range(perf.LEARNING_SEEDS))
+    console.print(f"learning: our SAC and SB3's, {steps:,} steps on HalfCheetah-v5, seeds {seeds}", highlight=False)
 
     def progress(name: str, side: str, seed: int, measured: dict) -> None:
         console.print(f"  seed {seed} {side:<4} final return {measured['final_return']:9.1f}  ({measured['seconds'] / 60:.1f} min)", highlight=False)
 
-    found = perf.learning("sac", steps=steps, threads=args.threads, on_measurement=progress)
+    found = perf.learning("sac", steps=steps, seeds=seeds, threads=args.threads, on_measurement=progress)
     for side in ("ours", "sb3"):
         console.print(f"{side:<4} mean {found['mean'][side]:9.1f}  std over seeds {found['std'][side]:7.1f}  returns {[round(r, 1) for r in found['returns'][side]]}", highlight=False)
     verdict = "within the seed noise" if found["within_seed_noise"] else "NOT within the seed noise"
     console.print(f"Welch's t-test p = {found['welch_p_value']:.3f}: the difference is {verdict}", highlight=False)
-    path = args.output.with_name(args.output.stem + "-learning.json") if args.output.name == "compare.json" else args.output
+    path = args.output.with_name("learning.json") if args.output.name == "compare.json" else args.output
     perf.write({"created": perf.now(), "machine": perf.machine(), "learning": found}, path)
     console.print(f"written to {path}", highlight=False)
     return 0

@@ -29,7 +29,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from agents.api import ConfigError
 
@@ -259,19 +259,20 @@ LEARNING_STEPS, LEARNING_SEEDS, LEARNING_EPISODES = 50_000, 3, 10
 def learning(
     case_name: str = "sac",
     steps: int = LEARNING_STEPS,
-    seeds: int = LEARNING_SEEDS,
+    seeds: int | Sequence[int] = LEARNING_SEEDS,
     episodes: int = LEARNING_EPISODES,
     threads: int = 1,
     on_measurement: Callable[[str, str, int, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Both libraries trained ``steps`` with the case's setting on ``seeds`` seeds; final
-    deterministic returns over ``episodes`` episodes, and whether their difference is within
-    the seed noise (Welch's t-test, p > 0.05)."""
+    """Both libraries trained ``steps`` with the case's setting on ``seeds`` (a count: seeds
+    0..n-1, or the seeds themselves); final deterministic returns over ``episodes`` episodes,
+    and whether their difference is within the seed noise (Welch's t-test, p > 0.05)."""
     from scipy import stats
 
     case = CASES[case_name]
+    seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     returns: dict[str, list[float]] = {"ours": [], "sb3": []}
-    for seed in range(seeds):
+    for seed in seeds:
         for side in ("ours", "sb3"):
             job = {"kind": f"learn_{side}", "algo": case.name, "env_id": case.env_id, "steps": steps, "episodes": episodes,
                    "seed": seed, "threads": threads, "hyperparameters": case.ours if side == "ours" else case.sb3}
@@ -279,10 +280,10 @@ def learning(
             returns[side].append(measured["final_return"])
             if on_measurement is not None:
                 on_measurement(case_name, side, seed, measured)
-    test = stats.ttest_ind(returns["ours"], returns["sb3"], equal_var=False) if seeds > 1 else None
+    test = stats.ttest_ind(returns["ours"], returns["sb3"], equal_var=False) if len(seeds) > 1 else None
     p_value = float(test.pvalue) if test is not None else None
     return {
-        "case": case_name, "env_id": case.env_id, "steps": steps, "episodes": episodes, "returns": returns,
+        "case": case_name, "env_id": case.env_id, "steps": steps, "episodes": episodes, "seeds": seeds, "returns": returns,
         "mean": {side: statistics.fmean(values) for side, values in returns.items()},
         "std": {side: statistics.stdev(values) if len(values) > 1 else 0.0 for side, values in returns.items()},
         "welch_p_value": p_value,

@@ -101,6 +101,10 @@ def test_unknown_case_and_bad_counts_exit_2(capsys):
     assert "unknown perf case(s) a2c" in capsys.readouterr().err
     assert main(["perf", "--pairs", "0", "--no-compare"]) == EXIT_CONFIG_ERROR
     assert "--pairs must be >= 1" in capsys.readouterr().err
+    assert main(["perf", "--seeds", "3", "--no-compare"]) == EXIT_CONFIG_ERROR
+    assert "--seeds is for --learning" in capsys.readouterr().err
+    assert main(["perf", "--learning", "--seeds", "1", "1"]) == EXIT_CONFIG_ERROR
+    assert "--seeds must be distinct" in capsys.readouterr().err
 
 
 def test_missing_sb3_names_the_extra(monkeypatch, capsys):
@@ -150,3 +154,6 @@ def test_learning_comparison_judges_the_difference_against_seed_noise(monkeypatc
     assert found["within_seed_noise"] and found["welch_p_value"] > 0.5
     returns["sb3"] = [1000.0, 1010.0, 990.0]  # far outside the seed noise
     assert not perf.learning("sac", steps=1000, seeds=3)["within_seed_noise"]
+    jobs.clear()
+    found = perf.learning("sac", steps=1000, seeds=[2, 0])
+    assert [j["seed"] for j in jobs] == [2, 2, 0, 0] and found["seeds"] == [2, 0] and found["returns"]["ours"] == [3500.0, 3000.0]
