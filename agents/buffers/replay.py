@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from agents.buffers.prioritized import PrioritizedSampler, UniformSampler, Window
@@ -24,6 +25,21 @@ if TYPE_CHECKING:
     from agents.buffers.hindsight import HindsightRelabeler
 
 FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
+
+
+def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Zeros whose memory, on the CPU, is committed only where written: NumPy allocates them
+    with calloc, which maps untouched pages to the zero page, while ``torch.zeros`` writes every
+    byte. A 1M-transition buffer in a run shorter than its capacity then holds only what the
+    run stored (SAC on HalfCheetah: 170 MiB at construction otherwise)."""
+    if device.type == "cpu":
+        try:
+            numpy_dtype = torch.empty((), dtype=dtype).numpy().dtype
+        except TypeError:  # no NumPy equivalent (bfloat16, ...)
+            pass
+        else:
+            return torch.from_numpy(np.zeros(shape, dtype=numpy_dtype))
+    return torch.zeros(shape, dtype=dtype, device=device)
 
 
 class ReplayBuffer:
@@ -75,7 +91,7 @@ class ReplayBuffer:
         rows, envs = self.num_rows, num_envs
 
         def zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-            return torch.zeros((rows, envs, *shape), dtype=dtype, device=self.device)
+            return lazy_zeros((rows, envs, *shape), dtype, self.device)
 
         self.storage: dict[str, torch.Tensor] = {
             "obs": zeros(obs_shape, torch.float32),
