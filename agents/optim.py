@@ -42,12 +42,20 @@ class FusedAdam(torch.optim.Adam):
     ``load_state_dict`` or ``add_param_group``. State dicts are the parent's."""
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, **kwargs: Any):
-        kwargs.pop("fused", None)
         super().__init__(params, lr=lr, fused=True, **kwargs)
         self._tensor_lists: list[tuple[list[torch.Tensor], ...]] | None = None
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """The parent's, then fused again: a state saved by an unfused Adam (an older checkpoint)
+        brings ``fused=None`` into the groups and its step counts on the CPU, where the fused
+        kernel wants them on the parameter's device."""
         super().load_state_dict(state_dict)
+        for group in self.param_groups:
+            group["fused"] = True
+            for parameter in group["params"]:
+                state = self.state.get(parameter)
+                if state and "step" in state:
+                    state["step"] = torch.as_tensor(state["step"], dtype=torch.float32).to(parameter.device)
         self._tensor_lists = None
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -76,14 +84,17 @@ class FusedAdam(torch.optim.Adam):
     step.hooked = True  # type: ignore[attr-defined]  # Optimizer.__init__ must not wrap it: the direct path has no hooks to run
 
     def _direct_step_possible(self) -> bool:
+        lists = getattr(self, "_tensor_lists", None)  # a pickled optimizer comes back without it
         return (
-            self._tensor_lists is not None
+            lists is not None
             and not (
                 self._optimizer_step_pre_hooks or self._optimizer_step_post_hooks
                 or optimizer_module._global_optimizer_pre_hooks or optimizer_module._global_optimizer_post_hooks
             )
+            # AMP's GradScaler hands the fused step these to unscale and skip infinite steps
+            and getattr(self, "grad_scale", None) is None and getattr(self, "found_inf", None) is None
             and not any(isinstance(group["lr"], torch.Tensor) for group in self.param_groups)
-            and all(p.grad is not None for params, *_ in self._tensor_lists for p in params)
+            and all(p.grad is not None for params, *_ in lists for p in params)
         )
 
     def _gather(self) -> list[tuple[list[torch.Tensor], ...]] | None:
@@ -93,11 +104,13 @@ class FusedAdam(torch.optim.Adam):
         for group in self.param_groups:
             params = group["params"]
             if (
-                group["amsgrad"] or group["decoupled_weight_decay"] or group["capturable"] or group["differentiable"]
-                or any(isinstance(value, torch.Tensor) for value in (group["lr"], *group["betas"], group["eps"], group["weight_decay"]))
+                not group["fused"] or group["amsgrad"] or group.get("decoupled_weight_decay", False)
+                or group["capturable"] or group["differentiable"]
+                or any(isinstance(value, torch.Tensor) for value in (*group["betas"], group["eps"], group["weight_decay"]))
                 or not params
                 or len({(p.device, p.dtype) for p in params}) != 1
                 or any(p not in self.state or "exp_avg" not in self.state[p] for p in params)
+                or any(self.state[p]["step"].device != p.device for p in params)
             ):
                 return None
             states = [self.state[p] for p in params]
@@ -105,13 +118,14 @@ class FusedAdam(torch.optim.Adam):
         return lists
 
 
-def clip_gradients(gradients: Sequence[torch.Tensor], max_norm: float) -> float:
+def clip_gradients(gradients: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
     """Scale ``gradients`` in place so their global L2 norm is at most ``max_norm`` (as
-    ``torch.nn.utils.clip_grad_norm_``, in four ops whatever their number); the norm before."""
+    ``torch.nn.utils.clip_grad_norm_``, in four ops whatever their number); the norm before, a
+    0-dim tensor (no device sync unless the caller reads it)."""
     norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(list(gradients))))
     scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
     torch._foreach_mul_(list(gradients), scale)
-    return norm.item()
+    return norm
 
 
 def flatten(tensors: Sequence[torch.Tensor]) -> torch.Tensor:

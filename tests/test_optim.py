@@ -61,6 +61,20 @@ def _adam_pair(**kwargs):
     return reference_net, reference, fast_net, fast
 
 
+def _count_parent_steps(monkeypatch) -> list[int]:
+    """A one-element list counting calls of torch's Adam.step (FusedAdam's fallback path)."""
+    calls = [0]
+    parent = torch.optim.Adam.step
+
+    def counted(self, *args, **kwargs):
+        if isinstance(self, FusedAdam):
+            calls[0] += 1
+        return parent(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", counted)
+    return calls
+
+
 def _train_step(net, optimizer, inputs):
     optimizer.zero_grad()
     net(inputs).pow(2).mean().backward()
@@ -68,8 +82,9 @@ def _train_step(net, optimizer, inputs):
 
 
 @pytest.mark.parametrize("kwargs", [dict(lr=1e-2), dict(lr=3e-3, betas=(0.8, 0.95), eps=1e-5, weight_decay=0.1, maximize=True)])
-def test_fused_adam_direct_steps_match_torch_bit_for_bit(kwargs):
+def test_fused_adam_direct_steps_match_torch_bit_for_bit(kwargs, monkeypatch):
     reference_net, reference, fast_net, fast = _adam_pair(**kwargs)
+    parent_steps = _count_parent_steps(monkeypatch)
     generator = torch.Generator().manual_seed(1)
     for step in range(20):
         inputs = torch.randn(16, 5, generator=generator)
@@ -78,7 +93,7 @@ def test_fused_adam_direct_steps_match_torch_bit_for_bit(kwargs):
         if step == 10:  # a schedule changes the learning rate between steps
             for optimizer in (reference, fast):
                 optimizer.param_groups[0]["lr"] *= 0.5
-    assert fast._tensor_lists is not None  # the direct path ran
+    assert parent_steps == [1]  # only the first step took the parent's path
     for a, b in zip(reference_net.parameters(), fast_net.parameters()):
         assert torch.equal(a, b)
     for a, b in zip(reference.state.values(), fast.state.values()):
@@ -113,7 +128,36 @@ def test_adam_is_fused_on_cpu():
     assert not isinstance(adam([torch.zeros(2, dtype=torch.complex64, requires_grad=True)], lr=1e-3), FusedAdam)
 
 
-def test_fused_adam_runs_step_hooks_once_per_step_on_either_path():
+def test_fused_adam_resumes_a_state_saved_by_an_unfused_adam(monkeypatch):
+    """An older checkpoint's optimizer state (torch's default Adam: fused=None, CPU step
+    counts) loads into a FusedAdam that then continues on the fused kernel, directly, exactly
+    as torch's fused Adam continues from the same state."""
+    torch.manual_seed(0)
+    old_net = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    old = torch.optim.Adam(old_net.parameters(), lr=1e-2)
+    inputs = torch.randn(16, 5)
+    for _ in range(3):
+        _train_step(old_net, old, inputs)
+    reference_net, fast_net = copy.deepcopy(old_net), copy.deepcopy(old_net)
+    reference = torch.optim.Adam(reference_net.parameters(), lr=1e-2, fused=True)
+    fast = FusedAdam(fast_net.parameters(), lr=1e-2)
+    reference.load_state_dict(copy.deepcopy(old.state_dict()))
+    fast.load_state_dict(copy.deepcopy(old.state_dict()))
+    for group in reference.param_groups:
+        group["fused"] = True  # what torch's own load leaves at None
+    parent_steps = _count_parent_steps(monkeypatch)
+    for _ in range(4):
+        _train_step(reference_net, reference, inputs)
+        _train_step(fast_net, fast, inputs)
+    assert parent_steps == [1] and all(group["fused"] for group in fast.param_groups)
+    for a, b in zip(reference_net.parameters(), fast_net.parameters()):
+        assert torch.equal(a, b)
+    copied = copy.deepcopy(fast)  # pickling keeps state and groups, not the gathered lists
+    copied.step()
+
+
+def test_fused_adam_runs_step_hooks_once_per_step_on_the_parents_path():
+    """Step hooks turn the direct path off: they run once per step, as torch runs them."""
     _, _, net, optimizer = _adam_pair(lr=1e-2)
     calls = []
     optimizer.register_step_pre_hook(lambda *args: calls.append("pre"))

@@ -127,7 +127,7 @@ class DQN(OffPolicyAlgorithm):
         gradients = list(torch.autograd.grad(loss, self.q_parameters))
         info = {"loss": loss.item(), "q_mean": q_values.mean().item(), "epsilon": self.epsilon}
         if self.config.max_grad_norm is not None:
-            info["grad_norm"] = clip_gradients(gradients, self.config.max_grad_norm)
+            info["grad_norm"] = clip_gradients(gradients, self.config.max_grad_norm).item()
         return gradients, info
 
     def update_targets(self) -> None:
