@@ -7,6 +7,7 @@ before any MLflow run is created.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import signal
@@ -159,10 +160,16 @@ def build_parser() -> argparse.ArgumentParser:
     perf.add_argument("--no-memory", action="store_true", help="skip the 1M-transition replay buffer measurement")
     perf.add_argument(
         "--learning", action="store_true",
-        help="instead of throughput: train our SAC and SB3's (same setting) 50k steps on 3 seeds each and compare final returns",
+        help="instead of throughput: train our SAC and SB3's (same setting) 50k steps on seeds 0-2 (--seeds) and compare final returns",
     )
-    perf.add_argument("--seeds", type=int, nargs="+", metavar="SEED", help="with --learning: the seeds (default 0 1 2)")
-    perf.add_argument("--output", type=Path, default=Path("results/perf/compare.json"), help="JSON written (default results/perf/compare.json)")
+    perf.add_argument(
+        "--seeds", type=int, nargs="+", metavar="SEED",
+        help="with --learning: the seeds to run (default 0 1 2); the output keeps the other seeds it holds for the same setting",
+    )
+    perf.add_argument(
+        "--output", type=Path,
+        help="JSON written (default results/perf/compare.json; with --learning results/perf/learning.json, joined with the seeds it already holds)",
+    )
 
     listing = commands.add_parser("list", help="algorithms, buffers, suites and environments")
     listing.add_argument("what", nargs="?", choices=("algorithms", "buffers", "suites", "envs"), help="one section only")
@@ -615,7 +622,7 @@ def command_perf(args: argparse.Namespace, console: Console) -> int:
     for name, found in (profiles or {}).items():
         console.print(_profile_table(name, found))
         console.print(found["top_functions"], highlight=False, soft_wrap=True, markup=False)
-    path = perf.write(data, args.output)
+    path = perf.write(data, args.output or Path("results/perf/compare.json"))
     console.print(f"written to {path}", highlight=False, soft_wrap=True)
     return 0
 
@@ -633,12 +640,21 @@ def _perf_learning(args: argparse.Namespace, console: Console, perf) -> int:
         console.print(f"  seed {seed} {side:<4} final return {measured['final_return']:9.1f}  ({measured['seconds'] / 60:.1f} min)", highlight=False)
 
     found = perf.learning("sac", steps=steps, seeds=seeds, threads=args.threads, on_measurement=progress)
+    path = args.output or Path("results/perf/learning.json")
+    earlier = json.loads(path.read_text()) if path.exists() else None
+    joined = perf.merge_learning(earlier["learning"] if earlier else None, found)
+    runs = earlier.get("runs", []) if earlier and joined is not found else []
+    runs.append({"created": perf.now(), "machine": perf.machine(), "seeds": found["seeds"]})
+    if len(joined["seeds"]) > len(found["seeds"]):
+        console.print(f"joined with the seeds {path} held: seeds {joined['seeds']}", highlight=False)
     for side in ("ours", "sb3"):
-        console.print(f"{side:<4} mean {found['mean'][side]:9.1f}  std over seeds {found['std'][side]:7.1f}  returns {[round(r, 1) for r in found['returns'][side]]}", highlight=False)
-    verdict = "within the seed noise" if found["within_seed_noise"] else "NOT within the seed noise"
-    console.print(f"Welch's t-test p = {found['welch_p_value']:.3f}: the difference is {verdict}", highlight=False)
-    path = args.output.with_name("learning.json") if args.output.name == "compare.json" else args.output
-    perf.write({"created": perf.now(), "machine": perf.machine(), "learning": found}, path)
+        console.print(f"{side:<4} mean {joined['mean'][side]:9.1f}  std over seeds {joined['std'][side]:7.1f}  returns {[round(r, 1) for r in joined['returns'][side]]}", highlight=False)
+    if joined["welch_p_value"] is None:
+        console.print("one seed: no test of the difference (run two or more)", highlight=False)
+    else:
+        verdict = "within the seed noise" if joined["within_seed_noise"] else "NOT within the seed noise"
+        console.print(f"Welch's t-test p = {joined['welch_p_value']:.3f}: the difference is {verdict}", highlight=False)
+    perf.write({"created": perf.now(), "learning": joined, "runs": runs}, path)
     console.print(f"written to {path}", highlight=False)
     return 0
 

@@ -267,8 +267,6 @@ def learning(
     """Both libraries trained ``steps`` with the case's setting on ``seeds`` (a count: seeds
     0..n-1, or the seeds themselves); final deterministic returns over ``episodes`` episodes,
     and whether their difference is within the seed noise (Welch's t-test, p > 0.05)."""
-    from scipy import stats
-
     case = CASES[case_name]
     seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     returns: dict[str, list[float]] = {"ours": [], "sb3": []}
@@ -280,15 +278,41 @@ def learning(
             returns[side].append(measured["final_return"])
             if on_measurement is not None:
                 on_measurement(case_name, side, seed, measured)
-    test = stats.ttest_ind(returns["ours"], returns["sb3"], equal_var=False) if len(seeds) > 1 else None
-    p_value = float(test.pvalue) if test is not None else None
+    return learning_statistics(
+        {"case": case_name, "env_id": case.env_id, "steps": steps, "episodes": episodes, "seeds": seeds, "returns": returns}
+    )
+
+
+def learning_statistics(comparison: dict[str, Any]) -> dict[str, Any]:
+    """``comparison`` (seeds and per-seed returns of both sides) with means, standard
+    deviations and Welch's t-test; ``within_seed_noise`` is None below two seeds."""
+    from scipy import stats
+
+    returns = comparison["returns"]
+    enough = len(comparison["seeds"]) > 1
+    p_value = float(stats.ttest_ind(returns["ours"], returns["sb3"], equal_var=False).pvalue) if enough else None
     return {
-        "case": case_name, "env_id": case.env_id, "steps": steps, "episodes": episodes, "seeds": seeds, "returns": returns,
+        **comparison,
         "mean": {side: statistics.fmean(values) for side, values in returns.items()},
         "std": {side: statistics.stdev(values) if len(values) > 1 else 0.0 for side, values in returns.items()},
         "welch_p_value": p_value,
-        "within_seed_noise": p_value is None or p_value > 0.05,
+        "within_seed_noise": None if p_value is None else p_value > 0.05,
     }
+
+
+LEARNING_SETTING = ("case", "env_id", "steps", "episodes")
+
+
+def merge_learning(earlier: dict[str, Any] | None, found: dict[str, Any]) -> dict[str, Any]:
+    """``found`` joined with an ``earlier`` comparison of the same setting (case, env, steps,
+    episodes): the earlier seeds are kept unless ``found`` ran them again, and the statistics
+    are recomputed over all; a comparison of another setting is not joined (``found`` alone)."""
+    if earlier is None or any(earlier.get(key) != found[key] for key in LEARNING_SETTING):
+        return found
+    kept = [(seed, index) for index, seed in enumerate(earlier["seeds"]) if seed not in found["seeds"]]
+    seeds = [seed for seed, _ in kept] + list(found["seeds"])
+    returns = {side: [earlier["returns"][side][index] for _, index in kept] + list(found["returns"][side]) for side in ("ours", "sb3")}
+    return learning_statistics({**{key: found[key] for key in LEARNING_SETTING}, "seeds": seeds, "returns": returns})
 
 
 def replay_memory(capacity: int = REPLAY_CAPACITY) -> dict[str, Any]:

@@ -157,3 +157,27 @@ def test_learning_comparison_judges_the_difference_against_seed_noise(monkeypatc
     jobs.clear()
     found = perf.learning("sac", steps=1000, seeds=[2, 0])
     assert [j["seed"] for j in jobs] == [2, 2, 0, 0] and found["seeds"] == [2, 0] and found["returns"]["ours"] == [3500.0, 3000.0]
+
+
+def test_learning_runs_join_the_seeds_already_written(monkeypatch, tmp_path, capsys):
+    """--seeds adds seeds to the comparison in the output file (same setting); a seed run
+    again replaces its earlier returns; one seed alone reports no test instead of failing."""
+    returns = {("ours", 0): 3000.0, ("sb3", 0): 2000.0, ("ours", 1): 3100.0, ("sb3", 1): 2600.0,
+               ("ours", 2): 2900.0, ("sb3", 2): 3300.0}
+    monkeypatch.setattr(perf, "check_sb3", lambda: "stub")
+    monkeypatch.setattr(perf, "run_job", lambda job, timeout=0: {
+        "final_return": returns[(job["kind"].removeprefix("learn_"), job["seed"])], "seconds": 1.0})
+    output = tmp_path / "learning.json"
+    assert main(["perf", "--learning", "--seeds", "0", "--output", str(output)]) == 0
+    assert "one seed: no test" in capsys.readouterr().out
+    assert main(["perf", "--learning", "--seeds", "2", "1", "--output", str(output)]) == 0
+    returns[("ours", 1)] = 3200.0
+    assert main(["perf", "--learning", "--seeds", "1", "--output", str(output)]) == 0
+    written = json.loads(output.read_text())
+    found = written["learning"]
+    assert found["seeds"] == [0, 2, 1] and found["returns"]["ours"] == [3000.0, 2900.0, 3200.0]
+    assert found["returns"]["sb3"] == [2000.0, 3300.0, 2600.0] and found["welch_p_value"] is not None
+    assert [run["seeds"] for run in written["runs"]] == [[0], [2, 1], [1]]
+    assert perf.merge_learning({**found, "steps": 123}, perf.learning_statistics(
+        {"case": "sac", "env_id": found["env_id"], "steps": found["steps"], "episodes": found["episodes"], "seeds": [5],
+         "returns": {"ours": [1.0], "sb3": [2.0]}}))["seeds"] == [5]  # another setting is not joined
