@@ -326,8 +326,7 @@ class OnPolicyAlgorithm(Algorithm):
             logs["entropy_reward"] = float(bonus.mean())
         if self.actor_critic.separate_feed_forward:
             # V(s_t) of the whole rollout in one batched pass, instead of a critic forward per env step
-            storage = self.storage
-            storage.values.copy_(self._values(storage.obs.flatten(0, 1), None).view_as(storage.values))
+            self.storage.values.copy_(self._values(self.storage.obs.flatten(0, 1), None).view_as(self.storage.values))
         last_values = self._values(self._last_next_obs, self._last_state)
         self.storage.compute_returns(last_values, config.gamma, config.gae_lambda)
         return logs
