@@ -337,13 +337,15 @@ def _resident_bytes() -> int:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads resident memory from /proc")
 def test_cpu_replay_memory_is_committed_only_where_written():
-    """A 1M-transition HalfCheetah buffer (~158 MiB of fields) costs almost nothing until
-    written, and what is written is what it holds."""
+    """A 1M-transition HalfCheetah buffer (~158 MiB of fields) costs little until written
+    (torch.zeros committed all of it), and what is written is what it holds."""
     before = _resident_bytes()
     buffer = ReplayBuffer(1_000_000, 1, (17,), (6,))
     grown = _resident_bytes() - before
     total = sum(tensor.numel() * tensor.element_size() for tensor in buffer.storage.values())
-    assert total > 150 * 2**20 and grown < 0.1 * total
+    # the large fields come from mmap, always lazy; glibc may serve the ones under its mmap
+    # threshold (up to 32 MiB: actions, flags, episode bookkeeping; 27% here) from its heap, zeroed
+    assert total > 150 * 2**20 and grown < 0.5 * total
     for step in range(3):
         row = torch.full((1, 17), float(step))
         buffer.add(row, torch.zeros(1, 6), torch.ones(1), row + 1, torch.tensor([False]))
