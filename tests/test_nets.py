@@ -40,6 +40,37 @@ def test_categorical_mode_and_log_prob():
     torch.testing.assert_close(dist.log_prob(torch.tensor([1])), torch.log_softmax(torch.tensor([0.0, 2.0, 1.0]), 0)[1:2])
 
 
+def test_categorical_inverse_cdf_samples_follow_the_probabilities():
+    probabilities = torch.tensor([0.2, 0.5, 0.3])
+    dist = Categorical(probabilities.log().expand(200_000, 3))
+    generator = torch.Generator().manual_seed(0)
+    noise = dist.draw_noise(generator)
+    assert noise.shape == (200_000,) and 0 <= noise.min() and noise.max() < 1
+    frequencies = torch.bincount(dist.sample(noise), minlength=3) / 200_000
+    torch.testing.assert_close(frequencies, probabilities, atol=5e-3, rtol=0)
+    # the uniforms map to actions through the cumulative probabilities 0.2, 0.7, 1.0
+    edges = Categorical(probabilities.log().expand(4, 3))
+    assert edges.sample(torch.tensor([0.0, 0.19, 0.21, 0.999])).tolist() == [0, 0, 1, 2]
+
+
+def test_sampling_with_noise_is_a_function_of_the_noise_and_keeps_leading_dims():
+    """The same draws give the same actions, and a (seeds, batch) distribution samples each
+    seed's rows from that seed's noise alone."""
+    mean, log_std = torch.randn(3, 4, 2), torch.randn(3, 4, 2) * 0.3
+    tanh_dist, gaussian = TanhGaussian(mean, log_std), DiagGaussian(mean, log_std)
+    noise = torch.stack([TanhGaussian(mean[s], log_std[s]).draw_noise(torch.Generator().manual_seed(s)) for s in range(3)])
+    actions, log_probs = tanh_dist.rsample_with_log_prob(noise)
+    assert actions.shape == (3, 4, 2) and log_probs.shape == (3, 4)
+    for seed in range(3):
+        alone = TanhGaussian(mean[seed], log_std[seed])
+        seed_actions, seed_log_probs = alone.rsample_with_log_prob(alone.draw_noise(torch.Generator().manual_seed(seed)))
+        torch.testing.assert_close(actions[seed], seed_actions)
+        torch.testing.assert_close(log_probs[seed], seed_log_probs)
+    torch.testing.assert_close(gaussian.sample(noise), mean + log_std.exp() * noise)
+    torch.testing.assert_close(tanh_dist.sample(noise), torch.tanh(mean + log_std.exp() * noise))
+    torch.testing.assert_close(gaussian.sample_with_log_prob(noise)[1], gaussian.log_prob(gaussian.sample(noise)))
+
+
 def test_polyak_update_moves_target_by_tau():
     source, target = mlp(2, [4], 1), mlp(2, [4], 1)
     before = [p.clone() for p in target.parameters()]

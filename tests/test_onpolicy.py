@@ -125,10 +125,10 @@ def test_adaptive_kl_coefficient_halves_below_and_doubles_above_the_band(measure
 
 
 def test_adaptive_kl_update_adapts_the_penalty_from_the_measured_kl():
-    tight = build("ppo_kl", kl_target=1e-6, kl_penalty=1.0, num_envs=2, num_minibatches=2, num_epochs=2)
+    tight = build("ppo_kl", kl_target=1e-9, kl_penalty=1.0, num_envs=2, num_minibatches=2, num_epochs=2)
     collect(tight)
     logs = tight.update()
-    assert logs["measured_kl"] > 1.5e-6 and tight.kl_coef == 2.0 and logs["kl_coef"] == 2.0
+    assert logs["measured_kl"] > 1.5e-9 and tight.kl_coef == 2.0 and logs["kl_coef"] == 2.0
 
     loose = build("ppo_kl", kl_target=10.0, kl_penalty=1.0, num_envs=2, num_minibatches=2, num_epochs=2)
     collect(loose)

@@ -245,7 +245,7 @@ class OnPolicyAlgorithm(Algorithm):
             actions = dist.mode()
             log_probs = dist.log_prob(actions)
         else:
-            actions, log_probs = dist.sample_with_log_prob()
+            actions, log_probs = dist.sample_with_log_prob(dist.draw_noise(self.generator))
         extras = {"log_prob": log_probs, "dist_params": params}
         if values is not None:
             extras["value"] = values if self.learns_value else torch.zeros_like(values)

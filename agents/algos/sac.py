@@ -102,7 +102,7 @@ class SAC(OffPolicyAlgorithm):
 
     def policy_actions(self, features: torch.Tensor, deterministic: bool) -> torch.Tensor:
         dist = self.actor(features)
-        return dist.mode() if deterministic else dist.sample()
+        return dist.mode() if deterministic else dist.sample(dist.draw_noise(self.generator))
 
     # -- losses -----------------------------------------------------------------------------
 
@@ -138,7 +138,8 @@ class SAC(OffPolicyAlgorithm):
                 next_q = self.critic_target(target_next_obs).min(dim=0).values  # (B, A)
                 soft_next_value = (next_probs * (next_q - alpha * next_log_probs)).sum(-1)
             else:
-                next_actions, next_log_probs = self.actor(next_obs).rsample_with_log_prob()
+                next_dist = self.actor(next_obs)
+                next_actions, next_log_probs = next_dist.rsample_with_log_prob(next_dist.draw_noise(self.generator))
                 soft_next_value = self.critic_target(target_next_obs, next_actions).min(dim=0).values - alpha * next_log_probs
             targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * soft_next_value
         if self.spec.discrete:
@@ -159,7 +160,8 @@ class SAC(OffPolicyAlgorithm):
                 q_values = self.critic(obs).min(dim=0).values
             loss = (probs * (alpha * log_probs - q_values)).sum(-1).mean()
             return loss, (probs * log_probs).sum(-1).detach()
-        actions, log_probs = self.actor(obs).rsample_with_log_prob()
+        dist = self.actor(obs)
+        actions, log_probs = dist.rsample_with_log_prob(dist.draw_noise(self.generator))
         q_values = self.critic(obs, actions).min(dim=0).values
         return (alpha * log_probs - q_values).mean(), log_probs.detach()
 
