@@ -222,6 +222,9 @@ class Learner(abc.ABC):
     supports_continuous: ClassVar[bool] = True
     supports_multi_discrete: ClassVar[bool] = False
 
+    #: the ``agents.algos.seeds.SeedBatch`` that trains N seeds of it as one batched model, if any
+    seed_batch: ClassVar[type | None] = None
+
     config: Hyperparameters
 
     @classmethod

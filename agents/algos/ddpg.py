@@ -33,14 +33,17 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 
-from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, weighted_mse
+from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, OffPolicySeedBatch, per_seed_weighted_mse, weighted_mse
+from agents.algos.seeds import stacked_noise
 from agents.api import Transitions, hp, parameters_of
 from agents.nets import polyak_update
+from agents.nets.distributions import standard_normal
 from agents.nets.offpolicy import DeterministicActor, make_critics
+from agents.nets.stacked import StackedActorTrunk, StackedCritics
 from agents.optim import adam
 
 
@@ -202,3 +205,61 @@ class TD3(DDPG):
     name = "td3"
     Config = TD3Config
     config: TD3Config
+
+
+class DDPGSeedBatch(OffPolicySeedBatch):
+    """N seeds of DDPG or TD3 as one batched model: ``DDPG.compute_gradients`` per seed, each
+    seed's exploration noise (Gaussian or its own OU processes) and target noise its own."""
+
+    members: list[DDPG]  # type: ignore[assignment]
+
+    def __init__(self, members: Sequence[DDPG]):
+        super().__init__(members)
+        self.actor = StackedActorTrunk([member.actor for member in self.members])
+        self.actor_target = StackedActorTrunk([member.actor_target for member in self.members])
+        self.critic = StackedCritics([member.critic for member in self.members])
+        self.critic_target = StackedCritics([member.critic_target for member in self.members])
+        self.optimizers = self._stack_optimizers({
+            "critic": ([member.critic_optimizer for member in self.members], list(self.critic.parameters())),
+            "actor": ([member.actor_optimizer for member in self.members], list(self.actor.parameters())),
+        })
+
+    def policy_actions(self, obs: torch.Tensor) -> torch.Tensor:
+        actions = torch.tanh(self.actor(obs))
+        return torch.stack([
+            (seed_actions + member._noise(seed_actions.shape)).clamp(-1.0, 1.0) for member, seed_actions in zip(self.members, actions)
+        ])
+
+    def compute_gradients(self, batch):
+        config, obs = self.config, batch["obs"]
+        with torch.no_grad():
+            next_actions = torch.tanh(self.actor_target(batch["next_obs"]))
+            if config.target_policy_noise > 0:
+                noise = stacked_noise(standard_normal, next_actions.shape[1:], self.generators, self.device)
+                noise = (noise * config.target_policy_noise).clamp(-config.target_noise_clip, config.target_noise_clip)
+                next_actions = (next_actions + noise).clamp(-1.0, 1.0)
+            next_q = self.critic_target(batch["next_obs"], next_actions).min(dim=1).values
+            targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * next_q
+        q_values = self.critic(obs, batch["actions"])  # (N, num_critics, B)
+        self.record_td_errors(q_values, targets)
+        critic_loss = per_seed_weighted_mse(q_values, targets, batch["weights"])
+        gradients: dict[str, list[torch.Tensor | None]] = {
+            "critic": list(torch.autograd.grad(critic_loss.sum(), self.optimizers["critic"].parameters))
+        }
+        info = {"critic_loss": critic_loss.detach(), "q_mean": q_values.detach().mean(dim=(1, 2))}
+        actor_parameters = self.optimizers["actor"].parameters
+        if self.members[0]._actor_step_now():
+            actor_loss = -self.critic.first(obs, torch.tanh(self.actor(obs))).mean(dim=-1)
+            gradients["actor"] = list(torch.autograd.grad(actor_loss.sum(), actor_parameters))
+            info["actor_loss"] = actor_loss.detach()
+        else:
+            gradients["actor"] = [None] * len(actor_parameters)
+        return gradients, info
+
+    def update_targets(self) -> None:
+        if self.members[0].num_updates % self.config.policy_delay == 0:
+            polyak_update(self.critic_target, self.critic, self.config.tau)
+            polyak_update(self.actor_target, self.actor, self.config.tau)
+
+
+DDPG.seed_batch = DDPGSeedBatch

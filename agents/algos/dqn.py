@@ -23,15 +23,17 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
+from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, OffPolicySeedBatch
+from agents.algos.seeds import clip_per_seed
 from agents.api import hp, parameters_of
 from agents.nets import polyak_update
 from agents.nets.offpolicy import DiscreteQ
+from agents.nets.stacked import StackedDiscreteQ
 from agents.optim import adam, clip_gradients
 
 
@@ -137,3 +139,58 @@ class DQN(OffPolicyAlgorithm):
 
     def modules(self) -> dict[str, torch.nn.Module]:
         return {"q_network": self.q_network, "q_target": self.q_target, **self.encoder_modules()}
+
+
+class DQNSeedBatch(OffPolicySeedBatch):
+    """N seeds of DQN as one batched model: one Q forward for every seed's acting and TD loss,
+    each seed's epsilon-greedy draws and gradient-norm clip its own."""
+
+    members: list[DQN]  # type: ignore[assignment]
+
+    def __init__(self, members: Sequence[DQN]):
+        super().__init__(members)
+        self.q_network = StackedDiscreteQ([member.q_network for member in self.members])
+        self.q_target = StackedDiscreteQ([member.q_target for member in self.members])
+        self.optimizers = self._stack_optimizers({"q": ([member.optimizer for member in self.members], list(self.q_network.parameters()))})
+
+    def policy_actions(self, obs: torch.Tensor) -> torch.Tensor:
+        greedy = self.q_network(obs).argmax(dim=-1)  # (N, E)
+        actions = []
+        for member, seed_greedy in zip(self.members, greedy):
+            # the draws of DQN.policy_actions, in its order: explore flags, then random actions unless none explores
+            explore = torch.rand(seed_greedy.shape[0], generator=member.generator) < member.epsilon
+            if explore.all():
+                actions.append(member.random_actions(seed_greedy.shape[0]))
+            elif not explore.any():
+                actions.append(seed_greedy)
+            else:
+                actions.append(torch.where(explore.to(self.device), member.random_actions(seed_greedy.shape[0]), seed_greedy))
+        return torch.stack(actions)
+
+    def compute_gradients(self, batch):
+        config = self.config
+        with torch.no_grad():
+            next_q_target = self.q_target(batch["next_obs"])  # (N, B, A)
+            if config.double_q:
+                next_actions = self.q_network(batch["next_obs"]).argmax(dim=-1, keepdim=True)
+                next_values = next_q_target.gather(2, next_actions).squeeze(2)
+            else:
+                next_values = next_q_target.max(dim=-1).values
+            targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * next_values
+        q_values = self.q_network(batch["obs"]).gather(2, batch["actions"].long().unsqueeze(2)).squeeze(2)  # (N, B)
+        self.record_td_errors(q_values, targets)
+        elementwise = F.smooth_l1_loss(q_values, targets, reduction="none") if config.huber else (q_values - targets).pow(2)
+        loss = (elementwise * batch["weights"]).mean(dim=-1)
+        gradients = list(torch.autograd.grad(loss.sum(), self.optimizers["q"].parameters))
+        epsilon = torch.tensor([member.epsilon for member in self.members])
+        info = {"loss": loss.detach(), "q_mean": q_values.detach().mean(dim=-1), "epsilon": epsilon}
+        if config.max_grad_norm is not None:
+            info["grad_norm"] = clip_per_seed(gradients, self.num_seeds, config.max_grad_norm)
+        return {"q": gradients}, info
+
+    def update_targets(self) -> None:
+        if self.members[0].num_updates % self.config.target_update_every == 0:
+            polyak_update(self.q_target, self.q_network, self.config.tau)
+
+
+DQN.seed_batch = DQNSeedBatch

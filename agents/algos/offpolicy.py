@@ -25,11 +25,12 @@ from __future__ import annotations
 import abc
 import copy
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 import torch
 
+from agents.algos.seeds import SeedBatch, per_seed_logs, stack_batches
 from agents.api import Acted, Algorithm, ConfigError, Hyperparameters, Transitions, hp, set_gradients
 from agents.buffers import HindsightRelabeler, PrioritizedSampler, RecentExperience, ReplayBuffer, SequenceReplayBuffer
 from agents.buffers.recent import ANNEAL_SCHEDULES
@@ -438,3 +439,89 @@ class OffPolicyAlgorithm(Algorithm):
 def weighted_mse(predictions: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """mean_i w_i (prediction_i - target_i)^2, summed over leading critic dims: (..., B) -> scalar."""
     return ((predictions - targets).pow(2) * weights).mean(dim=-1).sum()
+
+
+class OffPolicySeedBatch(SeedBatch):
+    """N seeds of one off-policy configuration: warm-up, acting and the update loop of
+    ``OffPolicyAlgorithm``, with each seed's replay buffer and generator; subclasses stack the
+    networks and write the batched losses.
+
+    Every gradient step samples each seed's batch from its own buffer with its own generator,
+    then draws the loss's noise seed by seed: the order of draws within a seed is its run's."""
+
+    members: list[OffPolicyAlgorithm]  # type: ignore[assignment]
+
+    def __init__(self, members: Sequence[OffPolicyAlgorithm]):
+        super().__init__(members)
+        self.td_errors: torch.Tensor | None = None  # (N, B) of the last batch, for PER
+
+    @classmethod
+    def unsupported(cls, member: Algorithm) -> str | None:
+        assert isinstance(member, OffPolicyAlgorithm)
+        if member.recurrent:
+            return f"{member.name} with recurrent={member.config.recurrent!r} has no batched training of seeds; use one seed per process"
+        return None
+
+    def act(self, obs: Sequence[torch.Tensor]) -> list[Acted]:
+        members = self.members
+        if members[0].num_steps < self.config.start_steps:  # warm-up: each seed's uniform actions
+            return [member.act(member_obs) for member, member_obs in zip(members, obs, strict=True)]
+        with torch.inference_mode():
+            actions = self.policy_actions(torch.stack([member_obs.to(self.device) for member_obs in obs]))
+        return [Acted(seed_actions, member.env_actions(seed_actions), None, {}) for member, seed_actions in zip(members, actions)]
+
+    @abc.abstractmethod
+    def policy_actions(self, obs: torch.Tensor) -> torch.Tensor:
+        """Every seed's exploring actions (N, E, ...) for observations (N, E, *obs_shape)."""
+
+    @abc.abstractmethod
+    def compute_gradients(self, batch: Mapping[str, torch.Tensor]) -> tuple[dict[str, list[torch.Tensor | None]], dict[str, torch.Tensor]]:
+        """The gradients of each optimizer's stacked parameters (None where a group does not
+        step) and each log (N,), on a batch with a leading seed dimension."""
+
+    def update_targets(self) -> None:
+        """Move the stacked target networks (the members' ``num_updates`` already counts this step)."""
+
+    def update(self) -> list[dict[str, float]]:
+        members, config = self.members, self.config
+        counts = {divmod(member._steps_since_update, config.update_every) for member in members}
+        if len(counts) != 1:
+            raise RuntimeError("the seeds of a batch fell out of step")
+        updates, remainder = counts.pop()
+        for member in members:
+            member._steps_since_update = remainder
+        logs: dict[str, list[torch.Tensor]] = {}
+        for _ in range(updates * config.gradient_steps):
+            batch = stack_batches([member.buffer.sample(config.batch_size, member.generator) for member in members])
+            gradients, info = self.compute_gradients(batch)
+            self.apply_gradients(gradients)
+            if config.prioritized and self.td_errors is not None:
+                for seed, member in enumerate(members):
+                    member.buffer.update_priorities(batch["indices"][seed], self.td_errors[seed])
+            for key, value in info.items():
+                logs.setdefault(key, []).append(value)
+        return per_seed_logs({key: torch.stack(values).mean(dim=0) for key, values in logs.items()}, self.num_seeds)
+
+    def apply_gradients(self, gradients: Mapping[str, Sequence[torch.Tensor | None]]) -> None:
+        """Step each stacked optimizer that has gradients, count the update, move the targets."""
+        for name, group_gradients in gradients.items():
+            optimizer = self.optimizers[name]
+            if any(gradient is None for gradient in group_gradients):
+                continue
+            for parameter, gradient in zip(optimizer.parameters, group_gradients, strict=True):
+                parameter.grad = gradient
+            optimizer.step()
+        for member in self.members:
+            member.num_updates += 1
+        self.update_targets()
+
+    def record_td_errors(self, q_values: torch.Tensor, targets: torch.Tensor) -> None:
+        """|Q - y| (N, B), averaged over critics when ``q_values`` is (N, num_critics, B)."""
+        if self.config.prioritized:
+            errors = (q_values.detach() - (targets.unsqueeze(1) if q_values.dim() > 2 else targets)).abs()
+            self.td_errors = errors.mean(dim=1) if errors.dim() > 2 else errors
+
+
+def per_seed_weighted_mse(predictions: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``weighted_mse`` per seed: predictions (N, num_critics, B), targets and weights (N, B) -> (N,)."""
+    return ((predictions - targets.unsqueeze(1)).pow(2) * weights.unsqueeze(1)).mean(dim=-1).sum(dim=-1)

@@ -17,18 +17,22 @@ they were acted from, with the state zeroed where an episode began.
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterator, Mapping
+from typing import Any, ClassVar, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from agents.algos.seeds import SeedBatch, clip_per_seed, stack_batches, stacked_noise
 from agents.api import Acted, Algorithm, ConfigError, Hyperparameters, Transitions, hp, parameters_of, set_gradients
 from agents.buffers import RolloutStorage
 from agents.envs import EnvSpec
 from agents.nets import ActorCritic
+from agents.nets.distributions import DiagGaussian
 from agents.nets.policies import PolicyDistribution
+from agents.nets.stacked import StackedActorCritic
 from agents.optim import adam, clip_gradients
 
 ENTROPY_METHODS = ("no_entropy", "regularized", "max")
@@ -63,27 +67,29 @@ class PolicyGradientOptions(Hyperparameters):
                 "set entropy_method to 'regularized' or 'max', or policy_ent_coeff to 0"
             )
 
-    def process_advantages(self, advantages: torch.Tensor) -> torch.Tensor:
-        """center_adv, then positive_adv."""
-        if self.center_adv and advantages.numel() > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    def process_advantages(self, advantages: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+        """center_adv, then positive_adv: over all elements, or along ``dim`` (each seed's
+        batch on its own, in a batch of seeds)."""
+        over = {} if dim is None else {"dim": dim, "keepdim": True}
+        if self.center_adv and (advantages.numel() if dim is None else advantages.shape[dim]) > 1:
+            advantages = (advantages - advantages.mean(**over)) / (advantages.std(**over) + 1e-8)
         if self.positive_adv:
-            advantages = advantages - advantages.min() + 1e-8
+            advantages = advantages - (advantages.min() if dim is None else advantages.min(dim=dim, keepdim=True).values) + 1e-8
         return advantages
 
     def entropy_transform(self, entropy: torch.Tensor) -> torch.Tensor:
         """softplus(H) under use_softplus_entropy, else H."""
         return F.softplus(entropy) if self.use_softplus_entropy else entropy
 
-    def entropy_bonus(self, entropy: torch.Tensor) -> torch.Tensor:
+    def entropy_bonus(self, entropy: torch.Tensor, dim: int | None = None) -> torch.Tensor:
         """The objective's entropy term (B,) -> scalar: policy_ent_coeff * mean H under
-        'regularized', else 0."""
+        'regularized', else 0; with ``dim``, the mean along it (one term per seed)."""
         if self.entropy_method != "regularized":
             return entropy.new_zeros(())
         entropy = self.entropy_transform(entropy)
         if self.stop_entropy_gradient:
             entropy = entropy.detach()
-        return self.policy_ent_coeff * entropy.mean()
+        return self.policy_ent_coeff * (entropy.mean() if dim is None else entropy.mean(dim=dim))
 
 
 @dataclass
@@ -253,10 +259,14 @@ class OnPolicyAlgorithm(Algorithm):
             extras["entropy"] = dist.entropy()
         if state is not None:
             extras["state"] = state
+        return Acted(actions, self.env_actions(actions), next_state, extras)
+
+    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
+        """Policy actions -> what the env receives (Box actions clipped to its bounds)."""
         env_actions = actions.cpu().numpy()
         if not self.spec.discrete:
             env_actions = np.clip(env_actions, self._action_low, self._action_high)
-        return Acted(actions, env_actions, next_state, extras)
+        return env_actions
 
     def reset_state(self, state: Any, episode_ended: torch.Tensor) -> Any:
         if state is None:
@@ -299,9 +309,18 @@ class OnPolicyAlgorithm(Algorithm):
 
     def update(self) -> dict[str, float]:
         """Returns and advantages for the full rollout, then the algorithm's optimization."""
+        logs = self._begin_update()
+        logs.update(self._optimize())
+        return self._end_update(logs)
+
+    def _begin_update(self) -> dict[str, float]:
+        """What precedes the optimization: returns and advantages, the schedules."""
         logs = self._finish_rollout()
         self._apply_schedules()
-        logs.update(self._optimize())
+        return logs
+
+    def _end_update(self, logs: dict[str, float]) -> dict[str, float]:
+        """What follows it: the fit of V and the learning rates logged, the rollout cleared."""
         if self.learns_value:
             values, returns = self.storage.values.flatten(), self.storage.returns.flatten()
             logs["explained_variance"] = float(1.0 - (returns - values).var() / returns.var().clamp_min(1e-8))
@@ -366,14 +385,15 @@ class OnPolicyAlgorithm(Algorithm):
         """The value clipping range in force now."""
         return self.config.value_clip_range
 
-    def value_loss(self, values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
-        """0.5 (V - R)^2, or with value_clip_range the max with the clipped update's error (ppo2)."""
-        unclipped = (values - returns).pow(2)
+    def value_loss(self, values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+        """0.5 (V - R)^2, or with value_clip_range the max with the clipped update's error
+        (ppo2), averaged (along ``dim`` only, when given)."""
+        errors = (values - returns).pow(2)
         clip = self.value_clip_range
-        if clip is None:
-            return 0.5 * unclipped.mean()
-        clipped_values = old_values + (values - old_values).clamp(-clip, clip)
-        return 0.5 * torch.max(unclipped, (clipped_values - returns).pow(2)).mean()
+        if clip is not None:
+            clipped_values = old_values + (values - old_values).clamp(-clip, clip)
+            errors = torch.max(errors, (clipped_values - returns).pow(2))
+        return 0.5 * (errors.mean() if dim is None else errors.mean(dim=dim))
 
     def _policy_loss(
         self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor], advantages: torch.Tensor
@@ -490,3 +510,107 @@ class OnPolicyAlgorithm(Algorithm):
         from V(``final_obs``); the next steps start new episodes."""
         values = self._values(final_obs.to(self.device), state) if self.storage.step > 0 else None
         self.storage.truncate_last_step(values if values is not None else torch.zeros(self.storage.num_envs, device=self.device))
+
+
+class OnPolicySeedBatch(SeedBatch):
+    """N seeds of one feed-forward on-policy configuration: one forward acts for every seed;
+    each seed keeps its rollout, advantages and schedules; subclasses write the optimization
+    with the per-seed loss ``loss`` (``OnPolicyAlgorithm.loss`` with every mean taken per seed)."""
+
+    members: list[OnPolicyAlgorithm]  # type: ignore[assignment]
+
+    def __init__(self, members: Sequence[OnPolicyAlgorithm]):
+        super().__init__(members)
+        first = self.members[0]
+        self.network = StackedActorCritic([member.actor_critic for member in self.members])
+        self.distribution = first.actor_critic.distribution  # works on (N, B, P) parameters as on (B, P)
+        self.separate_feed_forward = first.actor_critic.separate_feed_forward
+        stacked = list(self.network.parameters())
+        self.optimizers = self._stack_optimizers(
+            {name: ([member.optimizers[name] for member in self.members], stacked) for name in first.optimizers}
+        )
+
+    @classmethod
+    def unsupported(cls, member: Algorithm) -> str | None:
+        assert isinstance(member, OnPolicyAlgorithm)
+        if member.config.recurrent is not None:
+            return f"{member.name} with recurrent={member.config.recurrent!r} has no batched training of seeds; use one seed per process"
+        if not member.learns_value:
+            return f"{member.name} without a learned baseline has no batched training of seeds; use one seed per process"
+        return None
+
+    def act(self, obs: Sequence[torch.Tensor]) -> list[Acted]:
+        members = self.members
+        with torch.inference_mode():
+            stacked_obs = torch.stack([member_obs.to(self.device) for member_obs in obs])
+            if self.separate_feed_forward:  # V of the rollout comes in one pass at its end, as for one seed
+                outputs, values = self.network.policy_outputs(stacked_obs), None
+            else:
+                outputs, values = self.network.heads(stacked_obs)
+            params = self.network.dist_params(outputs)
+            dist = self.distribution(params)
+            noise = stacked_noise(dist.draw, dist.noise_shape[1:], self.generators, self.device)
+            actions, log_probs = dist.sample_with_log_prob(noise)
+            entropies = dist.entropy() if self.config.entropy_method == "max" else None
+        acted = []
+        for seed, member in enumerate(members):
+            extras = {"log_prob": log_probs[seed], "dist_params": params[seed]}
+            if values is not None:
+                extras["value"] = values[seed]
+            if entropies is not None:
+                extras["entropy"] = entropies[seed]
+            acted.append(Acted(actions[seed], member.env_actions(actions[seed]), None, extras))
+        return acted
+
+    def update(self) -> list[dict[str, float]]:
+        members = self.members
+        logs = [member._begin_update() for member in members]
+        for name, optimizer in self.optimizers.items():
+            optimizer.lr = members[0].optimizers[name].param_groups[0]["lr"]
+        for seed_logs, optimized in zip(logs, self._optimize()):
+            seed_logs.update(optimized)
+        return [member._end_update(seed_logs) for member, seed_logs in zip(members, logs)]
+
+    @abc.abstractmethod
+    def _optimize(self) -> list[dict[str, float]]:
+        """The algorithm's optimization on every seed's rollout; each seed's logs."""
+
+    def stacked_minibatches(self, num_minibatches: int) -> Iterator[dict[str, torch.Tensor]]:
+        """One shuffled epoch of every seed's rollout, each in its own order: (N, M, ...) minibatches."""
+        for minibatches in zip(*(member.minibatches(num_minibatches) for member in self.members), strict=True):
+            yield stack_batches(minibatches)
+
+    def loss(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """policy loss - entropy bonus + value_coef * value loss, per seed (N,), on a batch (N, M, ...)."""
+        first, config = self.members[0], self.config
+        outputs, values = self.network.heads(batch["obs"])
+        if self.network.log_std is not None:
+            dist: PolicyDistribution = DiagGaussian(outputs, self.network.log_std.unsqueeze(1))
+        else:
+            dist = self.distribution(outputs)
+        advantages = config.process_advantages(batch["advantages"], dim=-1)
+        policy_loss, info = self._policy_loss(dist, batch, advantages)
+        entropy = dist.entropy()
+        value_loss = first.value_loss(values, batch["values"], batch["returns"], dim=-1)
+        loss = policy_loss - config.entropy_bonus(entropy, dim=-1) + config.value_coef * value_loss
+        info.update(policy_loss=policy_loss.detach(), entropy=entropy.detach().mean(dim=-1), value_loss=value_loss.detach())
+        return loss, info
+
+    @abc.abstractmethod
+    def _policy_loss(
+        self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor], advantages: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The algorithm's policy loss per seed (N,) and its logs (N,)."""
+
+    def apply_gradients(self, gradients: Sequence[torch.Tensor | None]) -> None:
+        """Set the stacked gradients, clip each seed's norm per optimizer, step."""
+        for parameter, gradient in zip(self.network.parameters(), gradients, strict=True):
+            if gradient is None:
+                raise RuntimeError("a parameter of the batched network got no gradient")
+            parameter.grad = gradient
+        for optimizer in self.optimizers.values():
+            if self.config.max_grad_norm is not None:
+                clip_per_seed([parameter.grad for parameter in optimizer.parameters], self.num_seeds, self.config.max_grad_norm)
+            optimizer.step()
+        for parameter in self.network.parameters():
+            parameter.grad = None

@@ -28,8 +28,9 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 import torch
 
-from agents.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
-from agents.api import hp
+from agents.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig, OnPolicySeedBatch
+from agents.algos.seeds import per_seed_logs
+from agents.api import Algorithm, hp
 from agents.nets.policies import PolicyDistribution
 
 
@@ -209,3 +210,59 @@ class PPOAdaptiveKL(SurrogatePG):
 
     def _load_extra_state(self, state: Mapping[str, Any]) -> None:
         self.kl_coef = float(state["kl_coef"])
+
+
+class SurrogateSeedBatch(OnPolicySeedBatch):
+    """N seeds of the unconstrained surrogate (and, below, of PPO-clip) as one batched model:
+    K epochs in which every seed steps through its own shuffled minibatches together."""
+
+    members: list[SurrogatePG]  # type: ignore[assignment]
+
+    @classmethod
+    def unsupported(cls, member: Algorithm) -> str | None:
+        assert isinstance(member, SurrogatePG)
+        if member.config.target_kl is not None:
+            return f"{member.name} with target_kl stops each seed's epochs at its own point; batched training of seeds needs target_kl: null"
+        return super().unsupported(member)
+
+    def _optimize(self) -> list[dict[str, float]]:
+        config = self.config
+        logs: dict[str, list[torch.Tensor]] = {}
+        for _ in range(config.num_epochs):
+            for batch in self.stacked_minibatches(config.num_minibatches):
+                loss, info = self.loss(batch)
+                self.apply_gradients(torch.autograd.grad(loss.sum(), list(self.network.parameters())))
+                for key, value in info.items():
+                    logs.setdefault(key, []).append(value)
+        return per_seed_logs({key: torch.stack(values).mean(dim=0) for key, values in logs.items()}, self.num_seeds)
+
+    def _ratio(self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        log_ratio = dist.log_prob(batch["actions"]) - batch["log_probs"]
+        ratio = log_ratio.exp()
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - log_ratio).mean(dim=-1)
+        return ratio, {"approx_kl": approx_kl}
+
+    def _policy_loss(self, dist, batch, advantages):
+        ratio, info = self._ratio(dist, batch)
+        return -(ratio * advantages).mean(dim=-1), info
+
+
+class PPOSeedBatch(SurrogateSeedBatch):
+    """N seeds of PPO-clip: ``PPO._policy_loss`` per seed."""
+
+    members: list[PPO]  # type: ignore[assignment]
+
+    def _policy_loss(self, dist, batch, advantages):
+        ratio, info = self._ratio(dist, batch)
+        eps = self.members[0].clip_range
+        clipped = ratio.clamp(1 - eps, 1 + eps)
+        loss = -torch.min(ratio * advantages, clipped * advantages).mean(dim=-1)
+        with torch.no_grad():
+            info["clip_fraction"] = ((ratio - 1).abs() > eps).float().mean(dim=-1)
+        return loss, info
+
+
+SurrogatePG.seed_batch = SurrogateSeedBatch
+PPO.seed_batch = PPOSeedBatch
+PPOAdaptiveKL.seed_batch = None  # its penalty adapts per seed after each update: not batched yet

@@ -28,15 +28,18 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, weighted_mse
+from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, OffPolicySeedBatch, per_seed_weighted_mse, weighted_mse
+from agents.algos.seeds import stacked_noise
 from agents.api import hp, parameters_of
 from agents.nets import polyak_update
+from agents.nets.distributions import Categorical, TanhGaussian
 from agents.nets.offpolicy import CategoricalActor, SquashedGaussianActor, make_critics
+from agents.nets.stacked import StackedActorTrunk, StackedCritics, stack_parameters
 from agents.optim import adam
 
 
@@ -180,3 +183,101 @@ class SAC(OffPolicyAlgorithm):
     def load_extra_state(self, state: Mapping[str, Any]) -> None:
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
+
+
+class SACSeedBatch(OffPolicySeedBatch):
+    """N seeds of SAC as one batched model: ``SAC.compute_gradients`` per seed, with each
+    seed's temperature, noise and optimizer moments its own (see ``agents.algos.seeds``)."""
+
+    members: list[SAC]  # type: ignore[assignment]
+
+    def __init__(self, members: Sequence[SAC]):
+        super().__init__(members)
+        first = self.members[0]
+        self.discrete, self.action_dim = first.spec.discrete, first.spec.num_actions
+        self.actor = StackedActorTrunk([member.actor for member in self.members])
+        self.critic = StackedCritics([member.critic for member in self.members])
+        self.critic_target = StackedCritics([member.critic_target for member in self.members])
+        self.log_alpha = stack_parameters([[member.log_alpha] for member in self.members])[0]
+        self.auto_alpha, self.target_entropy = first.auto_alpha, first.target_entropy
+        groups = {
+            "critic": ([member.critic_optimizer for member in self.members], list(self.critic.parameters())),
+            "actor": ([member.actor_optimizer for member in self.members], list(self.actor.parameters())),
+        }
+        if self.auto_alpha:
+            groups["alpha"] = ([member.alpha_optimizer for member in self.members], [self.log_alpha])
+        self.optimizers = self._stack_optimizers(groups)
+
+    def _policy(self, obs: torch.Tensor) -> TanhGaussian | Categorical:
+        """Every seed's policy at obs (N, B, ...), as ``SquashedGaussianActor`` or ``CategoricalActor`` gives it."""
+        features = self.actor(obs)
+        if self.discrete:
+            return Categorical(features)
+        mean, log_std = features.split(self.action_dim, dim=-1)
+        return TanhGaussian(mean, log_std.clamp(SquashedGaussianActor.LOG_STD_MIN, SquashedGaussianActor.LOG_STD_MAX))
+
+    def _noise(self, dist: TanhGaussian | Categorical) -> torch.Tensor:
+        return stacked_noise(dist.draw, dist.noise_shape[1:], self.generators, self.device)
+
+    def policy_actions(self, obs: torch.Tensor) -> torch.Tensor:
+        dist = self._policy(obs)
+        return dist.sample(self._noise(dist))
+
+    def compute_gradients(self, batch):
+        alpha = self.log_alpha.exp().detach()  # (N,)
+        critic_loss, q_mean = self._critic_loss(batch, alpha)
+        actor_loss, log_probs = self._actor_loss(batch["obs"], alpha)
+        gradients = {
+            "critic": list(torch.autograd.grad(critic_loss.sum(), self.optimizers["critic"].parameters)),
+            "actor": list(torch.autograd.grad(actor_loss.sum(), self.optimizers["actor"].parameters)),
+        }
+        info = {"critic_loss": critic_loss, "actor_loss": actor_loss, "q_mean": q_mean, "alpha": alpha, "entropy": -log_probs.mean(dim=-1)}
+        if self.auto_alpha:
+            alpha_loss = -(self.log_alpha.unsqueeze(1) * (log_probs + self.target_entropy)).mean(dim=-1)
+            gradients["alpha"] = list(torch.autograd.grad(alpha_loss.sum(), [self.log_alpha]))
+            info["alpha_loss"] = alpha_loss
+        return gradients, {key: value.detach() for key, value in info.items()}
+
+    def _critic_loss(self, batch: Mapping[str, torch.Tensor], alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-seed critic losses (N,) and mean Q (N,)."""
+        obs, next_obs = batch["obs"], batch["next_obs"]
+        with torch.no_grad():
+            next_dist = self._policy(next_obs)
+            if self.discrete:
+                assert isinstance(next_dist, Categorical)
+                next_probs, next_log_probs = next_dist.logits.softmax(-1), next_dist.logits.log_softmax(-1)
+                next_q = self.critic_target(next_obs).min(dim=1).values  # (N, B, A)
+                soft_next_value = (next_probs * (next_q - alpha[:, None, None] * next_log_probs)).sum(-1)
+            else:
+                assert isinstance(next_dist, TanhGaussian)
+                next_actions, next_log_probs = next_dist.rsample_with_log_prob(self._noise(next_dist))
+                soft_next_value = self.critic_target(next_obs, next_actions).min(dim=1).values - alpha[:, None] * next_log_probs
+            targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * soft_next_value
+        if self.discrete:
+            q_all = self.critic(obs)  # (N, num_critics, B, A)
+            q_values = q_all.gather(3, batch["actions"].long()[:, None, :, None].expand(*q_all.shape[:3], 1)).squeeze(-1)
+        else:
+            q_values = self.critic(obs, batch["actions"])  # (N, num_critics, B)
+        self.record_td_errors(q_values, targets)
+        return per_seed_weighted_mse(q_values, targets, batch["weights"]), q_values.detach().mean(dim=(1, 2))
+
+    def _actor_loss(self, obs: torch.Tensor, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-seed actor losses (N,) and log pi (N, B) for the temperature loss."""
+        dist = self._policy(obs)
+        if self.discrete:
+            assert isinstance(dist, Categorical)
+            probs, log_probs = dist.logits.softmax(-1), dist.logits.log_softmax(-1)
+            with torch.no_grad():
+                q_values = self.critic(obs).min(dim=1).values
+            loss = (probs * (alpha[:, None, None] * log_probs - q_values)).sum(-1).mean(dim=-1)
+            return loss, (probs * log_probs).sum(-1).detach()
+        assert isinstance(dist, TanhGaussian)
+        actions, log_probs = dist.rsample_with_log_prob(self._noise(dist))
+        q_values = self.critic(obs, actions).min(dim=1).values
+        return (alpha[:, None] * log_probs - q_values).mean(dim=-1), log_probs.detach()
+
+    def update_targets(self) -> None:
+        polyak_update(self.critic_target, self.critic, self.config.tau)
+
+
+SAC.seed_batch = SACSeedBatch

@@ -1,0 +1,214 @@
+"""N seeds of one configuration trained in one process as one batched model.
+
+    members = [make(algo, spec, config, seed=s) for s in seeds]   # each built as its own run would be
+    batch = SeedBatch(members)      # parameters stacked (N, ...); each member's are views of its slice
+    loop:
+        acted = batch.act(obs)      # one forward for all seeds; each seed's noise from its own generator
+        step each seed's envs; batch.observe(transitions)   # into each member's own storage
+        if batch.ready_to_update(): logs = batch.update()   # one loss and backward for all seeds
+
+Independence is exact by construction, not by luck:
+
+- every random draw a member's own run makes (replay indices, minibatch orders, action and
+  target noise, exploration) is made from that member's generator, in the same order;
+- the losses are per-seed means, and the backward pass runs on their sum: seeds share no
+  parameter, so each seed's gradient is that of its own loss;
+- gradient clipping takes each seed's own norm; Adam is elementwise, so one Adam over the
+  stacked parameters is N Adams (one step count, which the seeds share: they update together);
+- storage, counters, schedules, temperatures, epsilon and normalization statistics stay the
+  members' (the training loop keeps one vector env per seed).
+
+A member's optimizer state is copied out of the stacked optimizer by ``sync_members`` (before
+saving), so ``members[i].state_dict()`` is exactly what its run alone would save, and a batch
+built from members that were loaded from such states continues them.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Sequence
+
+import torch
+
+from agents.api import Acted, Algorithm, ConfigError, Transitions
+from agents.optim import adam
+
+
+def stacked_index(stacked: Sequence[torch.Tensor]) -> dict[int, tuple[torch.Tensor, int]]:
+    """Where each member tensor lives: its data pointer -> (stacked tensor, slice index)."""
+    index = {}
+    for tensor in stacked:
+        for position in range(tensor.shape[0]):
+            index[tensor.data[position].data_ptr()] = (tensor, position)
+    return index
+
+
+class StackedAdam:
+    """One Adam over stacked parameters standing for the members' Adams (one per seed).
+
+    Built with the members' hyperparameters (they must agree) and, when the members have
+    already stepped (a resumed run), their moments stacked. ``export`` writes the moments
+    back into each member's optimizer in its own format."""
+
+    def __init__(self, member_optimizers: Sequence[torch.optim.Optimizer], stacked: Sequence[torch.Tensor]):
+        self.members = list(member_optimizers)
+        groups = [optimizer.param_groups for optimizer in self.members]
+        if any(len(member_groups) != 1 for member_groups in groups):
+            raise ValueError("stacked optimizers take members with one parameter group each")
+        settings = [{key: group[0][key] for key in ("lr", "betas", "eps", "weight_decay")} for group in groups]
+        if any(setting != settings[0] for setting in settings):
+            raise ValueError(f"the members' optimizers differ: {settings}")
+        self.index = stacked_index(stacked)
+        members_params = [group[0]["params"] for group in groups]
+        self.parameters: list[torch.Tensor] = []
+        for parameter in members_params[0]:
+            home, _ = self.index[parameter.data_ptr()]
+            if not any(home is known for known in self.parameters):
+                self.parameters.append(home)
+        self.optimizer = adam(self.parameters, **settings[0])
+        self._import()
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        self.optimizer.param_groups[0]["lr"] = value
+
+    def step(self) -> None:
+        self.optimizer.step()
+
+    def _pairs(self) -> list[tuple[torch.optim.Optimizer, torch.Tensor, torch.Tensor, int]]:
+        """(member optimizer, member parameter, stacked parameter, slice) for every member parameter."""
+        pairs = []
+        for optimizer in self.members:
+            for parameter in optimizer.param_groups[0]["params"]:
+                home, position = self.index[parameter.data_ptr()]
+                pairs.append((optimizer, parameter, home, position))
+        return pairs
+
+    def _import(self) -> None:
+        pairs = self._pairs()
+        stepped = [optimizer.state.get(parameter) for optimizer, parameter, _, _ in pairs]
+        if not any(stepped):
+            return
+        if not all(stepped):
+            raise ValueError("some members' optimizers have state and others none: they cannot train as one batch")
+        steps = {float(state["step"]) for state in stepped}
+        if len(steps) != 1:
+            raise ValueError(f"the members' optimizers are at different steps {sorted(steps)}")
+        for home in self.parameters:
+            parts = sorted((position, state) for (_, _, stacked, position), state in zip(pairs, stepped) if stacked is home)
+            self.optimizer.state[home] = {
+                "step": torch.as_tensor(parts[0][1]["step"], dtype=torch.float32).clone().to(home.device),
+                "exp_avg": torch.stack([state["exp_avg"] for _, state in parts]).to(home.device),
+                "exp_avg_sq": torch.stack([state["exp_avg_sq"] for _, state in parts]).to(home.device),
+            }
+
+    def export(self) -> None:
+        """Each member optimizer gets its slice of the moments, the step count and the learning rate."""
+        for optimizer, parameter, home, position in self._pairs():
+            optimizer.param_groups[0]["lr"] = self.lr
+            state = self.optimizer.state.get(home)
+            if not state:
+                continue
+            optimizer.state[parameter] = {
+                "step": state["step"].clone(),
+                "exp_avg": state["exp_avg"][position].clone(),
+                "exp_avg_sq": state["exp_avg_sq"][position].clone(),
+            }
+        for optimizer in self.members:
+            if hasattr(optimizer, "_tensor_lists"):
+                optimizer._tensor_lists = None  # a FusedAdam gathers its (new) state tensors again
+
+
+def clip_per_seed(gradients: Sequence[torch.Tensor], num_seeds: int, max_norm: float) -> torch.Tensor:
+    """``agents.optim.clip_gradients`` for each seed on its own: gradients of stacked parameters
+    (N * m, ...) are scaled in place so each seed's global norm is at most ``max_norm``;
+    returns the norms before (N,)."""
+    per_tensor = torch.stack([torch.linalg.vector_norm(gradient.reshape(num_seeds, -1), dim=1) for gradient in gradients])
+    norms = torch.linalg.vector_norm(per_tensor, dim=0)
+    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    for gradient in gradients:
+        gradient.view(num_seeds, -1).mul_(scale.unsqueeze(1))
+    return norms
+
+
+def stack_batches(batches: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Per-seed batches with the same keys -> one batch with a leading seed dimension."""
+    return {key: torch.stack([batch[key] for batch in batches]) for key in batches[0]}
+
+
+def stacked_noise(draw: Any, shape: Sequence[int], generators: Sequence[torch.Generator], device: torch.device) -> torch.Tensor:
+    """Each seed's draws of ``shape`` from its own generator, stacked: (N, *shape) on ``device``."""
+    return torch.stack([draw(tuple(shape), generator, torch.device("cpu")) for generator in generators]).to(device)
+
+
+def per_seed_logs(logs: dict[str, torch.Tensor], num_seeds: int) -> list[dict[str, float]]:
+    """{name: (N,) tensor} -> one {name: float} per seed, with one device transfer."""
+    if not logs:
+        return [{} for _ in range(num_seeds)]
+    names = list(logs)
+    values = torch.stack([logs[name].detach().float().expand(num_seeds) for name in names]).cpu().tolist()
+    return [{name: row[seed] for name, row in zip(names, values)} for seed in range(num_seeds)]
+
+
+class SeedBatch(abc.ABC):
+    """N members (algorithms of one class and configuration, built with their own seeds)
+    trained as one batched model; see the module docstring."""
+
+    def __init__(self, members: Sequence[Algorithm]):
+        members = list(members)
+        if not members:
+            raise ValueError("a seed batch needs at least one member")
+        classes = {type(member) for member in members}
+        if len(classes) != 1 or classes.pop().seed_batch is not type(self):
+            raise ValueError(f"{type(self).__name__} does not batch {sorted({type(m).name for m in members})}")
+        configs = {repr(member.config) for member in members}
+        if len(configs) != 1:
+            raise ValueError("the members of a seed batch must share one configuration")
+        reason = self.unsupported(members[0])
+        if reason:
+            raise ConfigError(reason)
+        self.members = members
+        self.num_seeds = len(members)
+        self.device = members[0].device
+        self.config = members[0].config
+        self.generators = [member.generator for member in members]
+        self.optimizers: dict[str, StackedAdam] = {}
+
+    @classmethod
+    def unsupported(cls, member: Algorithm) -> str | None:
+        """Why this member's configuration cannot train batched, or None."""
+        return None
+
+    # -- the loop's calls, per seed ----------------------------------------------------------
+
+    @abc.abstractmethod
+    def act(self, obs: Sequence[torch.Tensor]) -> list[Acted]:
+        """Each seed's behavior actions for its observations obs[i] (E, *obs_shape)."""
+
+    def observe(self, transitions: Sequence[Transitions]) -> None:
+        for member, member_transitions in zip(self.members, transitions, strict=True):
+            member.observe(member_transitions)
+
+    def ready_to_update(self) -> bool:
+        ready = {member.ready_to_update() for member in self.members}
+        if len(ready) != 1:
+            raise RuntimeError("the seeds of a batch fell out of step")
+        return ready.pop()
+
+    @abc.abstractmethod
+    def update(self) -> list[dict[str, float]]:
+        """One update of every seed; each seed's logs, as its own ``update()`` returns them."""
+
+    def sync_members(self) -> None:
+        """Copy the stacked optimizers' state into the members (their parameters are views
+        already): afterwards ``members[i].state_dict()`` is seed i's complete state."""
+        for optimizer in self.optimizers.values():
+            optimizer.export()
+
+    @staticmethod
+    def _stack_optimizers(pairs: dict[str, tuple[Sequence[torch.optim.Optimizer], Sequence[torch.Tensor]]]) -> dict[str, StackedAdam]:
+        return {name: StackedAdam(optimizers, stacked) for name, (optimizers, stacked) in pairs.items()}

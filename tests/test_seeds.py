@@ -1,0 +1,184 @@
+"""N seeds trained as one batched model: exactly the N runs they stand for."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import agents
+from agents.algos.seeds import StackedAdam, clip_per_seed
+from agents.api import Acted, ConfigError, Transitions
+from agents.envs import env_spec, make_vector_env, true_next_obs
+from agents.nets import mlp
+from agents.nets.stacked import StackedMLP
+from agents.optim import adam, clip_gradients
+
+SEEDS = (0, 1, 2)
+
+
+def build(algo: str, env_id: str, seed: int, overrides: dict, total_steps: int):
+    """An algorithm as ``benchmark.train.run`` builds it for ``seed``."""
+    torch.manual_seed(seed)
+    config = agents.resolve_config(algo, overrides)
+    return agents.make(algo, env_spec(env_id), config, total_steps=total_steps, seed=seed), config
+
+
+def transitions(obs, acted: Acted, step) -> Transitions:
+    next_obs, rewards, terminated, truncated, infos = step
+    final = true_next_obs(next_obs, infos)
+    return Transitions(
+        obs=obs,
+        acted=acted,
+        rewards=torch.as_tensor(rewards, dtype=torch.float32),
+        next_obs=torch.as_tensor(final, dtype=torch.float32),
+        terminated=torch.as_tensor(terminated),
+        truncated=torch.as_tensor(truncated),
+    )
+
+
+def parameters(algo) -> list[torch.Tensor]:
+    return [tensor.detach().clone() for module in algo.modules().values() for tensor in module.state_dict().values()]
+
+
+def train(algo: str, env_id: str, overrides: dict, steps: int, batched: bool):
+    """Collect and update for ``steps`` vector-env steps; per update, each seed's logs and
+    parameters."""
+    total = steps * overrides.get("num_envs", 1)
+    members, configs = zip(*(build(algo, env_id, seed, overrides, total) for seed in SEEDS))
+    config = configs[0]
+    envs = [
+        make_vector_env(env_id, config.num_envs, normalize_observations=config.normalize_observations,
+                        normalize_rewards=config.normalize_rewards, gamma=config.gamma)
+        for _ in SEEDS
+    ]
+    obs = [torch.as_tensor(env.reset(seed=seed)[0], dtype=torch.float32) for env, seed in zip(envs, SEEDS)]
+    batch = type(members[0]).seed_batch(members) if batched else None
+    history: list[tuple[list[dict], list[list[torch.Tensor]]]] = []
+    for _ in range(steps):
+        acted = batch.act(obs) if batch else [member.behavior_act(member_obs) for member, member_obs in zip(members, obs)]
+        stepped = [env.step(seed_acted.env_actions) for env, seed_acted in zip(envs, acted)]
+        seed_transitions = [transitions(o, a, s) for o, a, s in zip(obs, acted, stepped)]
+        if batch:
+            batch.observe(seed_transitions)
+        else:
+            for member, member_transitions in zip(members, seed_transitions):
+                member.observe(member_transitions)
+        obs = [torch.as_tensor(s[0], dtype=torch.float32) for s in stepped]
+        ready = batch.ready_to_update() if batch else members[0].ready_to_update()
+        if ready:
+            logs = batch.update() if batch else [member.update() for member in members]
+            history.append((logs, [parameters(member) for member in members]))
+    for env in envs:
+        env.close()
+    if batch:
+        batch.sync_members()
+    return history, members
+
+
+CASES = {
+    "sac": ("Pendulum-v1", {"hidden_sizes": [32, 32], "batch_size": 16, "start_steps": 20, "learning_starts": 20}),
+    "sac-discrete": ("CartPole-v1", {"hidden_sizes": [32, 32], "batch_size": 16, "start_steps": 20, "learning_starts": 20, "num_critics": 3}),
+    "td3": ("Pendulum-v1", {"hidden_sizes": [32, 32], "batch_size": 16, "start_steps": 20, "learning_starts": 20, "num_envs": 2}),
+    "ddpg": ("Pendulum-v1", {"hidden_sizes": [32, 32], "batch_size": 16, "learning_starts": 20, "critic_weight_decay": 0.01}),
+    "dqn": ("CartPole-v1", {"hidden_sizes": [32, 32], "batch_size": 16, "learning_starts": 20, "target_update_every": 5,
+                            "update_every": 2, "exploration_fraction": 0.5, "max_grad_norm": 0.5, "prioritized": True, "n_step": 3}),
+    "ppo": ("CartPole-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "num_minibatches": 4, "num_epochs": 2}),
+    "ppo-box": ("Pendulum-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "num_minibatches": 4, "num_epochs": 2,
+                                "shared_network": True, "anneal_clip_range": True}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_first_updates_of_a_batch_match_separate_runs(case):
+    """Same data, same losses, same parameters after each update, for three seeds."""
+    algo = case.split("-")[0]
+    env_id, overrides = CASES[case]
+    steps = 6 * 64 if algo == "ppo" else 60
+    separate, _ = train(algo, env_id, overrides, steps, batched=False)
+    batched, members = train(algo, env_id, overrides, steps, batched=True)
+    assert len(separate) == len(batched) >= 5
+    for (separate_logs, separate_parameters), (batched_logs, batched_parameters) in zip(separate, batched):
+        for seed in range(len(SEEDS)):
+            assert separate_logs[seed].keys() == batched_logs[seed].keys()
+            for key, value in separate_logs[seed].items():
+                assert math.isclose(batched_logs[seed][key], value, rel_tol=1e-4, abs_tol=1e-5), (seed, key)
+            for mine, theirs in zip(batched_parameters[seed], separate_parameters[seed], strict=True):
+                torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5)
+    # the seeds really differ: batching did not make them one run
+    final = [torch.cat([p.flatten() for p in parameters]) for parameters in batched[-1][1]]
+    assert not torch.allclose(final[0], final[1])
+
+
+def test_stacked_mlp_computes_each_copy_and_its_parameters_are_the_copies():
+    torch.manual_seed(0)
+    copies = [mlp(3, [8, 8], 2) for _ in range(4)]
+    inputs = torch.randn(4, 5, 3)
+    expected = torch.stack([copy(inputs[k]) for k, copy in enumerate(copies)])
+    stacked = StackedMLP(copies)
+    torch.testing.assert_close(stacked(inputs), expected)
+    with torch.no_grad():  # a write through the stack shows in the copy, and a load into the copy in the stack
+        stacked.weights[0][2].add_(1.0)
+        copies[3].load_state_dict(copies[0].state_dict())
+    torch.testing.assert_close(copies[2](inputs[2]), stacked(inputs)[2])
+    torch.testing.assert_close(stacked(inputs)[3], copies[0](inputs[3]))
+    torch.testing.assert_close(stacked(inputs[::2], every=2), stacked(inputs)[::2])
+
+
+def test_per_seed_clipping_clips_each_seed_as_alone():
+    torch.manual_seed(0)
+    scales = torch.tensor([0.01, 1.0, 10.0])
+    gradients = [torch.randn(3, 4, 5) * scales[:, None, None], torch.randn(3, 5) * scales[:, None]]
+    alone = [[gradient[seed].clone() for gradient in gradients] for seed in range(3)]
+    norms = clip_per_seed(gradients, 3, max_norm=1.0)
+    for seed in range(3):
+        norm = clip_gradients(alone[seed], 1.0)
+        torch.testing.assert_close(norms[seed], norm)
+        for mine, theirs in zip((gradient[seed] for gradient in gradients), alone[seed]):
+            torch.testing.assert_close(mine, theirs)
+    assert norms[0] < 1 and norms[2] > 1  # one seed under the limit, one far over: neither touched the other
+
+
+def test_stacked_adam_exports_each_members_state_and_imports_it_back():
+    torch.manual_seed(0)
+    copies = [mlp(2, [4], 1) for _ in range(3)]
+    optimizers = [adam(copy.parameters(), lr=1e-2) for copy in copies]
+    alone = [mlp(2, [4], 1) for _ in range(3)]
+    for mine, theirs in zip(alone, copies):
+        mine.load_state_dict(theirs.state_dict())
+    alone_optimizers = [adam(copy.parameters(), lr=1e-2) for copy in alone]
+    stacked = StackedMLP(copies)
+    stacked_optimizer = StackedAdam(optimizers, list(stacked.parameters()))
+    inputs = torch.randn(3, 6, 2)
+    for _ in range(3):
+        for parameter, gradient in zip(stacked.parameters(), torch.autograd.grad(stacked(inputs).pow(2).sum(), list(stacked.parameters()))):
+            parameter.grad = gradient
+        stacked_optimizer.step()
+        for k, (copy, optimizer) in enumerate(zip(alone, alone_optimizers)):
+            optimizer.zero_grad()
+            copy(inputs[k]).pow(2).sum().backward()
+            optimizer.step()
+    stacked_optimizer.export()
+    for k in range(3):
+        for mine, theirs in zip(copies[k].parameters(), alone[k].parameters()):
+            torch.testing.assert_close(mine, theirs)
+        exported, expected = optimizers[k].state_dict(), alone_optimizers[k].state_dict()
+        for index, state in expected["state"].items():
+            for key in ("step", "exp_avg", "exp_avg_sq"):
+                torch.testing.assert_close(exported["state"][index][key], state[key])
+    # a new stack over the members continues from their moments
+    again = StackedAdam(optimizers, list(StackedMLP(copies).parameters()))
+    for home in again.parameters:
+        assert float(again.optimizer.state[home]["step"]) == 3
+
+
+def test_batching_refuses_what_it_cannot_batch():
+    members = [build("dqn", "CartPole-v1", seed, {"recurrent": "gru"}, 1000)[0] for seed in (0, 1)]
+    with pytest.raises(ConfigError, match="recurrent"):
+        type(members[0]).seed_batch(members)
+    mixed = [build("dqn", "CartPole-v1", 0, {}, 1000)[0], build("dqn", "CartPole-v1", 1, {"learning_rate": 1e-3}, 1000)[0]]
+    with pytest.raises(ValueError, match="one configuration"):
+        type(mixed[0]).seed_batch(mixed)
+    assert agents.algorithm_class("ppo_kl").seed_batch is None and agents.algorithm_class("a2c").seed_batch is None
