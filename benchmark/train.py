@@ -7,6 +7,7 @@ update, state_dict), so every algorithm in the registry trains here unchanged.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import random
 import signal
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 
 import agents
-from agents.api import Algorithm, ConfigError, Transitions
+from agents.api import Acted, Algorithm, ConfigError, Transitions
 from agents.env_state import load_vector_env_state, vector_env_state
 from agents.envs import (
     env_spec,
@@ -193,44 +194,271 @@ def run(
     and may raise to stop the run there). A meta-learner trains in ``benchmark.meta_train``
     instead, with the same arguments and result.
     """
-    tracker = tracker or NullTracker()
     if agents.is_meta(spec.algo):
         from benchmark.meta_train import run_meta
 
-        return run_meta(spec, tracker, progress, checkpoint_dir, resume, checkpoint_metadata, remove_latest_on_finish, on_evaluation)
+        return run_meta(spec, tracker or NullTracker(), progress, checkpoint_dir, resume, checkpoint_metadata, remove_latest_on_finish, on_evaluation)
+    outcome = run_seeds(
+        [SeedJob(spec, tracker, progress, resume, checkpoint_metadata, on_evaluation)], checkpoint_dir, remove_latest_on_finish, batched=False
+    )[0]
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+@dataclass
+class SeedJob:
+    """One run of ``run_seeds``: its spec and what ``run`` takes for it."""
+
+    spec: RunSpec
+    tracker: Tracker | None = None
+    progress: ProgressCallback | None = None
+    resume: dict[str, Any] | None = None
+    checkpoint_metadata: dict[str, Any] | None = None
+    on_evaluation: EvaluationCallback | None = None
+
+
+def batch_key(spec: RunSpec) -> str:
+    """What the runs of one batch share: the spec without its seed (two specs with equal keys
+    differ only by seed)."""
+    data = spec.to_dict()
+    for name in ("seed", "run_key"):
+        data.pop(name)
+    return json.dumps(data, sort_keys=True, default=str)
+
+
+def batchable(spec: RunSpec) -> str | None:
+    """Why ``spec`` cannot train in a batch of seeds, or None when it can."""
+    if agents.is_meta(spec.algo):
+        return f"{spec.algo} is a meta-learner"
+    cls = agents.algorithm_class(spec.algo)
+    if cls.seed_batch is None:
+        return f"{spec.algo} has no batched training of seeds (it has: {', '.join(sorted(n for n, c in agents.ALGORITHMS.items() if c.seed_batch))})"
+    return cls.seed_batch.unsupported(cls, agents.resolve_config(spec.algo, spec.hyperparameters))
+
+
+def run_seeds(
+    jobs: list[SeedJob],
+    checkpoint_dir: Path | None = None,
+    remove_latest_on_finish: bool = True,
+    batched: bool = True,
+) -> list[RunResult | BaseException]:
+    """Train runs that differ only by seed in this process, as ``run`` trains each: with
+    ``batched``, as one batched model (``agents.algos.seeds.SeedBatch``), each seed with its own
+    envs, evaluations, checkpoints and tracker. Returns each run's result, or the exception
+    that ended it: a run that diverges (non-finite losses), whose evaluation callback raises,
+    or whose envs fail ends alone, and the others go on. Resumed runs must be at one step.
+    """
+    if batched:
+        keys = {batch_key(job.spec) for job in jobs}
+        if len(keys) != 1:
+            raise ConfigError("the runs of a batch must differ only by seed")
+        reason = batchable(jobs[0].spec)
+        if reason:
+            raise ConfigError(f"cannot train seeds of {jobs[0].spec.algo} batched: {reason}")
+    elif len(jobs) != 1:
+        raise ValueError("unbatched, run_seeds trains one run")
+    spec = jobs[0].spec
     torch.set_num_threads(spec.torch_threads)
-    seed_everything(spec.seed)
     device = resolve_device(spec.device)
-    config = agents.resolve_config(spec.algo, spec.hyperparameters)
-    budget = spec.budget
-    run_dir = checkpoint.run_directory(checkpoint_dir, spec.run_key) if checkpoint_dir is not None else None
-    if run_dir is not None:
-        checkpoint.remove_partial_writes(run_dir)
+    seeds: list[_SeedRun] = []
+    try:
+        for job in jobs:
+            seeds.append(_SeedRun(job, device, checkpoint_dir))
+        if len({seed.loop.step for seed in seeds if seed.error is None}) > 1:
+            raise ValueError(f"resumed runs at different steps cannot train as one batch: {[seed.loop.step for seed in seeds]}")
+        _train(seeds, batched)
+        for seed in seeds:
+            if seed.error is None:
+                seed.guard(seed.finish, remove_latest_on_finish)
+    finally:
+        for seed in seeds:
+            seed.close()
+    return [seed.error if seed.error is not None else seed.result for seed in seeds]
 
-    train_envs = make_vector_env(
-        spec.env_id,
-        config.num_envs,
-        normalize_observations=config.normalize_observations,
-        normalize_rewards=config.normalize_rewards,
-        gamma=config.gamma,
-        clip_observations=config.clip_observations,
-        clip_rewards=config.clip_rewards,
-    )
-    eval_envs = make_vector_env(
-        spec.env_id,
-        budget.eval_episodes,
-        normalize_observations=config.normalize_observations,
-        clip_observations=config.clip_observations,
-    )
-    freeze_normalization(eval_envs)
-    algo = agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=budget.total_steps, device=device, seed=spec.seed)
-    result = RunResult(spec, device=str(device))
-    loop = _Loop(next_eval=budget.eval_every, next_checkpoint=spec.checkpoint_interval)
 
-    def evaluate_now(step: int) -> None:
-        evaluation = evaluate(algo, eval_envs, train_envs, spec.seed + EVAL_SEED_OFFSET, device, step)
-        result.evaluations.append(evaluation)
-        tracker.log_metrics(
+class _Alone:
+    """One algorithm (any: recurrent, offline) behind the interface of a seed batch."""
+
+    def __init__(self, seed: "_SeedRun"):
+        self.seed, self.algo = seed, seed.algo
+
+    def act(self, seeds: list["_SeedRun"]) -> list[Acted]:
+        return [self.algo.behavior_act(self.seed.obs_tensor, self.seed.state)]
+
+    def ready_to_update(self) -> bool:
+        return self.algo.ready_to_update()
+
+    def update(self) -> list[dict[str, float]]:
+        return [self.algo.update()]
+
+    def sync_members(self) -> None:
+        pass
+
+
+def _learner(seeds: list["_SeedRun"], batched: bool) -> Any:
+    if not batched:
+        return _Alone(seeds[0])
+    members = [seed.algo for seed in seeds]
+    return type(members[0]).seed_batch(members)
+
+
+def _train(seeds: list["_SeedRun"], batched: bool) -> None:
+    """The loop: act for every running seed at once, step each seed's envs, update all at once;
+    then each seed's evaluations, progress, checkpoints. A seed that fails leaves the batch."""
+    running = [seed for seed in seeds if seed.error is None]
+    if not running:
+        return
+    learner = _learner(running, batched)
+    collects = running[0].algo.collects_experience
+    for seed in running:
+        seed.start_clock()
+    with _StopSignal() as stop:
+        while running:
+            if collects:
+                for seed, acted in zip(running, learner.act(running), strict=True):
+                    seed.guard(seed.collect, acted)
+            else:
+                for seed in running:
+                    seed.loop.step += seed.algo.samples_per_update
+            if learner.ready_to_update():
+                for seed, logs in zip(running, learner.update(), strict=True):
+                    if seed.error is None:
+                        seed.guard(seed.record_update, logs)
+            evaluating = [seed for seed in running if seed.error is None and seed.evaluation_due()]
+            if evaluating:
+                learner.sync_members()
+                eval_seconds = sum(seed.evaluate_now() for seed in evaluating)
+                for seed in running:  # time spent on any seed's evaluation is time none trained
+                    seed.loop.eval_seconds += eval_seconds
+                for seed in evaluating:
+                    seed.guard(seed.after_evaluation)
+            for seed in running:
+                if seed.error is None:
+                    seed.guard(seed.report_progress)
+            if any(seed.error is None and seed.loop.step >= seed.spec.budget.total_steps for seed in running):
+                break
+            due = [seed for seed in running if seed.error is None and seed.checkpoint_due()]
+            if due:
+                learner.sync_members()
+                for seed in due:
+                    seed.guard(seed.save)
+            if stop.received:
+                learner.sync_members()
+                for seed in running:
+                    if seed.error is None:
+                        seed.guard(seed.preempt)
+            still = [seed for seed in running if seed.error is None]
+            if len(still) < len(running):
+                learner.sync_members()
+                running = still
+                if running:
+                    learner = _learner(running, batched)
+    if running:
+        learner.sync_members()
+
+
+class _SeedRun:
+    """One run's part of the loop: its envs, algorithm, counters, evaluations and checkpoints."""
+
+    def __init__(self, job: SeedJob, device: torch.device, checkpoint_dir: Path | None):
+        spec = self.spec = job.spec
+        self.job, self.device = job, device
+        self.tracker: Tracker = job.tracker or NullTracker()
+        self.error: BaseException | None = None
+        self.result = RunResult(spec, device=str(device))
+        self.loop = _Loop(next_eval=spec.budget.eval_every, next_checkpoint=spec.checkpoint_interval)
+        self.state: Any = None
+        self.started = 0.0
+        seed_everything(spec.seed)
+        config = self.config = agents.resolve_config(spec.algo, spec.hyperparameters)
+        self.run_dir = checkpoint.run_directory(checkpoint_dir, spec.run_key) if checkpoint_dir is not None else None
+        if self.run_dir is not None:
+            checkpoint.remove_partial_writes(self.run_dir)
+        self.train_envs = make_vector_env(
+            spec.env_id,
+            config.num_envs,
+            normalize_observations=config.normalize_observations,
+            normalize_rewards=config.normalize_rewards,
+            gamma=config.gamma,
+            clip_observations=config.clip_observations,
+            clip_rewards=config.clip_rewards,
+        )
+        self.eval_envs = make_vector_env(
+            spec.env_id,
+            spec.budget.eval_episodes,
+            normalize_observations=config.normalize_observations,
+            clip_observations=config.clip_observations,
+        )
+        freeze_normalization(self.eval_envs)
+        self.algo = agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=spec.budget.total_steps, device=device, seed=spec.seed)
+        if job.resume is None:
+            self.obs, _ = self.train_envs.reset(seed=spec.seed)
+        else:
+            try:
+                self.obs, self.state = _restore(job.resume, self.algo, self.train_envs, self.loop, self.result, spec, device)
+            except (KeyError, ValueError, RuntimeError, TypeError) as error:
+                self.error = ResumeError(f"cannot resume {spec.label} from its checkpoint: {type(error).__name__}: {error}")
+                self.error.__cause__ = error
+                return
+        self.obs_tensor = torch.as_tensor(self.obs, dtype=torch.float32, device=device)
+
+    def guard(self, step: Callable[..., Any], *arguments: Any) -> None:
+        """Run one of this seed's steps; an exception ends this seed's run (Ctrl-C ends all)."""
+        try:
+            step(*arguments)
+        except Exception as error:  # noqa: BLE001 - kept as the run's outcome, raised by run()
+            self.error = error
+
+    def start_clock(self) -> None:
+        """Wall time before a resume counts."""
+        self.started = time.perf_counter() - self.loop.train_seconds - self.loop.eval_seconds
+
+    def collect(self, acted: Acted) -> None:
+        """Step this seed's envs with ``acted``, store the transitions, log ended episodes."""
+        algo, device = self.algo, self.device
+        next_obs, rewards, terminated, truncated, infos = self.train_envs.step(acted.env_actions)
+        next_obs_tensor = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
+        if acted.state is not None:
+            self.state = algo.reset_state(acted.state, torch.as_tensor(terminated | truncated, device=device))
+        else:
+            self.state = None
+        # where an episode ended, the stored next observation is its final one, not the reset one
+        final_obs = true_next_obs(next_obs, infos)
+        algo.observe(
+            Transitions(
+                obs=self.obs_tensor,
+                acted=acted,
+                rewards=torch.as_tensor(rewards, dtype=torch.float32, device=device),
+                next_obs=next_obs_tensor if final_obs is next_obs else torch.as_tensor(final_obs, dtype=torch.float32, device=device),
+                terminated=torch.as_tensor(terminated, device=device),
+                truncated=torch.as_tensor(truncated, device=device),
+            )
+        )
+        self.obs, self.obs_tensor = next_obs, next_obs_tensor
+        self.loop.step += self.config.num_envs
+        for episode_return, episode_length in finished_episodes(infos):
+            self.tracker.log_metrics({"train/episode_return": episode_return, "train/episode_length": episode_length}, self.loop.step)
+
+    def record_update(self, logs: dict[str, float]) -> None:
+        check_finite(logs, self.loop.step)
+        for key, value in logs.items():
+            self.loop.update_logs.setdefault(key, []).append(value)
+
+    def evaluation_due(self) -> bool:
+        return self.loop.step >= self.loop.next_eval or self.loop.step >= self.spec.budget.total_steps
+
+    def evaluate_now(self) -> float:
+        """Log the losses and evaluate; the seconds the evaluation took."""
+        loop, step = self.loop, self.loop.step
+        loop.train_seconds = time.perf_counter() - self.started - loop.eval_seconds
+        losses = {f"train/{key}": float(np.mean(values)) for key, values in loop.update_logs.items()}
+        self.tracker.log_metrics({**losses, "perf/steps_per_second": step / max(loop.train_seconds, 1e-9)}, step)
+        loop.update_logs.clear()
+        eval_started = time.perf_counter()
+        evaluation = evaluate(self.algo, self.eval_envs, self.train_envs, self.spec.seed + EVAL_SEED_OFFSET, self.device, step)
+        self.result.evaluations.append(evaluation)
+        self.tracker.log_metrics(
             {
                 "eval/return_mean": evaluation.mean,
                 "eval/return_std": evaluation.std,
@@ -238,109 +466,78 @@ def run(
             },
             step,
         )
+        loop.next_eval += self.spec.budget.eval_every
+        self.tracker.flush()
+        return time.perf_counter() - eval_started
 
-    def save(obs: np.ndarray, state: Any) -> Path:
+    def after_evaluation(self) -> None:
+        if self.job.on_evaluation is not None:
+            self.job.on_evaluation(self.result.evaluations[-1])
+
+    def report_progress(self) -> None:
+        loop, total = self.loop, self.spec.budget.total_steps
+        if self.job.progress is not None and (loop.step >= loop.next_progress or loop.step >= total):
+            self.job.progress(loop.step, total, self.result.evaluations[-1].mean if self.result.evaluations else None)
+            loop.next_progress = loop.step + max(total // 100, 1)
+
+    def checkpoint_due(self) -> bool:
+        interval = self.spec.checkpoint_interval
+        if self.run_dir is not None and interval and self.loop.step >= self.loop.next_checkpoint:
+            self.loop.next_checkpoint = self.loop.step + interval
+            return True
+        return False
+
+    def save(self) -> Path:
         """Flush the metrics first: everything logged up to this step is stored before the
         checkpoint that a resume starts from exists."""
-        assert run_dir is not None
-        tracker.flush()
-        loop.train_seconds = time.perf_counter() - started - loop.eval_seconds
-        env_state = vector_env_state(train_envs)
+        assert self.run_dir is not None
+        spec, algo, loop = self.spec, self.algo, self.loop
+        self.tracker.flush()
+        loop.train_seconds = time.perf_counter() - self.started - loop.eval_seconds
+        env_state = vector_env_state(self.train_envs)
         payload = {
             "format": checkpoint.FORMAT,
             "spec": spec.to_dict(),
-            "metadata": dict(checkpoint_metadata or {}),
+            "metadata": dict(self.job.checkpoint_metadata or {}),
             "loop": dataclasses.asdict(loop),
-            "evaluations": [dataclasses.asdict(evaluation) for evaluation in result.evaluations],
-            "obs": torch.as_tensor(obs),
-            "recurrent_state": _to_cpu(state),
-            "algorithm": algo.state_dict(),
+            "evaluations": [dataclasses.asdict(evaluation) for evaluation in self.result.evaluations],
+            "obs": torch.as_tensor(self.obs),
+            "recurrent_state": _to_cpu(self.state),
+            "algorithm": _own_storage(algo.state_dict()),
             "replay": algo.replay_state_dict() if spec.checkpoint_replay_buffer else None,
             "envs": env_state,
             # whether resuming from here continues exactly as if never stopped
             "exact": env_state is not None and (spec.checkpoint_replay_buffer or not algo.has_replay_buffer),
-            "normalization": _normalization_tensors(train_envs),
+            "normalization": _normalization_tensors(self.train_envs),
             "rng": checkpoint.rng_state(),
         }
-        return checkpoint.write_atomic(payload, run_dir / checkpoint.LATEST)
+        return checkpoint.write_atomic(payload, self.run_dir / checkpoint.LATEST)
 
-    try:
-        if resume is None:
-            obs, _ = train_envs.reset(seed=spec.seed)
-            state: Any = None
-        else:
-            try:
-                obs, state = _restore(resume, algo, train_envs, loop, result, spec, device)
-            except (KeyError, ValueError, RuntimeError, TypeError) as error:
-                raise ResumeError(f"cannot resume {spec.label} from its checkpoint: {type(error).__name__}: {error}") from error
-        started = time.perf_counter() - loop.train_seconds - loop.eval_seconds  # wall time before a resume counts
-        with _StopSignal() as stop:
-            obs_tensor = torch.as_tensor(obs, dtype=torch.float32, device=device)
-            while loop.step < budget.total_steps:
-                if algo.collects_experience:
-                    acted = algo.behavior_act(obs_tensor, state)
-                    next_obs, rewards, terminated, truncated, infos = train_envs.step(acted.env_actions)
-                    next_obs_tensor = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
-                    if acted.state is not None:
-                        state = algo.reset_state(acted.state, torch.as_tensor(terminated | truncated, device=device))
-                    else:
-                        state = None
-                    # where an episode ended, the stored next observation is its final one, not the reset one
-                    final_obs = true_next_obs(next_obs, infos)
-                    algo.observe(
-                        Transitions(
-                            obs=obs_tensor,
-                            acted=acted,
-                            rewards=torch.as_tensor(rewards, dtype=torch.float32, device=device),
-                            next_obs=next_obs_tensor if final_obs is next_obs else torch.as_tensor(final_obs, dtype=torch.float32, device=device),
-                            terminated=torch.as_tensor(terminated, device=device),
-                            truncated=torch.as_tensor(truncated, device=device),
-                        )
-                    )
-                    obs, obs_tensor = next_obs, next_obs_tensor
-                    loop.step += config.num_envs
-                    step = loop.step
+    def preempt(self) -> None:
+        where = f"; checkpoint {self.save()}" if self.run_dir is not None else ""
+        raise Preempted(f"stopped by SIGTERM at env step {self.loop.step}{where}")
 
-                    for episode_return, episode_length in finished_episodes(infos):
-                        tracker.log_metrics({"train/episode_return": episode_return, "train/episode_length": episode_length}, step)
-                else:  # an offline learner: each update consumes samples_per_update stored samples
-                    loop.step += algo.samples_per_update
-                    step = loop.step
+    def finish(self, remove_latest_on_finish: bool) -> None:
+        final = policy_checkpoint(self.algo, self.train_envs, self.spec)
+        final["algorithm"] = _own_storage(final["algorithm"])
+        finish(self.result, self.loop, self.started, self.tracker, self.run_dir, final, remove_latest_on_finish)
 
-                if algo.ready_to_update():
-                    logs = algo.update()
-                    check_finite(logs, step)
-                    for key, value in logs.items():
-                        loop.update_logs.setdefault(key, []).append(value)
+    def close(self) -> None:
+        for envs in ("train_envs", "eval_envs"):
+            if hasattr(self, envs):
+                getattr(self, envs).close()
 
-                if step >= loop.next_eval or step >= budget.total_steps:
-                    loop.train_seconds = time.perf_counter() - started - loop.eval_seconds
-                    losses = {f"train/{key}": float(np.mean(values)) for key, values in loop.update_logs.items()}
-                    tracker.log_metrics({**losses, "perf/steps_per_second": step / max(loop.train_seconds, 1e-9)}, step)
-                    loop.update_logs.clear()
-                    eval_started = time.perf_counter()
-                    evaluate_now(step)
-                    loop.eval_seconds += time.perf_counter() - eval_started
-                    loop.next_eval += budget.eval_every
-                    tracker.flush()
-                    if on_evaluation is not None:
-                        on_evaluation(result.evaluations[-1])
-                if progress is not None and (step >= loop.next_progress or step >= budget.total_steps):
-                    progress(step, budget.total_steps, result.evaluations[-1].mean if result.evaluations else None)
-                    loop.next_progress = step + max(budget.total_steps // 100, 1)
-                if step >= budget.total_steps:
-                    break
-                if run_dir is not None and spec.checkpoint_interval and step >= loop.next_checkpoint:
-                    loop.next_checkpoint = step + spec.checkpoint_interval
-                    save(obs, state)
-                if stop.received:
-                    where = f"; checkpoint {save(obs, state)}" if run_dir is not None else ""
-                    raise Preempted(f"stopped by SIGTERM at env step {step}{where}")
 
-        return finish(result, loop, started, tracker, run_dir, policy_checkpoint(algo, train_envs, spec), remove_latest_on_finish)
-    finally:
-        train_envs.close()
-        eval_envs.close()
+def _own_storage(state: Any) -> Any:
+    """``state`` with every tensor copied into storage of its own: a batched member's
+    parameters are views of the whole batch's, which saving would otherwise write out whole."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().clone() if state.untyped_storage().nbytes() > state.nbytes else state
+    if isinstance(state, dict):
+        return {key: _own_storage(value) for key, value in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_own_storage(value) for value in state)
+    return state
 
 
 def finish(

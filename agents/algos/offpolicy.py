@@ -456,10 +456,9 @@ class OffPolicySeedBatch(SeedBatch):
         self.td_errors: torch.Tensor | None = None  # (N, B) of the last batch, for PER
 
     @classmethod
-    def unsupported(cls, member: Algorithm) -> str | None:
-        assert isinstance(member, OffPolicyAlgorithm)
-        if member.recurrent:
-            return f"{member.name} with recurrent={member.config.recurrent!r} has no batched training of seeds; use one seed per process"
+    def unsupported(cls, algorithm: type[Algorithm], config: Any) -> str | None:
+        if config.recurrent != "none":
+            return f"{algorithm.name} with recurrent={config.recurrent!r} has no batched training of seeds; use one seed per process"
         return None
 
     def act(self, obs: Sequence[torch.Tensor]) -> list[Acted]:

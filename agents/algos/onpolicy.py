@@ -531,12 +531,9 @@ class OnPolicySeedBatch(SeedBatch):
         )
 
     @classmethod
-    def unsupported(cls, member: Algorithm) -> str | None:
-        assert isinstance(member, OnPolicyAlgorithm)
-        if member.config.recurrent is not None:
-            return f"{member.name} with recurrent={member.config.recurrent!r} has no batched training of seeds; use one seed per process"
-        if not member.learns_value:
-            return f"{member.name} without a learned baseline has no batched training of seeds; use one seed per process"
+    def unsupported(cls, algorithm: type[Algorithm], config: Any) -> str | None:
+        if config.recurrent is not None:
+            return f"{algorithm.name} with recurrent={config.recurrent!r} has no batched training of seeds; use one seed per process"
         return None
 
     def act(self, obs: Sequence[torch.Tensor]) -> list[Acted]:

@@ -219,11 +219,10 @@ class SurrogateSeedBatch(OnPolicySeedBatch):
     members: list[SurrogatePG]  # type: ignore[assignment]
 
     @classmethod
-    def unsupported(cls, member: Algorithm) -> str | None:
-        assert isinstance(member, SurrogatePG)
-        if member.config.target_kl is not None:
-            return f"{member.name} with target_kl stops each seed's epochs at its own point; batched training of seeds needs target_kl: null"
-        return super().unsupported(member)
+    def unsupported(cls, algorithm: type[Algorithm], config: Any) -> str | None:
+        if config.target_kl is not None:
+            return f"{algorithm.name} with target_kl stops each seed's epochs at its own point; batched training of seeds needs target_kl: null"
+        return super().unsupported(algorithm, config)
 
     def _optimize(self) -> list[dict[str, float]]:
         config = self.config

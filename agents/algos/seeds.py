@@ -168,7 +168,7 @@ class SeedBatch(abc.ABC):
         configs = {repr(member.config) for member in members}
         if len(configs) != 1:
             raise ValueError("the members of a seed batch must share one configuration")
-        reason = self.unsupported(members[0])
+        reason = self.unsupported(type(members[0]), members[0].config)
         if reason:
             raise ConfigError(reason)
         self.members = members
@@ -179,8 +179,8 @@ class SeedBatch(abc.ABC):
         self.optimizers: dict[str, StackedAdam] = {}
 
     @classmethod
-    def unsupported(cls, member: Algorithm) -> str | None:
-        """Why this member's configuration cannot train batched, or None."""
+    def unsupported(cls, algorithm: type[Algorithm], config: Any) -> str | None:
+        """Why ``algorithm`` with ``config`` cannot train batched, or None."""
         return None
 
     # -- the loop's calls, per seed ----------------------------------------------------------
