@@ -283,8 +283,8 @@ class _Alone:
     def __init__(self, seed: "_SeedRun"):
         self.seed, self.algo = seed, seed.algo
 
-    def act(self, seeds: list["_SeedRun"]) -> list[Acted]:
-        return [self.algo.behavior_act(self.seed.obs_tensor, self.seed.state)]
+    def act(self, obs: list[torch.Tensor]) -> list[Acted]:
+        return [self.algo.behavior_act(obs[0], self.seed.state)]
 
     def ready_to_update(self) -> bool:
         return self.algo.ready_to_update()
@@ -316,7 +316,7 @@ def _train(seeds: list["_SeedRun"], batched: bool) -> None:
     with _StopSignal() as stop:
         while running:
             if collects:
-                for seed, acted in zip(running, learner.act(running), strict=True):
+                for seed, acted in zip(running, learner.act([seed.obs_tensor for seed in running]), strict=True):
                     seed.guard(seed.collect, acted)
             else:
                 for seed in running:

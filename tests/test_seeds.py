@@ -182,3 +182,64 @@ def test_batching_refuses_what_it_cannot_batch():
     with pytest.raises(ValueError, match="one configuration"):
         type(mixed[0]).seed_batch(mixed)
     assert agents.algorithm_class("ppo_kl").seed_batch is None and agents.algorithm_class("a2c").seed_batch is None
+
+
+def _specs(algo: str, env_id: str, overrides: dict, total: int, every: int):
+    from benchmark.config import Budget, RunSpec
+
+    config = agents.resolve_config(algo, overrides).to_dict()
+    return [RunSpec("t", algo, env_id, seed, config, Budget(total, every, 2), device="cpu") for seed in SEEDS]
+
+
+@pytest.mark.parametrize("algo", ["dqn", "ppo"])
+def test_run_seeds_batched_evaluates_as_the_separate_runs(algo):
+    """The whole loop (envs, updates, evaluations): a batch of three seeds gives each seed's
+    evaluations of its run alone."""
+    from benchmark import train
+
+    env_id, overrides = CASES[algo]
+    specs = _specs(algo, env_id, overrides, 512, 256)
+    batched = train.run_seeds([train.SeedJob(spec) for spec in specs])
+    for spec, outcome in zip(specs, batched):
+        alone = train.run(spec)
+        assert isinstance(outcome, train.RunResult)
+        assert [e.step for e in outcome.evaluations] == [e.step for e in alone.evaluations] == [256, 512]
+        for mine, theirs in zip(outcome.evaluations, alone.evaluations):
+            np.testing.assert_allclose(mine.returns, theirs.returns, rtol=1e-5)
+
+
+def test_a_divergent_seed_fails_alone(monkeypatch):
+    """NaN injected into seed 1's critic: its run ends with non-finite losses, seeds 0 and 2
+    finish with the evaluations of their runs alone."""
+    from benchmark import train
+
+    make = agents.make
+
+    def poisoned(name, spec, config, **kwargs):
+        algo = make(name, spec, config, **kwargs)
+        if kwargs["seed"] == 1:
+            with torch.no_grad():
+                next(algo.critic.parameters()).fill_(float("nan"))
+        return algo
+
+    specs = _specs("sac", *CASES["sac"], 200, 100)
+    monkeypatch.setattr(agents, "make", poisoned)
+    outcomes = train.run_seeds([train.SeedJob(spec) for spec in specs])
+    monkeypatch.setattr(agents, "make", make)
+    assert isinstance(outcomes[1], train.NonFiniteLoss)
+    for seed in (0, 2):
+        assert isinstance(outcomes[seed], train.RunResult)
+        alone = train.run(specs[seed])
+        np.testing.assert_allclose([e.returns for e in outcomes[seed].evaluations], [e.returns for e in alone.evaluations], rtol=1e-5)
+        assert all(math.isfinite(r) for e in outcomes[seed].evaluations for r in e.returns)
+
+
+def test_run_seeds_refuses_runs_that_differ_beyond_the_seed():
+    from benchmark import train
+
+    specs = _specs("dqn", *CASES["dqn"], 100, 100)
+    other = _specs("dqn", "CartPole-v1", {**CASES["dqn"][1], "learning_rate": 1e-3}, 100, 100)
+    with pytest.raises(ConfigError, match="differ only by seed"):
+        train.run_seeds([train.SeedJob(specs[0]), train.SeedJob(other[1])])
+    with pytest.raises(ConfigError, match="ppo_kl has no batched training"):
+        train.run_seeds([train.SeedJob(spec) for spec in _specs("ppo_kl", "CartPole-v1", {}, 100, 100)])
