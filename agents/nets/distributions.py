@@ -136,15 +136,10 @@ class MultiCategorical(_Sampled):
         return sum(mine.kl(theirs) for mine, theirs in zip(self.parts, other.parts))
 
 
-class DiagGaussian(_Sampled):
-    """Gaussian with diagonal covariance: mean (B, d), log_std (B, d) or (d,).
+class _Gaussian(_Sampled):
+    """What both Gaussians share: standard-normal noise of the mean's shape."""
 
-    Closed forms written out rather than through ``torch.distributions.Normal``: acting on one
-    observation is a few small tensors, where each avoided op is a measurable share."""
-
-    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
-        self.mean, self.log_std = mean, log_std  # a (d,) log_std stays broadcast: fewer ops, lighter backward
-        self.std = log_std.exp()
+    mean: torch.Tensor
 
     @property
     def noise_shape(self) -> torch.Size:
@@ -153,6 +148,17 @@ class DiagGaussian(_Sampled):
     @property
     def device(self) -> torch.device:
         return self.mean.device
+
+
+class DiagGaussian(_Gaussian):
+    """Gaussian with diagonal covariance: mean (B, d), log_std (B, d) or (d,).
+
+    Closed forms written out rather than through ``torch.distributions.Normal``: acting on one
+    observation is a few small tensors, where each avoided op is a measurable share."""
+
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
+        self.mean, self.log_std = mean, log_std  # a (d,) log_std stays broadcast: fewer ops, lighter backward
+        self.std = log_std.exp()
 
     def sample(self, noise: torch.Tensor | None = None) -> torch.Tensor:
         if noise is None:
@@ -185,7 +191,7 @@ class DiagGaussian(_Sampled):
         return 0.5 * (variance_ratio + mean_term - 1 - variance_ratio.log()).sum(-1)
 
 
-class TanhGaussian(_Sampled):
+class TanhGaussian(_Gaussian):
     """tanh(u), u ~ N(mean, std): actions in (-1, 1), as in SAC (Haarnoja et al. 2018, App. C).
 
     ``log_prob`` corrects for the tanh with log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)),
@@ -196,14 +202,6 @@ class TanhGaussian(_Sampled):
     def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
         self.mean, self.log_std = mean, log_std
         self.std = log_std.exp()
-
-    @property
-    def noise_shape(self) -> torch.Size:
-        return self.mean.shape
-
-    @property
-    def device(self) -> torch.device:
-        return self.mean.device
 
     def rsample_with_log_prob(self, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterized actions (B, d) and their log-probabilities (B,)."""
