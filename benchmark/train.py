@@ -326,8 +326,7 @@ def _train(seeds: list["_SeedRun"], batched: bool) -> None:
                     if seed.error is None:
                         seed.guard(seed.record_update, logs)
             evaluating = [seed for seed in running if seed.error is None and seed.evaluation_due()]
-            if evaluating:
-                learner.sync_members()
+            if evaluating:  # members act with views of the batch's parameters: nothing to copy first
                 eval_seconds = sum(seed.evaluate_now() for seed in evaluating)
                 for seed in running:  # time spent on any seed's evaluation is time none trained
                     seed.loop.eval_seconds += eval_seconds
