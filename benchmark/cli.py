@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint-replay-buffer", action="store_true",
         help="include the replay buffer in checkpoints (large), so off-policy runs resume exactly",
     )
+    _add_seeds_per_process(run)
     run.add_argument("--results-dir", type=Path, default=Path("results"), help="MLflow store, artifacts, checkpoints")
     run.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite in --results-dir)")
 
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     baseline.add_argument("--output", type=Path, help="baseline JSON (default results/baselines/<suite>.json)")
     baseline.add_argument("--seeds", type=int, nargs="+", help="override the suite's seeds")
     baseline.add_argument("--workers", type=int, default=1, help="runs trained in parallel processes (default 1)")
+    _add_seeds_per_process(baseline)
     _add_store_arguments(baseline)
 
     regress = commands.add_parser("regress", help="rerun a suite on new seeds and compare with its baseline; exit 1 on a regression")
@@ -90,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     regress.add_argument("--algos", nargs="+", help="check only these algorithms' rows")
     regress.add_argument("--envs", nargs="+", help="check only the rows on these environments")
     regress.add_argument("--workers", type=int, default=1, help="runs trained in parallel processes (default 1)")
+    _add_seeds_per_process(regress)
     regress.add_argument("--alpha", type=float, default=0.05, help="family-wise false-alarm rate (Holm over rows; default 0.05)")
     regress.add_argument("--min-effect", type=float, default=0.1, help="smallest drop that counts, in normalized score (default 0.1)")
     _add_store_arguments(regress)
@@ -108,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune = commands.add_parser(
         "tune", help="Optuna study: tune ALGO on ENV against its reference score (tune show|export STUDY to read one)",
         description="Run (or resume) an Optuna study of --algo on --env; `tune show STUDY` and `tune export STUDY` read one.",
+        allow_abbrev=False,  # `tune export S --seeds N` is export's option, not an abbreviation of tune's --seeds-per-*
     )
     tune.add_argument("--algo", help="algorithm to tune (its search space: suites/search/ALGO.yaml)")
     tune.add_argument("--env", help="gymnasium id; its reference and random scores normalize the objective")
@@ -115,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--budget", type=int, metavar="STEPS",
                       help="env steps per seed of a trial (default: the budget of the suite that runs ALGO on ENV)")
     tune.add_argument("--seeds-per-trial", type=int, metavar="S", help="seeds each trial trains and averages (default 1)")
+    tune.add_argument(
+        "--seeds-per-process", type=int, default=1, metavar="N",
+        help="train a trial's seeds N at a time as one batched model (default 1: one after another)",
+    )
     tune.add_argument("--study", help="study name (default ALGO-ENV); an existing study is resumed")
     tune.add_argument("--storage", help="Optuna storage URL: sqlite:///PATH, postgresql://..., journal:PATH (default sqlite in --results-dir)")
     tune.add_argument("--workers", type=int, default=1, help="worker processes running trials of the study at once (default 1)")
@@ -176,6 +184,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_seeds_per_process(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--seeds-per-process", type=int, metavar="N",
+        help="train up to N seeds of one configuration in one process as one batched model "
+             "(PPO, SAC, TD3, DDPG, DQN...; overrides the suite's seeds_in_process; each seed stays its own MLflow run)",
+    )
+
+
 def _add_store_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results-dir", type=Path, default=Path("results"), help="MLflow store, artifacts, checkpoints, reports")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite in --results-dir)")
@@ -220,6 +236,8 @@ def _check_run_arguments(args: argparse.Namespace) -> None:
         raise ConfigError("--address is for --executor ray")
     if args.seeds is not None and (len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0):
         raise ConfigError(f"--seeds must be distinct non-negative integers, got {args.seeds}")
+    if args.seeds_per_process is not None and args.seeds_per_process < 1:
+        raise ConfigError(f"--seeds-per-process must be >= 1, got {args.seeds_per_process}")
     if getattr(args, "device", None) is not None:
         from benchmark.train import resolve_device
 
@@ -232,9 +250,16 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
     _check_run_arguments(args)
     suite = config.load_suite(args.suite, seeds=args.seeds, device=args.device).select(args.algos, args.envs)
     suite = suite.with_checkpointing(args.checkpoint_every, args.checkpoint_replay_buffer or None)
+    suite = suite.with_seeds_in_process(args.seeds_per_process)
     if args.dry_run:
-        console.print(_runs_table(suite))
-        console.print(f"{len(suite.specs)} runs in suite {suite.name!r} ({suite.path})")
+        from benchmark import runner
+
+        groups, notices = runner.plan_processes(suite.specs)
+        console.print(_runs_table(suite, groups))
+        for notice in notices:
+            console.print(notice, highlight=False, soft_wrap=True)
+        console.print(f"{len(suite.specs)} runs in suite {suite.name!r} ({suite.path})"
+                      + (f", trained in {len(groups)} processes" if len(groups) < len(suite.specs) else ""))
         return 0
     execution = _execute_suite(suite, args, console, force=args.force)
     if execution.ok:
@@ -247,6 +272,8 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
     for flag, values in (("--algos", args.algos), ("--envs", args.envs)):
         if values:
             command += [flag, *values]
+    if args.seeds_per_process is not None:
+        command += ["--seeds-per-process", str(args.seeds_per_process)]
     console.print(
         "re-run them (finished runs are skipped, so this trains only the failed ones): " + " ".join(command),
         highlight=False, soft_wrap=True, markup=False,
@@ -331,7 +358,9 @@ def command_reproduce(args: argparse.Namespace, console: Console) -> int:
     console.print(f"reproducing run {args.run_id} from its recorded config ...")
     result = reproduce.reproduce(args.run_id, tracking_uri)
     spec = result.spec
-    console.print(f"{spec.label}, {spec.budget.total_steps:,} steps, run key {spec.run_key}", highlight=False)
+    console.print(f"{spec.label}, {spec.budget.total_steps:,} steps, run key {spec.run_key}"
+                  + (f"; trained again in its batch of seeds {' '.join(map(str, result.batch_seeds))}" if result.batch_seeds else ""),
+                  highlight=False)
     for name, (before, after) in result.environment_changes.items():
         console.print(f"  differs from the recorded run: {name}: {before!r} -> {after!r}", highlight=False, markup=False)
     if result.matches:
@@ -361,7 +390,7 @@ def command_baseline(args: argparse.Namespace, console: Console) -> int:
     from benchmark import config, regress
 
     _check_run_arguments(args)
-    suite = config.load_suite(args.suite, seeds=args.seeds)
+    suite = config.load_suite(args.suite, seeds=args.seeds).with_seeds_in_process(args.seeds_per_process)
     output = args.output or regress.BASELINE_DIR / f"{suite.name}.json"
     execution = _execute_suite(suite, args, console)
     payload = regress.baseline_payload(suite.name, _records(execution), execution.parent_run_id)
@@ -379,7 +408,7 @@ def command_regress(args: argparse.Namespace, console: Console) -> int:
     baseline_path = args.baseline or regress.BASELINE_DIR / f"{config.suite_path(args.suite).stem}.json"
     payload = regress.load_baseline(baseline_path)
     seeds = args.seeds or regress.regress_seeds(payload)
-    suite = config.load_suite(args.suite, seeds=seeds).select(args.algos, args.envs)
+    suite = config.load_suite(args.suite, seeds=seeds).select(args.algos, args.envs).with_seeds_in_process(args.seeds_per_process)
     regress.compare(payload, [], args.alpha, args.min_effect)  # argument errors before any training
     execution = _execute_suite(suite, args, console)
     verdicts = regress.compare(payload, _records(execution), args.alpha, args.min_effect, args.algos, args.envs)
@@ -419,14 +448,17 @@ def command_regress(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _runs_table(suite) -> Table:
+def _runs_table(suite, groups: list) -> Table:
+    """The suite's runs; the process column numbers the process each trains in (seeds batched together share one)."""
+    process = {spec.run_key: index for index, group in enumerate(groups) for spec in group}
     table = Table(title=f"suite {suite.name}: {len(suite.specs)} runs")
-    for column in ("run key", "algorithm", "environment", "seed", "steps", "eval every", "overrides"):
+    for column in ("run key", "algorithm", "environment", "seed", "steps", "eval every", "process", "overrides"):
         table.add_column(column)
     for spec in suite.specs:
         overrides = ", ".join(f"{k}={v}" for k, v in spec.overrides.items())
         table.add_row(
-            spec.run_key, spec.algo, spec.env_id, str(spec.seed), f"{spec.budget.total_steps:,}", f"{spec.budget.eval_every:,}", overrides
+            spec.run_key, spec.algo, spec.env_id, str(spec.seed), f"{spec.budget.total_steps:,}", f"{spec.budget.eval_every:,}",
+            str(process[spec.run_key]), overrides,
         )
     return table
 
@@ -479,7 +511,7 @@ def command_tune(args: argparse.Namespace, console: Console) -> int:
     options = dict(
         trials=args.trials, workers=args.workers, sampler=args.sampler, pruner=args.pruner,
         pruner_startup_trials=args.pruner_startup_trials, pruner_warmup_steps=args.pruner_warmup_steps,
-        timeout=args.timeout, device=args.device, runs_per_gpu=args.runs_per_gpu,
+        timeout=args.timeout, device=args.device, runs_per_gpu=args.runs_per_gpu, seeds_per_process=args.seeds_per_process,
     )
     tune.check_options(**options)
     study_name = args.study or f"{args.algo}-{args.env.replace('/', '-')}"

@@ -12,12 +12,15 @@ A suite file::
     checkpoint:                 # optional: resumable checkpoints (not part of the run key)
       every: 50000              # env steps; default: at every evaluation; 0: only the final one
       replay_buffer: false      # include the replay buffer (large) so off-policy resumes exactly
+    seeds_in_process: 5         # optional: train up to 5 seeds of one configuration as one
+                                # batched model in one process (not part of the run key)
     experiments:
       - algo: ppo
         envs: [CartPole-v1]
         budget: {total_steps: 150000}     # overrides the suite's budget
         hyperparameters: {num_envs: 4}    # fixed overrides of the published defaults
         grid: {learning_rate: [2.5e-4, 1e-3]}   # optional: one run per combination
+        seeds_in_process: 1               # overrides the suite's for this experiment
 
 Each expanded RunSpec has a stable run key: a hash of the algorithm, environment, seed, fully
 resolved hyperparameters and budget.
@@ -84,11 +87,16 @@ class RunSpec:
     checkpoint_replay_buffer: bool = False
     """Whether checkpoints hold the replay buffer (GBs for MuJoCo); without it a resumed
     off-policy run refills its buffer before updating again. Not part of the run key."""
+    seeds_in_process: int = 1
+    """Runs of this configuration that differ only by seed and train in one process as one
+    batched model (``benchmark.train.run_seeds``), at most this many. Each stays its own run,
+    with its own run key and MLflow run. Not part of the run key."""
 
     def __post_init__(self) -> None:
         every = self.checkpoint_every
         if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 0):
             raise ConfigError(f"checkpoint.every must be a non-negative integer (0: only the final checkpoint), got {every!r}")
+        check_seeds_in_process(self.seeds_in_process, "seeds_in_process")
 
     @property
     def checkpoint_interval(self) -> int:
@@ -137,6 +145,12 @@ class Suite:
             changes["checkpoint_replay_buffer"] = replay_buffer
         return dataclasses.replace(self, specs=[dataclasses.replace(spec, **changes) for spec in self.specs]) if changes else self
 
+    def with_seeds_in_process(self, count: int | None) -> "Suite":
+        """The same runs trained ``count`` seeds to a process (None keeps the suite's)."""
+        if count is None:
+            return self
+        return dataclasses.replace(self, specs=[dataclasses.replace(spec, seeds_in_process=count) for spec in self.specs])
+
     def select(self, algos: list[str] | None = None, envs: list[str] | None = None) -> "Suite":
         """The runs of the given algorithms and environments only (None: all); ConfigError
         for a name the suite does not contain."""
@@ -174,9 +188,16 @@ def suite_path(name_or_path: str) -> Path:
     return path
 
 
-_SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device", "checkpoint"}
+_SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device", "checkpoint", "seeds_in_process"}
 _CHECKPOINT_KEYS = {"every", "replay_buffer"}
-_EXPERIMENT_KEYS = {"algo", "envs", "budget", "hyperparameters", "grid", "seeds"}
+_EXPERIMENT_KEYS = {"algo", "envs", "budget", "hyperparameters", "grid", "seeds", "seeds_in_process"}
+
+
+def check_seeds_in_process(value: Any, where: str) -> int:
+    """``value`` when it is a positive integer; ConfigError naming ``where`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where} must be a positive integer (seeds trained as one batched model per process), got {value!r}")
+    return value
 
 
 def load_suite(name_or_path: str, seeds: list[int] | None = None, device: str | None = None) -> Suite:
@@ -206,6 +227,7 @@ def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_
     device = device_override or str(data.get("device", "auto"))
     suite_seeds = seed_override if seed_override is not None else _parse_seeds(data["seeds"], "seeds")
     suite_budget = _as_mapping(data["budget"], "budget")
+    seeds_in_process = check_seeds_in_process(data.get("seeds_in_process", 1), "seeds_in_process")
     experiments = data["experiments"]
     if not isinstance(experiments, list) or not experiments:
         raise ConfigError("'experiments' must be a non-empty list")
@@ -214,7 +236,7 @@ def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_
     for index, experiment in enumerate(experiments):
         where = f"experiments[{index}]"
         try:
-            specs += _expand_experiment(experiment, name, suite_seeds, suite_budget, device, seed_override is not None)
+            specs += _expand_experiment(experiment, name, suite_seeds, suite_budget, device, seed_override is not None, seeds_in_process)
         except ConfigError as error:
             raise ConfigError(f"{where}: {error}") from None
     checkpoint = _as_mapping(data.get("checkpoint", {}), "checkpoint")
@@ -240,6 +262,7 @@ def _expand_experiment(
     suite_budget: dict[str, Any],
     device: str,
     seeds_overridden: bool,
+    seeds_in_process: int = 1,
 ) -> list[RunSpec]:
     experiment = _as_mapping(experiment, "experiment")
     check_keys(experiment, _EXPERIMENT_KEYS, "experiment")
@@ -255,6 +278,7 @@ def _expand_experiment(
     seeds = suite_seeds
     if "seeds" in experiment and not seeds_overridden:
         seeds = _parse_seeds(experiment["seeds"], "seeds")
+    seeds_in_process = check_seeds_in_process(experiment.get("seeds_in_process", seeds_in_process), "seeds_in_process")
     try:
         budget = Budget(**{**suite_budget, **_as_mapping(experiment.get("budget", {}), "budget")})
     except TypeError as error:
@@ -276,7 +300,9 @@ def _expand_experiment(
             config = agents.resolve_config(algo, overrides)
             algo_class.check_config(config, env_spec(str(env_id)))
             for seed in seeds:
-                specs.append(RunSpec(suite_name, algo, str(env_id), seed, config.to_dict(), budget, device, 1, overrides))
+                specs.append(
+                    RunSpec(suite_name, algo, str(env_id), seed, config.to_dict(), budget, device, 1, overrides, seeds_in_process=seeds_in_process)
+                )
     return specs
 
 

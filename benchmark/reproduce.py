@@ -5,10 +5,15 @@ The child run's ``config.json`` artifact is the complete RunSpec (algorithm, env
 seed, every resolved hyperparameter, budget), so the run is repeated exactly. On the same CPU
 with the same package versions every evaluation must match bit for bit; otherwise the
 differences are listed, beside the recorded and current versions that may explain them.
+
+A run trained in a batch of seeds (tag ``batch_seeds``) is trained again in the same batch:
+batched matrix products round differently from single ones, so only the same batch repeats
+its numbers bit for bit.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 from dataclasses import dataclass, field
@@ -32,6 +37,8 @@ class Reproduction:
     """The same, from training the spec again now."""
     environment_changes: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Provenance tags that differ: name -> (recorded, now)."""
+    batch_seeds: list[int] = field(default_factory=list)
+    """The seeds it was trained with as one batched model (and is trained with again); [] alone."""
 
     @property
     def differences(self) -> list[str]:
@@ -73,7 +80,15 @@ def reproduce(run_id: str, tracking_uri: str) -> Reproduction:
             raise ConfigError(f"run {run_id} has no config.json artifact: it is not a reprorl child run") from None
         spec = RunSpec.from_dict(json.loads(Path(config_path).read_text()))
     recorded = sorted((int(m.step), float(m.value)) for m in tracking.retry(lambda: client.get_metric_history(run_id, EVAL_METRIC)))
-    result = train.run(spec)
+    batch_seeds = [int(seed) for seed in run.data.tags.get("batch_seeds", "").split()]
+    if len(batch_seeds) > 1:
+        jobs = [train.SeedJob(dataclasses.replace(spec, seed=seed)) for seed in batch_seeds]
+        outcome = train.run_seeds(jobs)[batch_seeds.index(spec.seed)]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        result = outcome
+    else:
+        result = train.run(spec)
     now = [(evaluation.step, evaluation.mean) for evaluation in result.evaluations]
     current = {**tracking.code_version(), **tracking.environment_tags()}
     changes = {
@@ -81,4 +96,4 @@ def reproduce(run_id: str, tracking_uri: str) -> Reproduction:
         for name in sorted({*PROVENANCE_TAGS, *(t for t in run.data.tags if t.startswith("version."))})
         if run.data.tags.get(name, "") != str(current.get(name, ""))
     }
-    return Reproduction(run_id, spec, recorded, now, changes)
+    return Reproduction(run_id, spec, recorded, now, changes, batch_seeds if len(batch_seeds) > 1 else [])

@@ -70,7 +70,7 @@ def _child_params(spec: RunSpec) -> dict[str, Any]:
 
 
 def run_in_worker(
-    spec_data: dict[str, Any],
+    specs_data: list[dict[str, Any]],
     tracking_uri: str,
     experiment_id: str,
     parent_run_id: str,
@@ -80,57 +80,148 @@ def run_in_worker(
     resume: bool = True,
     device: str | None = None,
     where: str = "",
-) -> dict[str, Any]:
-    """Train one spec inside a worker process, logging to its own MLflow child run.
+) -> list[dict[str, Any]]:
+    """Train a process group inside a worker: one spec, or specs that differ only by seed
+    trained as one batched model (``benchmark.train.run_seeds``); each spec logs to its own
+    MLflow child run, exactly as if it had trained alone, and gets its own outcome.
 
-    With ``resume``, a ``latest.pt`` checkpoint of this run key whose MLflow run is unfinished
-    is continued in that same run; otherwise (or with ``resume=False``) any such checkpoint is
-    discarded and the run starts from scratch in a new child run.
+    With ``resume``, a ``latest.pt`` checkpoint of a run key whose MLflow run is unfinished is
+    continued in that same run (seeds of a group resumed at different steps train as one batch
+    per step); otherwise (or with ``resume=False``) any such checkpoint is discarded and the run
+    starts from scratch in a new child run.
     """
-    from benchmark import checkpoint, train  # imported here: torch loads once per worker, not in the parent
+    from benchmark import train  # imported here: torch loads once per worker, not in the parent
 
     import torch  # noqa: F401 - loaded before the tags are read, so that the GPU model is known
 
-    spec = RunSpec.from_dict(spec_data)
-    # the device this process trains on (its slot's); config.json keeps the one the suite asked for
-    training_spec = dataclasses.replace(spec, device=device) if device is not None else spec
-    tags = {
-        "run_key": spec.run_key, "suite": spec.suite, "algo": spec.algo, "env_id": spec.env_id, "seed": spec.seed,
-        "command": command, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "unset"),
-    }
-    run_dir = checkpoint.run_directory(Path(checkpoint_dir), spec.run_key) if checkpoint_dir else None
-    latest = run_dir / checkpoint.LATEST if run_dir is not None else None
-    tracker, payload = None, None
-    if latest is not None and latest.exists():
-        if resume:
-            tracker, payload = _reopen(latest, tracking_uri, parent_run_id, tags, messages, spec)
-        if tracker is None:  # --force, or the run it belonged to is gone or finished
-            latest.unlink(missing_ok=True)
+    context = _WorkerContext(tracking_uri, experiment_id, parent_run_id, checkpoint_dir, messages, command, resume, device, where)
+    children = [_ChildRun(RunSpec.from_dict(data), context) for data in specs_data]
+    outcomes: dict[str, dict[str, Any]] = {}
+    try:
+        for child in children:
+            child.open()
+        pending = children
+        while pending:
+            restarted = []
+            for batch in _batches_by_step(pending):
+                for child, result in zip(batch, _train_batch(batch, context), strict=True):
+                    if isinstance(result, train.ResumeError):  # the checkpoint does not fit this code: start over
+                        child.start_over(result)
+                        restarted.append(child)
+                    else:
+                        outcomes[child.spec.run_key] = child.close(result)
+            pending = restarted
+    except BaseException as error:  # Ctrl-C, or the worker itself failing: every run still open ends with it
+        for child in children:
+            if child.spec.run_key in outcomes:
+                continue
+            if child.tracker is not None:
+                outcomes[child.spec.run_key] = child.close(error)
+            else:
+                outcomes[child.spec.run_key] = {"run_key": child.spec.run_key, "status": "FAILED", "error": f"{type(error).__name__}: {error}"}
+        if isinstance(error, KeyboardInterrupt):
+            raise
+    return [outcomes[child.spec.run_key] for child in children]
 
-    while True:
-        if tracker is None:
-            tracker = tracking.start_child_run(tracking_uri, experiment_id, parent_run_id, spec.label, tags, _child_params(spec))
-        _send(messages, ("started", spec.run_key, tracker.run_id, payload["loop"]["step"] if payload else 0, where))
-        tracker.log_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True), "config.json")
+
+@dataclass
+class _WorkerContext:
+    """What every run of one worker task shares."""
+
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    checkpoint_dir: str | None
+    messages: Any
+    command: str
+    resume: bool
+    device: str | None
+    where: str
+
+
+class _ChildRun:
+    """One spec inside a worker: its MLflow child run (new, or reopened to resume from its
+    checkpoint), what training it needs, and its outcome."""
+
+    def __init__(self, spec: RunSpec, context: _WorkerContext):
+        from benchmark import checkpoint
+
+        self.spec, self.context = spec, context
+        # the device this process trains on (its slot's); config.json keeps the one the suite asked for
+        self.training_spec = dataclasses.replace(spec, device=context.device) if context.device is not None else spec
+        self.tags = {
+            "run_key": spec.run_key, "suite": spec.suite, "algo": spec.algo, "env_id": spec.env_id, "seed": spec.seed,
+            "command": context.command, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "unset"),
+        }
+        run_dir = checkpoint.run_directory(Path(context.checkpoint_dir), spec.run_key) if context.checkpoint_dir else None
+        self.latest = run_dir / checkpoint.LATEST if run_dir is not None else None
+        self.tracker: Any = None
+        self.payload: dict[str, Any] | None = None
+
+    @property
+    def resumes_from(self) -> int:
+        return int(self.payload["loop"]["step"]) if self.payload else 0
+
+    def open(self) -> None:
+        """Reopen the run of a resumable checkpoint, or start a new child run."""
+        latest = self.latest
+        if latest is not None and latest.exists():
+            if self.context.resume:
+                self.tracker, self.payload = _reopen(latest, self.context, self.tags, self.spec)
+            if self.tracker is None:  # --force, or the run it belonged to is gone or finished
+                latest.unlink(missing_ok=True)
+        self._start()
+
+    def _start(self) -> None:
+        context, spec = self.context, self.spec
+        if self.tracker is None:
+            self.tracker = tracking.start_child_run(
+                context.tracking_uri, context.experiment_id, context.parent_run_id, spec.label, self.tags, _child_params(spec)
+            )
+        self.tracker.log_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True), "config.json")
         if tracking.code_version()["git_dirty"] == "true":
-            tracker.log_text(tracking.git_diff(), "git_diff.patch")
+            self.tracker.log_text(tracking.git_diff(), "git_diff.patch")
+
+    def announce(self, batch_seeds: list[int]) -> None:
+        """Tell the parent that training starts; a batched run records the seeds it trains with."""
+        where = self.context.where
+        if len(batch_seeds) > 1:
+            self.tracker.set_tags({"batch_seeds": " ".join(map(str, batch_seeds)), "seeds_in_process": len(batch_seeds)})
+            where = f"{where}, {len(batch_seeds)} seeds batched" if where else f"{len(batch_seeds)} seeds batched"
+        _send(self.context.messages, ("started", self.spec.run_key, self.tracker.run_id, self.resumes_from, where))
+
+    def job(self) -> Any:
+        from benchmark import train
+
+        messages, run_key = self.context.messages, self.spec.run_key
 
         def progress(step: int, total: int, last_eval: float | None) -> None:
-            _send(messages, ("progress", spec.run_key, step, total, last_eval))
+            _send(messages, ("progress", run_key, step, total, last_eval))
 
+        return train.SeedJob(self.training_spec, self.tracker, progress, self.payload, {"run_id": self.tracker.run_id})
+
+    def start_over(self, error: BaseException) -> None:
+        """Close the attempt whose checkpoint could not be restored, keep the file aside, start a new run."""
+        assert self.latest is not None
+        self.tracker.fail(error)
+        bad = self.latest.with_suffix(".pt.bad")
+        self.latest.replace(bad)
+        _send(self.context.messages, ("note", self.spec.run_key, f"{error}; kept as {bad}; {self.spec.label} starts over in a new MLflow run"))
+        self.tracker, self.payload = None, None
+        self._start()
+
+    def close(self, result: Any) -> dict[str, Any]:
+        """Record a finished run's results (or the exception that ended it) and close its MLflow run."""
+        from benchmark import train
+
+        if isinstance(result, BaseException):
+            status = "KILLED" if isinstance(result, (KeyboardInterrupt, train.Preempted)) else "FAILED"
+            self.tracker.fail(result, status)
+            return {"run_key": self.spec.run_key, "run_id": self.tracker.run_id, "status": status, "error": f"{type(result).__name__}: {result}"}
         try:
-            result = train.run(
-                training_spec,
-                tracker,
-                progress,
-                Path(checkpoint_dir) if checkpoint_dir else None,
-                resume=payload,
-                checkpoint_metadata={"run_id": tracker.run_id},
-                remove_latest_on_finish=False,
-            )
             final = result.evaluations[-1]
-            tracker.set_tags({"device": result.device})
-            tracker.log_metrics(
+            self.tracker.set_tags({"device": result.device})
+            self.tracker.log_metrics(
                 {
                     "final/eval_return_mean": final.mean,
                     "final/eval_return_std": final.std,
@@ -139,40 +230,52 @@ def run_in_worker(
                 },
                 final.step,
             )
-            evaluations = [dataclasses.asdict(evaluation) for evaluation in result.evaluations]
-            tracker.log_text(json.dumps(evaluations), "evaluations.json")
-            tracker.finish("FINISHED")
-            if latest is not None:  # only now: a kill before this point resumes the run
-                latest.unlink(missing_ok=True)
-            return {
-                "run_key": spec.run_key,
-                "run_id": tracker.run_id,
-                "status": "FINISHED",
-                "final_return_mean": final.mean,
-                "final_return_std": final.std,
-                "steps_per_second": result.steps_per_second,
-                "device": result.device,
-                "resumed_from": payload["loop"]["step"] if payload else None,
-            }
-        except train.ResumeError as error:
-            # the checkpoint does not fit this code: close that attempt, keep the file aside, start over
-            assert latest is not None
-            tracker.fail(error)
-            bad = latest.with_suffix(".pt.bad")
-            latest.replace(bad)
-            _send(messages, ("note", spec.run_key, f"{error}; kept as {bad}; {spec.label} starts over in a new MLflow run"))
-            tracker, payload = None, None
-        except BaseException as error:
-            status = "KILLED" if isinstance(error, (KeyboardInterrupt, train.Preempted)) else "FAILED"
-            tracker.fail(error, status)
-            if isinstance(error, KeyboardInterrupt):
-                raise
-            return {"run_key": spec.run_key, "run_id": tracker.run_id, "status": status, "error": f"{type(error).__name__}: {error}"}
+            self.tracker.log_text(json.dumps([dataclasses.asdict(evaluation) for evaluation in result.evaluations]), "evaluations.json")
+            self.tracker.finish("FINISHED")
+        except Exception as error:  # noqa: BLE001 - the store refused the results: the run failed
+            return self.close(error)
+        if self.latest is not None:  # only now: a kill before this point resumes the run
+            self.latest.unlink(missing_ok=True)
+        return {
+            "run_key": self.spec.run_key,
+            "run_id": self.tracker.run_id,
+            "status": "FINISHED",
+            "final_return_mean": final.mean,
+            "final_return_std": final.std,
+            "steps_per_second": result.steps_per_second,
+            "device": result.device,
+            "resumed_from": self.payload["loop"]["step"] if self.payload else None,
+        }
 
 
-def _reopen(
-    latest: Path, tracking_uri: str, parent_run_id: str, tags: dict[str, Any], messages: Any, spec: RunSpec
-) -> tuple[Any, dict[str, Any] | None]:
+def _batches_by_step(children: list[_ChildRun]) -> list[list[_ChildRun]]:
+    """The seeds that train together: one batch per step they resume from (0: from scratch)."""
+    steps: dict[int, list[_ChildRun]] = {}
+    for child in children:
+        steps.setdefault(child.resumes_from, []).append(child)
+    return [steps[step] for step in sorted(steps)]
+
+
+def _train_batch(batch: list[_ChildRun], context: _WorkerContext) -> list[Any]:
+    """Train one run alone (``train.run``), or several as one batched model; each run's result
+    or the exception that ended it."""
+    from benchmark import train
+
+    checkpoint_dir = Path(context.checkpoint_dir) if context.checkpoint_dir else None
+    seeds = [child.spec.seed for child in batch]
+    for child in batch:
+        child.announce(seeds)
+    jobs = [child.job() for child in batch]
+    if len(jobs) > 1:
+        return train.run_seeds(jobs, checkpoint_dir, remove_latest_on_finish=False)
+    job = jobs[0]
+    try:
+        return [train.run(job.spec, job.tracker, job.progress, checkpoint_dir, job.resume, job.checkpoint_metadata, remove_latest_on_finish=False)]
+    except Exception as error:  # noqa: BLE001 - the run's outcome
+        return [error]
+
+
+def _reopen(latest: Path, context: _WorkerContext, tags: dict[str, Any], spec: RunSpec) -> tuple[Any, dict[str, Any] | None]:
     """The reopened MLflow run and the checkpoint to resume from, or (None, None) when the
     checkpoint cannot be read (it is kept aside as ``latest.pt.bad``) or its run is gone."""
     from benchmark import checkpoint
@@ -183,11 +286,11 @@ def _reopen(
     except Exception as error:  # noqa: BLE001 - any unreadable file: say so and start over
         bad = latest.with_suffix(".pt.bad")
         latest.replace(bad)
-        _send(messages, ("note", spec.run_key, f"cannot read the checkpoint of {spec.label} ({type(error).__name__}: {error}); "
-                                              f"kept as {bad}; the run starts over"))
+        _send(context.messages, ("note", spec.run_key, f"cannot read the checkpoint of {spec.label} ({type(error).__name__}: {error}); "
+                                                      f"kept as {bad}; the run starts over"))
         return None, None
     tracker = tracking.resume_child_run(
-        tracking_uri, run_id, parent_run_id, {**tags, "resumed_exactly": str(exact).lower()}, step
+        context.tracking_uri, run_id, context.parent_run_id, {**tags, "resumed_exactly": str(exact).lower()}, step
     )
     return (tracker, payload) if tracker is not None else (None, None)
 
@@ -228,7 +331,8 @@ def execute(
     ``executor``: 'local' (a process pool on this machine, one process per GPU run) or 'ray'
     (one Ray task per run, on the cluster at ``ray_address`` or a local Ray instance). Runs go
     to the GPU slots that the specs' device and ``runs_per_gpu`` give (see benchmark.devices),
-    at most ``workers`` CPU runs at once.
+    at most ``workers`` CPU runs at once. Specs with ``seeds_in_process`` N > 1 that differ only
+    by seed take one process (task, slot) per N of them: see ``plan_processes``.
     """
     if executor not in EXECUTORS:
         raise ConfigError(f"unknown executor {executor!r}; use {' or '.join(EXECUTORS)}")
@@ -249,12 +353,18 @@ def execute(
     parent.log_params({
         "suite": suite_name, "num_runs": len(specs), "workers": workers, "runs_skipped": len(specs) - len(to_run),
         "force": force, "executor": executor, "device": requested, "runs_per_gpu": runs_per_gpu,
+        "seeds_in_process": max((spec.seeds_in_process for spec in to_run), default=1),
     })
     if len(to_run) < len(specs):
         console.print(
             f"{len(specs) - len(to_run)} of {len(specs)} runs already finished in the tracking store: not run again "
             "(--force reruns them)"
         )
+    groups, notices = plan_processes(to_run)
+    for notice in notices:
+        console.print(notice, highlight=False, soft_wrap=True)
+    if len(groups) < len(to_run):
+        console.print(f"{len(to_run)} runs to train in {len(groups)} processes (seeds of one configuration batched)")
     resumable = [spec for spec in to_run if _has_resumable_checkpoint(results_dir, spec)]
     if resumable and not force:
         console.print(f"{len(resumable)} of {len(to_run)} runs to train have a checkpoint: they resume from it in their MLflow run")
@@ -262,7 +372,7 @@ def execute(
     try:
         trained = {}
         if to_run:
-            job = _Job(to_run, tracking_uri, experiment, parent.run_id, str((results_dir / "checkpoints").resolve()), not force)
+            job = _Job(groups, tracking_uri, experiment, parent.run_id, str((results_dir / "checkpoints").resolve()), not force)
             board = Board(
                 {spec.run_key: spec.budget.total_steps for spec in to_run},
                 console,
@@ -273,7 +383,7 @@ def execute(
                 if executor == "ray":
                     pool_outcomes = _execute_on_ray(job, requested, runs_per_gpu, workers, board, ray_address)
                 else:
-                    pool_outcomes = _execute_in_pool(job, slots[: len(to_run)], board)
+                    pool_outcomes = _execute_in_pool(job, slots[: len(groups)], board)
             trained = {outcome.spec.run_key: outcome for outcome in pool_outcomes}
         outcomes = [trained.get(spec.run_key) or _outcome_of_finished(spec, finished[spec.run_key]) for spec in specs]
         execution.outcomes = outcomes
@@ -294,11 +404,40 @@ def _requested_device(specs: list[RunSpec]) -> str:
     return requested.pop() if requested else "cpu"
 
 
+def plan_processes(specs: list[RunSpec]) -> tuple[list[list[RunSpec]], list[str]]:
+    """The specs in process groups, in suite order: specs that differ only by seed and ask for
+    ``seeds_in_process`` N > 1 go N at a time (trained as one batched model); every other spec
+    alone. Also one notice per configuration that asked for batching but cannot have it (its
+    seeds then train one per process)."""
+    from benchmark import train
+
+    groups: list[list[RunSpec]] = []
+    filling: dict[str, list[RunSpec]] = {}
+    reasons: dict[str, str | None] = {}
+    notices: list[str] = []
+    for spec in specs:
+        if spec.seeds_in_process > 1:
+            key = train.batch_key(spec)
+            if key not in reasons:
+                reasons[key] = train.batchable(spec)
+                if reasons[key]:
+                    notices.append(f"{spec.algo} on {spec.env_id}: one seed per process ({reasons[key]})")
+            if reasons[key] is None:
+                group = filling.get(key)
+                if group is None or len(group) >= spec.seeds_in_process:
+                    group = filling[key] = []
+                    groups.append(group)
+                group.append(spec)
+                continue
+        groups.append([spec])
+    return groups, notices
+
+
 @dataclass
 class _Job:
-    """What every run of one invocation shares."""
+    """What every process group of one invocation shares."""
 
-    specs: list[RunSpec]
+    groups: list[list[RunSpec]]
     tracking_uri: str
     experiment: str
     parent_run_id: str
@@ -306,9 +445,13 @@ class _Job:
     resume: bool
     command: str = field(default_factory=lambda: " ".join(sys.argv))
 
-    def arguments(self, spec: RunSpec, messages: Any) -> tuple[Any, ...]:
-        return (spec.to_dict(), self.tracking_uri, self.experiment, self.parent_run_id, self.checkpoint_dir, messages,
-                self.command, self.resume)
+    @property
+    def specs(self) -> list[RunSpec]:
+        return [spec for group in self.groups for spec in group]
+
+    def arguments(self, group: list[RunSpec], messages: Any) -> tuple[Any, ...]:
+        return ([spec.to_dict() for spec in group], self.tracking_uri, self.experiment, self.parent_run_id, self.checkpoint_dir,
+                messages, self.command, self.resume)
 
 
 def _has_resumable_checkpoint(results_dir: Path, spec: RunSpec) -> bool:
@@ -349,12 +492,12 @@ def init_child_process(parent_pid: int) -> None:
         os._exit(1)
 
 
-def run_in_slot(slots: Any, stopping: Any, *arguments: Any) -> dict[str, Any]:
-    """A local-pool task: take a free device slot, make it the only visible device, train,
-    give the slot back. There are as many workers as slots, so one is always free. Once the
-    invocation is stopping (Ctrl-C), a task that had not started yet does not start."""
+def run_in_slot(slots: Any, stopping: Any, *arguments: Any) -> list[dict[str, Any]]:
+    """A local-pool task: take a free device slot, make it the only visible device, train a
+    process group, give the slot back. There are as many workers as slots, so one is always
+    free. Once the invocation is stopping (Ctrl-C), a task that had not started yet does not start."""
     if stopping.is_set():
-        return {"status": "KILLED", "error": "not started: the invocation was interrupted"}
+        return [{"status": "KILLED", "error": "not started: the invocation was interrupted"} for _ in arguments[0]]
     slot = devices.Slot(*slots.get())
     try:
         devices.enter_slot(slot)
@@ -379,15 +522,15 @@ def _execute_in_pool(job: _Job, slots: list[devices.Slot], board: Board) -> list
     for slot in slots:
         free_slots.put(dataclasses.astuple(slot))
     try:
-        futures: dict[Future, RunSpec] = {
-            pool.submit(run_in_slot, free_slots, stopping, *job.arguments(spec, messages)): spec for spec in job.specs
+        futures: dict[Future, list[RunSpec]] = {
+            pool.submit(run_in_slot, free_slots, stopping, *job.arguments(group, messages)): group for group in job.groups
         }
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
             _drain(messages, outcomes, board)
             for future in done:
-                _record(_result_of(future), futures[future], outcomes, board)
+                _record_group(_result_of(future, len(futures[future])), futures[future], outcomes, board)
             board.refresh()
         pool.shutdown(wait=True)
     except KeyboardInterrupt:
@@ -402,11 +545,11 @@ def _execute_in_pool(job: _Job, slots: list[devices.Slot], board: Board) -> list
     return [outcomes[spec.run_key] for spec in job.specs]
 
 
-def _result_of(future: Future) -> dict[str, Any]:
+def _result_of(future: Future, runs: int) -> list[dict[str, Any]]:
     try:
         return future.result()
-    except Exception as error:  # the worker process died, or could not even start the run
-        return {"status": "FAILED", "error": f"{type(error).__name__}: {error}"}
+    except Exception as error:  # the worker process died, or could not even start the runs
+        return [{"status": "FAILED", "error": f"{type(error).__name__}: {error}"} for _ in range(runs)]
 
 
 def _stop_workers(pool: ProcessPoolExecutor, grace_seconds: float = 30.0) -> None:
@@ -457,7 +600,7 @@ def _execute_on_ray(
         messages = Queue(actor_options={"num_cpus": 0})
         # a GPU run gets a fresh worker process: CUDA must not have started on another device
         task = ray.remote(max_calls=1 if gpu_share else 0, max_retries=0)(_run_on_ray).options(num_cpus=1, num_gpus=gpu_share)
-        references = {task.remote(*job.arguments(spec, messages), gpu_share > 0): spec for spec in job.specs}
+        references = {task.remote(*job.arguments(group, messages), gpu_share > 0): group for group in job.groups}
         try:
             pending = list(references)
             while pending:
@@ -469,11 +612,12 @@ def _execute_on_ray(
                         break
                     _handle_message(message, outcomes, board)
                 for reference in done:
+                    group = references[reference]
                     try:
                         data = ray.get(reference)
                     except Exception as error:  # the task's process died
-                        data = {"status": "FAILED", "error": f"{type(error).__name__}: {error}"}
-                    _record(data, references[reference], outcomes, board)
+                        data = [{"status": "FAILED", "error": f"{type(error).__name__}: {error}"} for _ in group]
+                    _record_group(data, group, outcomes, board)
                 board.refresh()
         except KeyboardInterrupt:
             # a cancelled task stops where it is: it resumes later from its last periodic checkpoint
@@ -492,7 +636,7 @@ def _execute_on_ray(
     return [outcomes[spec.run_key] for spec in job.specs]
 
 
-def _run_on_ray(*arguments: Any) -> dict[str, Any]:
+def _run_on_ray(*arguments: Any) -> list[dict[str, Any]]:
     """A Ray task: Ray has already set CUDA_VISIBLE_DEVICES to the GPU it assigned (if any)."""
     *worker_arguments, uses_gpu = arguments
     where = f"GPU {os.environ.get('CUDA_VISIBLE_DEVICES', '?')} (Ray)" if uses_gpu else "CPU (Ray)"
@@ -521,6 +665,11 @@ def _handle_message(message: tuple[Any, ...], outcomes: dict[str, RunOutcome], b
         board.progressed(run_key, step, last_eval)
     elif kind == "note":
         board.log(message[2])
+
+
+def _record_group(results: list[dict[str, Any]], group: list[RunSpec], outcomes: dict[str, RunOutcome], board: Board) -> None:
+    for data, spec in zip(results, group, strict=True):
+        _record(data, spec, outcomes, board)
 
 
 def _record(data: dict[str, Any], spec: RunSpec, outcomes: dict[str, RunOutcome], board: Board) -> None:

@@ -242,12 +242,15 @@ def run_seeds(
     checkpoint_dir: Path | None = None,
     remove_latest_on_finish: bool = True,
     batched: bool = True,
+    stop_together: bool = False,
 ) -> list[RunResult | BaseException]:
     """Train runs that differ only by seed in this process, as ``run`` trains each: with
     ``batched``, as one batched model (``agents.algos.seeds.SeedBatch``), each seed with its own
     envs, evaluations, checkpoints and tracker. Returns each run's result, or the exception
     that ended it: a run that diverges (non-finite losses), whose evaluation callback raises,
-    or whose envs fail ends alone, and the others go on. Resumed runs must be at one step.
+    or whose envs fail ends alone, and the others go on; with ``stop_together`` (a tuning
+    trial, which one failed or pruned seed ends) the others end there with the same exception.
+    Resumed runs must be at one step.
     """
     if batched:
         keys = {batch_key(job.spec) for job in jobs}
@@ -267,7 +270,7 @@ def run_seeds(
             seeds.append(_SeedRun(job, device, checkpoint_dir))
         if len({seed.loop.step for seed in seeds if seed.error is None}) > 1:
             raise ValueError(f"resumed runs at different steps cannot train as one batch: {[seed.loop.step for seed in seeds]}")
-        _train(seeds, batched)
+        _train(seeds, batched, stop_together)
         for seed in seeds:
             if seed.error is None:
                 seed.guard(seed.finish, remove_latest_on_finish)
@@ -303,9 +306,10 @@ def _learner(seeds: list["_SeedRun"], batched: bool) -> Any:
     return type(members[0]).seed_batch(members)
 
 
-def _train(seeds: list["_SeedRun"], batched: bool) -> None:
+def _train(seeds: list["_SeedRun"], batched: bool, stop_together: bool = False) -> None:
     """The loop: act for every running seed at once, step each seed's envs, update all at once;
-    then each seed's evaluations, progress, checkpoints. A seed that fails leaves the batch."""
+    then each seed's evaluations, progress, checkpoints. A seed that fails leaves the batch
+    (with ``stop_together``, every seed leaves with it)."""
     running = [seed for seed in seeds if seed.error is None]
     if not running:
         return
@@ -335,6 +339,8 @@ def _train(seeds: list["_SeedRun"], batched: bool) -> None:
             for seed in running:
                 if seed.error is None:
                     seed.guard(seed.report_progress)
+            if stop_together:
+                _share_first_error(running)
             if any(seed.error is None and seed.loop.step >= seed.spec.budget.total_steps for seed in running):
                 break
             due = [seed for seed in running if seed.error is None and seed.checkpoint_due()]
@@ -347,6 +353,8 @@ def _train(seeds: list["_SeedRun"], batched: bool) -> None:
                 for seed in running:
                     if seed.error is None:
                         seed.guard(seed.preempt)
+            if stop_together:
+                _share_first_error(running)
             still = [seed for seed in running if seed.error is None]
             if len(still) < len(running):
                 learner.sync_members()
@@ -355,6 +363,15 @@ def _train(seeds: list["_SeedRun"], batched: bool) -> None:
                     learner = _learner(running, batched)
     if running:
         learner.sync_members()
+
+
+def _share_first_error(seeds: list["_SeedRun"]) -> None:
+    """Once one seed has failed, every other seed ends with the same exception."""
+    first = next((seed.error for seed in seeds if seed.error is not None), None)
+    if first is not None:
+        for seed in seeds:
+            if seed.error is None:
+                seed.error = first
 
 
 class _SeedRun:

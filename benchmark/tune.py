@@ -387,6 +387,8 @@ class Objective:
     device: str = "auto"
     current: Any = None
     """A shared integer (multiprocessing Value) where a worker publishes its running trial's number."""
+    seeds_per_process: int = 1
+    """The trial's seeds trained at once, as one batched model (1: one after another)."""
 
     def __call__(self, trial: Any) -> float:
         import optuna
@@ -407,6 +409,7 @@ class Objective:
         tags = {
             "kind": "trial", "study": self.study_name, "trial_number": trial.number, "algo": settings.algo,
             "env_id": settings.env_id, "seeds": " ".join(map(str, seeds)), "trial_state": "RUNNING",
+            "seeds_per_process": self.seeds_per_process,
         }
         params = {f"tuned.{name}": value for name, value in tuned.items()}
         params.update({f"budget.{key}": value for key, value in dataclasses.asdict(settings.budget).items()})
@@ -456,41 +459,82 @@ class Objective:
         self, trial: Any, run: tracking.MlflowTracker, hyperparameters: dict[str, Any], overrides: dict[str, Any],
         seeds: list[int], train: Any,
     ) -> float:
-        import optuna
-
-        settings, budget = self.settings, self.settings.budget
+        """Train the trial's seeds, ``seeds_per_process`` at a time (one after another by
+        default; more as one batched model), reporting the running objective after each
+        evaluation round; the mean normalized final score."""
+        settings = self.settings
         finals: list[float] = []
         returns: list[float] = []
-        for index, seed in enumerate(seeds):
-            spec = RunSpec(f"tune-{self.study_name}", settings.algo, settings.env_id, seed, hyperparameters, budget, self.device, 1, overrides)
-            last_seed = index == len(seeds) - 1
 
-            def on_evaluation(evaluation: Any) -> None:
-                # the evaluation's scheduled step (a multiple of eval_every, or the budget), so
-                # that trials with different numbers of envs report at the same steps
-                final_evaluation = evaluation.step >= budget.total_steps
-                nominal = budget.total_steps if final_evaluation else evaluation.step // budget.eval_every * budget.eval_every
-                step = index * budget.total_steps + nominal
-                value = float(np.mean([*finals, settings.normalize(evaluation.mean)]))
-                if not math.isfinite(value):
-                    raise TrialFailed(f"non-finite evaluation return {evaluation.mean} at step {evaluation.step} of seed {seed}")
-                trial.report(value, step)
-                run.log_metrics({"objective/intermediate": value}, step)
-                if not (last_seed and final_evaluation) and trial.should_prune():  # (nothing to save at the very end)
-                    run.flush()
-                    raise optuna.TrialPruned(f"pruned at step {step:,} with intermediate value {value:.3f}")
+        def spec_of(seed: int) -> RunSpec:
+            return RunSpec(f"tune-{self.study_name}", settings.algo, settings.env_id, seed, hyperparameters, settings.budget, self.device, 1, overrides)
 
-            result = train.run(spec, _SeedTracker(run, seed), on_evaluation=on_evaluation)
-            final_return = result.evaluations[-1].mean
-            finals.append(settings.normalize(final_return))
-            returns.append(final_return)
-            run.log_metrics({f"final/seed{seed}_return_mean": final_return, f"final/seed{seed}_normalized": finals[-1]}, 0)
+        per_process = min(self.seeds_per_process, len(seeds))
+        unbatchable = train.batchable(spec_of(seeds[0])) if per_process > 1 else None
+        if unbatchable:  # (this trial's sampled setting, say PPO with target_kl)
+            run.set_tags({"not_batched": unbatchable})
+            per_process = 1
+        for first in range(0, len(seeds), per_process):
+            group = seeds[first : first + per_process]
+            report = _RoundReporter(trial, run, settings, finals, first, len(group), last=first + len(group) == len(seeds))
+            jobs = [train.SeedJob(spec_of(seed), _SeedTracker(run, seed), on_evaluation=report.callback(seed)) for seed in group]
+            if len(jobs) == 1:
+                outcomes = [train.run(jobs[0].spec, jobs[0].tracker, on_evaluation=jobs[0].on_evaluation)]
+            else:
+                outcomes = train.run_seeds(jobs, stop_together=True)
+                for outcome in outcomes:
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+            for seed, result in zip(group, outcomes):
+                final_return = result.evaluations[-1].mean
+                finals.append(settings.normalize(final_return))
+                returns.append(final_return)
+                run.log_metrics({f"final/seed{seed}_return_mean": final_return, f"final/seed{seed}_normalized": finals[-1]}, 0)
         objective = float(np.mean(finals))
         if not math.isfinite(objective):
             raise TrialFailed(f"non-finite objective from final returns {returns}")
         trial.set_user_attr("final_returns", returns)
         run.log_metrics({"objective": objective, "final/return_mean": float(np.mean(returns))}, 0)
         return objective
+
+
+class _RoundReporter:
+    """Reports a trial's running objective to Optuna once every seed of a group has evaluated:
+    the mean over the finished seeds' final scores and the group's latest evaluations, at step
+    ``k * total_steps + t`` where k is the group's last seed and t the evaluations' scheduled step
+    (a multiple of ``eval_every``, or the budget), so that trials report at the same steps
+    whatever their number of envs. One seed at a time, k is that seed; prunes when Optuna says so."""
+
+    def __init__(
+        self, trial: Any, run: tracking.MlflowTracker, settings: StudySettings, finals: list[float], first: int, size: int, last: bool
+    ):
+        self.trial, self.run, self.settings, self.finals = trial, run, settings, finals
+        self.index, self.size, self.last = first + size - 1, size, last
+        self.waiting: dict[int, Any] = {}
+
+    def callback(self, seed: int) -> Any:
+        return lambda evaluation: self.evaluated(seed, evaluation)
+
+    def evaluated(self, seed: int, evaluation: Any) -> None:
+        import optuna
+
+        self.waiting[seed] = evaluation
+        if len(self.waiting) < self.size:
+            return
+        evaluations, self.waiting = self.waiting, {}
+        budget = self.settings.budget
+        final_evaluation = evaluation.step >= budget.total_steps
+        nominal = budget.total_steps if final_evaluation else evaluation.step // budget.eval_every * budget.eval_every
+        step = self.index * budget.total_steps + nominal
+        for seed_evaluated, seed_evaluation in evaluations.items():
+            if not math.isfinite(seed_evaluation.mean):
+                raise TrialFailed(f"non-finite evaluation return {seed_evaluation.mean} at step {seed_evaluation.step} of seed {seed_evaluated}")
+        value = float(np.mean([*self.finals, *(self.settings.normalize(e.mean) for e in evaluations.values())]))
+        self.trial.report(value, step)
+        self.run.log_metrics({"objective/intermediate": value}, step)
+        if not (self.last and final_evaluation) and self.trial.should_prune():  # (nothing to save at the very end)
+            self.run.flush()
+            raise optuna.TrialPruned(f"pruned at step {step:,} with intermediate value {value:.3f}")
 
 
 # ----------------------------------------------------------------------------- the workers
@@ -548,6 +592,7 @@ class WorkerJob:
     pruner_warmup_steps: int | None
     deadline: float | None
     """time.time() after which no new trial starts (--timeout)."""
+    seeds_per_process: int = 1
 
 
 def sampler_seed(seed: int, trial_number: int, worker: int, host: str = "") -> int:
@@ -591,7 +636,7 @@ def work(
         pruner=make_pruner(job.pruner, settings, job.pruner_startup_trials, job.pruner_warmup_steps),
     )
     objective = Objective(
-        job.study_name, settings, space, job.tracking_uri, job.experiment_id, job.parent_run_id, device, current
+        job.study_name, settings, space, job.tracking_uri, job.experiment_id, job.parent_run_id, device, current, job.seeds_per_process
     )
     console = Console(stderr=True, soft_wrap=True, highlight=False)
     host = socket.gethostname() if shared_storage(job.storage_url) else ""
@@ -666,7 +711,7 @@ class StudyRun:
 
 def check_options(
     *, trials: int, workers: int, sampler: str, pruner: str, pruner_startup_trials: int,
-    pruner_warmup_steps: int | None, timeout: float | None, device: str, runs_per_gpu: int | None,
+    pruner_warmup_steps: int | None, timeout: float | None, device: str, runs_per_gpu: int | None, seeds_per_process: int = 1,
 ) -> list[Any]:
     """ConfigError for any option out of range (before anything is written); the device slots
     of the workers (see benchmark.devices)."""
@@ -680,6 +725,8 @@ def check_options(
         raise ConfigError(f"--sampler must be one of {', '.join(SAMPLERS)} and --pruner one of {', '.join(PRUNERS)}")
     if pruner_startup_trials < 0 or (pruner_warmup_steps is not None and pruner_warmup_steps < 0):
         raise ConfigError("--pruner-startup-trials and --pruner-warmup-steps must be >= 0")
+    if isinstance(seeds_per_process, bool) or not isinstance(seeds_per_process, int) or seeds_per_process < 1:
+        raise ConfigError(f"--seeds-per-process must be >= 1, got {seeds_per_process}")
     train.resolve_device(device)
     slots = devices.plan_slots(device, devices.visible_gpus(devices.gpu_count()) if device != "cpu" else [], runs_per_gpu, workers)
     if len(slots) < workers:
@@ -703,10 +750,12 @@ def run_study(
     timeout: float | None = None,
     device: str = "auto",
     runs_per_gpu: int | None = None,
+    seeds_per_process: int = 1,
     console: Console | None = None,
 ) -> StudyRun:
     """Create ``study_name`` with ``settings``, or resume it (``settings`` are then the stored
-    ones: see ``prepare``), and run ``trials`` more trials in ``workers`` processes."""
+    ones: see ``prepare``), and run ``trials`` more trials in ``workers`` processes, each
+    training a trial's seeds ``seeds_per_process`` at a time as one batched model."""
     import optuna
 
     console = console or Console(stderr=True, soft_wrap=True, highlight=False)
@@ -714,8 +763,10 @@ def run_study(
     slots = check_options(
         trials=trials, workers=workers, sampler=sampler, pruner=pruner,
         pruner_startup_trials=pruner_startup_trials, pruner_warmup_steps=pruner_warmup_steps, timeout=timeout,
-        device=device, runs_per_gpu=runs_per_gpu,
+        device=device, runs_per_gpu=runs_per_gpu, seeds_per_process=seeds_per_process,
     )
+    if seeds_per_process > 1 and agents.algorithm_class(settings.algo).seed_batch is None:
+        console.print(f"{settings.algo} has no batched training of seeds: each trial trains its seeds one after another")
     storage = open_storage(storage_url)
     # (another machine may create the same study at this moment: the first setting stored wins)
     study = optuna.create_study(study_name=study_name, storage=storage, direction="maximize", load_if_exists=True)
@@ -735,12 +786,13 @@ def run_study(
     console.print(
         f"study {study_name!r}: {settings.algo} on {settings.env_id}, {trials} more trial(s) after {trials_before}, "
         f"{workers} worker(s), {settings.seeds_per_trial} seed(s) x {settings.budget.total_steps:,} steps per trial "
-        f"(base: {settings.base_suite or 'published defaults'}); normalized by random {settings.random_score:.1f} "
+        + (f"({min(seeds_per_process, settings.seeds_per_trial)} at a time, batched) " if seeds_per_process > 1 else "")
+        + f"(base: {settings.base_suite or 'published defaults'}); normalized by random {settings.random_score:.1f} "
         f"and reference {settings.reference_score:.1f}; storage {redact(storage_url)}; MLflow experiment {experiment_name!r}"
     )
     job = WorkerJob(
         study_name, storage_url, settings.to_dict(), tracking_uri, experiment, parent.run_id, sampler, pruner,
-        pruner_startup_trials, pruner_warmup_steps, time.time() + timeout if timeout else None,
+        pruner_startup_trials, pruner_warmup_steps, time.time() + timeout if timeout else None, seeds_per_process,
     )
     context = multiprocessing.get_context("spawn")
     tickets = context.Value("i", trials)

@@ -84,6 +84,7 @@ def test_dry_run_selects_algorithms_and_environments():
         (["--suite", "smoke", "--device", "tpu"], "device 'tpu'"),
         (["--suite", "smoke", "--algos", "trpo"], "suite 'smoke' has no algorithm 'trpo'; it has ppo, sac"),
         (["--suite", "smoke", "--envs", "CartPole-v0"], "no environment 'CartPole-v0' (did you mean 'CartPole-v1'?)"),
+        (["--suite", "smoke", "--seeds-per-process", "0"], "--seeds-per-process must be >= 1, got 0"),
     ],
 )
 def test_bad_arguments_exit_2_and_create_no_run(tmp_path, capsys, args, message):
@@ -118,7 +119,7 @@ def test_failing_run_is_marked_failed_with_its_error(tiny_suite, tmp_path, monke
     experiment = tracking.experiment_id(uri, "tiny", tmp_path / "artifacts")
     parent = tracking.start_parent_run(uri, experiment, "parent", {})
     spec = load_suite(str(tiny_suite)).specs[0]
-    outcome = runner.run_in_worker(spec.to_dict(), uri, experiment, parent.run_id, None, queue.Queue())
+    (outcome,) = runner.run_in_worker([spec.to_dict()], uri, experiment, parent.run_id, None, queue.Queue())
     assert outcome["status"] == "FAILED" and "loss became NaN" in outcome["error"]
     run = MlflowClient(uri).get_run(outcome["run_id"])
     assert run.info.status == "FAILED" and "FloatingPointError: loss became NaN" in run.data.tags["error"]

@@ -101,3 +101,38 @@ def test_malformed_yaml_and_missing_keys(write_suite):
 def test_unknown_suite_lists_available():
     with pytest.raises(ConfigError, match=r"unknown suite 'smok' \(did you mean 'smoke'\?\); available: .*smoke"):
         load_suite("smok")
+
+
+def test_seeds_in_process_is_read_per_suite_and_experiment_and_is_not_part_of_the_run_key(write_suite, tiny_suite):
+    path = write_suite(
+        """
+        seeds: 3
+        seeds_in_process: 3
+        budget: {total_steps: 100, eval_every: 50}
+        experiments:
+          - algo: ppo
+            envs: [CartPole-v1]
+          - algo: dqn
+            envs: [CartPole-v1]
+            seeds_in_process: 2
+        """
+    )
+    suite = load_suite(str(path))
+    assert [(s.algo, s.seeds_in_process) for s in suite.specs] == [("ppo", 3)] * 3 + [("dqn", 2)] * 3
+    assert {s.seeds_in_process for s in suite.with_seeds_in_process(5).specs} == {5}
+    assert suite.with_seeds_in_process(None) is suite
+    plain = write_suite("\n".join(line for line in path.read_text().splitlines() if "seeds_in_process" not in line), "plain.yaml")
+    assert {s.seeds_in_process for s in load_suite(str(plain)).specs} == {1}
+    assert [s.run_key for s in load_suite(str(plain)).specs] == [s.run_key for s in suite.specs]
+
+
+@pytest.mark.parametrize(("where", "value"), [("suite", 0), ("suite", "four"), ("experiment", True), ("experiment", -2)])
+def test_bad_seeds_in_process_is_a_clear_error(write_suite, where, value):
+    suite_line = f"seeds_in_process: {value!r}\n" if where == "suite" else ""
+    experiment_line = f", seeds_in_process: {str(value).lower()}" if where == "experiment" else ""
+    path = write_suite(
+        f"seeds: 2\n{suite_line}budget: {{total_steps: 100, eval_every: 50}}\n"
+        f"experiments: [{{algo: ppo, envs: [CartPole-v1]{experiment_line}}}]\n"
+    )
+    with pytest.raises(ConfigError, match="seeds_in_process must be a positive integer"):
+        load_suite(str(path))

@@ -243,3 +243,127 @@ def test_run_seeds_refuses_runs_that_differ_beyond_the_seed():
         train.run_seeds([train.SeedJob(specs[0]), train.SeedJob(other[1])])
     with pytest.raises(ConfigError, match="ppo_kl has no batched training"):
         train.run_seeds([train.SeedJob(spec) for spec in _specs("ppo_kl", "CartPole-v1", {}, 100, 100)])
+
+
+# ---------------------------------------------------------------- through the runner, the CLI, tune
+
+TINY_PPO = {"num_envs": 2, "num_steps": 64, "num_minibatches": 2, "num_epochs": 2, "hidden_sizes": [16, 16]}
+BATCHED_SUITE = f"""
+name: batched
+seeds: [0, 1, 2, 3]
+seeds_in_process: 3
+budget: {{total_steps: 512, eval_every: 256, eval_episodes: 2}}
+experiments:
+  - algo: ppo
+    envs: [CartPole-v1]
+    hyperparameters: {TINY_PPO}
+"""
+
+
+def test_the_runner_batches_seeds_of_one_configuration_n_at_a_time(write_suite):
+    from benchmark import runner
+    from benchmark.config import load_suite
+
+    path = write_suite(
+        BATCHED_SUITE
+        + f"""
+  - algo: ppo
+    envs: [CartPole-v1, Acrobot-v1]
+    seeds: [0, 1]
+    grid: {{learning_rate: [1.0e-3, 2.0e-3]}}
+    hyperparameters: {TINY_PPO}
+  - algo: trpo
+    envs: [CartPole-v1]
+    seeds: [0, 1]
+  - algo: dqn
+    envs: [CartPole-v1]
+    seeds: [0, 1]
+    seeds_in_process: 1
+"""
+    )
+    groups, notices = runner.plan_processes(load_suite(str(path)).specs)
+    described = [[(spec.algo, spec.env_id, spec.hyperparameters.get("learning_rate"), spec.seed) for spec in group] for group in groups]
+    ppo = [("ppo", env, rate) for env in ("CartPole-v1", "Acrobot-v1") for rate in (1e-3, 2e-3)]
+    assert described == [
+        [("ppo", "CartPole-v1", 3e-4, 0), ("ppo", "CartPole-v1", 3e-4, 1), ("ppo", "CartPole-v1", 3e-4, 2)],
+        [("ppo", "CartPole-v1", 3e-4, 3)],  # N at a time: the fourth seed alone
+        *([(*setting, 0), (*setting, 1)] for setting in ppo),  # each grid point and env its own batch
+        [("trpo", "CartPole-v1", 1e-3, 0)],  # no batched TRPO: one seed per process, with a notice
+        [("trpo", "CartPole-v1", 1e-3, 1)],
+        [("dqn", "CartPole-v1", 1e-4, 0)],  # the experiment's own seeds_in_process: 1
+        [("dqn", "CartPole-v1", 1e-4, 1)],
+    ]
+    assert notices == ["trpo on CartPole-v1: one seed per process (trpo has no batched training of seeds (it has: ddpg, dqn, ppo, sac, surrogate_pg, td3))"]
+
+
+def test_a_batched_suite_logs_each_seed_as_its_own_mlflow_run_and_reproduces_it(write_suite, tmp_path):
+    """Seeds 0-2 train in one process, seed 3 alone; each seed is a child run with its own run
+    key, the evaluations of its run alone (to float tolerance), and reproduces bit for bit."""
+    import subprocess
+    import sys
+
+    from mlflow.tracking import MlflowClient
+
+    from benchmark import train
+    from benchmark.config import load_suite
+
+    path = write_suite(BATCHED_SUITE)
+    specs = {spec.seed: spec for spec in load_suite(str(path)).specs}
+    results = tmp_path / "results"
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "benchmark", *args], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+
+    completed = cli("run", "--suite", str(path), "--workers", "2", "--results-dir", str(results))
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "4 runs to train in 2 processes" in completed.stderr and "4/4 runs finished" in completed.stdout
+    assert completed.stderr.count("3 seeds batched") == 3
+    client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("batched")
+    children = {int(r.data.tags["seed"]): r for r in client.search_runs([experiment.experiment_id]) if "run_key" in r.data.tags}
+    assert sorted(children) == [0, 1, 2, 3]
+    for seed, child in children.items():
+        assert child.info.status == "FINISHED" and child.data.tags["run_key"] == specs[seed].run_key
+        assert child.data.tags.get("batch_seeds") == ("0 1 2" if seed < 3 else None)
+        logged = [m.value for m in sorted(client.get_metric_history(child.info.run_id, "eval/return_mean"), key=lambda m: m.step)]
+        alone = train.run(specs[seed])
+        np.testing.assert_allclose(logged, [e.mean for e in alone.evaluations], rtol=1e-5)
+    reproduced = cli("reproduce", children[1].info.run_id, "--results-dir", str(results))
+    assert reproduced.returncode == 0, reproduced.stdout + reproduced.stderr
+    assert "trained again in its batch of seeds 0 1 2" in reproduced.stdout and "bit-identical" in reproduced.stdout
+
+
+def test_a_divergent_seed_fails_alone_in_the_tracking_store(tmp_path, monkeypatch):
+    """The runner's worker with three SAC seeds batched, NaN injected into seed 1's critic:
+    seed 1's MLflow run is FAILED with its non-finite losses, seeds 0 and 2 are FINISHED."""
+    import queue
+
+    from mlflow.tracking import MlflowClient
+
+    from benchmark import runner, tracking
+
+    make = agents.make
+
+    def poisoned(name, spec, config, **kwargs):
+        algo = make(name, spec, config, **kwargs)
+        if kwargs["seed"] == 1:
+            with torch.no_grad():
+                next(algo.critic.parameters()).fill_(float("nan"))
+        return algo
+
+    monkeypatch.setattr(agents, "make", poisoned)
+    specs = _specs("sac", *CASES["sac"], 200, 100)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment = tracking.experiment_id(uri, "t", tmp_path / "artifacts")
+    parent = tracking.start_parent_run(uri, experiment, "parent", {})
+    messages = queue.Queue()
+    outcomes = runner.run_in_worker([spec.to_dict() for spec in specs], uri, experiment, parent.run_id, str(tmp_path / "checkpoints"), messages)
+    assert [outcome["status"] for outcome in outcomes] == ["FINISHED", "FAILED", "FINISHED"]
+    assert outcomes[1]["error"].startswith("NonFiniteLoss: non-finite update values")
+    client = MlflowClient(uri)
+    runs = [client.get_run(outcome["run_id"]) for outcome in outcomes]
+    assert [run.info.status for run in runs] == ["FINISHED", "FAILED", "FINISHED"]
+    assert "NonFiniteLoss" in runs[1].data.tags["error"] and all(run.data.tags["batch_seeds"] == "0 1 2" for run in runs)
+    for seed in (0, 2):
+        assert math.isfinite(runs[seed].data.metrics["final/eval_return_mean"])
+        assert (tmp_path / "checkpoints" / specs[seed].run_key / "final.pt").exists()

@@ -344,6 +344,7 @@ def test_pruner_steps_are_the_scheduled_ones_for_every_seed(tmp_path, monkeypatc
         (("--algo", "ppo", "--env", "CartPole-v1", "--pruner-warmup-steps", "-1"), "--pruner-warmup-steps must be >= 0"),
         (("--algo", "ppo", "--env", "CartPole-v1", "--timeout", "0"), "--timeout must be a positive number"),
         (("--algo", "ppo", "--env", "CartPole-v1", "--seeds-per-trial", "0"), "--seeds-per-trial must be >= 1"),
+        (("--algo", "ppo", "--env", "CartPole-v1", "--seeds-per-process", "0"), "--seeds-per-process must be >= 1"),
         (("--algo", "ppo", "--env", "CartPole-v1", "--budget", "-5"), "--budget must be a positive number"),
         (("--algo", "ppo", "--env", "Pendulum-v1", "--suite", "her", "--budget", "512"), "suite 'her' has no run of ppo on Pendulum-v1"),
         (("--env", "CartPole-v1"), "tune needs --algo and --env"),
@@ -537,3 +538,45 @@ def test_store_options_count_before_and_after_the_subcommand():
     assert parser.parse_args(["tune", "show", "s", "--results-dir", "y"]).results_dir == Path("y")
     assert parser.parse_args(["tune", "export", "s"]).results_dir == Path("results")
     assert parser.parse_args(["tune", "--storage", "journal:a", "export", "s"]).storage == "journal:a"
+
+
+TINY_PPO = {"num_envs": 2, "num_steps": 64, "num_minibatches": 2, "num_epochs": 2, "hidden_sizes": [16, 16]}
+
+
+def _batched_study(tmp_path, seeds_per_process: int, pruner=None):
+    from benchmark import tracking
+
+    uri = f"sqlite:///{tmp_path / f'mlflow-{seeds_per_process}.db'}"
+    experiment = tracking.experiment_id(uri, "tune-x", tmp_path / "artifacts")
+    parent = tracking.start_parent_run(uri, experiment, "x", {"kind": "study"})
+    setting = settings(budget=Budget(512, 256, 2), seeds_per_trial=3, base_hyperparameters=TINY_PPO)
+    space = load_search_space("ppo", write_space(tmp_path, "learning_rate: {low: 1.0e-4, high: 1.0e-2, log: true}\n"))
+    objective = tune.Objective("x", setting, space, uri, experiment, parent.run_id, "cpu", seeds_per_process=seeds_per_process)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0), pruner=pruner)
+    study.optimize(objective, n_trials=1)
+    return study.trials[0], MlflowClient(uri), MlflowClient(uri).get_run(study.trials[0].user_attrs["mlflow_run_id"])
+
+
+def test_a_trials_seeds_batched_score_as_one_after_another(tmp_path):
+    """--seeds-per-process 3: the trial's three seeds train as one batched model, with the final
+    returns and objective of the seeds trained one after another (to float tolerance); the
+    running objective is reported once per evaluation round, at the last seed's steps."""
+    alone, _, _ = _batched_study(tmp_path, 1)
+    batched, _, run = _batched_study(tmp_path, 3)
+    assert batched.params == alone.params and batched.state.name == "COMPLETE"
+    assert batched.user_attrs["final_returns"] == pytest.approx(alone.user_attrs["final_returns"], rel=1e-5)
+    assert batched.value == pytest.approx(alone.value, rel=1e-5)
+    assert sorted(alone.intermediate_values) == [256, 512, 768, 1024, 1280, 1536]
+    assert sorted(batched.intermediate_values) == [1024 + 256, 1536]  # seed index 2's steps: all three seeds evaluated
+    assert batched.intermediate_values[1536] == pytest.approx(alone.intermediate_values[1536], rel=1e-5)
+    assert run.data.tags["seeds_per_process"] == "3" and "not_batched" not in run.data.tags
+
+
+def test_a_pruned_batch_stops_every_seed(tmp_path):
+    """A pruner that prunes at the first report: the batched trial is PRUNED there, and none of
+    its seeds trains on to a second evaluation."""
+    trial, client, run = _batched_study(tmp_path, 3, optuna.pruners.ThresholdPruner(lower=10.0))
+    assert trial.state.name == "PRUNED" and sorted(trial.intermediate_values) == [1024 + 256]
+    for seed in settings(seeds_per_trial=3).trial_seeds(0):
+        history = client.get_metric_history(run.info.run_id, f"seed{seed}/eval/return_mean")
+        assert [m.step for m in history] == [256], seed
