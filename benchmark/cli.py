@@ -166,6 +166,14 @@ def build_parser() -> argparse.ArgumentParser:
     perf.add_argument("--no-compare", action="store_true", help="measure ours and the bounds only (SB3 not needed)")
     perf.add_argument("--profile", action="store_true", help="also where our time goes per env step, and the top functions")
     perf.add_argument("--no-memory", action="store_true", help="skip the 1M-transition replay buffer measurement")
+    perf.add_argument("--no-batched", action="store_true", help="skip the batched-seeds rows (N seeds in one process against N processes)")
+    perf.add_argument("--batched-only", action="store_true", help="measure only the batched-seeds rows (results/perf/batched.json)")
+    perf.add_argument(
+        "--batched-seeds", type=int, nargs="+", default=None, metavar="N",
+        help="seed counts of the batched rows (default 1 4 10)",
+    )
+    perf.add_argument("--batched-repeats", type=int, default=1, metavar="R", help="measurements per batched row; medians are reported (default 1)")
+    perf.add_argument("--device", default="cpu", help="device of the batched rows: cpu (default) or cuda (SAC's 5x target applies on a GPU)")
     perf.add_argument(
         "--learning", action="store_true",
         help="instead of throughput: train our SAC and SB3's (same setting) 50k steps on seeds 0-2 (--seeds) and compare final returns",
@@ -615,8 +623,17 @@ def command_perf(args: argparse.Namespace, console: Console) -> int:
     from benchmark import perf
 
     cases = args.cases or list(perf.CASES)
-    compare = not args.no_compare
+    compare = not args.no_compare and not args.batched_only
     perf.check_arguments(cases, args.pairs, args.scale, args.threads)
+    counts = args.batched_seeds or list(perf.BATCHED_COUNTS)
+    if args.no_batched and args.batched_only:
+        raise ConfigError("--no-batched and --batched-only contradict each other")
+    if min(counts) < 1 or len(set(counts)) != len(counts) or args.batched_repeats < 1:
+        raise ConfigError(f"--batched-seeds must be distinct positive counts and --batched-repeats >= 1, got {counts} and {args.batched_repeats}")
+    if args.device != "cpu":
+        from benchmark.train import resolve_device
+
+        resolve_device(args.device)
     if args.seeds is not None and not args.learning:
         raise ConfigError("--seeds is for --learning (throughput measurements alternate pairs, not seeds)")
     if args.seeds is not None and (len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0):
@@ -624,6 +641,8 @@ def command_perf(args: argparse.Namespace, console: Console) -> int:
     sb3_version = perf.check_sb3() if compare else None
     if args.learning:
         return _perf_learning(args, console, perf)
+    if args.batched_only:
+        return _perf_batched(args, console, perf, cases, counts)
     console.print(
         f"perf: {', '.join(cases)}; {args.pairs} alternating pair(s) each, {args.threads} torch thread(s)"
         + (f", Stable-Baselines3 {sb3_version}" if compare else ", ours only"),
@@ -656,7 +675,57 @@ def command_perf(args: argparse.Namespace, console: Console) -> int:
         console.print(found["top_functions"], highlight=False, soft_wrap=True, markup=False)
     path = perf.write(data, args.output or Path("results/perf/compare.json"))
     console.print(f"written to {path}", highlight=False, soft_wrap=True)
+    if not args.no_batched:
+        return _perf_batched(args, console, perf, cases, counts)
     return 0
+
+
+def _perf_batched(args: argparse.Namespace, console: Console, perf, cases: list[str], counts: list[int]) -> int:
+    import os
+
+    cores = os.cpu_count() or 1
+    console.print(
+        f"batched seeds: {', '.join(cases)}; N = {', '.join(map(str, counts))}; {args.batched_repeats} measurement(s) each, "
+        f"{args.threads} torch thread(s), device {args.device}, {cores} cores",
+        highlight=False, soft_wrap=True,
+    )
+
+    def progress(name: str, count: int, mode: str, entry: dict) -> None:
+        console.print(
+            f"  {name:<4} {mode:<11} {count:>3} seed(s) in {entry['processes']} process(es) {entry['steps_per_second']:>10,.1f} steps/s  "
+            f"peak {entry['peak_rss_mb']:,.0f} MiB",
+            highlight=False, soft_wrap=True,
+        )
+
+    data = perf.measure_batched(cases, counts, args.batched_repeats, args.scale, args.threads, args.device, cores, on_measurement=progress)
+    console.print(_batched_table(data))
+    output = Path("results/perf/batched.json") if args.output is None or not args.batched_only else args.output
+    path = perf.write(data, output)
+    console.print(f"written to {path}", highlight=False, soft_wrap=True)
+    return 0
+
+
+def _batched_table(data: dict) -> Table:
+    cores = data["settings"]["cores"]
+    table = Table(title=f"N seeds: aggregate env steps/s (summed over seeds; {data['settings']['device']}, {cores} cores)")
+    for column in ("case", "env", "N", f"separate (N processes, {cores} at once)", "batched, 1 process", "ratio",
+                   f"batched, {cores} processes", "ratio", "peak MiB separate / 1 process"):
+        table.add_column(column, justify="left" if column in ("case", "env") else "right")
+    for name, case in data["cases"].items():
+        for row in case["rows"]:
+            per_core = row.get("per_core")
+            ratio = f"{row['one_process_ratio']:.2f}x"
+            if "target_ratio" in row:
+                ratio += f" (>= {row['target_ratio']}: {'met' if row['target_met'] else 'missed'})"
+            table.add_row(
+                name, case["env_id"], str(row["seeds"]),
+                f"{row['separate']['steps_per_second']:,.1f}",
+                f"{row['one_process']['steps_per_second']:,.1f}", ratio,
+                f"{per_core['steps_per_second']:,.1f}" if per_core else "—",
+                f"{row['per_core_ratio']:.2f}x" if per_core else "—",
+                f"{row['separate']['peak_rss_mb'] * row['seeds'] / row['separate']['processes']:,.0f} / {row['one_process']['peak_rss_mb']:,.0f}",
+            )
+    return table
 
 
 def _perf_learning(args: argparse.Namespace, console: Console, perf) -> int:

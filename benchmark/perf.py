@@ -15,6 +15,11 @@ Reported: the medians over pairs of steps/s, our/SB3 ratio (median of the per-pa
 our fraction of the bound, and peak resident memory; plus the bytes of a full 1M-transition
 HalfCheetah replay buffer against the raw bytes of its fields. Written as JSON to
 ``results/perf/compare.json``. ``--profile`` adds where our time goes per env step.
+
+Batched seeds (``measure_batched``, written to ``results/perf/batched.json``): for N seeds of
+one setting, the aggregate env steps/s of N separate runs (one process each, as many at once as
+the machine has cores, the steady state of the runner's pool) against the same N seeds trained
+as one batched model in one process, and N split over one batched process per core.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -168,6 +174,41 @@ def run_job(job: dict[str, Any], timeout: float = 1800.0) -> dict[str, Any]:
         return json.loads(output.read_text())
 
 
+def run_concurrently(jobs: list[dict[str, Any]], timeout: float = 3600.0) -> list[dict[str, Any]]:
+    """Run ``jobs`` in fresh processes that start training together (after every one of them has
+    imported and reached the barrier); their results, in order."""
+    with tempfile.TemporaryDirectory(prefix="reprorl-perf-") as directory:
+        barrier = Path(directory)
+        processes = []
+        for index, job in enumerate(jobs):
+            threads = str(job.get("threads", 1))
+            env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+            arguments = json.dumps({**job, "barrier": str(barrier), "index": index})
+            output = barrier / f"result-{index}.json"
+            processes.append((subprocess.Popen([sys.executable, "-m", "benchmark.perf_worker", arguments, str(output)],
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env), output))
+        try:
+            deadline = time.monotonic() + timeout
+            while sum(1 for _ in barrier.glob("ready-*")) < len(jobs):
+                if any(process.poll() is not None for process, _ in processes) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            (barrier / "go").touch()
+            results = []
+            for (process, output), job in zip(processes, jobs):
+                _, errors = process.communicate(timeout=max(deadline - time.monotonic(), 1.0))
+                if process.returncode != 0 or not output.exists():
+                    tail = "\n".join(errors.strip().splitlines()[-15:])
+                    raise RuntimeError(f"perf measurement {job['kind']} {job.get('algo')} seeds {job.get('seeds')} failed (exit {process.returncode}):\n{tail}")
+                results.append(json.loads(output.read_text()))
+            return results
+        finally:
+            for process, _ in processes:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+
+
 def _jobs(case: Case, scale: float, threads: int, seed: int) -> dict[str, dict[str, Any]]:
     steps = max(int(case.steps * scale), 1)
     if case.name == "ppo":  # whole rollouts: both libraries update only at rollout ends
@@ -251,6 +292,105 @@ def profile(cases: list[str], scale: float = 1.0, threads: int = 1) -> dict[str,
             "top_functions": functions["top_functions"],
         }
     return profiles
+
+
+BATCHED_COUNTS = (1, 4, 10)
+BATCHED_STEPS = {"ppo": 4_096, "sac": 600, "td3": 600, "dqn": 10_000}
+"""Env steps per seed of a batched measurement (SAC and TD3 update from step 100 on)."""
+BATCHED_GPU_TARGET = ("sac", 10, 5.0)
+"""The issue's aim on a GPU: SAC, 10 seeds in one process, 5x the aggregate rate of 10 separate processes."""
+
+
+def split_seeds(seeds: Sequence[int], processes: int) -> list[list[int]]:
+    """``seeds`` dealt into ``processes`` contiguous groups whose sizes differ by at most one."""
+    count = min(processes, len(seeds))
+    size, extra = divmod(len(seeds), count)
+    groups, start = [], 0
+    for index in range(count):
+        end = start + size + (index < extra)
+        groups.append(list(seeds[start:end]))
+        start = end
+    return groups
+
+
+def measure_batched(
+    cases: list[str],
+    counts: Sequence[int] = BATCHED_COUNTS,
+    repeats: int = 1,
+    scale: float = 1.0,
+    threads: int = 1,
+    device: str = "cpu",
+    cores: int | None = None,
+    on_measurement: Callable[[str, int, str, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """For each case and N in ``counts``: the aggregate steps/s (summed over seeds) of
+
+    * ``separate``: N runs of one seed each in their own processes, ``min(N, cores)`` of them at
+      once (what the runner's pool sustains: more processes than cores only share them);
+    * ``one_process``: the N seeds as one batched model in one process;
+    * ``per_core``: the N seeds dealt over ``min(N, cores)`` batched processes at once (when N > cores).
+
+    Medians over ``repeats``; ratios are against ``separate``."""
+    cores = cores or os.cpu_count() or 1
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for name in cases:
+        case = CASES[name]
+        steps = max(int(BATCHED_STEPS[name] * scale), 1)
+        if name == "ppo":
+            steps = max(steps // case.ours["num_steps"], 1) * case.ours["num_steps"]
+        common = {"kind": "seeds", "algo": name, "env_id": case.env_id, "steps": steps, "threads": threads,
+                  "hyperparameters": case.ours, "device": device}
+        measured: dict[tuple[str, int], list[dict[str, Any]]] = {}
+
+        def measure(mode: str, count: int, groups: list[list[int]]) -> None:
+            for repeat in range(repeats):
+                results = run_concurrently([{**common, "seeds": group} for group in groups])
+                entry = {
+                    "steps_per_second": sum(result["steps_per_second"] for result in results),
+                    "processes": len(groups), "seeds_per_process": [len(group) for group in groups],
+                    "peak_rss_mb": sum(result["peak_rss_mb"] for result in results),
+                }
+                measured.setdefault((mode, count), []).append(entry)
+                if on_measurement is not None:
+                    on_measurement(name, count, mode, entry)
+
+        for concurrent in sorted({min(count, cores) for count in counts}):
+            measure("separate", concurrent, [[seed] for seed in range(concurrent)])
+        case_rows = []
+        for count in counts:
+            seeds = list(range(count))
+            if count > 1:
+                measure("one_process", count, [seeds])
+            if count > cores:
+                measure("per_core", count, split_seeds(seeds, cores))
+            separate = _median_entry(measured[("separate", min(count, cores))])
+            row: dict[str, Any] = {
+                "seeds": count, "steps": steps,
+                "separate": {**separate, "runs": count, "at_once": min(count, cores)},
+                "one_process": _median_entry(measured[("one_process", count)]) if count > 1 else separate,
+            }
+            if count > cores:
+                row["per_core"] = _median_entry(measured[("per_core", count)])
+            for mode in ("one_process", "per_core"):
+                if mode in row:
+                    row[f"{mode}_ratio"] = row[mode]["steps_per_second"] / separate["steps_per_second"]
+            if device.startswith("cuda") and (name, count) == BATCHED_GPU_TARGET[:2]:
+                row["target_ratio"] = BATCHED_GPU_TARGET[2]
+                row["target_met"] = row["one_process_ratio"] >= BATCHED_GPU_TARGET[2]
+            case_rows.append(row)
+        rows[name] = case_rows
+    return {
+        "created": now(), "machine": machine(),
+        "settings": {"cases": cases, "counts": list(counts), "repeats": repeats, "scale": scale, "threads": threads,
+                     "device": device, "cores": cores},
+        "cases": {name: {"env_id": CASES[name].env_id, "hyperparameters": CASES[name].ours, "rows": rows[name]} for name in cases},
+    }
+
+
+def _median_entry(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The entry with the median rate (the lower middle one for an even count), with every rate."""
+    ordered = sorted(entries, key=lambda entry: entry["steps_per_second"])
+    return {**ordered[(len(ordered) - 1) // 2], "all_steps_per_second": [entry["steps_per_second"] for entry in entries]}
 
 
 LEARNING_STEPS, LEARNING_SEEDS, LEARNING_EPISODES = 50_000, 3, 10

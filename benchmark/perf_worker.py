@@ -6,8 +6,10 @@ A job names what to time (``kind``) and how: ``ours`` trains with ``benchmark.tr
 ``sb3`` with Stable-Baselines3's ``learn``, both from the same setting; ``env`` steps the
 environment alone with pre-sampled random actions; ``floor`` runs the update's forward and
 backward passes in a bare loop at the same network sizes; ``memory`` measures a full replay
-buffer. Construction is never timed, only training. The result holds the rate, the process's
-peak resident memory and, for ``ours`` with ``profile``, where the time went.
+buffer; ``seeds`` trains several seeds of one setting in this process as one batched model
+(one seed: alone), after waiting at a barrier for the other processes of its measurement.
+Construction is never timed, only training. The result holds the rate, the process's peak
+resident memory and, for ``ours`` with ``profile``, where the time went.
 """
 
 from __future__ import annotations
@@ -196,6 +198,39 @@ def _top_functions(profiler: cProfile.Profile, count: int = 15) -> str:
     lines = stream.getvalue().splitlines()
     start = next((i for i, line in enumerate(lines) if line.strip().startswith("ncalls")), 0)
     return "\n".join(line for line in lines[start:] if line.strip())
+
+
+def run_seeds_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Train ``job["seeds"]`` of one setting for ``job["steps"]`` env steps each: as one batched
+    model when there are several (``benchmark.train.run_seeds``), alone otherwise. With
+    ``barrier`` (a directory) the process says it is ready, then waits for the file ``go``, so
+    that the processes of one measurement train at the same time. The rate is the sum over the
+    seeds of each seed's env steps per second of training."""
+    import agents
+    from benchmark import train
+    from benchmark.config import Budget, RunSpec
+
+    hyperparameters = agents.resolve_config(job["algo"], job["hyperparameters"]).to_dict()
+    steps = int(job["steps"])
+    specs = [
+        RunSpec("perf", job["algo"], job["env_id"], int(seed), hyperparameters, Budget(total_steps=steps, eval_every=steps * 10, eval_episodes=1),
+                device=job.get("device", "cpu"), torch_threads=int(job["threads"]))
+        for seed in job["seeds"]
+    ]
+    if job.get("barrier"):
+        barrier = Path(job["barrier"])
+        (barrier / f"ready-{job['index']}").touch()
+        while not (barrier / "go").exists():
+            time.sleep(0.01)
+    if len(specs) == 1:
+        results: list[Any] = [train.run(specs[0])]
+    else:
+        results = train.run_seeds([train.SeedJob(spec) for spec in specs])
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    rates = [result.steps_per_second for result in results]
+    return {"steps_per_second": sum(rates), "per_seed_steps_per_second": rates, "seconds": max(steps / rate for rate in rates)}
 
 
 # -- Stable-Baselines3 ---------------------------------------------------------------------
@@ -418,7 +453,7 @@ def learn_sb3(job: dict[str, Any]) -> dict[str, Any]:
 
 KINDS = {
     "ours": run_ours, "sb3": run_sb3, "env": run_env, "floor": run_floor, "memory": run_memory,
-    "learn_ours": learn_ours, "learn_sb3": learn_sb3,
+    "learn_ours": learn_ours, "learn_sb3": learn_sb3, "seeds": run_seeds_job,
 }
 
 

@@ -1,5 +1,8 @@
 """Execute RunSpecs: a local process pool, one MLflow child run each, live progress.
 
+A pool task trains one spec, or several that differ only by seed as one batched model (the
+suite's ``seeds_in_process``): each of them still has its own MLflow child run and outcome.
+
 Workers are spawned (not forked), so no torch or MLflow thread state is copied into them.
 Only the main process handles Ctrl-C: workers ignore SIGINT, and on an interrupt the main
 process stops them and marks their runs KILLED. Any child run still RUNNING when the pool
@@ -572,7 +575,7 @@ def _stop_workers(pool: ProcessPoolExecutor, grace_seconds: float = 30.0) -> Non
 def _execute_on_ray(
     job: _Job, requested: str, runs_per_gpu: int | None, workers: int, board: Board, address: str | None
 ) -> list[RunOutcome]:
-    """One Ray task per run. Without ``address`` a local Ray instance is started with
+    """One Ray task per process group (a run, or seeds batched). Without ``address`` a local Ray instance is started with
     ``workers`` CPUs (and the GPUs Ray detects); ``address='auto'`` joins the running cluster.
     A GPU run asks for 1/runs_per_gpu of a GPU, so Ray packs that many on one device and sets
     each task's CUDA_VISIBLE_DEVICES itself (Ray, not cuda:N, picks the GPU)."""

@@ -119,7 +119,7 @@ def test_perf_cli_writes_the_table_and_json(tmp_path):
     output = tmp_path / "perf.json"
     completed = subprocess.run(
         [sys.executable, "-m", "benchmark", "perf", "--cases", "dqn", "--pairs", "1", "--scale", "0.02",
-         "--no-compare", "--no-memory", "--profile", "--output", str(output)],
+         "--no-compare", "--no-memory", "--no-batched", "--profile", "--output", str(output)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
@@ -181,3 +181,38 @@ def test_learning_runs_join_the_seeds_already_written(monkeypatch, tmp_path, cap
     assert perf.merge_learning({**found, "steps": 123}, perf.learning_statistics(
         {"case": "sac", "env_id": found["env_id"], "steps": found["steps"], "episodes": found["episodes"], "seeds": [5],
          "returns": {"ours": [1.0], "sb3": [2.0]}}))["seeds"] == [5]  # another setting is not joined
+
+
+def test_seeds_are_dealt_over_processes_evenly():
+    assert perf.split_seeds(list(range(10)), 2) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    assert perf.split_seeds(list(range(5)), 2) == [[0, 1, 2], [3, 4]]
+    assert perf.split_seeds([7], 4) == [[7]]
+
+
+def test_batched_rows_compare_one_process_with_separate_processes(tmp_path):
+    """The real command at a tiny scale: DQN, N = 1 and 3 on 2 cores: separate runs (1, then 2
+    processes at once), 3 seeds in one batched process and dealt over 2 batched processes."""
+    output = tmp_path / "batched.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmark", "perf", "--batched-only", "--cases", "dqn", "--batched-seeds", "1", "3",
+         "--scale", "0.03", "--output", str(output)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert "N seeds: aggregate env steps/s" in completed.stdout
+    data = json.loads(output.read_text())
+    cores = data["settings"]["cores"]
+    one, three = data["cases"]["dqn"]["rows"]
+    assert one["seeds"] == 1 and one["one_process"]["steps_per_second"] == one["separate"]["steps_per_second"] and one["one_process_ratio"] == 1.0
+    assert three["one_process"]["seeds_per_process"] == [3] and three["separate"]["processes"] == min(3, cores)
+    assert three["one_process_ratio"] == pytest.approx(three["one_process"]["steps_per_second"] / three["separate"]["steps_per_second"])
+    if cores < 3:
+        assert three["per_core"]["seeds_per_process"] == [len(group) for group in perf.split_seeds([0, 1, 2], cores)]
+    assert all(row["steps"] == 300 for row in (one, three))
+
+
+def test_batched_arguments_are_checked(capsys):
+    assert main(["perf", "--batched-only", "--no-batched"]) == EXIT_CONFIG_ERROR
+    assert "contradict" in capsys.readouterr().err
+    assert main(["perf", "--batched-only", "--batched-seeds", "0", "4"]) == EXIT_CONFIG_ERROR
+    assert "--batched-seeds must be distinct positive counts" in capsys.readouterr().err
