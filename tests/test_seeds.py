@@ -409,3 +409,65 @@ def test_ten_batched_seeds_are_not_distinguishable_from_ten_separate_runs(write_
     assert row.rstrip(" │").endswith("ok"), row  # not "improved" either
     scores = json.loads(baseline.read_text())["groups"][0]["scores"]
     assert len(scores) == 10
+
+
+RESUMED_BATCH = """\
+name: resumedbatch
+seeds: [0, 1, 2]
+seeds_in_process: 3
+budget: {total_steps: 8000, eval_every: 1000, eval_episodes: 2}
+checkpoint: {every: 1500}
+experiments:
+  - algo: ppo
+    envs: [CartPole-v1]
+    hyperparameters: {num_envs: 1, num_steps: 256, num_minibatches: 4, num_epochs: 4}
+"""
+
+
+def test_a_killed_batch_resumes_each_seed_in_its_mlflow_run(write_suite, tmp_path):
+    """SIGKILL to a batch of three seeds mid-training; the re-launch resumes the three together
+    from their checkpoints, each in its own MLflow run, and every seed ends with the
+    evaluations of an uninterrupted batch."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    from benchmark import checkpoint, train
+    from benchmark.config import load_suite
+
+    suite = write_suite(RESUMED_BATCH)
+    specs = load_suite(str(suite)).specs
+    results = tmp_path / "results"
+    argv = [sys.executable, "-m", "benchmark", "run", "--suite", str(suite), "--results-dir", str(results)]
+    process = subprocess.Popen(argv, cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    latest = [results / "checkpoints" / spec.run_key / checkpoint.LATEST for spec in specs]
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if all(path.exists() for path in latest) and min(checkpoint.load(path)["loop"]["step"] for path in latest) >= 3000:
+                break
+            assert process.poll() is None, "the suite ended before it could be killed"
+            time.sleep(0.2)
+        else:
+            pytest.fail("no checkpoints past step 3000")
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    steps = {checkpoint.load(path)["loop"]["step"] for path in latest}
+    assert len(steps) == 1  # the seeds of a batch checkpoint together
+    completed = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr
+    assert "3 of 3 runs to train have a checkpoint" in completed.stderr
+    assert completed.stderr.count(f"from its checkpoint at env step {steps.pop():,}") == 3
+    client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
+    runs = [r for r in client.search_runs([client.get_experiment_by_name("resumedbatch").experiment_id]) if "run_key" in r.data.tags]
+    assert len(runs) == 3 and all(r.info.status == "FINISHED" and r.data.tags["resume_count"] == "1" for r in runs)
+    uninterrupted = train.run_seeds([train.SeedJob(spec) for spec in specs])
+    for spec, result in zip(specs, uninterrupted):
+        (run,) = [r for r in runs if r.data.tags["run_key"] == spec.run_key]
+        logged = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "eval/return_mean")}
+        assert [logged[e.step] for e in result.evaluations] == [e.mean for e in result.evaluations], spec.seed
