@@ -1,6 +1,6 @@
 """One learning test per algorithm: a suite's own settings reach a score on a small task.
 
-Budgets (seed 0, one CPU core): PPO on CartPole-v1, 100k steps (smoke suite, ~25 s); DQN on
+Budgets (seed 0, one CPU core): PPO on CartPole-v1, 100k steps (smoke suite, ~25 s; see LATE_OSCILLATION); DQN on
 CartPole-v1, 50k steps (classic, ~60 s; see LATE_OSCILLATION); DDPG, TD3, SAC and MPO on Pendulum-v1, 20k steps
 of which the first 1k uniformly random (classic, ~60-150 s each). Thresholds are on the final
 deterministic evaluation over 10 episodes: 475 is CartPole's "solved" level, -300 on Pendulum
@@ -34,7 +34,7 @@ THRESHOLDS = {
 }
 
 
-# Two settings reach the threshold but do not stay there, so a float-level change (fused Adam;
+# Some settings reach the threshold but do not stay there, so a float-level change (fused Adam;
 # another CPU's kernels: CI's machine differs from ours) decides where the final evaluation
 # lands. For them the test asks for what is robust: the threshold reached at some evaluation,
 # and, where the setting keeps it, a final policy far above random (the value below).
@@ -52,7 +52,13 @@ THRESHOLDS = {
 #   action noise from their own generator (issue 10), the finals over seeds 0-2 were 348, 500
 #   and 245 (surrogate; best evaluations 500, 500, 485) and 451, 500 and 378 (TRPO; best 500 on
 #   every seed).
+# - RL Zoo's PPO setting for CartPole (smoke and classic suites) reaches 500 within 30-60k steps
+#   and then may lose it for an evaluation or several: on this CI's CPU (AVX-512 kernels) seeds
+#   0-5 ended at 298, 500, 500, 437, 500 and 500, every one of them at 500 at least once. Another
+#   CPU's kernels had seed 0 end at 500.
 LATE_OSCILLATION: dict[tuple[str, str, str], float | None] = {
+    ("smoke", "ppo", "CartPole-v1"): 200.0,
+    ("classic", "ppo", "CartPole-v1"): 200.0,
     ("classic", "dqn", "CartPole-v1"): 100.0,
     ("classic", "surrogate_pg", "CartPole-v1"): 200.0,
     ("classic", "trpo", "CartPole-v1"): 300.0,
