@@ -208,24 +208,29 @@ def test_run_seeds_batched_evaluates_as_the_separate_runs(algo):
             np.testing.assert_allclose(mine.returns, theirs.returns, rtol=1e-5)
 
 
+def poison_critic(monkeypatch, seed: int) -> None:
+    """From now on, the algorithm built for ``seed`` starts with NaN in its critic's first weight."""
+    make = agents.make
+
+    def poisoned(name, spec, config, **kwargs):
+        algo = make(name, spec, config, **kwargs)
+        if kwargs["seed"] == seed:
+            with torch.no_grad():
+                next(algo.critic.parameters()).fill_(float("nan"))
+        return algo
+
+    monkeypatch.setattr(agents, "make", poisoned)
+
+
 def test_a_divergent_seed_fails_alone(monkeypatch):
     """NaN injected into seed 1's critic: its run ends with non-finite losses, seeds 0 and 2
     finish with the evaluations of their runs alone."""
     from benchmark import train
 
-    make = agents.make
-
-    def poisoned(name, spec, config, **kwargs):
-        algo = make(name, spec, config, **kwargs)
-        if kwargs["seed"] == 1:
-            with torch.no_grad():
-                next(algo.critic.parameters()).fill_(float("nan"))
-        return algo
-
     specs = _specs("sac", *CASES["sac"], 200, 100)
-    monkeypatch.setattr(agents, "make", poisoned)
+    poison_critic(monkeypatch, seed=1)
     outcomes = train.run_seeds([train.SeedJob(spec) for spec in specs])
-    monkeypatch.setattr(agents, "make", make)
+    monkeypatch.undo()
     assert isinstance(outcomes[1], train.NonFiniteLoss)
     for seed in (0, 2):
         assert isinstance(outcomes[seed], train.RunResult)
@@ -342,16 +347,7 @@ def test_a_divergent_seed_fails_alone_in_the_tracking_store(tmp_path, monkeypatc
 
     from benchmark import runner, tracking
 
-    make = agents.make
-
-    def poisoned(name, spec, config, **kwargs):
-        algo = make(name, spec, config, **kwargs)
-        if kwargs["seed"] == 1:
-            with torch.no_grad():
-                next(algo.critic.parameters()).fill_(float("nan"))
-        return algo
-
-    monkeypatch.setattr(agents, "make", poisoned)
+    poison_critic(monkeypatch, seed=1)
     specs = _specs("sac", *CASES["sac"], 200, 100)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     experiment = tracking.experiment_id(uri, "t", tmp_path / "artifacts")
