@@ -709,7 +709,7 @@ def _batched_table(data: dict) -> Table:
     cores = data["settings"]["cores"]
     table = Table(title=f"N seeds: aggregate env steps/s (summed over seeds; {data['settings']['device']}, {cores} cores)")
     for column in ("case", "env", "N", f"separate (N processes, {cores} at once)", "batched, 1 process", "ratio",
-                   f"batched, {cores} processes", "ratio", "peak MiB separate / 1 process"):
+                   f"batched, {cores} processes", "ratio", "peak MiB: N x one separate process / 1 batched process"):
         table.add_column(column, justify="left" if column in ("case", "env") else "right")
     for name, case in data["cases"].items():
         for row in case["rows"]:
