@@ -57,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true", help="list the runs the suite expands to and exit")
     run.add_argument("--force", action="store_true", help="rerun specs that already have a FINISHED run in the tracking store")
     run.add_argument(
+        "--no-wait", action="store_true",
+        help="leave the runs another launch is training to it instead of waiting for them (default: wait, and take "
+             "over any it leaves unfinished)",
+    )
+    run.add_argument(
         "--checkpoint-every", type=int, metavar="STEPS",
         help="env steps between resumable checkpoints (default: the suite's, else at every evaluation; 0: only the final one)",
     )
@@ -226,11 +231,37 @@ def main(argv: list[str] | None = None) -> int:
         }
         return commands[args.command](args, console)
     except ConfigError as error:
-        Console(stderr=True).print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+        _error_line(str(error))
         return EXIT_CONFIG_ERROR
     except KeyboardInterrupt as interruption:
         Console(stderr=True).print("interrupted: unfinished runs are marked KILLED in MLflow")
         return EXIT_TERMINATED if isinstance(interruption, Terminated) else EXIT_INTERRUPTED
+    except Exception as error:  # noqa: BLE001 - a failure while running: one line, not a traceback
+        if os.environ.get("REPRORL_DEBUG"):
+            raise
+        _error_line(_describe_failure(error))
+        return EXIT_RUNS_FAILED
+
+
+def _error_line(message: str) -> None:
+    """``error: message`` as exactly one line on stderr (rich markup in the message is not interpreted)."""
+    sys.stderr.write("error: " + " ".join(message.split()) + "\n")
+    sys.stderr.flush()
+
+
+def _describe_failure(error: BaseException) -> str:
+    """One line for an error that ended a command while it ran."""
+    from benchmark import stores
+
+    if stores.is_disk_full(error):
+        where = error.strerror if isinstance(error, stores.DiskFull) else getattr(error, "filename", None)
+        return (f"the disk is full{f' ({where})' if where else ''}: free some space and launch again; finished runs and "
+                "the last checkpoints are intact, and finished runs are not run again")
+    text = str(error)
+    for marker in ("database disk image is malformed", "file is not a database"):
+        if marker in text:
+            return f"the tracking store is corrupt (SQLite: {marker}): restore it from a copy or move it aside"
+    return f"{type(error).__name__}: {text} (set REPRORL_DEBUG=1 to see the traceback)"
 
 
 def _check_run_arguments(args: argparse.Namespace) -> None:
@@ -270,9 +301,15 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
                       + (f", trained in {len(groups)} processes" if len(groups) < len(suite.specs) else ""))
         return 0
     execution = _execute_suite(suite, args, console, force=args.force)
-    if execution.ok:
+    elsewhere = [o for o in execution.outcomes if o.status == "CLAIMED"]
+    if elsewhere:
+        console.print(
+            f"{len(elsewhere)} run(s) left to the launch that is training them: " + ", ".join(o.spec.label for o in elsewhere),
+            highlight=False, soft_wrap=True, markup=False,
+        )
+    failed = [o for o in execution.outcomes if not o.ok and o.status != "CLAIMED"]
+    if not failed:
         return 0
-    failed = [o for o in execution.outcomes if not o.ok]
     console.print(f"[red]{len(failed)} run(s) did not finish:[/] " + ", ".join(o.spec.label for o in failed), highlight=False, soft_wrap=True)
     command = ["python", "-m", "benchmark", "run", "--suite", args.suite]
     if args.seeds is not None:
@@ -294,11 +331,16 @@ def _execute_suite(suite, args: argparse.Namespace, console: Console, force: boo
 
     ``force=False`` reuses the runs an earlier invocation finished (``run``); baseline and
     regress measure the code as it is now, so they always train."""
-    from benchmark import config, runner, summary, tracking
+    from rich.markup import escape
+
+    from benchmark import config, runner, stores, summary, tracking
 
     results_dir = args.results_dir
-    results_dir.mkdir(parents=True, exist_ok=True)
+    if args.tracking_uri:  # a bad URI fails before anything is created
+        tracking.ensure_store(args.tracking_uri, deep=True)
+    stores.check_writable_directory(results_dir, "results directory")
     tracking_uri = args.tracking_uri or tracking.default_tracking_uri(results_dir)
+    tracking.ensure_store(tracking_uri, deep=True)
     workers = min(args.workers, len(suite.specs))
     console.print(f"suite {suite.name!r}: {len(suite.specs)} runs, {workers} worker(s), tracking at {tracking_uri}")
     started = time.perf_counter()
@@ -312,6 +354,8 @@ def _execute_suite(suite, args: argparse.Namespace, console: Console, force: boo
         executor=getattr(args, "executor", "local"),
         runs_per_gpu=getattr(args, "runs_per_gpu", None),
         ray_address=getattr(args, "address", None),
+        console=console,
+        wait_for_others=not getattr(args, "no_wait", False),
     )
     rows = summary.summarize(execution.outcomes)
     console.print(summary.render_table(rows, f"suite {suite.name} — final deterministic evaluation"))
@@ -321,12 +365,15 @@ def _execute_suite(suite, args: argparse.Namespace, console: Console, force: boo
     report.write_text(f"# suite {suite.name}\n\nMLflow parent run `{execution.parent_run_id}`\n\n{summary.to_markdown(rows)}")
     tracking.MlflowTracker(tracking_uri, execution.parent_run_id).log_artifact(report)
     for outcome in execution.outcomes:
-        if not outcome.ok:
-            console.print(f"[red]{outcome.spec.label} {outcome.status}[/]: {outcome.error}", highlight=False)
-    skipped = sum(o.skipped for o in execution.outcomes)
+        if not outcome.ok and outcome.status != "CLAIMED":
+            console.print(f"[red]{escape(outcome.spec.label)} {outcome.status}[/]: {escape(str(outcome.error))}", highlight=False)
+    earlier = execution.finished_before
+    meanwhile = sum(o.skipped for o in execution.outcomes) - earlier
+    by_others = [f"{earlier} of them in an earlier invocation"] if earlier else []
+    by_others += [f"{meanwhile} by another launch meanwhile"] if meanwhile else []
     console.print(
         f"{sum(o.ok for o in execution.outcomes)}/{len(execution.outcomes)} runs finished"
-        + (f" ({skipped} of them in an earlier invocation)" if skipped else "")
+        + (f" ({', '.join(by_others)})" if by_others else "")
         + " in "
         f"{time.perf_counter() - started:.0f} s; parent run {execution.parent_run_id}; table in {report}; "
         f"full report with CIs and plots: python -m benchmark report --suite {suite.path if suite.path.parent != config.SUITES_DIR else suite.name}",
@@ -355,14 +402,26 @@ def _records(execution) -> list:
     return records
 
 
-def command_reproduce(args: argparse.Namespace, console: Console) -> int:
-    from benchmark import reproduce, tracking
+def existing_store(args: argparse.Namespace) -> str:
+    """The tracking URI of a command that only reads results: refused (ConfigError, nothing
+    created) when its SQLite file does not exist, and checked when it does."""
+    from agents.api import ConfigError
+    from benchmark import stores, tracking
 
     tracking_uri = args.tracking_uri or tracking.default_tracking_uri(args.results_dir)
-    if args.tracking_uri is None and "MLFLOW_TRACKING_URI" not in os.environ and not (args.results_dir / "mlflow.db").exists():
-        from agents.api import ConfigError
+    path = stores.sqlite_path(tracking_uri)
+    if path is not None and not path.exists():
+        where = f"results directory {args.results_dir}" if args.tracking_uri is None else "--tracking-uri"
+        missing = "does not exist" if not path.parent.exists() else "holds no tracking store"
+        raise ConfigError(f"{where} {missing} ({path} not found): pass the --results-dir (or --tracking-uri) your runs were stored in")
+    tracking.ensure_store(tracking_uri, deep=True)
+    return tracking_uri
 
-        raise ConfigError(f"no tracking store at {args.results_dir / 'mlflow.db'}; pass --results-dir or --tracking-uri")
+
+def command_reproduce(args: argparse.Namespace, console: Console) -> int:
+    from benchmark import reproduce
+
+    tracking_uri = existing_store(args)
     console.print(f"reproducing run {args.run_id} from its recorded config ...")
     result = reproduce.reproduce(args.run_id, tracking_uri)
     spec = result.spec
@@ -382,14 +441,32 @@ def command_reproduce(args: argparse.Namespace, console: Console) -> int:
 
 
 def command_report(args: argparse.Namespace, console: Console) -> int:
-    from benchmark import config, records, report, tracking
+    from collections import Counter
+
+    from agents.api import ConfigError
+    from benchmark import config, records, report, stores, tracking
 
     suite = config.load_suite(args.suite)
-    tracking_uri = args.tracking_uri or tracking.default_tracking_uri(args.results_dir)
+    tracking_uri = existing_store(args)
     found = records.collect(suite, tracking_uri)
-    out_dir = args.output or args.results_dir / "reports" / suite.name
-    path = report.write_report(suite, found, out_dir, tracking_uri)
     finished = sum(r.finished for r in found)
+    if not finished:
+        states = Counter(r.status for r in found)
+        _error_line(
+            f"suite {suite.name!r} has no finished run in {tracking.describe_uri(tracking_uri)} ("
+            + ", ".join(f"{count} {state.lower()}" for state, count in states.most_common())
+            + f" of {len(found)}): nothing to report; train it with: python -m benchmark run --suite {args.suite}"
+        )
+        return EXIT_RUNS_FAILED
+    out_dir = args.output or args.results_dir / "reports" / suite.name
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        stores.check_writable_directory(out_dir, "report directory")
+    except OSError as error:
+        if stores.is_disk_full(error):
+            raise
+        raise ConfigError(f"cannot write the report to {out_dir}: {error.strerror or error}; pass --output DIR") from None
+    path = report.write_report(suite, found, out_dir, tracking.describe_uri(tracking_uri, short=True))
     console.print(f"report of suite {suite.name!r} ({finished}/{len(found)} runs finished): {path} and {path.with_suffix('.html')}")
     return 0
 
@@ -410,11 +487,14 @@ def command_baseline(args: argparse.Namespace, console: Console) -> int:
 def command_regress(args: argparse.Namespace, console: Console) -> int:
     from rich.markup import escape
 
+    from agents.api import ConfigError
     from benchmark import config, regress
 
     _check_run_arguments(args)
     baseline_path = args.baseline or regress.BASELINE_DIR / f"{config.suite_path(args.suite).stem}.json"
     payload = regress.load_baseline(baseline_path)
+    if not args.results_dir.is_dir():
+        raise ConfigError(f"results directory {args.results_dir} does not exist: pass the --results-dir to store the check's runs in")
     seeds = args.seeds or regress.regress_seeds(payload)
     suite = config.load_suite(args.suite, seeds=seeds).select(args.algos, args.envs).with_seeds_in_process(args.seeds_per_process)
     regress.compare(payload, [], args.alpha, args.min_effect)  # argument errors before any training
@@ -508,7 +588,7 @@ def command_reference(args: argparse.Namespace, console: Console) -> int:
 
 def command_tune(args: argparse.Namespace, console: Console) -> int:
     from agents.api import ConfigError
-    from benchmark import tracking, tune
+    from benchmark import stores, tracking, tune
 
     if args.tune_command == "show":
         return _tune_show(args, console)
@@ -532,8 +612,9 @@ def command_tune(args: argparse.Namespace, console: Console) -> int:
         "reference": args.reference, "random": args.random, "seed": args.seed,
     }
     settings, _ = tune.prepare(args.algo, args.env, study_name, storage_url, default_url, given, args.space)
-    args.results_dir.mkdir(parents=True, exist_ok=True)
+    stores.check_writable_directory(args.results_dir, "results directory")
     tracking_uri = args.tracking_uri or tracking.default_tracking_uri(args.results_dir)
+    tracking.ensure_store(tracking_uri, deep=True)
     result = tune.run_study(
         settings, study_name=study_name, storage_url=storage_url, tracking_uri=tracking_uri, results_dir=args.results_dir,
         **options,

@@ -179,13 +179,46 @@ def available_suites() -> list[str]:
 def suite_path(name_or_path: str) -> Path:
     """``suites/<name>.yaml`` (``tuned/<name>`` is ``suites/tuned/<name>.yaml``), or a path to a YAML file."""
     candidate = Path(name_or_path)
-    if candidate.suffix in (".yaml", ".yml") and candidate.exists():
-        return candidate
+    if candidate.is_dir():
+        raise ConfigError(f"--suite {name_or_path} is a directory; give a suite file (a .yaml path) or a suite name")
+    if candidate.suffix in (".yaml", ".yml"):
+        if candidate.exists():
+            return candidate
+        if candidate.parent != Path("."):
+            raise ConfigError(f"no suite file at {name_or_path}")
     path = SUITES_DIR / f"{name_or_path}.yaml"
-    if not path.exists():
+    if not path.is_file():
         names = available_suites()
         raise ConfigError(f"unknown suite {name_or_path!r}{suggest(name_or_path, names)}; available: {', '.join(names)}")
     return path
+
+
+def read_yaml(path: Path, what: str = "suite file") -> Any:
+    """The YAML document in ``path``; ConfigError in one line naming the file (and the line and
+    column of a syntax error) when it cannot be read, is not UTF-8 text or is not YAML."""
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise ConfigError(f"cannot read {what} {path}: {error.strerror or error}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        column = error.start - (raw.rfind(b"\n", 0, error.start) + 1) + 1
+        raise ConfigError(
+            f"{path}:{line}:{column}: not UTF-8 text (byte 0x{raw[error.start]:02x}); save the {what} as UTF-8"
+        ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+        problem = " ".join(str(getattr(error, "problem", None) or error).split())
+        context = getattr(error, "context", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        opened = getattr(error, "context_mark", None)
+        if context and opened is not None and mark is not None and opened.line != mark.line:
+            context += f" opened at line {opened.line + 1}"
+        raise ConfigError(f"{where}: YAML syntax error: {problem}" + (f" ({' '.join(context.split())})" if context else "")) from None
 
 
 _SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device", "checkpoint", "seeds_in_process"}
@@ -206,10 +239,7 @@ def load_suite(name_or_path: str, seeds: list[int] | None = None, device: str | 
     ``seeds`` and ``device`` override the suite's own.
     """
     path = suite_path(name_or_path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: malformed YAML: {error}") from None
+    data = read_yaml(path)
     try:
         return _parse_suite(data, path, seeds, device)
     except ConfigError as error:

@@ -14,7 +14,6 @@ from typing import Any, Callable
 
 from rich.console import Console
 from rich.live import Live
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -74,7 +73,9 @@ class Board:
         self.progress_of: dict[str, int] = {}  # env steps reached, for every run that started
         self.done = 0
         self.failed = 0
+        self.away: dict[str, str] = {}  # run key -> who trains it (another launch)
         self.started_at = clock()
+        self.started_ms = int(time.time() * 1000)  # wall clock, comparable with the store's times
         self._last_status = self.started_at
         self._live: Live | None = None
 
@@ -100,8 +101,16 @@ class Board:
         if rate:
             self.rates[run_key] = rate
 
+    def elsewhere(self, run_key: str, label: str, holder: str) -> None:
+        """Another launch trains this run (this one waits for it, or leaves it)."""
+        self.running.pop(run_key, None)
+        if run_key not in self.away:
+            self.away[run_key] = holder
+            self.log(f"{label} is being trained by another launch ({holder})")
+
     def finished(self, run_key: str, label: str, ok: bool, line: str) -> None:
         self.running.pop(run_key, None)
+        self.away.pop(run_key, None)
         reached = self.progress_of.get(run_key, 0)
         if ok:
             self.progress_of[run_key] = self.budgets.get(run_key, 0)
@@ -109,12 +118,16 @@ class Board:
             self.budgets[run_key] = reached
         self.done += ok
         self.failed += not ok
-        self.log(line if ok else f"[red]{escape(line)}[/]", markup=not ok)
+        self.log(line, style=None if ok else "red")
 
     # -- display ------------------------------------------------------------------------------
 
-    def log(self, line: str, markup: bool = False) -> None:
-        self.console.print(line, highlight=False, soft_wrap=True, markup=markup)
+    def log(self, line: str, style: str | None = None, limit: int = 400) -> None:
+        """One line (an error's newlines folded, and cut after ``limit`` characters)."""
+        line = " ".join(line.split())
+        if len(line) > limit:
+            line = line[: limit - 1] + "…"
+        self.console.print(line, highlight=False, soft_wrap=True, markup=False, style=style)
 
     def eta_seconds(self) -> float | None:
         """Seconds until every run is done, from the measured speeds (None before any)."""
@@ -135,9 +148,10 @@ class Board:
     def counts(self) -> str:
         total = len(self.budgets)
         eta = self.eta_seconds()
+        away = f"{len(self.away)} in another launch, " if self.away else ""
         return (
-            f"{self.done + self.failed}/{total} done ({self.failed} failed), {len(self.running)} running, "
-            f"{total - self.done - self.failed - len(self.running)} waiting; "
+            f"{self.done + self.failed}/{total} done ({self.failed} failed), {len(self.running)} running, {away}"
+            f"{total - self.done - self.failed - len(self.running) - len(self.away)} waiting; "
             f"elapsed {format_duration(self.clock() - self.started_at)}, ETA {format_duration(eta) if eta is not None else '?'}"
         )
 

@@ -82,13 +82,17 @@ def write_baseline(payload: dict[str, Any], path: Path) -> None:
 
 
 def load_baseline(path: Path) -> dict[str, Any]:
-    if not path.exists():
+    if not path.is_file():
         raise ConfigError(f"no baseline at {path}; create it with `make baseline` (python -m benchmark baseline)")
     try:
-        payload = json.loads(path.read_text())
+        payload = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as error:
+        raise ConfigError(f"cannot read the baseline {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text, so not a reprorl baseline") from None
     except json.JSONDecodeError as error:
-        raise ConfigError(f"{path}: not valid JSON: {error}") from None
-    if payload.get("format") != BASELINE_FORMAT or "groups" not in payload:
+        raise ConfigError(f"{path}:{error.lineno}:{error.colno}: not valid JSON: {error.msg}") from None
+    if not isinstance(payload, dict) or payload.get("format") != BASELINE_FORMAT or "groups" not in payload:
         raise ConfigError(f"{path}: not a reprorl baseline (format {BASELINE_FORMAT})")
     return payload
 

@@ -20,6 +20,7 @@ import queue as queue_module
 import signal
 import sys
 import time
+import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing.managers import SyncManager
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from typing import Any
 from rich.console import Console
 
 from agents.api import ConfigError
-from benchmark import devices, tracking
+from benchmark import claims, devices, stores, tracking
 from benchmark.config import RunSpec
 from benchmark.progress import Board
 
@@ -40,14 +41,16 @@ class RunOutcome:
 
     spec: RunSpec
     run_id: str | None = None
-    status: str = "FAILED"  # FINISHED | FAILED | KILLED
+    status: str = "FAILED"  # FINISHED | FAILED | KILLED | CLAIMED (another live launch trains it)
     final_return_mean: float | None = None
     final_return_std: float | None = None
     steps_per_second: float | None = None
     device: str | None = None
     error: str | None = None
     skipped: bool = False
-    """Not trained now: an earlier invocation already finished this run key."""
+    """Not trained by this invocation: another one finished this run key (earlier, or meanwhile)."""
+    claimed_by: str | None = None
+    """CLAIMED: who trains it (host, pid, since when)."""
 
     @property
     def ok(self) -> bool:
@@ -59,6 +62,8 @@ class Execution:
     parent_run_id: str
     experiment_id: str
     outcomes: list[RunOutcome] = field(default_factory=list)
+    finished_before: int = 0
+    """Runs an earlier invocation had finished (not trained again)."""
 
     @property
     def ok(self) -> bool:
@@ -81,12 +86,20 @@ def run_in_worker(
     messages: Any,
     command: str = "",
     resume: bool = True,
+    claims_dir: str | None = None,
+    finished_since_ms: int = 0,
     device: str | None = None,
     where: str = "",
 ) -> list[dict[str, Any]]:
     """Train a process group inside a worker: one spec, or specs that differ only by seed
     trained as one batched model (``benchmark.train.run_seeds``); each spec logs to its own
     MLflow child run, exactly as if it had trained alone, and gets its own outcome.
+
+    With ``claims_dir``, each run key is claimed first (``benchmark.claims``) and held until its
+    run is closed: a key another live process holds is not trained (outcome CLAIMED), and a key
+    that got a FINISHED run meanwhile (one that ended at or after ``finished_since_ms``) is not trained
+    again. Holding the claim, the worker knows that any RUNNING run of the key is an orphan of a
+    process that died: it is closed as KILLED, linked to the run that replaces it.
 
     With ``resume``, a ``latest.pt`` checkpoint of a run key whose MLflow run is unfinished is
     continued in that same run (seeds of a group resumed at different steps train as one batch
@@ -97,13 +110,20 @@ def run_in_worker(
 
     import torch  # noqa: F401 - loaded before the tags are read, so that the GPU model is known
 
-    context = _WorkerContext(tracking_uri, experiment_id, parent_run_id, checkpoint_dir, messages, command, resume, device, where)
+    context = _WorkerContext(
+        tracking_uri, experiment_id, parent_run_id, checkpoint_dir, messages, command, resume, device, where,
+        claims_dir=Path(claims_dir) if claims_dir else None, finished_since_ms=finished_since_ms,
+    )
     children = [_ChildRun(RunSpec.from_dict(data), context) for data in specs_data]
     outcomes: dict[str, dict[str, Any]] = {}
     try:
         for child in children:
-            child.open()
-        pending = children
+            settled = child.claim()
+            if settled is None:
+                child.open()
+            else:
+                outcomes[child.spec.run_key] = settled
+        pending = [child for child in children if child.spec.run_key not in outcomes]
         while pending:
             restarted = []
             for batch in _batches_by_step(pending):
@@ -124,6 +144,9 @@ def run_in_worker(
                 outcomes[child.spec.run_key] = {"run_key": child.spec.run_key, "status": "FAILED", "error": f"{type(error).__name__}: {error}"}
         if isinstance(error, KeyboardInterrupt):
             raise
+    finally:
+        for child in children:
+            child.release()
     return [outcomes[child.spec.run_key] for child in children]
 
 
@@ -140,6 +163,8 @@ class _WorkerContext:
     resume: bool
     device: str | None
     where: str
+    claims_dir: Path | None = None
+    finished_since_ms: int = 0
 
 
 class _ChildRun:
@@ -160,6 +185,33 @@ class _ChildRun:
         self.latest = run_dir / checkpoint.LATEST if run_dir is not None else None
         self.tracker: Any = None
         self.payload: dict[str, Any] | None = None
+        self._claim: claims.Claim | None = None
+
+    def claim(self) -> dict[str, Any] | None:
+        """Take this run key's claim; the outcome when the run is not to be trained here (another
+        live process holds the key, or it got a FINISHED run meanwhile), else None."""
+        context, key = self.context, self.spec.run_key
+        if context.claims_dir is None:
+            return None
+        self._claim = claims.take(context.claims_dir, key, claims.Holder.here(context.parent_run_id, self.spec.label))
+        if self._claim is None:
+            holder = claims.holder(context.claims_dir, key)
+            return {"run_key": key, "status": "CLAIMED", "claimed_by": holder.describe() if holder else "another launch"}
+        done = tracking.finished_child_runs(
+            context.tracking_uri, None, {key}, experiment_id=context.experiment_id, ended_since_ms=context.finished_since_ms
+        ).get(key)
+        if done is None:
+            return None
+        self.release()
+        outcome = _outcome_of_finished(self.spec, done)
+        return {"run_key": key, "status": "FINISHED", "skipped": True, "run_id": outcome.run_id,
+                "final_return_mean": outcome.final_return_mean, "final_return_std": outcome.final_return_std,
+                "steps_per_second": outcome.steps_per_second, "device": outcome.device}
+
+    def release(self) -> None:
+        if self._claim is not None:
+            self._claim.release()
+            self._claim = None
 
     @property
     def resumes_from(self) -> int:
@@ -181,6 +233,8 @@ class _ChildRun:
             self.tracker = tracking.start_child_run(
                 context.tracking_uri, context.experiment_id, context.parent_run_id, spec.label, self.tags, _child_params(spec)
             )
+        if self._claim is not None:  # nobody else trains this key: its earlier unfinished runs are over
+            tracking.supersede_attempts(context.tracking_uri, context.experiment_id, spec.run_key, self.tracker.run_id)
         self.tracker.log_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True), "config.json")
         if tracking.code_version()["git_dirty"] == "true":
             self.tracker.log_text(tracking.git_diff(), "git_diff.patch")
@@ -206,7 +260,7 @@ class _ChildRun:
     def start_over(self, error: BaseException) -> None:
         """Close the attempt whose checkpoint could not be restored, keep the file aside, start a new run."""
         assert self.latest is not None
-        self.tracker.fail(error)
+        self.tracker.fail(error)  # (the new run links it as superseded)
         bad = self.latest.with_suffix(".pt.bad")
         self.latest.replace(bad)
         _send(self.context.messages, ("note", self.spec.run_key, f"{error}; kept as {bad}; {self.spec.label} starts over in a new MLflow run"))
@@ -220,7 +274,8 @@ class _ChildRun:
         if isinstance(result, BaseException):
             status = "KILLED" if isinstance(result, (KeyboardInterrupt, train.Preempted)) else "FAILED"
             self.tracker.fail(result, status)
-            return {"run_key": self.spec.run_key, "run_id": self.tracker.run_id, "status": status, "error": f"{type(result).__name__}: {result}"}
+            error = "the disk is full" if stores.is_disk_full(result) else f"{type(result).__name__}: {result}"
+            return {"run_key": self.spec.run_key, "run_id": self.tracker.run_id, "status": status, "error": error}
         try:
             final = result.evaluations[-1]
             self.tracker.set_tags({"device": result.device})
@@ -323,6 +378,7 @@ def execute(
     runs_per_gpu: int | None = None,
     ray_address: str | None = None,
     live: bool | None = None,
+    wait_for_others: bool = True,
 ) -> Execution:
     """Run every spec under one MLflow parent run; the parent is FAILED if any child fails.
 
@@ -330,6 +386,12 @@ def execute(
     trained again (unless ``force``): its outcome is read from that run, so re-launching a
     half-done suite trains only what is missing, and a run with a checkpoint resumes from it.
     The parent run is tagged ``relaunch_of`` the suite's previous invocation, if there was one.
+
+    Launches that share the results directory share the work: a run key is trained by one live
+    process at a time (``benchmark.claims``). Keys another launch is training are left to it;
+    with ``wait_for_others`` this launch waits for them and reports what that launch recorded
+    (or trains them itself when that launch ends without finishing them); without, their
+    outcome is CLAIMED. Suite invocations left RUNNING by a process that died are marked KILLED.
 
     ``executor``: 'local' (a process pool on this machine, one process per GPU run) or 'ray'
     (one Ray task per run, on the cluster at ``ray_address`` or a local Ray instance). Runs go
@@ -341,63 +403,176 @@ def execute(
         raise ConfigError(f"unknown executor {executor!r}; use {' or '.join(EXECUTORS)}")
     console = console or Console(stderr=True)
     requested = _requested_device(specs)
+    slots: list[devices.Slot] = []
     if executor == "local":  # Ray plans its slots from the cluster's GPUs once it is connected
         slots = devices.plan_slots(
             requested, devices.visible_gpus(devices.gpu_count()) if requested != "cpu" else [], runs_per_gpu, workers
         )
+    claims_dir = claims.directory(results_dir)
     experiment = tracking.experiment_id(tracking_uri, suite_name, results_dir / "mlartifacts")
-    finished = {} if force else tracking.finished_child_runs(tracking_uri, suite_name, {spec.run_key for spec in specs})
-    previous = tracking.latest_parent_run_id(tracking_uri, suite_name)
-    if previous and tracking.close_if_orphaned(tracking_uri, previous):
-        console.print(f"the previous invocation (parent run {previous}) died without closing its run: marked KILLED")
-    tags = {"suite": suite_name, "kind": "suite", **({"relaunch_of": previous} if previous else {})}
-    parent = tracking.start_parent_run(tracking_uri, experiment, f"{suite_name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
-    to_run = [spec for spec in specs if spec.run_key not in finished]
-    parent.log_params({
-        "suite": suite_name, "num_runs": len(specs), "workers": workers, "runs_skipped": len(specs) - len(to_run),
-        "force": force, "executor": executor, "device": requested, "runs_per_gpu": runs_per_gpu,
-        "seeds_in_process": max((spec.seeds_in_process for spec in to_run), default=1),
-    })
-    if len(to_run) < len(specs):
-        console.print(
-            f"{len(specs) - len(to_run)} of {len(specs)} runs already finished in the tracking store: not run again "
-            "(--force reruns them)"
-        )
-    groups, notices = plan_processes(to_run)
-    for notice in notices:
-        console.print(notice, highlight=False, soft_wrap=True)
-    if len(groups) < len(to_run):
-        console.print(f"{len(to_run)} runs to train in {len(groups)} processes (seeds of one configuration batched)")
-    resumable = [spec for spec in to_run if _has_resumable_checkpoint(results_dir, spec)]
-    if resumable and not force:
-        console.print(f"{len(resumable)} of {len(to_run)} runs to train have a checkpoint: they resume from it in their MLflow run")
-    execution = Execution(parent.run_id, experiment)
-    try:
-        trained = {}
-        if to_run:
-            job = _Job(groups, tracking_uri, experiment, parent.run_id, str((results_dir / "checkpoints").resolve()), not force)
-            board = Board(
-                {spec.run_key: spec.budget.total_steps for spec in to_run},
-                console,
-                groups={spec.run_key: f"{spec.algo}/{spec.env_id}" for spec in to_run},
-                live=live,
-            )
-            with board:
+    with claims.Invocation(claims_dir, uuid.uuid4().hex) as invocation:
+        for closed in close_dead_invocations(tracking_uri, experiment, claims_dir):
+            console.print(f"an earlier invocation (parent run {closed}) ended without closing its run: marked KILLED")
+        finished = {} if force else tracking.finished_child_runs(tracking_uri, suite_name, {spec.run_key for spec in specs})
+        previous = tracking.latest_parent_run_id(tracking_uri, suite_name)
+        tags = {"suite": suite_name, "kind": "suite", "invocation": invocation.id, **({"relaunch_of": previous} if previous else {})}
+        parent = tracking.start_parent_run(tracking_uri, experiment, f"{suite_name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
+        started_ms = int(time.time() * 1000)
+        to_run = [spec for spec in specs if spec.run_key not in finished]
+        execution = Execution(parent.run_id, experiment, finished_before=len(specs) - len(to_run))
+        try:
+            parent.log_params({
+                "suite": suite_name, "num_runs": len(specs), "workers": workers, "runs_skipped": len(specs) - len(to_run),
+                "force": force, "executor": executor, "device": requested, "runs_per_gpu": runs_per_gpu,
+                "seeds_in_process": max((spec.seeds_in_process for spec in to_run), default=1),
+            })
+            if len(to_run) < len(specs):
+                console.print(
+                    f"{len(specs) - len(to_run)} of {len(specs)} runs already finished in the tracking store: not run again "
+                    "(--force reruns them)"
+                )
+            groups, notices = plan_processes(to_run)
+            for notice in notices:
+                console.print(notice, highlight=False, soft_wrap=True)
+            if len(groups) < len(to_run):
+                console.print(f"{len(to_run)} runs to train in {len(groups)} processes (seeds of one configuration batched)")
+            resumable = [spec for spec in to_run if _has_resumable_checkpoint(results_dir, spec)]
+            if resumable and not force:
+                console.print(f"{len(resumable)} of {len(to_run)} runs to train have a checkpoint: they resume from it in their MLflow run")
+
+            def train(free: list[RunSpec], board: Board) -> list[RunOutcome]:
+                groups, _ = plan_processes(free)
+                job = _Job(
+                    groups, tracking_uri, experiment, parent.run_id, str((results_dir / "checkpoints").resolve()), not force,
+                    str(claims_dir.resolve()), started_ms if force else 0,
+                )
                 if executor == "ray":
-                    pool_outcomes = _execute_on_ray(job, requested, runs_per_gpu, workers, board, ray_address)
-                else:
-                    pool_outcomes = _execute_in_pool(job, slots[: len(groups)], board)
-            trained = {outcome.spec.run_key: outcome for outcome in pool_outcomes}
-        outcomes = [trained.get(spec.run_key) or _outcome_of_finished(spec, finished[spec.run_key]) for spec in specs]
-        execution.outcomes = outcomes
-        parent.log_metrics(
-            {"runs_finished": sum(o.ok for o in outcomes), "runs_failed": sum(not o.ok for o in outcomes)}, 0
-        )
-        parent.finish("FINISHED" if execution.ok else "FAILED")
-    except BaseException as error:
-        parent.fail(error)
-        raise
+                    return _execute_on_ray(job, requested, runs_per_gpu, workers, board, ray_address)
+                return _execute_in_pool(job, slots[: len(groups)], board)
+
+            trained = {}
+            if to_run:
+                board = Board(
+                    {spec.run_key: spec.budget.total_steps for spec in to_run},
+                    console,
+                    groups={spec.run_key: f"{spec.algo}/{spec.env_id}" for spec in to_run},
+                    live=live,
+                )
+                with board:
+                    shared = _SharedWork(tracking_uri, experiment, claims_dir, started_ms if force else 0, board, console)
+                    trained = shared.train_all(to_run, train, wait_for_others)
+            outcomes = [trained.get(spec.run_key) or _outcome_of_finished(spec, finished[spec.run_key]) for spec in specs]
+            execution.outcomes = outcomes
+            parent.log_metrics(
+                {"runs_finished": sum(o.ok for o in outcomes), "runs_failed": sum(not o.ok and o.status != "CLAIMED" for o in outcomes),
+                 "runs_elsewhere": sum(o.status == "CLAIMED" for o in outcomes)}, 0
+            )
+            parent.finish("FINISHED" if all(o.ok or o.status == "CLAIMED" for o in outcomes) else "FAILED")
+            close_dead_invocations(tracking_uri, experiment, claims_dir)  # a launch that died while this one waited
+        except BaseException as error:
+            try:
+                parent.fail(error)
+            except Exception:  # noqa: BLE001 - the store itself failed (a full disk, say): the first error is the one to tell
+                pass
+            raise
     return execution
+
+
+class _SharedWork:
+    """Training a list of specs when other launches may be training some of them.
+
+    A run key that another live process holds is left to it; ``train_all`` then waits (with
+    ``wait``) until its claim is released and takes the outcome that launch recorded: FINISHED
+    or FAILED; a run it left unfinished (killed, or dead) is trained here, resuming from its
+    checkpoint."""
+
+    POLL_SECONDS = 2.0
+
+    def __init__(self, tracking_uri: str, experiment: str, claims_dir: Path, finished_since_ms: int, board: Board, console: Console):
+        self.tracking_uri, self.experiment, self.claims_dir = tracking_uri, experiment, claims_dir
+        self.finished_since_ms, self.board, self.console = finished_since_ms, board, console
+
+    def train_all(self, specs: list[RunSpec], train: Any, wait_for_others: bool) -> dict[str, RunOutcome]:
+        outcomes: dict[str, RunOutcome] = {}
+        elsewhere: dict[str, str] = {}
+        for spec in specs:
+            holder = claims.holder(self.claims_dir, spec.run_key)
+            if holder is not None:
+                elsewhere[spec.run_key] = holder.describe()
+                self.board.elsewhere(spec.run_key, spec.label, elsewhere[spec.run_key])
+        if elsewhere:
+            holders = sorted(set(elsewhere.values()))
+            self.console.print(
+                f"{len(elsewhere)} of {len(specs)} runs are being trained by another launch ({'; '.join(holders[:3])}"
+                + (f"; and {len(holders) - 3} more" if len(holders) > 3 else "") + "): "
+                + ("this one trains the others, then waits for them" if wait_for_others else "left to it (--no-wait)"),
+                highlight=False, soft_wrap=True, markup=False,
+            )
+        pending = list(specs)
+        while pending:
+            free = [spec for spec in pending if spec.run_key not in elsewhere]
+            if free:
+                for outcome in train(free, self.board):
+                    if outcome.status == "CLAIMED":
+                        elsewhere[outcome.spec.run_key] = outcome.claimed_by or "another launch"
+                    else:
+                        outcomes[outcome.spec.run_key] = outcome
+            pending = [spec for spec in pending if spec.run_key in elsewhere]
+            if not pending:
+                break
+            if not wait_for_others:
+                for spec in pending:
+                    outcomes[spec.run_key] = RunOutcome(spec, status="CLAIMED", claimed_by=elsewhere[spec.run_key],
+                                                        error=f"being trained by another launch ({elsewhere[spec.run_key]})")
+                break
+            for spec in self._released(pending):
+                del elsewhere[spec.run_key]
+                outcome = self._recorded_outcome(spec)
+                if outcome is not None:
+                    outcomes[spec.run_key] = outcome
+                    self.board.finished(spec.run_key, spec.label, outcome.ok, outcome_line(outcome))
+            pending = [spec for spec in pending if spec.run_key not in outcomes]
+        return outcomes
+
+    def _released(self, pending: list[RunSpec]) -> list[RunSpec]:
+        """Block until at least one of ``pending`` is no longer claimed; those specs."""
+        while True:
+            released = [spec for spec in pending if claims.holder(self.claims_dir, spec.run_key) is None]
+            if released:
+                return released
+            deadline = time.monotonic() + self.POLL_SECONDS
+            while time.monotonic() < deadline:
+                self.board.refresh()
+                time.sleep(0.5)
+
+    def _recorded_outcome(self, spec: RunSpec) -> RunOutcome | None:
+        """What the launch that held ``spec`` recorded: its FINISHED run, or its FAILED one; None
+        when it left the run unfinished (then this launch trains it)."""
+        finished = tracking.finished_child_runs(
+            self.tracking_uri, None, {spec.run_key}, experiment_id=self.experiment, ended_since_ms=self.finished_since_ms
+        )
+        if spec.run_key in finished:
+            return _outcome_of_finished(spec, finished[spec.run_key])
+        latest = tracking.latest_child_run(self.tracking_uri, self.experiment, spec.run_key)
+        if latest is not None and latest.info.status == "FAILED" and (latest.info.end_time or 0) >= self.board.started_ms:
+            error = latest.data.tags.get("error", "failed")
+            return RunOutcome(spec, run_id=latest.info.run_id, status="FAILED", error=f"in another launch: {error}")
+        return None
+
+
+def close_dead_invocations(tracking_uri: str, experiment_id: str, claims_dir: Path) -> list[str]:
+    """Mark KILLED every suite invocation (parent run) of the experiment still RUNNING whose
+    process is gone: known from its invocation lock, or, for one that left none here, from its
+    host and pid; returns their run ids."""
+    closed = []
+    for run in tracking.running_parent_runs(tracking_uri, experiment_id):
+        alive = claims.invocation_alive(claims_dir, run.data.tags.get("invocation", ""))
+        if alive is None:
+            alive = not tracking.process_gone(run.data.tags)
+        if not alive:
+            tracking.close_run(tracking_uri, run.info.run_id, "KILLED", "its process ended without closing the run")
+            closed.append(run.info.run_id)
+    return closed
 
 
 def _requested_device(specs: list[RunSpec]) -> str:
@@ -446,7 +621,9 @@ class _Job:
     parent_run_id: str
     checkpoint_dir: str
     resume: bool
-    command: str = field(default_factory=lambda: " ".join(sys.argv))
+    claims_dir: str | None = None
+    finished_since_ms: int = 0
+    command: str = field(default_factory=tracking.command_line)
 
     @property
     def specs(self) -> list[RunSpec]:
@@ -454,7 +631,7 @@ class _Job:
 
     def arguments(self, group: list[RunSpec], messages: Any) -> tuple[Any, ...]:
         return ([spec.to_dict() for spec in group], self.tracking_uri, self.experiment, self.parent_run_id, self.checkpoint_dir,
-                messages, self.command, self.resume)
+                messages, self.command, self.resume, self.claims_dir, self.finished_since_ms)
 
 
 def _has_resumable_checkpoint(results_dir: Path, spec: RunSpec) -> bool:
@@ -684,11 +861,22 @@ def _record(data: dict[str, Any], spec: RunSpec, outcomes: dict[str, RunOutcome]
     outcome.final_return_std = data.get("final_return_std")
     outcome.steps_per_second = data.get("steps_per_second")
     outcome.device = data.get("device")
-    if outcome.ok:
-        line = f"finished {spec.label}: final eval {outcome.final_return_mean:.1f}, {outcome.steps_per_second:,.0f} steps/s"
-    else:
-        line = f"{outcome.status} {spec.label}: {outcome.error}"
-    board.finished(spec.run_key, spec.label, outcome.ok, line)
+    outcome.skipped = bool(data.get("skipped"))
+    outcome.claimed_by = data.get("claimed_by")
+    if outcome.status == "CLAIMED":
+        board.elsewhere(spec.run_key, spec.label, outcome.claimed_by or "another launch")
+        return
+    board.finished(spec.run_key, spec.label, outcome.ok, outcome_line(outcome))
+
+
+def outcome_line(outcome: RunOutcome) -> str:
+    """How the board reports a run's end."""
+    label = outcome.spec.label
+    if not outcome.ok:
+        return f"{outcome.status} {label}: {outcome.error}"
+    speed = f", {outcome.steps_per_second:,.0f} steps/s" if outcome.steps_per_second is not None else ""
+    final = f"final eval {outcome.final_return_mean:.1f}" if outcome.final_return_mean is not None else "no final evaluation"
+    return f"finished {label}{' by another launch' if outcome.skipped else ''}: {final}{speed}"
 
 
 def close_unfinished_children(tracking_uri: str, parent_run_id: str, status: str, message: str) -> list[str]:

@@ -28,11 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 import agents
 from agents.api import ConfigError, suggest
-from benchmark.config import check_keys
+from benchmark.config import check_keys, read_yaml
 
 SEARCH_DIR = Path(__file__).resolve().parent.parent / "suites" / "search"
 
@@ -184,10 +183,7 @@ def load_search_space(algo: str, path: Path | None = None) -> SearchSpace:
 
 
 def _load(path: Path, algo: str, seen: tuple[Path, ...]) -> SearchSpace:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise ConfigError(f"malformed YAML: {error}") from None
+    data = read_yaml(path, "search space")
     if not isinstance(data, dict) or not isinstance(data.get("parameters"), dict):
         raise ConfigError("a search space must be a mapping with 'algo' and 'parameters' (a mapping of name -> range)")
     check_keys(data, _SPACE_KEYS, "search space")

@@ -8,9 +8,12 @@ worker processes can log to their own child runs. Metrics are buffered and sent 
 from __future__ import annotations
 
 import functools
+import getpass
 import importlib.metadata
+import logging
 import os
 import platform
+import shlex
 import socket
 import subprocess
 import sys
@@ -18,6 +21,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable, TypeVar
+
+from benchmark import stores
 
 DEFAULT_RESULTS_DIR = Path("results")
 MLFLOW_BATCH_LIMIT = 1000  # metrics per log_batch call accepted by MLflow
@@ -34,22 +39,144 @@ def default_tracking_uri(results_dir: Path = DEFAULT_RESULTS_DIR) -> str:
     return f"sqlite:///{(results_dir / 'mlflow.db').resolve()}"
 
 
+# MLflow logs every failed SQL statement with its traceback before raising it; the error reaches
+# its caller anyway, which reports it in one line (a run's error, a full disk, a corrupt store)
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+
+MLFLOW_TABLES = {"experiments", "runs", "alembic_version"}
+_checked_stores: set[tuple[str, bool]] = set()
+
+
+def describe_uri(tracking_uri: str, short: bool = False) -> str:
+    """The store as a reader should see it: a SQLite file by its path relative to the working
+    directory when it lies below it (``short``: its name only), a server without its password."""
+    path = stores.sqlite_path(tracking_uri)
+    if path is not None:
+        if short:
+            return path.name
+        try:
+            return str(path.resolve().relative_to(Path.cwd().resolve()))
+        except ValueError:
+            return str(path)
+    if "://" in tracking_uri and "@" in tracking_uri.split("://", 1)[1]:
+        scheme, rest = tracking_uri.split("://", 1)
+        return f"{scheme}://{rest.rsplit('@', 1)[1]}"
+    return tracking_uri
+
+
+def ensure_store(tracking_uri: str, deep: bool = False) -> None:
+    """Make the store at ``tracking_uri`` safe to use, once per process: an existing SQLite file is
+    checked (an empty, truncated, corrupt or foreign one is refused, never taken for a new store;
+    ``deep``, for a command's first look: every page), a missing one is created whole under a lock
+    (see benchmark.stores), and a tracking server is asked whether it answers. StoreError (one
+    line) when the store cannot be used."""
+    if (tracking_uri, deep) in _checked_stores or (tracking_uri, True) in _checked_stores:
+        return
+    scheme = tracking_uri.split("://", 1)[0].split("+", 1)[0] if "://" in tracking_uri else ""
+    if scheme not in TRACKING_SCHEMES:
+        raise stores.StoreError(
+            f"tracking URI {describe_uri(tracking_uri)!r}: unsupported scheme {scheme!r}; use sqlite:///PATH, "
+            "http(s)://HOST:PORT (an MLflow server), postgresql://..., mysql://... or mssql://..."
+        )
+    path = stores.sqlite_path(tracking_uri)
+    if path is not None:
+        stores.create_once(path, "an MLflow tracking store", MLFLOW_TABLES, _create_mlflow_db, deep)
+    elif scheme in ("http", "https"):
+        _check_server(tracking_uri)
+    elif scheme:  # a database server: connect now, so that a wrong URL fails before anything starts
+        from mlflow.tracking._tracking_service.utils import _get_store
+
+        try:
+            _get_store(tracking_uri)
+        except Exception as error:  # noqa: BLE001 - drivers raise many types
+            if stores.is_disk_full(error):
+                raise
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise stores.StoreError(f"cannot open the tracking store {describe_uri(tracking_uri)}: {first}") from None
+    _checked_stores.add((tracking_uri, deep))
+
+
+TRACKING_SCHEMES = {"", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks"}
+
+
+def _create_mlflow_db(path: Path) -> None:
+    """MLflow's schema in a new SQLite file at ``path`` (its engine closed again afterwards)."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    uri = f"sqlite:///{path}"
+    logger = logging.getLogger("mlflow.store.db.utils")
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # not "Creating initial MLflow database tables..." on every new store
+    try:
+        store = SqlAlchemyStore(uri, str(path.parent / "mlartifacts"))
+    finally:
+        logger.setLevel(level)
+    store.engine.dispose()
+    getattr(SqlAlchemyStore, "_engine_map", {}).pop(uri, None)
+
+
+def _check_server(tracking_uri: str, timeout: float = 10.0) -> None:
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(tracking_uri.rstrip("/") + "/health", timeout=timeout).close()
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        reason = getattr(error, "reason", error)
+        raise stores.StoreError(f"the MLflow tracking server {tracking_uri} does not answer: {reason}") from None
+
+
 def client(tracking_uri: str):
     from mlflow.tracking import MlflowClient
 
+    ensure_store(tracking_uri)
     return MlflowClient(tracking_uri=tracking_uri)
 
 
-def retry(call: Callable[[], T], attempts: int = 6, delay: float = 0.25) -> T:
-    """Retry a store call that SQLite may refuse while another process writes ("database is locked")."""
+def retry(call: Callable[[], T], attempts: int = 12, delay: float = 0.25, max_delay: float = 10.0) -> T:
+    """Retry a store call that SQLite may refuse while another process writes ("database is
+    locked"): up to about a minute and a half, so that launches sharing a store wait their turn."""
     for attempt in range(attempts):
         try:
             return call()
         except Exception as error:  # noqa: BLE001 - MLflow wraps the SQLite error in several types
             if attempt == attempts - 1 or "locked" not in str(error).lower():
                 raise
-            time.sleep(delay * 2**attempt)
+            time.sleep(min(delay * 2**attempt, max_delay))
     raise AssertionError("unreachable")
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """The command that started this process, as one would type it again: ``python -m
+    benchmark run ...`` rather than the path of ``benchmark/__main__.py``."""
+    argv = list(sys.argv if argv is None else argv)
+    if not argv:
+        return ""
+    return " ".join([_program(argv[0]), *map(shlex.quote, argv[1:])])
+
+
+def _program(path: str) -> str:
+    program = Path(path)
+    if program.name == "__main__.py" and program.parent.name == "benchmark":
+        return "python -m benchmark"
+    if program.name == "reprorl":
+        return "reprorl"
+    return shlex.quote(path)
+
+
+@functools.lru_cache(maxsize=1)
+def source_tags() -> dict[str, str]:
+    """MLflow's standard source tags (what the UI shows as the run's source, user and commit)."""
+    argv = sys.argv or ["reprorl"]
+    tags = {"mlflow.source.type": "LOCAL", "mlflow.source.name": " ".join([_program(argv[0]), *argv[1:2]])}
+    try:
+        tags["mlflow.user"] = getpass.getuser()
+    except (KeyError, OSError):
+        pass
+    sha = code_version()["git_sha"]
+    if sha != "unknown":
+        tags["mlflow.source.git.commit"] = sha
+    return tags
 
 
 @functools.lru_cache(maxsize=1)
@@ -166,26 +293,50 @@ class MlflowTracker:
         self.flush()
         retry(lambda: self.client.set_terminated(self.run_id, status))
 
-    def fail(self, error: BaseException, status: str | None = None) -> None:
-        """Mark ``status`` (default: FAILED, KILLED for an interrupt) with the error as a tag and an artifact."""
+    def fail(self, error: BaseException, status: str | None = None) -> bool:
+        """Mark ``status`` (default: FAILED, KILLED for an interrupt) with the error as a tag and an
+        artifact. Best effort: when the store itself fails (a full disk, say) the run stays open,
+        and the next launch that trains its run key closes it; False then."""
         status = status or ("KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED")
         message = f"{type(error).__name__}: {error}"
+        self._pending.clear()
         try:
-            self._pending.clear()
             self.set_tags({"error": message[:5000]})
             self.log_text("".join(traceback.format_exception(error)), "error.txt")
-        finally:
+        except Exception:  # noqa: BLE001 - the error is the caller's to report; the status matters more
+            pass
+        try:
             retry(lambda: self.client.set_terminated(self.run_id, status))
+        except Exception:  # noqa: BLE001
+            return False
+        return True
+
+
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
+"""MLflow 3's UI opens an experiment of this kind on its runs table (not the GenAI view)."""
 
 
 def experiment_id(tracking_uri: str, name: str, artifact_root: Path) -> str:
-    """Id of experiment ``name``, created with artifacts under ``artifact_root`` if new."""
+    """Id of experiment ``name``, created with artifacts under ``artifact_root`` if new; safe when
+    launches race to create it (the loser reads the winner's). StoreError for a deleted one."""
+    from mlflow.exceptions import MlflowException
+
     mlflow_client = client(tracking_uri)
     experiment = retry(lambda: mlflow_client.get_experiment_by_name(name))
-    if experiment is not None:
-        return experiment.experiment_id
-    location = (artifact_root / name).resolve().as_uri()
-    return retry(lambda: mlflow_client.create_experiment(name, artifact_location=location))
+    if experiment is None:
+        location = (artifact_root / name).resolve().as_uri()
+        try:
+            return retry(lambda: mlflow_client.create_experiment(name, artifact_location=location, tags=EXPERIMENT_TAGS))
+        except MlflowException as error:
+            experiment = retry(lambda: mlflow_client.get_experiment_by_name(name))
+            if experiment is None:  # not a lost race
+                raise error from None
+    if experiment.lifecycle_stage != "active":
+        raise stores.StoreError(
+            f"experiment {name!r} (id {experiment.experiment_id}) was deleted from the tracking store: restore it "
+            f"(mlflow experiments restore --experiment-id {experiment.experiment_id}) or remove it for good (mlflow gc)"
+        )
+    return experiment.experiment_id
 
 
 def search_all_runs(mlflow_client: Any, experiment_id: str, query: str, order_by: list[str] | None = None) -> list[Any]:
@@ -201,19 +352,51 @@ def search_all_runs(mlflow_client: Any, experiment_id: str, query: str, order_by
             return runs
 
 
-def finished_child_runs(tracking_uri: str, experiment_name: str, run_keys: set[str]) -> dict[str, Any]:
-    """run key -> its most recent FINISHED child run in ``experiment_name``, for the keys given."""
+def finished_child_runs(
+    tracking_uri: str, experiment_name: str | None, run_keys: set[str], experiment_id: str | None = None, ended_since_ms: int = 0
+) -> dict[str, Any]:
+    """run key -> its most recent FINISHED child run in the experiment (by name or id), for the
+    keys given; with ``ended_since_ms``, only runs that ended at or after that time (ms since the epoch)."""
     mlflow_client = client(tracking_uri)
-    experiment = retry(lambda: mlflow_client.get_experiment_by_name(experiment_name))
-    if experiment is None or not run_keys:
+    if experiment_id is None:
+        experiment = retry(lambda: mlflow_client.get_experiment_by_name(experiment_name))
+        if experiment is None:
+            return {}
+        experiment_id = experiment.experiment_id
+    if not run_keys:
         return {}
     found: dict[str, Any] = {}
-    query = "attributes.status = 'FINISHED' and tags.run_key != ''"
-    for run in search_all_runs(mlflow_client, experiment.experiment_id, query, ["attributes.start_time DESC"]):
+    query = "attributes.status = 'FINISHED' and " + (
+        f"tags.run_key = '{next(iter(run_keys))}'" if len(run_keys) == 1 else "tags.run_key != ''"
+    )
+    if ended_since_ms:
+        query += f" and attributes.end_time >= {int(ended_since_ms)}"
+    for run in search_all_runs(mlflow_client, experiment_id, query, ["attributes.start_time DESC"]):
         key = run.data.tags.get("run_key")
         if key in run_keys and key not in found:
             found[key] = run
     return found
+
+
+def supersede_attempts(tracking_uri: str, experiment_id: str, run_key: str, run_id: str) -> list[str]:
+    """Link the earlier unfinished runs of ``run_key`` to ``run_id``, which replaces them: a
+    ``superseded_by`` tag on each (and ``supersedes`` on the new one), and the ones still RUNNING
+    (their process died before they could close) marked KILLED. Only for a caller that holds the
+    run key's claim: then no live process trains any of them. Returns the ids linked."""
+    mlflow_client = client(tracking_uri)
+    query = f"tags.run_key = '{run_key}' and attributes.status != 'FINISHED'"
+    earlier = [
+        run for run in search_all_runs(mlflow_client, experiment_id, query)
+        if run.info.run_id != run_id and "superseded_by" not in run.data.tags
+    ]
+    for run in earlier:
+        if run.info.status == "RUNNING":
+            retry(lambda: mlflow_client.set_tag(run.info.run_id, "error", f"its process ended without closing it; replaced by run {run_id}"))
+            retry(lambda: mlflow_client.set_terminated(run.info.run_id, "KILLED"))
+        retry(lambda: mlflow_client.set_tag(run.info.run_id, "superseded_by", run_id))
+    if earlier:
+        retry(lambda: mlflow_client.set_tag(run_id, "supersedes", " ".join(run.info.run_id for run in earlier)))
+    return [run.info.run_id for run in earlier]
 
 
 def latest_parent_run_id(tracking_uri: str, experiment_name: str) -> str | None:
@@ -230,29 +413,44 @@ def latest_parent_run_id(tracking_uri: str, experiment_name: str) -> str | None:
     return runs[0].info.run_id if runs else None
 
 
+def running_parent_runs(tracking_uri: str, experiment_id: str) -> list[Any]:
+    """The suite invocations (parent runs) of the experiment still marked RUNNING."""
+    return search_all_runs(client(tracking_uri), experiment_id, "tags.kind = 'suite' and attributes.status = 'RUNNING'")
+
+
+def latest_child_run(tracking_uri: str, experiment_id: str, run_key: str) -> Any | None:
+    """The most recently started run of ``run_key`` in the experiment, if any."""
+    runs = retry(
+        lambda: client(tracking_uri).search_runs(
+            [experiment_id], f"tags.run_key = '{run_key}'", max_results=1, order_by=["attributes.start_time DESC"]
+        )
+    )
+    return runs[0] if runs else None
+
+
+def process_gone(tags: dict[str, str]) -> bool:
+    """Whether the process a run's ``host`` and ``pid`` tags name is known to be gone: only
+    answerable on that host (a reused pid errs on the side of 'alive')."""
+    if tags.get("host") != socket.gethostname() or not tags.get("pid", "").isdigit():
+        return False
+    return not _pid_alive(int(tags["pid"]))
+
+
+def close_run(tracking_uri: str, run_id: str, status: str, error: str) -> None:
+    """End a run with ``status`` and the reason as its ``error`` tag."""
+    mlflow_client = client(tracking_uri)
+    retry(lambda: mlflow_client.set_tag(run_id, "error", error))
+    retry(lambda: mlflow_client.set_terminated(run_id, status))
+
+
 def start_parent_run(tracking_uri: str, experiment: str, run_name: str, tags: dict[str, Any]) -> MlflowTracker:
     mlflow_client = client(tracking_uri)
     all_tags = {
-        **code_version(), **environment_tags(), "command": " ".join(sys.argv), "host": socket.gethostname(),
+        **source_tags(), **code_version(), **environment_tags(), "command": command_line(), "host": socket.gethostname(),
         "pid": os.getpid(), **tags,
     }
     run = retry(lambda: mlflow_client.create_run(experiment, run_name=run_name, tags={k: str(v) for k, v in all_tags.items()}))
     return MlflowTracker(tracking_uri, run.info.run_id)
-
-
-def close_if_orphaned(tracking_uri: str, parent_run_id: str) -> bool:
-    """Mark a suite invocation still RUNNING as KILLED when its process, on this host, is gone
-    (it was killed without a chance to close its run); True if it was closed."""
-    mlflow_client = client(tracking_uri)
-    run = retry(lambda: mlflow_client.get_run(parent_run_id))
-    tags = run.data.tags
-    if run.info.status != "RUNNING" or tags.get("host") != socket.gethostname() or not tags.get("pid", "").isdigit():
-        return False
-    if _pid_alive(int(tags["pid"])):  # (a reused pid errs on the side of leaving the run open)
-        return False
-    retry(lambda: mlflow_client.set_tag(parent_run_id, "error", "its process died without closing the run"))
-    retry(lambda: mlflow_client.set_terminated(parent_run_id, "KILLED"))
-    return True
 
 
 def _pid_alive(pid: int) -> bool:
@@ -275,7 +473,7 @@ def start_child_run(
     params: dict[str, Any],
 ) -> MlflowTracker:
     mlflow_client = client(tracking_uri)
-    all_tags = {**code_version(), **environment_tags(), **tags, "mlflow.parentRunId": parent_run_id}
+    all_tags = {**source_tags(), **code_version(), **environment_tags(), **tags, "mlflow.parentRunId": parent_run_id}
     run = retry(lambda: mlflow_client.create_run(experiment, run_name=run_name, tags={k: str(v) for k, v in all_tags.items()}))
     tracker = MlflowTracker(tracking_uri, run.info.run_id)
     tracker.log_params(params)

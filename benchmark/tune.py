@@ -44,13 +44,14 @@ from typing import Any
 
 import numpy as np
 import yaml
+from filelock import FileLock
 from rich.console import Console
 from rich.markup import escape
 
 import agents
 from agents.api import ConfigError, suggest
 from agents.envs import check_env_id, env_spec
-from benchmark import config, reference, tracking
+from benchmark import claims, config, reference, stores, tracking
 from benchmark.config import Budget, RunSpec
 from benchmark.search_space import SearchSpace, load_search_space, space_from_dict
 
@@ -200,6 +201,9 @@ def open_storage(url: str) -> Any:
     import sqlalchemy.exc
 
     quiet_optuna()
+    sqlite_file = stores.sqlite_path(url)
+    if sqlite_file is not None:  # checked, or created whole under a lock (see benchmark.stores)
+        stores.create_once(sqlite_file, "an Optuna study storage", OPTUNA_TABLES, _create_optuna_db)
     for attempt in range(4):
         try:
             if url.startswith("journal:"):
@@ -221,8 +225,21 @@ def open_storage(url: str) -> Any:
                 raise _cannot_open(url, error) from None
             time.sleep(0.5)
         except Exception as error:  # noqa: BLE001 - sqlalchemy, drivers and optuna raise many types
+            if stores.is_disk_full(error):
+                raise
             raise _cannot_open(url, error) from None
     raise AssertionError("unreachable")
+
+
+OPTUNA_TABLES = {"studies", "trials", "version_info"}
+
+
+def _create_optuna_db(path: Path) -> None:
+    """Optuna's schema in a new SQLite file at ``path`` (its engine closed again afterwards)."""
+    import optuna
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{path}")
+    storage.engine.dispose()
 
 
 def _cannot_open(url: str, error: Exception) -> ConfigError:
@@ -780,7 +797,9 @@ def run_study(
 
     experiment_name = f"tune-{study_name}"
     experiment = tracking.experiment_id(tracking_uri, experiment_name, results_dir / "mlartifacts")
-    parent = _parent_run(tracking_uri, experiment, study_name, settings, storage_url)
+    claims.directory(results_dir).mkdir(parents=True, exist_ok=True)
+    with FileLock(claims.directory(results_dir) / f"study-{study_name}.lock", timeout=120):  # one parent run per study
+        parent = _parent_run(tracking_uri, experiment, study_name, settings, storage_url)
     _close_orphaned_trials(tracking_uri, experiment, study)
     parent.set_tags({"sampler": sampler, "pruner": pruner, "workers": workers})  # the latest invocation's
     console.print(
@@ -874,7 +893,7 @@ def _parent_run(tracking_uri: str, experiment: str, study_name: str, settings: S
         run_id = found[0].info.run_id
         tracking.retry(lambda: client.update_run(run_id, status="RUNNING"))
         parent = tracking.MlflowTracker(tracking_uri, run_id)
-        parent.set_tags({"command": " ".join(sys.argv), "host": socket.gethostname(), "pid": os.getpid()})
+        parent.set_tags({"command": tracking.command_line(), "host": socket.gethostname(), "pid": os.getpid()})
         return parent
     parent = tracking.start_parent_run(tracking_uri, experiment, study_name, {"kind": "study", "study": study_name})
     params = {

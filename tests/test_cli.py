@@ -271,7 +271,7 @@ def test_relaunching_a_suite_trains_only_what_is_missing(tiny_suite, tmp_path):
     assert first.returncode == 0, first.stderr
     second = run_cli("run", *common, cwd=tmp_path)
     assert second.returncode == 0, second.stderr
-    assert "2 of 3 runs already finished" in second.stderr and "3/3 runs finished (2 of them in an earlier invocation)" in second.stdout
+    assert "2 of 3 runs already finished" in second.stdout and "3/3 runs finished (2 of them in an earlier invocation)" in second.stdout
 
     client, runs = all_runs(uri)
     parents = sorted((r for r in runs if "mlflow.parentRunId" not in r.data.tags), key=lambda r: r.info.start_time)
@@ -281,20 +281,20 @@ def test_relaunching_a_suite_trains_only_what_is_missing(tiny_suite, tmp_path):
     assert parents[1].data.params["runs_skipped"] == "2"
 
     third = run_cli("run", *common, cwd=tmp_path)
-    assert third.returncode == 0 and "3 of 3 runs already finished" in third.stderr
+    assert third.returncode == 0 and "3 of 3 runs already finished" in third.stdout
     _, runs = all_runs(uri)
     assert len([r for r in runs if "mlflow.parentRunId" in r.data.tags]) == 3
 
     deleted = children[0]
     client.delete_run(deleted.info.run_id)
     fourth = run_cli("run", *common, cwd=tmp_path)
-    assert fourth.returncode == 0 and "2 of 3 runs already finished" in fourth.stderr
+    assert fourth.returncode == 0 and "2 of 3 runs already finished" in fourth.stdout
     _, runs = all_runs(uri)
     fresh = [r for r in runs if "mlflow.parentRunId" in r.data.tags and r.info.run_id not in {c.info.run_id for c in children}]
     assert [r.data.tags["run_key"] for r in fresh] == [deleted.data.tags["run_key"]]
 
     forced = run_cli("run", *common, "--force", cwd=tmp_path)
-    assert forced.returncode == 0 and "already finished" not in forced.stderr
+    assert forced.returncode == 0 and "already finished" not in forced.stdout
     _, runs = all_runs(uri)
     assert len([r for r in runs if "mlflow.parentRunId" in r.data.tags]) == 2 + 1 + 3  # one of the first three deleted
 

@@ -148,7 +148,7 @@ def test_ray_executor_gives_the_local_executors_numbers(tiny_suite, tmp_path):
                             "--results-dir", str(results), cwd=tmp_path)
         assert completed.returncode == 0, completed.stderr
         stores[executor] = _evaluations_by_run_key(f"sqlite:///{results / 'mlflow.db'}")
-    assert "CPU (Ray)" in completed.stderr
+    assert "CPU (Ray)" in completed.stdout
     assert len(stores["local"]) == 2 and stores["ray"] == stores["local"]
 
 

@@ -267,13 +267,13 @@ def test_a_run_killed_with_sigkill_resumes_in_its_mlflow_run(write_suite, tmp_pa
 
     completed = run_cli(*argv, cwd=ROOT)
     assert completed.returncode == 0, completed.stderr
-    assert f"from its checkpoint at env step {killed_at:,}" in completed.stderr
+    assert f"from its checkpoint at env step {killed_at:,}" in completed.stdout
     client, runs = all_runs(uri)
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert [r.info.run_id for r in children] == [child.info.run_id]  # the same MLflow run
     parents = sorted((r for r in runs if "mlflow.parentRunId" not in r.data.tags), key=lambda r: r.info.start_time)
     assert [p.info.status for p in parents] == ["KILLED", "FINISHED"]  # the dead invocation is closed
-    assert "marked KILLED" in completed.stderr
+    assert "marked KILLED" in completed.stdout
     resumed = children[0]
     assert resumed.info.status == "FINISHED"
     assert resumed.data.tags["resume_count"] == "1" and resumed.data.tags["resumed_from_step"] == str(killed_at)
@@ -333,8 +333,8 @@ def test_a_checkpoint_that_cannot_be_used_is_kept_aside_and_the_run_starts_over(
 
     completed = run_cli("run", "--suite", str(suite), "--workers", "2", "--results-dir", str(results), cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr
-    assert "cannot read the checkpoint of ppo/CartPole-v1/seed0" in completed.stderr
-    assert "cannot resume ppo/CartPole-v1/seed1 from its checkpoint" in completed.stderr
+    assert "cannot read the checkpoint of ppo/CartPole-v1/seed0" in completed.stdout
+    assert "cannot resume ppo/CartPole-v1/seed1 from its checkpoint" in completed.stdout
     _, runs = all_runs(uri)
     for spec in specs:
         assert latest[spec.seed].with_suffix(".pt.bad").exists() and not latest[spec.seed].exists()

@@ -321,8 +321,8 @@ def test_a_batched_suite_logs_each_seed_as_its_own_mlflow_run_and_reproduces_it(
 
     completed = cli("run", "--suite", str(path), "--workers", "2", "--results-dir", str(results))
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "4 runs to train in 2 processes" in completed.stderr and "4/4 runs finished" in completed.stdout
-    assert completed.stderr.count("3 seeds batched") == 3
+    assert "4 runs to train in 2 processes" in completed.stdout and "4/4 runs finished" in completed.stdout
+    assert completed.stdout.count("3 seeds batched") == 3
     client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("batched")
     children = {int(r.data.tags["seed"]): r for r in client.search_runs([experiment.experiment_id]) if "run_key" in r.data.tags}
@@ -399,7 +399,7 @@ def test_ten_batched_seeds_are_not_distinguishable_from_ten_separate_runs(write_
     assert stored.returncode == 0, stored.stdout + stored.stderr
     checked = cli("regress", "--suite", str(path), "--baseline", str(baseline), "--workers", "2", "--seeds-per-process", "5")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "10 runs to train in 2 processes" in checked.stderr
+    assert "10 runs to train in 2 processes" in checked.stdout
     assert "no regression in 1 configurations" in checked.stdout
     row = next(line for line in checked.stdout.splitlines() if "ppo @ CartPole-v1" in line)
     assert row.rstrip(" │").endswith("ok"), row  # not "improved" either
@@ -457,8 +457,8 @@ def test_a_killed_batch_resumes_each_seed_in_its_mlflow_run(write_suite, tmp_pat
     assert len(steps) == 1  # the seeds of a batch checkpoint together
     completed = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr
-    assert "3 of 3 runs to train have a checkpoint" in completed.stderr
-    assert completed.stderr.count(f"from its checkpoint at env step {steps.pop():,}") == 3
+    assert "3 of 3 runs to train have a checkpoint" in completed.stdout
+    assert completed.stdout.count(f"from its checkpoint at env step {steps.pop():,}") == 3
     client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
     runs = [r for r in client.search_runs([client.get_experiment_by_name("resumedbatch").experiment_id]) if "run_key" in r.data.tags]
     assert len(runs) == 3 and all(r.info.status == "FINISHED" and r.data.tags["resume_count"] == "1" for r in runs)

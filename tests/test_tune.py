@@ -425,10 +425,11 @@ def test_journal_storage_url(tmp_path):
     assert optuna.get_all_study_names(tune.open_storage(f"journal:{tmp_path / 'optuna.log'}")) == ["j"]
 
 
-def test_opening_a_database_another_process_is_creating_retries(tmp_path, monkeypatch):
-    """Two processes opening a new SQLite file race to create its tables; the loser sees
-    "table ... already exists" and must open the tables the winner made, while any other
-    database error is reported at once."""
+def test_opening_a_database_server_another_process_is_creating_retries(tmp_path, monkeypatch):
+    """Two processes opening a new database on a server race to create its tables; the loser
+    sees "table ... already exists" and must open the tables the winner made, while any other
+    database error is reported at once. (A SQLite file is created under a lock instead: see
+    test_stores; the server path is imitated here by a SQLite URL that skips that lock.)"""
     import sqlalchemy.exc
 
     real, calls = optuna.storages.RDBStorage, []
@@ -445,6 +446,7 @@ def test_opening_a_database_another_process_is_creating_retries(tmp_path, monkey
             raise sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("disk I/O error"))
 
     monkeypatch.setattr(tune.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(tune.stores, "sqlite_path", lambda url: None)  # as for postgresql://...
     monkeypatch.setattr(optuna.storages, "RDBStorage", Raced)
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     optuna.create_study(study_name="raced", storage=tune.open_storage(url))

@@ -1,0 +1,177 @@
+"""Claims: at most one live process trains a run key, however many launches share a store.
+
+A claim is an exclusive lock (``filelock``: ``flock`` on Unix) on
+``<results>/claims/<run key>.lock``, held by the process that trains the run for exactly as
+long as it trains it; ``<run key>.json`` beside it says who holds it (host, pid, when that
+process started, its invocation, since when). The operating system drops a lock when its
+process ends, however it ends (``kill -9`` included), so a claim whose process is gone is
+free to take and a live one never is, with no heartbeat and no pid test that a reused pid
+could fool. An invocation holds ``invocations/<id>.lock`` the same way for its whole life,
+which tells a later launch whether a suite invocation left RUNNING in MLflow is still alive.
+
+Launches on several machines must share the results directory on a file system whose locks
+reach every machine: NFSv4, NFSv3 with lockd, Lustre mounted with ``flock``, GPFS; not a
+``nolock`` / ``local_lock=all`` mount, where each machine would see only its own locks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+CLAIMS = "claims"
+INVOCATIONS = "invocations"
+CLAIM_WAIT_SECONDS = 2.0
+"""How long ``take`` waits for a lock: longer than any ``holder`` probe holds it (microseconds),
+far shorter than a run (which holds it for its whole training)."""
+
+
+def directory(results_dir: Path) -> Path:
+    """Where the claims of the runs stored under ``results_dir`` live."""
+    return Path(results_dir) / CLAIMS
+
+
+def _now() -> str:
+    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def process_start_time(pid: int | None = None) -> str:
+    """When process ``pid`` (default: this one) started, ISO 8601 (from /proc on Linux; else now)."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22 of stat: start time in clock ticks after boot
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime"))
+        started = boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        started = time.time()
+    return datetime.datetime.fromtimestamp(started).astimezone().isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a claim."""
+
+    host: str
+    pid: int
+    process_started: str
+    """When the holding process started (ISO 8601)."""
+    invocation: str
+    """The MLflow parent run of the launch it belongs to ('' when unknown)."""
+    since: str
+    """When the claim was taken (ISO 8601)."""
+    label: str = ""
+
+    @classmethod
+    def here(cls, invocation: str, label: str = "") -> "Holder":
+        return cls(socket.gethostname(), os.getpid(), process_start_time(), invocation, _now(), label)
+
+    def describe(self) -> str:
+        since = self.since.replace("T", " ")[:19]
+        return f"pid {self.pid} on {self.host}, since {since}"
+
+
+class Claim:
+    """A held claim on one run key; ``release`` gives it up (so does the process ending)."""
+
+    def __init__(self, lock: FileLock, path: Path, holder: Holder):
+        self._lock, self.path, self.holder = lock, path, holder
+
+    def release(self) -> None:
+        if self._lock.is_locked:
+            self._lock.release()
+
+    def __enter__(self) -> "Claim":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def _paths(claims_dir: Path, name: str) -> tuple[Path, Path]:
+    return claims_dir / f"{name}.lock", claims_dir / f"{name}.json"
+
+
+def take(claims_dir: Path, name: str, holder: Holder, wait: float = CLAIM_WAIT_SECONDS) -> Claim | None:
+    """The claim on ``name`` (a run key), or None when a live process holds it."""
+    claims_dir.mkdir(parents=True, exist_ok=True)
+    lock_path, info_path = _paths(claims_dir, name)
+    lock = FileLock(lock_path, timeout=wait)
+    try:
+        lock.acquire()
+    except Timeout:
+        return None
+    try:
+        _write_json(info_path, dataclasses.asdict(holder))
+    except BaseException:
+        lock.release()
+        raise
+    return Claim(lock, info_path, holder)
+
+
+def holder(claims_dir: Path, name: str) -> Holder | None:
+    """Who holds the claim on ``name`` now; None when nobody does (nothing is changed)."""
+    lock_path, info_path = _paths(claims_dir, name)
+    if not lock_path.exists():
+        return None
+    lock = FileLock(lock_path, timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return _read_holder(info_path)
+    lock.release()
+    return None
+
+
+def _read_holder(info_path: Path) -> Holder:
+    try:
+        data = json.loads(info_path.read_text())
+        return Holder(**{field.name: data[field.name] for field in dataclasses.fields(Holder) if field.name in data})
+    except (OSError, ValueError, TypeError):  # written a moment ago, or by another version
+        return Holder("unknown host", 0, "?", "", "?")
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Replace ``path`` atomically (readers see the old or the new holder, never half of one)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(data, sort_keys=True))
+    os.replace(temporary, path)
+
+
+class Invocation:
+    """The lock a launch holds for its whole life (``invocations/<id>.lock``)."""
+
+    def __init__(self, claims_dir: Path, invocation_id: str):
+        self.id = invocation_id
+        self._claim = take(claims_dir / INVOCATIONS, invocation_id, Holder.here(invocation_id), wait=0)
+        if self._claim is None:
+            raise RuntimeError(f"invocation id {invocation_id} is already in use")
+
+    def release(self) -> None:
+        self._claim.release()
+        for path in _paths(self._claim.path.parent, self.id):
+            path.unlink(missing_ok=True)
+
+    def __enter__(self) -> "Invocation":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def invocation_alive(claims_dir: Path, invocation_id: str) -> bool | None:
+    """Whether the launch ``invocation_id`` still runs: True or False from its lock, None when
+    it left no lock file here (another results directory, or an older version)."""
+    lock_path, _ = _paths(claims_dir / INVOCATIONS, invocation_id)
+    if not lock_path.exists():
+        return None
+    return holder(claims_dir / INVOCATIONS, invocation_id) is not None

@@ -1,0 +1,181 @@
+"""Several launches on one results directory, and launches killed with SIGKILL: every run key
+ends with exactly one FINISHED child run and none RUNNING, the store stays usable, and a
+relaunch trains nothing more."""
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from benchmark import checkpoint, stores, tracking
+from benchmark.config import load_suite
+from conftest import TINY_SUITE
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SLOW_PPO = """\
+name: slowppo
+seeds: [0, 1]
+budget: {total_steps: 12000, eval_every: 6000, eval_episodes: 2}
+experiments:
+  - algo: ppo
+    envs: [CartPole-v1]
+    hyperparameters: {num_envs: 2, num_steps: 64, num_minibatches: 2, num_epochs: 2, hidden_sizes: [16, 16]}
+"""
+
+
+def launch(suite: Path, results: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "benchmark", "run", "--suite", str(suite), "--results-dir", str(results), *extra],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+
+
+def finish(process: subprocess.Popen, timeout: float = 600) -> tuple[str, str]:
+    out, err = process.communicate(timeout=timeout)
+    assert process.returncode == 0, err
+    return out, err
+
+
+def statuses(results: Path) -> tuple[dict[str, list[str]], list[str]]:
+    """run key -> the statuses of its child runs; and the statuses of the suite invocations."""
+    uri = f"sqlite:///{results / 'mlflow.db'}"
+    stores.check_sqlite_store(results / "mlflow.db", "the store", tracking.MLFLOW_TABLES)  # still intact
+    client = MlflowClient(uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=10_000)
+    children: dict[str, list[str]] = collections.defaultdict(list)
+    for run in runs:
+        if "run_key" in run.data.tags:
+            children[run.data.tags["run_key"]].append(run.info.status)
+    return dict(children), [r.info.status for r in runs if "run_key" not in r.data.tags]
+
+
+def assert_each_key_finished_once(results: Path, suite: Path) -> dict[str, list[str]]:
+    children, parents = statuses(results)
+    assert set(children) == {spec.run_key for spec in load_suite(str(suite)).specs}
+    for key, found in children.items():
+        assert found.count("FINISHED") == 1, (key, found)
+        assert "RUNNING" not in found, (key, found)
+    assert "RUNNING" not in parents
+    return children
+
+
+def assert_relaunch_trains_nothing(suite: Path, results: Path) -> None:
+    before, _ = statuses(results)
+    out, _ = finish(launch(suite, results))
+    count = len(load_suite(str(suite)).specs)
+    assert f"{count} of {count} runs already finished" in out
+    assert statuses(results)[0] == before
+
+
+@pytest.mark.parametrize("first_seeds", [None, ["0"]], ids=["fresh-store", "store-with-unfinished-specs"])
+def test_two_launches_at_once_train_each_run_key_once(write_suite, tmp_path, first_seeds):
+    suite, results = write_suite(TINY_SUITE, "tiny.yaml"), tmp_path / "results"
+    if first_seeds:
+        finish(launch(suite, results, "--seeds", *first_seeds))  # 2 of the 3 runs finished, one not
+    first, second = launch(suite, results), launch(suite, results)
+    (out1, err1), (out2, err2) = finish(first), finish(second)
+    assert "Traceback" not in err1 + err2
+    assert "3/3 runs finished" in out1 and "3/3 runs finished" in out2  # the second waited for the first's
+    assert_each_key_finished_once(results, suite)
+    assert_relaunch_trains_nothing(suite, results)
+
+
+def test_a_second_launch_shares_the_grid_and_takes_over_what_a_killed_one_left(write_suite, tmp_path):
+    """Launch A trains; launch B joins: B trains only keys nobody holds and waits for A's. A is
+    killed with SIGKILL mid-run: B takes A's run over (its orphan closed as KILLED) and ends with
+    every key finished once."""
+    suite = write_suite(SLOW_PPO.replace("seeds: [0, 1]", "seeds: [0, 1, 2]").replace("12000", "60000").replace("6000,", "20000,"), "slow.yaml")
+    results = tmp_path / "results"
+    a = launch(suite, results)
+    try:
+        wait_for(lambda: running_children(results) >= 1, a)
+        b = launch(suite, results)
+        wait_for(lambda: running_children(results) >= 2, b)
+    finally:
+        os.killpg(a.pid, signal.SIGKILL)
+        a.wait()
+    out, err = finish(b)
+    assert "is being trained by another launch" in out and "Traceback" not in err
+    children = assert_each_key_finished_once(results, suite)
+    # B took over A's run: continued from its checkpoint in A's MLflow run, or (no checkpoint yet) started
+    # over, A's run closed as KILLED
+    assert "from its checkpoint" in out or sum(found.count("KILLED") for found in children.values()) >= 1
+    assert_relaunch_trains_nothing(suite, results)
+
+
+def test_no_wait_leaves_a_live_launchs_runs_to_it(write_suite, tmp_path):
+    suite = write_suite(SLOW_PPO.replace("seeds: [0, 1]", "seeds: [0]").replace("12000", "100000000"), "slow.yaml")
+    results = tmp_path / "results"
+    a = launch(suite, results)
+    try:
+        wait_for(lambda: running_children(results) >= 1, a)
+        out, err = finish(launch(suite, results, "--no-wait"))
+        assert "left to the launch that is training them: ppo/CartPole-v1/seed0" in out and not err
+        assert statuses(results)[0][load_suite(str(suite)).specs[0].run_key] == ["RUNNING"]  # A's, untouched
+        assert a.poll() is None
+    finally:
+        os.killpg(a.pid, signal.SIGKILL)
+        a.wait()
+
+
+def running_children(results: Path) -> int:
+    if not (results / "mlflow.db").exists():
+        return 0
+    try:
+        children, _ = statuses(results)
+    except Exception:  # noqa: BLE001 - the store is being created or written this instant
+        return 0
+    return sum(found.count("RUNNING") for found in children.values())
+
+
+def wait_for(condition, process: subprocess.Popen, seconds: float = 180) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        assert process.poll() is None, process.stderr.read()
+        time.sleep(0.3)
+    pytest.fail("timed out")
+
+
+@pytest.mark.parametrize("damage", ["killed-before-first-checkpoint", "truncated-latest"])
+def test_a_run_restarted_from_scratch_closes_its_earlier_attempt(write_suite, tmp_path, damage):
+    """SIGKILL before the first checkpoint, or a latest.pt cut short: the relaunch starts the run
+    over in a new child run, and the old child, left RUNNING by the dead process, is closed as
+    KILLED and linked to the new one."""
+    suite, results = write_suite(SLOW_PPO, "slow.yaml"), tmp_path / "results"
+    specs = load_suite(str(suite)).specs
+    latest = [results / "checkpoints" / spec.run_key / checkpoint.LATEST for spec in specs]
+    process = launch(suite, results, "--workers", "2")
+    try:
+        if damage == "truncated-latest":
+            wait_for(lambda: all(path.exists() for path in latest), process)
+        else:
+            wait_for(lambda: running_children(results) == 2, process)
+            assert not any(path.exists() for path in latest)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    if damage == "truncated-latest":
+        for path in latest:
+            path.write_bytes(path.read_bytes()[:1000])
+    children, _ = statuses(results)
+    assert all(found == ["RUNNING"] for found in children.values())  # nobody was left to close them
+    out, err = finish(launch(suite, results, "--workers", "2"))
+    children = assert_each_key_finished_once(results, suite)
+    assert all(sorted(found) == ["FINISHED", "KILLED"] for found in children.values())
+    client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.run_key != ''")
+    by_id = {run.info.run_id: run for run in runs}
+    for run in runs:
+        if run.info.status == "KILLED":
+            replacement = by_id[run.data.tags["superseded_by"]]
+            assert replacement.info.status == "FINISHED" and run.info.run_id in replacement.data.tags["supersedes"]
+            assert replacement.data.tags["run_key"] == run.data.tags["run_key"]

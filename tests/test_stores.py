@@ -1,0 +1,181 @@
+"""Store files checked before use and created whole under a lock; run-key claims held by live processes only."""
+
+import multiprocessing
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmark import claims, stores, tracking
+
+TABLES = {"experiments", "runs", "alembic_version"}
+
+
+def make_store(path: Path) -> None:
+    tracking.ensure_store(f"sqlite:///{path}")
+
+
+@pytest.fixture(scope="module")
+def mlflow_db(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("store") / "mlflow.db"
+    make_store(path)
+    return path
+
+
+def test_a_new_store_is_created_whole_and_checked_afterwards(mlflow_db):
+    stores.check_sqlite_store(mlflow_db, "a store", TABLES)
+    leftovers = [p.name for p in mlflow_db.parent.iterdir() if p.name.startswith(".")]
+    assert leftovers == []  # no temporary file stays behind
+
+
+@pytest.mark.parametrize(
+    "damage,message",
+    [
+        (lambda path, good: path.write_bytes(b""), r"is empty \(0 bytes\), not a store"),
+        (lambda path, good: path.write_bytes(good.read_bytes()[:30_000]), r"is truncated \(30,000 of [\d,]+ bytes\)"),
+        (lambda path, good: path.write_bytes(b"PK\x03\x04" + os.urandom(4000)), "is not an SQLite database"),
+        (lambda path, good: sqlite3.connect(path).execute("create table studies (x)").connection.commit(),
+         r"an SQLite database but not a store \(no table 'alembic_version'; its tables: studies\)"),
+    ],
+    ids=["empty", "truncated", "foreign-file", "foreign-sqlite"],
+)
+def test_a_damaged_or_foreign_file_is_refused_and_left_as_it_is(tmp_path, mlflow_db, damage, message):
+    path = tmp_path / "mlflow.db"
+    damage(path, mlflow_db)
+    before = path.read_bytes()
+    with pytest.raises(stores.StoreError, match=message):
+        stores.create_once(path, "a store", TABLES, lambda temporary: pytest.fail("must not create over an existing file"))
+    assert path.read_bytes() == before
+
+
+def test_a_leftover_of_an_interrupted_migration_is_named(tmp_path, mlflow_db):
+    path = tmp_path / "mlflow.db"
+    path.write_bytes(mlflow_db.read_bytes())
+    with sqlite3.connect(path) as connection:
+        connection.execute("create table _alembic_tmp_latest_metrics (x)")
+    with pytest.raises(stores.StoreError, match="_alembic_tmp_latest_metrics, left by a schema migration that was interrupted"):
+        stores.check_sqlite_store(path, "a store", TABLES)
+
+
+def test_a_creation_killed_midway_leaves_no_store(tmp_path):
+    path = tmp_path / "mlflow.db"
+
+    def crash(temporary: Path) -> None:
+        sqlite3.connect(temporary).execute("create table experiments (x)").connection.commit()
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        stores.create_once(path, "a store", TABLES, crash)
+    assert not path.exists() and [p.name for p in tmp_path.iterdir()] == ["mlflow.db.lock"]
+
+
+def _create_in_process(path: str, barrier) -> None:
+    barrier.wait()
+    tracking.ensure_store(f"sqlite:///{path}")
+    tracking.experiment_id(f"sqlite:///{path}", "raced", Path(path).parent / "mlartifacts")
+
+
+def test_processes_racing_to_create_a_store_and_an_experiment_all_succeed(tmp_path):
+    """The race that once left mlflow.db unusable ("table _alembic_tmp_latest_metrics already
+    exists") and made a second launch fail ("duplicate column name")."""
+    path = tmp_path / "mlflow.db"
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(4)
+    processes = [context.Process(target=_create_in_process, args=(str(path), barrier)) for _ in range(4)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+    assert [process.exitcode for process in processes] == [0, 0, 0, 0]
+    stores.check_sqlite_store(path, "a store", TABLES)
+    client = tracking.client(f"sqlite:///{path}")
+    assert [e.name for e in client.search_experiments()].count("raced") == 1
+
+
+def test_a_directory_that_cannot_be_written_is_refused(tmp_path):
+    with pytest.raises(stores.StoreError, match="cannot be created: its parent .* does not exist"):
+        stores.check_writable_directory(tmp_path / "no" / "results", "results directory")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(stores.StoreError, match="is not a directory"):
+        stores.check_writable_directory(tmp_path / "file", "results directory")
+
+
+def test_disk_full_is_recognized_through_wrapping_exceptions():
+    import errno
+
+    from mlflow.exceptions import MlflowException
+
+    try:
+        try:
+            raise sqlite3.OperationalError("database or disk is full")
+        except sqlite3.OperationalError as inner:
+            raise MlflowException("(sqlite3.OperationalError) ...") from inner
+    except MlflowException as outer:
+        assert stores.is_disk_full(outer)
+    assert stores.is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
+    assert not stores.is_disk_full(OSError(errno.EACCES, "Permission denied"))
+
+
+# ------------------------------------------------------------------------------------- claims
+
+
+def test_a_claim_is_exclusive_and_says_who_holds_it(tmp_path):
+    holder = claims.Holder.here("parent-1", "ppo/CartPole-v1/seed0")
+    claim = claims.take(tmp_path, "key", holder)
+    assert claim is not None
+    assert claims.holder(tmp_path, "key") == holder  # each lock is its own open file: held even against this process
+    assert claims.take(tmp_path, "key", claims.Holder.here("parent-2"), wait=0.1) is None
+    claim.release()
+    assert claims.holder(tmp_path, "key") is None
+    assert claims.holder(tmp_path, "never-claimed") is None and not (tmp_path / "never-claimed.lock").exists()
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from benchmark import claims
+claim = claims.take(Path(sys.argv[1]), "key", claims.Holder.here("parent-1", "label"))
+print("held" if claim else "refused", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_live_holder_keeps_its_claim_and_a_killed_one_loses_it(tmp_path):
+    process = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                               cwd=Path(__file__).resolve().parent.parent)
+    try:
+        assert process.stdout.readline().strip() == "held"
+        found = claims.holder(tmp_path, "key")
+        assert found is not None and found.pid == process.pid and found.invocation == "parent-1"
+        assert f"pid {process.pid}" in found.describe()
+        assert claims.take(tmp_path, "key", claims.Holder.here("parent-2"), wait=0.2) is None  # never a live one
+        second = subprocess.run([sys.executable, "-c", HOLD.replace("time.sleep(600)", ""), str(tmp_path)],
+                                capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+        assert second.stdout.strip() == "refused"
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert claims.holder(tmp_path, "key") is None  # the kernel dropped the lock with the process
+    claim = claims.take(tmp_path, "key", claims.Holder.here("parent-2"))
+    assert claim is not None and claims.holder(tmp_path, "key").invocation == "parent-2"  # taken over
+    claim.release()
+
+
+def test_an_invocation_lock_tells_a_live_launch_from_a_dead_one(tmp_path):
+    assert claims.invocation_alive(tmp_path, "unknown") is None
+    with claims.Invocation(tmp_path, "abc"):
+        process = subprocess.run(
+            [sys.executable, "-c", "import sys; from pathlib import Path; from benchmark import claims; "
+             "print(claims.invocation_alive(Path(sys.argv[1]), 'abc'))", str(tmp_path)],
+            capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent,
+        )
+        assert process.stdout.strip() == "True"
+    assert claims.invocation_alive(tmp_path, "abc") is None  # released and removed
+    lock = tmp_path / claims.INVOCATIONS / "dead.lock"
+    lock.parent.mkdir(exist_ok=True)
+    lock.write_text("")  # what a killed launch leaves
+    assert claims.invocation_alive(tmp_path, "dead") is False
