@@ -14,6 +14,10 @@ TRIALS ?= 20
 # trials at once: WORKERS when given, else 2 (many parallel trials turn TPE into random search)
 TUNE_WORKERS = $(if $(filter command line environment,$(origin WORKERS)),$(WORKERS),2)
 ARGS   ?=
+# make ui: the port of the MLflow UI
+PORT   ?= 5000
+SUDO   := $(if $(filter 0,$(shell id -u)),,sudo -n)
+INSTALL_CHROMIUM = { $(SUDO) apt-get install -y -q chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -q >/dev/null 2>&1 && $(SUDO) apt-get install -y -q chromium >/dev/null 2>&1; }; } || true
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -24,7 +28,7 @@ COMPARE_STAMP := $(VENV)/.compare-installed
 PERF_FACTOR ?= 150%
 PERF_BASELINE := results/perf/baseline
 
-.PHONY: install bench test perf perf-micro perf-baseline perf-regress report baseline regress tune dashboard ui list clean-results
+.PHONY: install bench test perf perf-micro perf-baseline perf-regress report report-check baseline regress tune dashboard ui list clean-results
 
 install: $(STAMP)
 
@@ -96,5 +100,13 @@ dashboard: $(STAMP)
 list: $(STAMP)
 	$(BIN)/python -m benchmark list
 
+# the MLflow UI on results/mlflow.db at http://localhost:$(PORT)/ (prints each suite's runs page)
 ui: $(STAMP)
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///results/mlflow.db --default-artifact-root ./results/mlartifacts
+	$(BIN)/python -m benchmark ui --port $(PORT) $(ARGS)
+
+# report.html in headless Chromium at desktop and phone width (installs Debian's chromium when missing);
+# the screenshots are kept in results/reports/screenshots: look at them
+report-check: $(STAMP)
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || $(INSTALL_CHROMIUM)
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { echo "report-check needs Chromium (apt-get install chromium)"; exit 2; }
+	REPORT_SCREENSHOTS=results/reports/screenshots $(BIN)/python -m pytest tests/test_report_browser.py -p no:xdist -q -rs

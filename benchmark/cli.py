@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="include the replay buffer in checkpoints (large), so off-policy runs resume exactly",
     )
     _add_seeds_per_process(run)
+    _add_format(run)
     run.add_argument("--results-dir", type=Path, default=Path("results"), help="MLflow store, artifacts, checkpoints")
     run.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite in --results-dir)")
 
@@ -88,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     baseline.add_argument("--seeds", type=int, nargs="+", help="override the suite's seeds")
     baseline.add_argument("--workers", type=int, default=1, help="runs trained in parallel processes (default 1)")
     _add_seeds_per_process(baseline)
+    _add_format(baseline)
     _add_store_arguments(baseline)
 
     regress = commands.add_parser("regress", help="rerun a suite on new seeds and compare with its baseline; exit 1 on a regression")
@@ -100,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_seeds_per_process(regress)
     regress.add_argument("--alpha", type=float, default=0.05, help="family-wise false-alarm rate (Holm over rows; default 0.05)")
     regress.add_argument("--min-effect", type=float, default=0.1, help="smallest drop that counts, in normalized score (default 0.1)")
+    _add_format(regress)
     _add_store_arguments(regress)
 
     reference = commands.add_parser("reference", help="reference scores: build the table, measure random-policy scores, show")
@@ -112,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     random.add_argument("--seed", type=int, default=0, help="seed of the first episode and of the action sampler")
     show = reference_commands.add_parser("show", help="the reference and random score each environment is normalized with")
     show.add_argument("--env", nargs="+", help="environments (default: every environment of every suite)")
+    _add_format(show)
 
     tune = commands.add_parser(
         "tune", help="Optuna study: tune ALGO on ENV against its reference score (tune show|export STUDY to read one)",
@@ -150,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     show_study.add_argument("study", help="study name")
     show_study.add_argument("--top", type=int, default=10, help="best trials to list (default 10)")
     show_study.add_argument("--output", type=Path, help="plot directory (default results/tune/STUDY)")
+    _add_format(show_study)
     # (SUPPRESS: given before the subcommand, `tune --results-dir X show S`, they still count)
     show_study.add_argument("--storage", default=argparse.SUPPRESS, help="Optuna storage URL (default sqlite in --results-dir)")
     show_study.add_argument("--results-dir", type=Path, default=argparse.SUPPRESS, help="where the default storage and plots are")
@@ -192,9 +197,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="JSON written (default results/perf/compare.json; with --learning results/perf/learning.json, joined with the seeds it already holds)",
     )
 
-    listing = commands.add_parser("list", help="algorithms, buffers, suites and environments")
-    listing.add_argument("what", nargs="?", choices=("algorithms", "buffers", "suites", "envs"), help="one section only")
+    ui = commands.add_parser("ui", help="the MLflow UI on the results' store; prints the runs page of each suite")
+    ui.add_argument("--port", type=int, default=None, help="port to serve on (default $PORT, else 5000)")
+    ui.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
+    _add_store_arguments(ui)
+
+    listing = commands.add_parser("list", help="algorithms, buffers, suites and environments; an algorithm's defaults")
+    listing.add_argument("what", nargs="?", metavar="algorithms|buffers|suites|envs|ALGO",
+                         help="one section only, or one algorithm's hyperparameters with their defaults")
+    _add_format(listing)
     return parser
+
+
+def _add_format(parser: argparse.ArgumentParser) -> None:
+    from benchmark.tables import FORMATS
+
+    parser.add_argument(
+        "--format", choices=FORMATS, default="table",
+        help="table (default: for the terminal), md, csv or json: the bare table on stdout, other lines on stderr",
+    )
 
 
 def _add_seeds_per_process(parser: argparse.ArgumentParser) -> None:
@@ -215,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no download bars in our output
     from agents.api import ConfigError
 
-    console = Console(width=None if sys.stdout.isatty() else 200)  # logs and pipes get full tables
+    from benchmark.tables import Output
+
+    console = Output(getattr(args, "format", "table"))
     signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         commands = {
@@ -228,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             "reproduce": command_reproduce,
             "tune": command_tune,
             "perf": command_perf,
+            "ui": command_ui,
         }
         return commands[args.command](args, console)
     except ConfigError as error:
@@ -294,7 +318,7 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
         from benchmark import runner
 
         groups, notices = runner.plan_processes(suite.specs)
-        console.print(_runs_table(suite, groups))
+        console.table(_runs_table(suite, groups))
         for notice in notices:
             console.print(notice, highlight=False, soft_wrap=True)
         console.print(f"{len(suite.specs)} runs in suite {suite.name!r} ({suite.path})"
@@ -354,11 +378,11 @@ def _execute_suite(suite, args: argparse.Namespace, console: Console, force: boo
         executor=getattr(args, "executor", "local"),
         runs_per_gpu=getattr(args, "runs_per_gpu", None),
         ray_address=getattr(args, "address", None),
-        console=console,
+        console=console.console,
         wait_for_others=not getattr(args, "no_wait", False),
     )
     rows = summary.summarize(execution.outcomes)
-    console.print(summary.render_table(rows, f"suite {suite.name} — final deterministic evaluation"))
+    console.table(summary.table(rows, f"suite {suite.name} — final deterministic evaluation"))
     report_dir = results_dir / "reports"
     report_dir.mkdir(parents=True, exist_ok=True)
     report = report_dir / f"{suite.name}-{execution.parent_run_id[:8]}.md"
@@ -489,6 +513,7 @@ def command_regress(args: argparse.Namespace, console: Console) -> int:
 
     from agents.api import ConfigError
     from benchmark import config, regress
+    from benchmark.tables import TableData
 
     _check_run_arguments(args)
     baseline_path = args.baseline or regress.BASELINE_DIR / f"{config.suite_path(args.suite).stem}.json"
@@ -501,16 +526,17 @@ def command_regress(args: argparse.Namespace, console: Console) -> int:
     execution = _execute_suite(suite, args, console)
     verdicts = regress.compare(payload, _records(execution), args.alpha, args.min_effect, args.algos, args.envs)
 
-    table = Table(title=f"regression check of suite {suite.name!r}: seeds {seeds} against the baseline of "
-                  f"{payload['code']['git_sha'][:10]} ({payload['created']})")
-    for column in ("configuration", "baseline mean", "current mean", "difference [95% CI]", "normalized",
-                   "p (Welch, one-sided)", "P(current > baseline)", "verdict"):
-        table.add_column(column)
+    table = TableData(
+        f"regression check of suite {suite.name!r}: seeds {seeds} against the baseline of {payload['code']['git_sha'][:10]} ({payload['created']})",
+        ["configuration", "baseline mean", "current mean", "difference [95% CI]", "normalized", "p (Welch, one-sided)",
+         "P(current > baseline)", "verdict"],
+        names={"configuration"}, right={"baseline mean", "current mean", "normalized", "p (Welch, one-sided)"},
+    )
     for v in verdicts:
         w = v.welch
-        verdict = "[red]REGRESSION[/]" if v.regressed else ("[green]improved[/]" if v.improved else "ok")
-        table.add_row(
-            escape(v.key),
+        verdict = "REGRESSION" if v.regressed else ("improved" if v.improved else "ok")
+        table.add(
+            v.key,
             f"{sum(v.baseline) / len(v.baseline):.1f}" if v.baseline else "—",
             f"{sum(v.current) / len(v.current):.1f}" if v.current else "—",
             f"{w.difference:+.1f} [{w.low:+.1f}, {w.high:+.1f}]" if w else "—",
@@ -519,7 +545,7 @@ def command_regress(args: argparse.Namespace, console: Console) -> int:
             f"{v.improvement.estimate:.2f} [{v.improvement.low:.2f}, {v.improvement.high:.2f}]" if v.improvement else "—",
             verdict,
         )
-    console.print(table)
+    console.table(table)
     regressions = [v for v in verdicts if v.regressed]
     for v in verdicts:
         if v.note and not v.regressed:
@@ -536,18 +562,20 @@ def command_regress(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _runs_table(suite, groups: list) -> Table:
+def _runs_table(suite, groups: list):
     """The suite's runs; the process column numbers the process each trains in (seeds batched together share one)."""
+    from benchmark.tables import TableData
+
     process = {spec.run_key: index for index, group in enumerate(groups) for spec in group}
-    table = Table(title=f"suite {suite.name}: {len(suite.specs)} runs")
-    for column in ("run key", "algorithm", "environment", "seed", "steps", "eval every", "process", "overrides"):
-        table.add_column(column)
+    table = TableData(
+        f"suite {suite.name}: {len(suite.specs)} runs",
+        ["run key", "algorithm", "environment", "seed", "steps", "eval every", "process", "overrides"],
+        names={"run key", "algorithm", "environment"}, right={"seed", "steps", "eval every", "process"},
+    )
     for spec in suite.specs:
         overrides = ", ".join(f"{k}={v}" for k, v in spec.overrides.items())
-        table.add_row(
-            spec.run_key, spec.algo, spec.env_id, str(spec.seed), f"{spec.budget.total_steps:,}", f"{spec.budget.eval_every:,}",
-            str(process[spec.run_key]), overrides,
-        )
+        table.add(spec.run_key, spec.algo, spec.env_id, spec.seed, f"{spec.budget.total_steps:,}", f"{spec.budget.eval_every:,}",
+                  process[spec.run_key], overrides)
     return table
 
 
@@ -574,15 +602,16 @@ def command_reference(args: argparse.Namespace, console: Console) -> int:
             console.print(f"{env_id}: random policy {score.mean:.2f} ± {score.std:.2f} over {score.episodes} episodes")
         return 0
     env_ids = args.env or sorted({s.env_id for name in config.available_suites() for s in config.load_suite(name).specs})
-    table = Table(title="normalization: (score - random) / (reference - random)")
-    for column in ("environment", "random (measured here)", "reference", "source"):
-        table.add_column(column)
+    from benchmark.tables import TableData
+
+    table = TableData("normalization: (score - random) / (reference - random)",
+                      ["environment", "random (measured here)", "reference", "source"], names={"environment"}, right={"reference"})
     for env_id in env_ids:
         norm = reference.normalizer(env_id)
         random_cell = f"{norm.random.mean:.2f} ± {norm.random.std:.2f} ({norm.random.episodes} ep.)" if norm.random else "— (not measured)"
         ref = norm.reference
-        table.add_row(env_id, random_cell, f"{ref.mean:.1f}" if ref else "—", ref.citation if ref else "no published score")
-    console.print(table)
+        table.add(env_id, random_cell, f"{ref.mean:.1f}" if ref else "—", ref.citation if ref else "no published score")
+    console.table(table)
     return 0
 
 
@@ -639,9 +668,8 @@ def command_tune(args: argparse.Namespace, console: Console) -> int:
 
 
 def _tune_show(args: argparse.Namespace, console: Console) -> int:
-    from rich.markup import escape
-
     from benchmark import tune
+    from benchmark.tables import TableData
 
     url, storage = tune.open_existing_storage(args.storage, args.results_dir)
     study = tune.load_study(args.study, storage)
@@ -655,25 +683,23 @@ def _tune_show(args: argparse.Namespace, console: Console) -> int:
         + ", ".join(f"{count} {state.lower()}" for state, count in sorted(found["counts"].items())),
         soft_wrap=True, markup=False, highlight=False,
     )
-    table = Table(title=f"best trials of {study.study_name}")
-    for column in ("trial", "normalized", "final returns", "seconds", "parameters"):
-        table.add_column(column)
+    table = TableData(f"best trials of {study.study_name}", ["trial", "normalized", "final returns", "seconds", "parameters"],
+                      right={"trial", "normalized", "seconds"})
     for trial in found["best"]:
         returns = ", ".join(f"{r:.1f}" for r in trial.user_attrs.get("final_returns", []))
         seconds = f"{trial.duration.total_seconds():.0f}" if trial.duration else "—"
         tuned = trial.user_attrs.get("tuned", trial.params)
         params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in tuned.items())
-        table.add_row(str(trial.number), f"{trial.value:.3f}", returns, seconds, escape(params))
-    console.print(table)
+        table.add(trial.number, f"{trial.value:.3f}", returns, seconds, params)
     weights = tune.importances(study)
     if weights is not None:
-        importance = Table(title="parameter importances (fANOVA over the completed trials)")
-        importance.add_column("parameter")
-        importance.add_column("importance")
+        importance = TableData("parameter importances (fANOVA over the completed trials)", ["parameter", "importance"],
+                               names={"parameter"}, right={"importance"})
         for name, weight in weights.items():
-            importance.add_row(escape(name), f"{weight:.3f}")
-        console.print(importance)
+            importance.add(name, f"{weight:.3f}")
+        console.table(table, importance)
     else:
+        console.table(table)
         console.print("no parameter importances: they need at least two completed trials with different scores")
     written = tune.write_plots(study, args.output or args.results_dir / "tune" / study.study_name, weights is not None)
     console.print("plots: " + ", ".join(str(path) for path in written), soft_wrap=True, markup=False, highlight=False)
@@ -883,62 +909,101 @@ def _profile_table(name: str, found: dict) -> Table:
     return table
 
 
+def command_ui(args: argparse.Namespace, console: Console) -> int:
+    """Print where each suite's runs are, then become ``mlflow ui`` (one worker: it starts in seconds)."""
+    from agents.api import ConfigError
+    from benchmark import tracking
+
+    port = args.port if args.port is not None else int(os.environ.get("PORT") or 5000)
+    if not 0 < port < 65536:
+        raise ConfigError(f"--port must be between 1 and 65535, got {port}")
+    tracking_uri = existing_store(args)
+    client = tracking.client(tracking_uri)
+    experiments = [e for e in tracking.retry(lambda: client.search_experiments()) if e.name != "Default"]
+    address = f"http://{'localhost' if args.host in ('127.0.0.1', '0.0.0.0') else args.host}:{port}"
+    view = "?workflowType=machine_learning"  # MLflow 3 opens on its GenAI view otherwise
+    console.print(f"MLflow UI at {address}/#/experiments{view} (Ctrl-C stops it); the runs of each suite and study:",
+                  markup=False, highlight=False, soft_wrap=True)
+    for experiment in experiments:
+        if experiment.tags.get("mlflow.experimentKind") != tracking.EXPERIMENT_TAGS["mlflow.experimentKind"]:
+            # an experiment made before this tag: MLflow 3 would open it in its GenAI view
+            for key, value in tracking.EXPERIMENT_TAGS.items():
+                tracking.retry(lambda: client.set_experiment_tag(experiment.experiment_id, key, value))
+        console.print(f"  {experiment.name}: {address}/#/experiments/{experiment.experiment_id}/runs{view}",
+                      markup=False, highlight=False, soft_wrap=True)
+    if not experiments:
+        console.print("  (none yet: run a suite first)", markup=False, highlight=False)
+    mlflow = Path(sys.executable).with_name("mlflow")
+    artifacts = (args.results_dir / "mlartifacts").resolve()
+    command = [str(mlflow), "ui", "--backend-store-uri", tracking_uri, "--default-artifact-root", str(artifacts),
+               "--host", args.host, "--port", str(port), "--workers", "1"]
+    sys.stdout.flush()
+    os.execv(command[0], command)
+    return 0  # not reached
+
+
 def command_list(args: argparse.Namespace, console: Console) -> int:
     import dataclasses
 
     import agents
+    from agents.api import ConfigError, suggest
     from agents.buffers import BUFFERS
     from benchmark import config
+    from benchmark.tables import TableData
 
+    sections = ("algorithms", "buffers", "suites", "envs")
     what = args.what
+    if what is not None and what not in sections:
+        if what not in agents.ALGORITHMS:
+            choices = [*sections, *sorted(agents.ALGORITHMS)]
+            raise ConfigError(f"nothing to list as {what!r}{suggest(what, choices)}; list one of {', '.join(sections)} or an algorithm")
+        cls = agents.ALGORITHMS[what]
+        table = TableData(f"{what}: hyperparameters", ["hyperparameter", "default"], names={"hyperparameter"},
+                          caption=f"defaults: {' '.join((cls.Config.__doc__ or '').split())}")
+        defaults = cls.Config()
+        for field in dataclasses.fields(cls.Config):
+            table.add(field.name, getattr(defaults, field.name))
+        console.table(table)
+        return 0
+    tables = []
     if what in (None, "algorithms"):
-        table = Table(title="algorithms")
-        for column in ("name", "class", "actions", "hyperparameters (defaults)"):
-            table.add_column(column)
+        table = TableData("algorithms (list ALGO: its hyperparameters)", ["name", "actions", "what it is"], names={"name"})
         for name, cls in sorted(agents.ALGORITHMS.items()):
-            kinds = [
-                kind
-                for kind, ok in (
-                    ("discrete", cls.supports_discrete),
-                    ("multi-discrete", cls.supports_multi_discrete),
-                    ("continuous", cls.supports_continuous),
-                )
-                if ok
-            ]
-            defaults = ", ".join(f"{f.name}={getattr(cls.Config(), f.name)}" for f in dataclasses.fields(cls.Config))
-            table.add_row(name, cls.__name__, "/".join(kinds), defaults)
-        console.print(table)
+            kinds = [kind for kind, ok in (("discrete", cls.supports_discrete), ("multi-discrete", cls.supports_multi_discrete),
+                                           ("box", cls.supports_continuous)) if ok]
+            table.add(name, ", ".join(kinds), (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else "")
+        tables.append(table)
     if what in (None, "buffers"):
-        table = Table(title="buffers")
-        table.add_column("name")
-        table.add_column("description")
+        table = TableData("buffers", ["name", "description"], names={"name"})
         for name, (_, description) in BUFFERS.items():
-            table.add_row(name, description)
-        console.print(table)
+            table.add(name, description)
+        tables.append(table)
     suites = {name: config.load_suite(name) for name in config.available_suites()} if what in (None, "suites", "envs") else {}
     if what in (None, "suites"):
-        table = Table(title="suites")
-        for column in ("name", "runs", "algorithms", "environments", "description"):
-            table.add_column(column)
+        narrow = console.format == "table" and console.stdout.width < 120  # the descriptions get a table of their own
+        headers = ["name", "runs", "algorithms", "environments", *([] if narrow else ["description"])]
+        table = TableData("suites", headers, names={"name"}, right={"runs"}, lists={"algorithms", "environments"})
+        descriptions = TableData("what each suite is for", ["name", "description"], names={"name"})
         for name, suite in suites.items():
             algos = sorted({s.algo for s in suite.specs})
             envs = sorted({s.env_id for s in suite.specs})
-            table.add_row(name, str(len(suite.specs)), ", ".join(algos), ", ".join(envs), suite.description)
-        console.print(table)
+            table.add(name, len(suite.specs), ", ".join(algos), ", ".join(envs), *([] if narrow else [suite.description]))
+            descriptions.add(name, suite.description)
+        tables += [table, descriptions] if narrow else [table]
     if what in (None, "envs"):
         from agents.envs import env_spec
 
-        table = Table(title="environments used by the suites")
-        for column in ("id", "observation", "actions", "max episode steps"):
-            table.add_column(column)
+        table = TableData("environments used by the suites", ["id", "observation", "actions", "max episode steps"],
+                          names={"id"}, right={"max episode steps"})
         env_ids = sorted({s.env_id for suite in suites.values() for s in suite.specs})
         for env_id in env_ids:
             spec = env_spec(env_id)
             actions = spec.action_space_name
             if not spec.discrete:
                 actions += f" in [{min(spec.action_low):g}, {max(spec.action_high):g}]"
-            table.add_row(env_id, f"Box{spec.observation_shape}", actions, str(spec.max_episode_steps))
-        console.print(table)
+            table.add(env_id, f"Box{spec.observation_shape}", actions, spec.max_episode_steps)
+        tables.append(table)
+    console.table(*tables)
     return 0
 
 

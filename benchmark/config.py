@@ -168,6 +168,33 @@ class Suite:
         return dataclasses.replace(self, specs=specs)
 
 
+def configurations(specs: list[RunSpec]) -> list[tuple[str, list[RunSpec]]]:
+    """The specs grouped by configuration (environment, algorithm, hyperparameters, budget): the
+    seeds of one configuration together, in first-seen order, each group with its label: the
+    algorithm, and where one algorithm has several configurations on an environment, the
+    settings that tell them apart (``ppo [learning_rate=0.001]``)."""
+    groups: dict[tuple[str, str, str], list[RunSpec]] = {}
+    for spec in specs:
+        identity = json.dumps({"hp": spec.hyperparameters, "budget": dataclasses.asdict(spec.budget)}, sort_keys=True)
+        groups.setdefault((spec.env_id, spec.algo, identity), []).append(spec)
+    labels = {key: key[1] for key in groups}
+    by_algo_env: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+    for key in groups:
+        by_algo_env.setdefault(key[:2], []).append(key)
+    for variants in by_algo_env.values():
+        if len(variants) < 2:
+            continue
+        settings = [
+            {**groups[key][0].overrides, **{f"budget.{k}": v for k, v in dataclasses.asdict(groups[key][0].budget).items()}}
+            for key in variants
+        ]
+        differing = sorted({k for setting in settings for k in setting if any(setting.get(k) != other.get(k) for other in settings)})
+        for number, (key, setting) in enumerate(zip(variants, settings), start=1):
+            described = ", ".join(f"{k}={setting.get(k, 'default')}" for k in differing) or f"variant {number}"
+            labels[key] = f"{key[1]} [{described}]"
+    return [(labels[key], members) for key, members in groups.items()]
+
+
 # --------------------------------------------------------------------------------------------
 
 

@@ -11,9 +11,9 @@ counted and listed, never dropped silently.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import html
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from benchmark import plots, reference, stats
-from benchmark.config import Suite
+from benchmark.config import Suite, configurations
 from benchmark.records import RunRecord
 
 AGGREGATE_REPS = 20_000
@@ -51,26 +51,14 @@ class Group:
 
 
 def group_records(records: list[RunRecord]) -> list[Group]:
-    """Group by (environment, algorithm, hyperparameters, budget), in suite order; configurations
-    of one algorithm on one environment are labelled by the overrides that tell them apart."""
-    groups: dict[tuple[str, str, str], Group] = {}
-    for record in records:
-        spec = record.spec
-        identity = json.dumps({"hp": spec.hyperparameters, "budget": spec.budget.__dict__}, sort_keys=True)
-        key = (spec.env_id, spec.algo, identity)
-        groups.setdefault(key, Group(spec.env_id, spec.algo, spec.algo)).records.append(record)
-    by_algo_env: dict[tuple[str, str], list[Group]] = {}
-    for group in groups.values():
-        by_algo_env.setdefault((group.env_id, group.algo), []).append(group)
-    for variants in by_algo_env.values():
-        if len(variants) < 2:
-            continue
-        settings = [{**v.records[0].spec.overrides, **{f"budget.{k}": b for k, b in v.records[0].spec.budget.__dict__.items()}} for v in variants]
-        differing = sorted({k for o in settings for k in o if any(o.get(k) != other.get(k) for other in settings)})
-        for number, (variant, setting) in enumerate(zip(variants, settings), start=1):
-            described = ", ".join(f"{k}={setting.get(k, 'default')}" for k in differing) or f"variant {number}"
-            variant.label = f"{variant.algo} [{described}]"
-    return list(groups.values())
+    """Group by configuration (environment, algorithm, hyperparameters, budget), in suite order;
+    configurations of one algorithm on one environment are labelled by the overrides that tell
+    them apart (see ``benchmark.config.configurations``)."""
+    by_key = {record.spec.run_key: record for record in records}
+    return [
+        Group(members[0].env_id, members[0].algo, label, [by_key[spec.run_key] for spec in members])
+        for label, members in configurations([record.spec for record in records])
+    ]
 
 
 PER_ENVIRONMENT_METRICS = ("IQM", "mean", "median", "optimality gap")
@@ -126,34 +114,60 @@ class Document:
                 out.append(f"![{content[1]}]({content[0]})")
         return "\n\n".join(out) + "\n"
 
-    def html(self, title: str) -> str:
+    def html(self, title: str, base: Path | None = None) -> str:
+        """One self-contained page (images inlined as data URIs from ``base``, so it can be mailed
+        or attached), links clickable, tables that scroll sideways on a narrow screen."""
         body = []
         for kind, content in self.blocks:
             if kind == "heading":
                 body.append(f"<h{content[0]}>{html.escape(content[1])}</h{content[0]}>")
             elif kind == "paragraph":
-                text = html.escape(content)
+                text = _inline(content)
                 text = re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
                 text = re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", text)
                 body.append(f"<p>{text}</p>")
             elif kind == "table":
                 headers, rows = content
                 head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
-                cells = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
-                body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{cells}</tbody></table>")
+                cells = "".join("<tr>" + "".join(f"<td>{_inline(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+                body.append(f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{cells}</tbody></table></div>')
             else:
-                path, caption = (html.escape(part, quote=True) for part in content)
-                body.append(f'<figure><img src="{path}" alt="{caption}"><figcaption>{caption}</figcaption></figure>')
+                path, caption = content
+                source = html.escape(path, quote=True)
+                if base is not None and (base / path).is_file():
+                    source = "data:image/png;base64," + base64.b64encode((base / path).read_bytes()).decode("ascii")
+                caption = html.escape(caption, quote=True)
+                body.append(f'<figure><img src="{source}" alt="{caption}"><figcaption>{caption}</figcaption></figure>')
         style = (
-            "body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
-            "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}"
-            "th,td{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#f3f3f3}"
-            "img{max-width:100%}figcaption{font-size:0.85em;color:#555}"
+            "body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;line-height:1.4}"
+            ".scroll{overflow-x:auto;-webkit-overflow-scrolling:touch;margin:1em 0}"
+            "table{border-collapse:collapse;font-size:0.9em}"
+            "th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}"
+            "td{white-space:nowrap}td:last-child{white-space:normal;min-width:12em}"
+            "p,figcaption{overflow-wrap:anywhere}"
+            "img{max-width:100%;height:auto}figure{margin:1em 0}figcaption{font-size:0.85em;color:#555}"
+            "@media (max-width:600px){body{margin:1em auto;padding:0 0.6em}table{font-size:0.8em}}"
         )
         return (
-            f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{html.escape(title)}</title><style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
         )
+
+
+URL = re.compile(r"https?://[^\s<>\"'`)\]]+[^\s<>\"'`)\].,;:]")
+
+
+def _inline(text: str) -> str:
+    """``text`` escaped for HTML, with its URLs as links."""
+    parts, last = [], 0
+    for match in URL.finditer(text):
+        parts.append(html.escape(text[last : match.start()]))
+        url = html.escape(match.group(0), quote=True)
+        parts.append(f'<a href="{url}">{url}</a>')
+        last = match.end()
+    parts.append(html.escape(text[last:]))
+    return "".join(parts)
 
 
 # ------------------------------------------------------------------------------------ formatting
@@ -223,7 +237,7 @@ def write_report(suite: Suite, records: list[RunRecord], out_dir: Path, source: 
 
     markdown_path = out_dir / "report.md"
     markdown_path.write_text(doc.markdown())
-    (out_dir / "report.html").write_text(doc.html(f"reprorl report: {suite.name}"))
+    (out_dir / "report.html").write_text(doc.html(f"reprorl report: {suite.name}", base=out_dir))
     referenced = {out_dir / content[0] for kind, content in doc.blocks if kind == "image"}
     for stale in previous_plots - referenced:  # e.g. an environment no longer in the suite
         stale.unlink()
@@ -344,12 +358,18 @@ def _environment_section(
     curves = {g.label: [r.curve for r in g.records if r.curve and (r.finished or r.status == "RUNNING")] for g in groups}
     curves = {label: seeds for label, seeds in curves.items() if seeds}
     if curves:
+        published = {}
+        for group in groups:
+            own = reference.published_score(group.algo, env_id, scores_table)
+            if own is not None and group.label in curves and (ref is None or own.source != ref.source or own.algo != ref.algo):
+                published[group.label] = (own.mean, own.source.split(" (")[0])
         path = plots.learning_curves(
             env_id,
             curves,
             plot_dir / f"curves_{_slug(env_id)}.png",
-            reference=(ref.mean, f"{ref.algo}, {ref.env_id}") if ref else None,
+            reference=(ref.mean, f"{ref.algo}, {ref.source.split(' (')[0]}") if ref else None,
             random=random.mean if random else None,
+            published=published,
         )
         doc.image(f"plots/{path.name}", f"learning curves on {env_id}")
 

@@ -6,19 +6,23 @@ from dataclasses import dataclass
 from typing import Iterable
 
 import numpy as np
-from rich.table import Table
 
+from benchmark.config import configurations
+from benchmark.tables import TableData
 from benchmark.runner import RunOutcome
 
 
 @dataclass
 class SummaryRow:
-    algo: str
+    label: str
+    """The algorithm, with the settings that tell its configurations apart when it has several."""
     env_id: str
     seeds: list[int]
     returns: list[float]  # final deterministic evaluation return of each finished seed
     steps_per_second: float | None
     failed: int
+    elsewhere: int = 0
+    """Seeds another launch is training (not waited for)."""
 
     @property
     def mean(self) -> float | None:
@@ -30,22 +34,25 @@ class SummaryRow:
 
 
 def summarize(outcomes: Iterable[RunOutcome]) -> list[SummaryRow]:
-    """Group outcomes by (algo, env) in first-seen order; failed seeds are counted, not averaged."""
-    groups: dict[tuple[str, str], list[RunOutcome]] = {}
-    for outcome in outcomes:
-        groups.setdefault((outcome.spec.algo, outcome.spec.env_id), []).append(outcome)
+    """One row per configuration (algorithm, environment, hyperparameters, budget: the grid points
+    of one experiment stay apart, as in the report), seeds within a row, in first-seen order;
+    failed seeds are counted, not averaged."""
+    by_key = {outcome.spec.run_key: outcome for outcome in outcomes}
     rows = []
-    for (algo, env_id), members in groups.items():
+    for label, specs in configurations([outcome.spec for outcome in by_key.values()]):
+        members = [by_key[spec.run_key] for spec in specs]
         finished = [m for m in members if m.ok]
         speeds = [m.steps_per_second for m in finished if m.steps_per_second is not None]
+        elsewhere = sum(m.status == "CLAIMED" for m in members)
         rows.append(
             SummaryRow(
-                algo=algo,
-                env_id=env_id,
+                label=label,
+                env_id=specs[0].env_id,
                 seeds=sorted(m.spec.seed for m in members),
                 returns=[m.final_return_mean for m in finished if m.final_return_mean is not None],
                 steps_per_second=float(np.mean(speeds)) if speeds else None,
-                failed=len(members) - len(finished),
+                failed=len(members) - len(finished) - elsewhere,
+                elsewhere=elsewhere,
             )
         )
     return rows
@@ -57,21 +64,19 @@ HEADERS = ("algorithm", "environment", "seeds", "final eval return (mean ± std 
 def cells(row: SummaryRow) -> list[str]:
     """A row's values formatted for display, in HEADERS order."""
     score = "—" if row.mean is None else f"{row.mean:.1f} ± {row.std:.1f}"
-    per_seed = ", ".join(f"{value:.0f}" for value in row.returns) + (f" ({row.failed} failed)" if row.failed else "")
+    notes = [f"{row.failed} failed"] if row.failed else []
+    notes += [f"{row.elsewhere} in another launch"] if row.elsewhere else []
+    per_seed = ", ".join(f"{value:.0f}" for value in row.returns) + (f" ({', '.join(notes)})" if notes else "")
     speed = "—" if row.steps_per_second is None else f"{row.steps_per_second:,.0f}"
-    return [row.algo, row.env_id, str(len(row.seeds)), score, per_seed, speed]
+    return [row.label, row.env_id, str(len(row.seeds)), score, per_seed, speed]
 
 
-def render_table(rows: list[SummaryRow], title: str) -> Table:
-    table = Table(title=title)
-    for header in HEADERS:
-        table.add_column(header, justify="right" if header in ("seeds", "steps/s") else "left")
+def table(rows: list[SummaryRow], title: str) -> TableData:
+    table = TableData(title, list(HEADERS), names={"algorithm", "environment"}, right={"seeds", "steps/s"}, lists={"per seed"})
     for row in rows:
-        table.add_row(*cells(row))
+        table.add(*cells(row))
     return table
 
 
 def to_markdown(rows: list[SummaryRow]) -> str:
-    lines = ["| " + " | ".join(HEADERS) + " |", "|---|---|---:|---:|---|---:|"]
-    lines += ["| " + " | ".join(cells(row)) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    return table(rows, "").markdown()

@@ -232,6 +232,7 @@ def open_storage(url: str) -> Any:
 
 
 OPTUNA_TABLES = {"studies", "trials", "version_info"}
+OBJECTIVE_NAME = "normalized final return"
 
 
 def _create_optuna_db(path: Path) -> None:
@@ -445,6 +446,9 @@ class Objective:
         trial.set_user_attr("mlflow_run_id", run.run_id)
         trial.set_user_attr("overrides", overrides)
         trial.set_user_attr("tuned", tuned)
+        for name, value in tuned.items():  # decoded (num_steps, not num_steps_log2): optuna-dashboard lists user attributes
+            if name not in trial.params:
+                trial.set_user_attr(name, value)
         trial.set_user_attr("seeds", seeds)
         try:
             if infeasible is not None:
@@ -787,6 +791,8 @@ def run_study(
     storage = open_storage(storage_url)
     # (another machine may create the same study at this moment: the first setting stored wins)
     study = optuna.create_study(study_name=study_name, storage=storage, direction="maximize", load_if_exists=True)
+    if not study.metric_names:  # optuna-dashboard names the objective by it
+        study.set_metric_names([OBJECTIVE_NAME])
     if SETTINGS_ATTR not in study.user_attrs:
         study.set_user_attr(SETTINGS_ATTR, settings.to_dict())
         study.set_user_attr("created", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))

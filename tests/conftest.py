@@ -1,3 +1,4 @@
+import os
 import textwrap
 from pathlib import Path
 
@@ -8,6 +9,12 @@ import torch
 # tests that drive an algorithm directly would otherwise take a thread per core each, and two
 # xdist workers on two cores then oversubscribe them several times over.
 torch.set_num_threads(1)
+
+# pytest-xdist's workers get COLUMNS=80 and LINES=24, which the CLI honours like a user's (its
+# tables fit COLUMNS): drop them, so that a CLI the tests start writes as it does to any pipe
+# with or without xdist; the tests of narrow terminals set COLUMNS themselves.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 
 TINY_SUITE = """
 name: tiny

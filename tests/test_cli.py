@@ -48,7 +48,7 @@ def test_run_logs_parent_and_children_to_mlflow(tiny_suite, tmp_path):
         for tag in ("git_sha", "git_dirty", "version.torch", "version.gymnasium", "version.mlflow", "device", "python_version",
                     "cpu_model", "gpu_model", "command"):
             assert tags.get(tag), tag
-        assert "benchmark run --suite" in tags["command"] or "benchmark" in tags["command"]
+        assert tags["command"].startswith("python -m benchmark run --suite ")  # runnable as it stands
         assert tags["device"] == "cpu" and tags["cuda_visible_devices"] == ""  # a CPU run sees no GPU
         assert params["algo"] in ("ppo", "sac") and "budget.total_steps" in params and "hp.gamma" in params
         for metric in ("eval/return_mean", "final/eval_return_mean", "perf/steps_per_second", "train/episode_return"):

@@ -179,3 +179,25 @@ def test_a_run_restarted_from_scratch_closes_its_earlier_attempt(write_suite, tm
             replacement = by_id[run.data.tags["superseded_by"]]
             assert replacement.info.status == "FINISHED" and run.info.run_id in replacement.data.tags["supersedes"]
             assert replacement.data.tags["run_key"] == run.data.tags["run_key"]
+
+
+def test_two_tune_launches_at_once_share_one_study_and_one_store(tmp_path):
+    """Optuna's and MLflow's stores are both created by two launches racing; the study gets every
+    trial of both, under one MLflow parent run."""
+    results = tmp_path / "results"
+    argv = [sys.executable, "-m", "benchmark", "tune", "--algo", "ppo", "--env", "CartPole-v1", "--budget", "1024",
+            "--trials", "2", "--pruner", "none", "--results-dir", str(results)]
+    processes = [subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for process in processes:
+        _, err = process.communicate(timeout=600)
+        assert process.returncode == 0 and "Traceback" not in err, err
+    import optuna
+
+    from benchmark import tune
+
+    study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tune.open_storage(tune.default_storage_url(results)))
+    assert [trial.state.name for trial in study.trials] == ["COMPLETE"] * 4
+    client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert sorted(run.data.tags.get("kind") for run in runs) == ["study", "trial", "trial", "trial", "trial"]
+    assert all(run.info.status == "FINISHED" for run in runs)

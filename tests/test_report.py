@@ -1,5 +1,6 @@
 """The suite report from MLflow: every run present in every state, plots that open, HTML that shows them."""
 
+import base64
 import re
 import subprocess
 import sys
@@ -71,9 +72,21 @@ def test_report_of_a_small_suite_contains_every_run_and_plot(write_suite, tmp_pa
     for png in pngs:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert matplotlib.image.imread(png).shape[0] > 100
-        assert f'src="plots/{png.name}"' in page and f"(plots/{png.name})" in markdown
-    referenced = set(re.findall(r'src="plots/([^"]+)"', page))
-    assert referenced == names
+        # the Markdown links the files; the HTML page carries them inline (it can be mailed on its own)
+        assert f"(plots/{png.name})" in markdown and f'src="data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()}"' in page
+    assert len(re.findall(r'<img src="data:image/png;base64,', page)) == len(names) and "plots/" not in page
+    assert '<meta name="viewport"' in page and '<div class="scroll"><table>' in page
+    assert str(tmp_path) not in markdown and str(tmp_path) not in page  # no local paths: "from `mlflow.db`"
+    assert "from `mlflow.db`" in markdown
+
+
+def test_urls_in_report_html_are_links_and_text_is_escaped():
+    doc = report.Document()
+    doc.paragraph("Reference: 499.8 (CleanRL paper, https://arxiv.org/abs/2111.08819). <script>")
+    doc.table(["source"], [["see https://example.org/a?b=1&c=2, then <b>"]])
+    page = doc.html("t")
+    assert '<a href="https://arxiv.org/abs/2111.08819">https://arxiv.org/abs/2111.08819</a>).' in page
+    assert '<a href="https://example.org/a?b=1&amp;c=2">' in page and "&lt;b&gt;" in page and "&lt;script&gt;" in page
 
 
 def test_unknown_suite_for_report_is_a_clear_error(tmp_path):
@@ -147,3 +160,13 @@ def test_markdown_table_cells_stay_on_one_line():
     doc.table(["run", "note"], [["a", "ValueError: Expected parameter loc\n  of shape (1,)\nfound | nan"]])
     lines = doc.markdown().strip().splitlines()
     assert len(lines) == 3 and lines[2] == "| a | ValueError: Expected parameter loc of shape (1,) found \\| nan |"
+
+
+def test_learning_curve_bands_stay_within_what_the_seeds_reached():
+    from benchmark import plots
+
+    means, lows, highs = plots.clipped_band([[22.0, 500.0, 500.0], [100.0, 105.0, 110.0, 115.0, 120.0] * 2, [7.0]])
+    assert means == pytest.approx([340.667, 110.0, 7.0], abs=1e-3)
+    assert lows[0] == 22.0 and highs[0] == 500.0  # the t interval alone runs from -346 to 1027
+    assert lows[1] == pytest.approx(104.67, abs=0.01) and highs[1] == pytest.approx(115.33, abs=0.01)  # left as it is
+    assert lows[2] == highs[2] == 7.0

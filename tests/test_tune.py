@@ -206,6 +206,9 @@ def test_study_prunes_logs_every_trial_exports_a_suite_and_resumes(tmp_path):
     assert "PRUNED" in states and "COMPLETE" in states, first.stderr
     assert "trial 0 " in first.stderr and "best: trial" in first.stdout
     assert "already reported" not in first.stderr  # one report per step, the final evaluation's included
+    assert study.metric_names == [tune.OBJECTIVE_NAME]  # optuna-dashboard names the objective
+    for trial in study.trials:  # and shows the decoded values of encoded parameters
+        assert trial.user_attrs["num_steps"] == 2 ** trial.params["num_steps_log2"] and "num_steps" not in trial.params
 
     runs = trial_runs(results, "ppo-CartPole-v1")
     parents = [r for r in runs if r.data.tags.get("kind") == "study"]

@@ -1,0 +1,119 @@
+"""What a user reads in a terminal: tables within COLUMNS without a cut name, --format md|csv|json,
+one summary row per configuration, a runnable command tag, and `ui` pointing at the runs page."""
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from benchmark import cli, runner, summary, tracking
+from benchmark.config import load_suite
+from benchmark.tables import TableData
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str, columns: int | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **({"COLUMNS": str(columns)} if columns else {})}
+    return subprocess.run([sys.executable, "-m", "benchmark", *args], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+
+
+def render(table: TableData, width: int) -> list[str]:
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(table.rich(width))
+    return console.export_text().splitlines()
+
+
+def test_a_table_fits_the_width_and_never_cuts_a_name():
+    table = TableData("t", ["name", "environments", "description"], names={"name"}, lists={"environments"})
+    table.add("tuned/ppo-Pendulum-v1", "reprorl/HalfCheetahDir-v5, reprorl/HalfCheetahVel-v5, Hopper-v5", "word " * 40)
+    table.add("ci", "CartPole-v1", "short")
+    lines = render(table, 80)
+    assert max(map(len, lines)) <= 80
+    text = "\n".join(lines)
+    for name in ("tuned/ppo-Pendulum-v1", "reprorl/HalfCheetahDir-v5", "reprorl/HalfCheetahVel-v5", "Hopper-v5"):
+        assert name in text, name  # whole, on one line
+
+
+@pytest.mark.parametrize("section", ["algorithms", "suites", "envs", "buffers", "ppo"])
+def test_list_is_readable_at_80_columns(section):
+    completed = run_cli("list", section, columns=80)
+    assert completed.returncode == 0, completed.stderr
+    assert max(map(len, completed.stdout.splitlines())) <= 80
+    if section == "suites":
+        for name in ("tuned/ppo-Pendulum-v1", "reprorl/HalfCheetahDir-v5", "InvertedPendulum-v5", "surrogate_pg"):
+            assert name in completed.stdout
+    if section == "ppo":
+        assert "clip_range" in completed.stdout and "Schulman" in completed.stdout
+
+
+def test_list_formats_for_pasting_and_programs():
+    as_csv = run_cli("list", "envs", "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(as_csv.stdout)))
+    assert {"id": "CartPole-v1", "observation": "Box(4,)", "actions": "Discrete(2)", "max episode steps": "500"} in rows
+    as_json = json.loads(run_cli("list", "suites", "--format", "json").stdout)
+    assert {"smoke", "mujoco"} <= {row["name"] for row in as_json["rows"]}
+    as_md = run_cli("list", "buffers", "--format", "md").stdout.splitlines()
+    assert as_md[0] == "| name | description |" and as_md[1] == "|---|---|" and any(line.startswith("| per |") for line in as_md)
+    unknown = run_cli("list", "sacc")
+    assert unknown.returncode == 2 and unknown.stderr.strip() == (
+        "error: nothing to list as 'sacc' (did you mean 'sac'?); list one of algorithms, buffers, suites, envs or an algorithm"
+    )
+
+
+def test_the_summary_keeps_grid_points_apart(write_suite):
+    suite = load_suite(str(write_suite(
+        """
+        name: grid
+        seeds: 2
+        budget: {total_steps: 512, eval_every: 256}
+        experiments:
+          - {algo: ppo, envs: [CartPole-v1], grid: {learning_rate: [1.0e-3, 3.0e-4]}}
+          - {algo: sac, envs: [Pendulum-v1]}
+        """
+    )))
+    outcomes = [runner.RunOutcome(spec, status="FINISHED", final_return_mean=float(index), steps_per_second=10.0)
+                for index, spec in enumerate(suite.specs)]
+    outcomes[-1] = runner.RunOutcome(suite.specs[-1], status="CLAIMED", claimed_by="pid 1 on h")
+    rows = summary.summarize(outcomes)
+    assert [(row.label, row.env_id, row.returns) for row in rows] == [
+        ("ppo [learning_rate=0.001]", "CartPole-v1", [0.0, 1.0]),
+        ("ppo [learning_rate=0.0003]", "CartPole-v1", [2.0, 3.0]),
+        ("sac", "Pendulum-v1", [4.0]),
+    ]
+    assert summary.cells(rows[2])[4] == "4 (1 in another launch)"
+    markdown = summary.to_markdown(rows)
+    assert "| ppo [learning_rate=0.001] | CartPole-v1 | 2 | 0.5 ± 0.5 | 0, 1 | 10 |" in markdown
+
+
+def test_the_command_tag_can_be_typed_again():
+    benchmark_main = str(ROOT / "benchmark" / "__main__.py")
+    assert tracking.command_line([benchmark_main, "run", "--suite", "my suite.yaml"]) == "python -m benchmark run --suite 'my suite.yaml'"
+    assert tracking.command_line(["/venv/bin/reprorl", "report", "--suite", "smoke"]) == "reprorl report --suite smoke"
+
+
+def test_ui_prints_each_suites_runs_page_and_serves_with_one_worker(tmp_path, monkeypatch, capsys):
+    results = tmp_path / "results"
+    results.mkdir()
+    uri = f"sqlite:///{results / 'mlflow.db'}"
+    client = tracking.client(uri)
+    old = client.create_experiment("old", artifact_location=(results / "a").as_uri())  # made before the kind tag
+    new = tracking.experiment_id(uri, "smoke", results / "mlartifacts")
+    executed = []
+    monkeypatch.setattr(os, "execv", lambda path, argv: executed.append(argv))
+    monkeypatch.setenv("PORT", "5123")
+    assert cli.main(["ui", "--results-dir", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert f"smoke: http://localhost:5123/#/experiments/{new}/runs?workflowType=machine_learning" in out
+    assert f"old: http://localhost:5123/#/experiments/{old}/runs?workflowType=machine_learning" in out
+    (argv,) = executed
+    assert argv[1] == "ui" and argv[argv.index("--port") + 1] == "5123" and argv[argv.index("--workers") + 1] == "1"
+    kinds = {e.name: e.tags.get("mlflow.experimentKind") for e in client.search_experiments()}
+    assert kinds["old"] == kinds["smoke"] == "custom_model_development"  # opens on the runs table, not the GenAI view
+    assert cli.main(["ui", "--results-dir", str(tmp_path / "none")]) == cli.EXIT_CONFIG_ERROR  # nothing to show

@@ -1,0 +1,124 @@
+"""report.html in a real headless browser (Chromium from the OS packages) at desktop and phone
+width: self-contained (every image inlined and decoded), links clickable, nothing wider than
+the screen (wide tables scroll inside their own box), no local path in the text.
+
+``make report-check`` installs Chromium when it is missing and runs this file, keeping the
+screenshots under results/reports/screenshots (look at them); without Chromium it is skipped.
+"""
+
+import html
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmark import report
+from benchmark.config import load_suite
+from benchmark.records import RunRecord
+
+CHROMIUM = next((path for name in ("chromium", "chromium-browser", "google-chrome") if (path := shutil.which(name))), None)
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (make report-check installs it)")
+
+SUITE = """\
+name: browser
+description: two algorithms, a grid and a task without a reference score
+seeds: [0, 1, 2]
+budget: {total_steps: 20000, eval_every: 5000, eval_episodes: 2}
+experiments:
+  - algo: ppo
+    envs: [CartPole-v1, HalfCheetah-v5]
+    grid: {learning_rate: [0.0003, 0.001]}
+  - algo: sac
+    envs: [HalfCheetah-v5]
+"""
+
+PROBE = """
+<script>
+const frame = document.getElementById("page");
+frame.addEventListener("load", () => {
+  const doc = frame.contentDocument, view = frame.contentWindow;
+  const images = [...doc.images];
+  const result = {
+    width: view.innerWidth,
+    scroll_width: doc.documentElement.scrollWidth,
+    viewport_meta: !!doc.querySelector('meta[name="viewport"]'),
+    images: images.length,
+    decoded: images.filter((image) => image.complete && image.naturalWidth > 0).length,
+    inline: images.filter((image) => image.src.startsWith("data:image/png;base64,")).length,
+    widest_image: Math.max(0, ...images.map((image) => image.getBoundingClientRect().width)),
+    links: [...doc.querySelectorAll("a[href]")].map((link) => link.href),
+    tables: doc.querySelectorAll("table").length,
+    tables_in_scroll_boxes: doc.querySelectorAll(".scroll > table").length,
+    widest_box: Math.max(0, ...[...doc.querySelectorAll(".scroll")].map((box) => box.getBoundingClientRect().width)),
+    text: doc.body.innerText,
+  };
+  const out = document.createElement("pre");
+  out.id = "probe";
+  out.textContent = JSON.stringify(result);
+  document.body.appendChild(out);
+});
+</script>
+"""
+
+
+def chromium(*args: str) -> str:
+    completed = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--force-device-scale-factor=1",
+         "--virtual-time-budget=10000", *args],
+        capture_output=True, text=True, timeout=120,
+    )
+    return completed.stdout
+
+
+def look(page: Path, width: int, height: int, screenshot: Path) -> dict:
+    """What the page looks like in a ``width`` x ``height`` viewport (an iframe of that size:
+    headless Chromium's window is at least 500 pixels wide), and a screenshot of it."""
+    wrapper = page.with_name(f"probe-{width}.html")
+    wrapper.write_text(
+        '<!DOCTYPE html><html><body style="margin:0">'
+        f'<iframe id="page" style="border:0;width:{width}px;height:{height}px" srcdoc="{html.escape(page.read_text(), quote=True)}">'
+        f"</iframe>{PROBE}</body></html>"
+    )
+    dom = chromium("--window-size=1400,1000", "--dump-dom", wrapper.as_uri())
+    start = dom.index('<pre id="probe">') + len('<pre id="probe">')
+    found = json.loads(html.unescape(dom[start : dom.index("</pre>", start)]))
+    chromium(f"--window-size={max(width, 500)},{height}", f"--screenshot={screenshot}", wrapper.as_uri())
+    return found
+
+
+@pytest.fixture(scope="module")
+def written_report(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("browser")
+    (directory / "browser.yaml").write_text(SUITE)
+    suite = load_suite(str(directory / "browser.yaml"))
+    rng = np.random.default_rng(0)
+    records = []
+    for spec in suite.specs:
+        final = float(rng.uniform(100, 500) if spec.env_id == "CartPole-v1" else rng.uniform(1000, 6000))
+        curve = [(step, final * step / 20000 + float(rng.normal(0, 30))) for step in range(5000, 20001, 5000)]
+        records.append(RunRecord(spec, "FINISHED", run_id=f"run{len(records)}", final_return=final, steps_per_second=1234.0,
+                                 wall_seconds=321.0, curve=curve, git_sha="0123456789abcdef", attempts=1))
+    records[-1].status, records[-1].final_return, records[-1].error = "FAILED", None, "NonFiniteLoss: loss is nan at step 5,000"
+    report.write_report(suite, records, directory / "out", "mlflow.db")
+    return directory / "out" / "report.html"
+
+
+@pytest.mark.parametrize("width,height", [(1280, 900), (390, 844)], ids=["desktop", "phone"])
+def test_the_report_reads_well_in_a_browser(written_report, width, height):
+    keep = os.environ.get("REPORT_SCREENSHOTS")
+    shots = Path(keep) if keep else written_report.parent
+    shots.mkdir(parents=True, exist_ok=True)
+    found = look(written_report, width, height, shots / f"report-{width}px.png")
+
+    assert found["width"] == width and found["viewport_meta"]
+    assert found["images"] >= 3 and found["decoded"] == found["images"] == found["inline"]  # self-contained
+    assert found["scroll_width"] <= width, "the page is wider than the screen"
+    assert found["widest_image"] <= width and found["widest_box"] <= width
+    assert found["tables"] >= 4 and found["tables_in_scroll_boxes"] == found["tables"]  # wide tables scroll in place
+    assert any(link.startswith("https://") for link in found["links"])  # source URLs are links
+    assert str(written_report.parent) not in found["text"] and "/tmp/" not in found["text"]  # no local paths
+    assert (shots / f"report-{width}px.png").stat().st_size > 10_000
