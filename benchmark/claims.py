@@ -97,6 +97,15 @@ class Claim:
         self.release()
 
 
+def _lock(path: Path, timeout: float) -> FileLock:
+    """An flock on ``path``. Where the file system has no flock, fail rather than fall back to a
+    lock file's mere existence (filelock's default), which a killed process would leave held."""
+    try:
+        return FileLock(path, timeout=timeout, fallback_to_soft=False)
+    except TypeError:  # filelock < 4: it has no fallback to fall back to
+        return FileLock(path, timeout=timeout)
+
+
 def _paths(claims_dir: Path, name: str) -> tuple[Path, Path]:
     return claims_dir / f"{name}.lock", claims_dir / f"{name}.json"
 
@@ -105,7 +114,7 @@ def take(claims_dir: Path, name: str, holder: Holder, wait: float = CLAIM_WAIT_S
     """The claim on ``name`` (a run key), or None when a live process holds it."""
     claims_dir.mkdir(parents=True, exist_ok=True)
     lock_path, info_path = _paths(claims_dir, name)
-    lock = FileLock(lock_path, timeout=wait)
+    lock = _lock(lock_path, wait)
     try:
         lock.acquire()
     except Timeout:
@@ -123,7 +132,7 @@ def holder(claims_dir: Path, name: str) -> Holder | None:
     lock_path, info_path = _paths(claims_dir, name)
     if not lock_path.exists():
         return None
-    lock = FileLock(lock_path, timeout=0)
+    lock = _lock(lock_path, 0)
     try:
         lock.acquire()
     except Timeout:

@@ -361,10 +361,10 @@ def _execute_suite(suite, args: argparse.Namespace, console: Console, force: boo
 
     results_dir = args.results_dir
     if args.tracking_uri:  # a bad URI fails before anything is created
-        tracking.ensure_store(args.tracking_uri, deep=True)
+        tracking.ensure_store(args.tracking_uri, deep=True, writing=True)
     stores.check_writable_directory(results_dir, "results directory")
     tracking_uri = args.tracking_uri or tracking.default_tracking_uri(results_dir)
-    tracking.ensure_store(tracking_uri, deep=True)
+    tracking.ensure_store(tracking_uri, deep=True, writing=True)
     workers = min(args.workers, len(suite.specs))
     console.print(f"suite {suite.name!r}: {len(suite.specs)} runs, {workers} worker(s), tracking at {tracking_uri}")
     started = time.perf_counter()
@@ -643,7 +643,7 @@ def command_tune(args: argparse.Namespace, console: Console) -> int:
     settings, _ = tune.prepare(args.algo, args.env, study_name, storage_url, default_url, given, args.space)
     stores.check_writable_directory(args.results_dir, "results directory")
     tracking_uri = args.tracking_uri or tracking.default_tracking_uri(args.results_dir)
-    tracking.ensure_store(tracking_uri, deep=True)
+    tracking.ensure_store(tracking_uri, deep=True, writing=True)
     result = tune.run_study(
         settings, study_name=study_name, storage_url=storage_url, tracking_uri=tracking_uri, results_dir=args.results_dir,
         **options,

@@ -15,7 +15,8 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
-from rich.text import Text
+
+from benchmark.tables import TableData
 
 
 @dataclass
@@ -156,20 +157,21 @@ class Board:
         )
 
     def table(self) -> Table:
-        table = Table(title=self.counts(), title_justify="left", expand=False)
-        for column, justify in (("run", "left"), ("on", "left"), ("env steps", "right"), ("%", "right"),
-                                ("steps/s", "right"), ("last eval", "right")):
-            table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        """The live view: the counts, and a row per running run (run labels never cut)."""
+        data = TableData(self.counts(), ["run", "on", "env steps", "%", "steps/s", "last eval"], names={"run"},
+                         right={"env steps", "%", "steps/s", "last eval"})
         for view in self.running.values():
             rate = view.steps_per_second(self.clock())
-            table.add_row(
-                Text(view.label),
+            data.add(
+                view.label,
                 view.where,
                 f"{view.step:,}/{view.total_steps:,}",
                 f"{100 * view.step / max(view.total_steps, 1):.0f}",
                 f"{rate:,.0f}" if rate else "-",
                 f"{view.last_eval:.1f}" if view.last_eval is not None else "-",
             )
+        table = data.rich(self.console.width)
+        table.title_justify = "left"
         return table
 
     def status_line(self) -> str:

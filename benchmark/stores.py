@@ -82,6 +82,14 @@ def check_writable_directory(directory: Path, what: str) -> None:
         _raise_for(error, f"{what} {directory} is not writable")
 
 
+def check_writable_file(path: Path, what: str) -> None:
+    """StoreError unless this process may write ``path`` and create files beside it (SQLite's
+    journal): a read-only mount or file is found before a run starts, not at its first write."""
+    if not os.access(path, os.W_OK):
+        raise StoreError(f"{what} {path} is read-only")
+    check_writable_directory(path.parent, f"the directory of {what}")
+
+
 def _raise_for(error: OSError, context: str) -> None:
     if is_disk_full(error):
         raise DiskFull(errno.ENOSPC, context) from None
@@ -128,7 +136,8 @@ def check_sqlite_store(path: Path, what: str, required_tables: set[str], deep: b
     if leftovers:
         raise StoreError(
             f"{path} holds {', '.join(leftovers)}, left by a schema migration that was interrupted: restore the file "
-            "from a copy (or drop that table after checking the one it copies is complete)"
+            f"from a copy (or drop {'that table' if len(leftovers) == 1 else 'those tables'} after checking that what "
+            f"{'it copies' if len(leftovers) == 1 else 'they copy'} is complete)"
         )
     missing = required_tables - tables
     if missing:

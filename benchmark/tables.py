@@ -68,12 +68,16 @@ class TableData:
                 least.append(min(max([min(max(map(len, header.split()), default=0), 5), *words]), LONGEST_UNBROKEN))
         widths = list(natural)
         room = width - (3 * len(widths) + 1)  # borders and padding
-        while sum(widths) > room:
-            shrinkable = [index for index, current in enumerate(widths) if current > least[index]]
-            if not shrinkable:
-                break
-            widest = max(shrinkable, key=lambda index: widths[index])
-            widths[widest] -= 1
+        # first down to each column's least; if that is still too wide, other columns break their
+        # words (down to 3 characters) before a name column gives up a character
+        floors = [least, [w if h in self.names else min(3, w) for h, w in zip(self.headers, natural)]]
+        for floor in floors:
+            while sum(widths) > room:
+                shrinkable = [index for index, current in enumerate(widths) if current > floor[index]]
+                if not shrinkable:
+                    break
+                widest = max(shrinkable, key=lambda index: widths[index])
+                widths[widest] -= 1
         return widths
 
     def markdown(self) -> str:

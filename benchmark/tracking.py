@@ -64,12 +64,12 @@ def describe_uri(tracking_uri: str, short: bool = False) -> str:
     return tracking_uri
 
 
-def ensure_store(tracking_uri: str, deep: bool = False) -> None:
+def ensure_store(tracking_uri: str, deep: bool = False, writing: bool = False) -> None:
     """Make the store at ``tracking_uri`` safe to use, once per process: an existing SQLite file is
     checked (an empty, truncated, corrupt or foreign one is refused, never taken for a new store;
     ``deep``, for a command's first look: every page), a missing one is created whole under a lock
     (see benchmark.stores), and a tracking server is asked whether it answers. StoreError (one
-    line) when the store cannot be used."""
+    line) when the store cannot be used; ``writing``: also when this process cannot write it."""
     if (tracking_uri, deep) in _checked_stores or (tracking_uri, True) in _checked_stores:
         return
     scheme = tracking_uri.split("://", 1)[0].split("+", 1)[0] if "://" in tracking_uri else ""
@@ -80,7 +80,8 @@ def ensure_store(tracking_uri: str, deep: bool = False) -> None:
         )
     path = stores.sqlite_path(tracking_uri)
     if path is not None:
-        stores.create_once(path, "an MLflow tracking store", MLFLOW_TABLES, _create_mlflow_db, deep)
+        if not stores.create_once(path, "an MLflow tracking store", MLFLOW_TABLES, _create_mlflow_db, deep) and writing:
+            stores.check_writable_file(path, "the MLflow tracking store")
     elif scheme in ("http", "https"):
         _check_server(tracking_uri)
     elif scheme:  # a database server: connect now, so that a wrong URL fails before anything starts

@@ -152,6 +152,10 @@ def test_a_read_only_results_directory(tmp_path, tiny, template_store):
         assert_one_line_error(run_cli("run", "--suite", str(tiny), "--results-dir", str(readonly)), 2, "is not writable")
         assert_one_line_error(run_cli("run", "--suite", str(tiny), "--results-dir", str(readonly / "new")), 2, "cannot be created")
         assert_one_line_error(run_cli("report", "--suite", str(tiny), "--results-dir", str(readonly)), 1, "no finished run")
+        assert_one_line_error(
+            run_cli("run", "--suite", str(tiny), "--results-dir", str(tmp_path / "elsewhere"), "--tracking-uri",
+                    f"sqlite:///{readonly / 'mlflow.db'}"), 2, "mlflow.db is read-only",
+        )
         assert fingerprint(readonly) == before
 
 

@@ -117,3 +117,16 @@ def test_ui_prints_each_suites_runs_page_and_serves_with_one_worker(tmp_path, mo
     kinds = {e.name: e.tags.get("mlflow.experimentKind") for e in client.search_experiments()}
     assert kinds["old"] == kinds["smoke"] == "custom_model_development"  # opens on the runs table, not the GenAI view
     assert cli.main(["ui", "--results-dir", str(tmp_path / "none")]) == cli.EXIT_CONFIG_ERROR  # nothing to show
+
+
+def test_the_live_board_never_cuts_a_run_label():
+    from benchmark.progress import Board
+
+    for width in (80, 60):
+        console = Console(width=width, record=True, file=io.StringIO())
+        board = Board({"k": 1_000_000}, console, live=False)
+        board.started("k", "ppo/HalfCheetah-v5/seed0", "CPU, 3 seeds batched")
+        board.progressed("k", 500_000, 1234.5)
+        console.print(board.table())
+        text = console.export_text()
+        assert "ppo/HalfCheetah-v5/seed0 " in text and max(map(len, text.splitlines())) <= width
