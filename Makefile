@@ -17,7 +17,7 @@ ARGS   ?=
 # make ui: the port of the MLflow UI
 PORT   ?= 5000
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo -n)
-INSTALL_CHROMIUM = { $(SUDO) apt-get install -y -q chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -q >/dev/null 2>&1 && $(SUDO) apt-get install -y -q chromium >/dev/null 2>&1; }; } || true
+INSTALL_CHROMIUM = { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -q >/dev/null 2>&1 && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1; }; } || true
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
