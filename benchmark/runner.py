@@ -202,6 +202,8 @@ class _ChildRun:
         ).get(key)
         if done is None:
             return None
+        if self.latest is not None:  # left by a process killed between finishing the run and removing it
+            self.latest.unlink(missing_ok=True)
         self.release()
         outcome = _outcome_of_finished(self.spec, done)
         return {"run_key": key, "status": "FINISHED", "skipped": True, "run_id": outcome.run_id,

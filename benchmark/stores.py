@@ -121,8 +121,11 @@ def check_sqlite_store(path: Path, what: str, required_tables: set[str], deep: b
         pages = int.from_bytes(header[28:32], "big")
         if header[24:28] == header[92:96] and pages and size < pages * page_size:  # the page count is valid
             raise StoreError(f"{path} is truncated ({size:,} of {pages * page_size:,} bytes): restore it from a copy or move it aside")
+    # read-write where allowed: a hot journal (a writer killed mid-transaction) is then rolled back,
+    # as any later open would; read-only SQLite cannot roll it back and would report an error
+    mode = "rw" if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK) else "ro"
     try:
-        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+        connection = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, timeout=30)
         try:
             tables = {row[0] for row in connection.execute("select name from sqlite_master where type = 'table'")}
             problems = [row[0] for row in connection.execute("pragma quick_check(3)")] if deep else ["ok"]

@@ -179,3 +179,27 @@ def test_an_invocation_lock_tells_a_live_launch_from_a_dead_one(tmp_path):
     lock.parent.mkdir(exist_ok=True)
     lock.write_text("")  # what a killed launch leaves
     assert claims.invocation_alive(tmp_path, "dead") is False
+
+
+KILLED_WRITER = """
+import os, signal, sqlite3, sys
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("pragma cache_size=1")  # spill to the file: the journal holds the pages it overwrote
+connection.execute("begin")
+for index in range(20000):
+    connection.execute("insert into experiments (name, artifact_location, lifecycle_stage) values (?, 'x', 'active')", (f"e{index}",))
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_writer_killed_mid_transaction_leaves_a_store_that_opens(tmp_path, mlflow_db):
+    """kill -9 inside a write leaves a hot journal; the check rolls it back (as SQLite does on any
+    read-write open) instead of calling the store corrupt."""
+    path = tmp_path / "mlflow.db"
+    path.write_bytes(mlflow_db.read_bytes())
+    subprocess.run([sys.executable, "-c", KILLED_WRITER, str(path)], check=False)
+    assert (tmp_path / "mlflow.db-journal").stat().st_size > 0
+    stores.check_sqlite_store(path, "a store", TABLES, deep=True)
+    assert not (tmp_path / "mlflow.db-journal").exists()
+    client = tracking.client(f"sqlite:///{path}")
+    assert [e.name for e in client.search_experiments()] == ["Default"]  # the killed transaction is gone
