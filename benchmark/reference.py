@@ -214,11 +214,25 @@ def load_scores(path: Path = REFERENCE_DIR / "scores.csv") -> tuple[ReferenceSco
     return _load_scores(path, path.stat().st_mtime_ns)
 
 
+def _rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a CSV table; ConfigError naming the file when it cannot be read as one."""
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            return list(csv.DictReader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise ConfigError(f"cannot read {path} as a CSV table ({type(error).__name__}: {error}); restore it with git checkout") from None
+
+
+def _malformed(path: Path, row_number: int, error: Exception) -> ConfigError:
+    missing = f"no column {error}" if isinstance(error, KeyError) else str(error)
+    return ConfigError(f"{path}, row {row_number}: {missing}; restore the file with git checkout")
+
+
 @functools.lru_cache(maxsize=4)
 def _load_scores(path: Path, modified: int) -> tuple[ReferenceScore, ...]:
     scores = []
-    with path.open(newline="") as handle:
-        for row in csv.DictReader(handle):
+    for number, row in enumerate(_rows(path), start=2):
+        try:
             mean = _number(row["mean"])
             if mean is None:
                 continue
@@ -241,6 +255,8 @@ def _load_scores(path: Path, modified: int) -> tuple[ReferenceScore, ...]:
                     approximate=row["approximate"] == "true",
                 )
             )
+        except (KeyError, TypeError, ValueError) as error:
+            raise _malformed(path, number, error) from None
     return tuple(scores)
 
 
@@ -248,11 +264,13 @@ def load_random(path: Path = REFERENCE_DIR / "random.csv") -> dict[str, RandomSc
     """env id -> the measured random-policy score ({} when the file does not exist yet)."""
     if not path.exists():
         return {}
-    with path.open(newline="") as handle:
-        return {
-            row["env_id"]: RandomScore(row["env_id"], int(row["episodes"]), float(row["mean"]), float(row["std"]), int(row["seed"]))
-            for row in csv.DictReader(handle)
-        }
+    scores = {}
+    for number, row in enumerate(_rows(path), start=2):
+        try:
+            scores[row["env_id"]] = RandomScore(row["env_id"], int(row["episodes"]), float(row["mean"]), float(row["std"]), int(row["seed"]))
+        except (KeyError, TypeError, ValueError) as error:
+            raise _malformed(path, number, error) from None
+    return scores
 
 
 def _rank(score: ReferenceScore) -> int:

@@ -10,11 +10,17 @@ import torch
 # xdist workers on two cores then oversubscribe them several times over.
 torch.set_num_threads(1)
 
-# pytest-xdist's workers get COLUMNS=80 and LINES=24, which the CLI honours like a user's (its
-# tables fit COLUMNS): drop them, so that a CLI the tests start writes as it does to any pipe
-# with or without xdist; the tests of narrow terminals set COLUMNS themselves.
-os.environ.pop("COLUMNS", None)
-os.environ.pop("LINES", None)
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_terminal_size():
+    """A CLI the tests start writes as it does to any pipe: readline, once something imports it
+    (pytest's debugger support does), exports COLUMNS=80 and LINES=24 into the process
+    environment behind os.environ's back, and the CLI honours COLUMNS like a user's (its tables
+    fit it). The tests of narrow terminals set COLUMNS themselves."""
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
+        os.unsetenv(name)
 
 TINY_SUITE = """
 name: tiny

@@ -149,3 +149,17 @@ def test_reference_show_lists_the_normalization_of_each_env():
     )
     assert completed.returncode == 0, completed.stderr
     assert "CleanRL" in completed.stdout and "no published score" in completed.stdout
+
+
+def test_a_damaged_reference_table_is_named(tmp_path):
+    garbage = tmp_path / "random.csv"
+    garbage.write_bytes(b"\xfc\x00\x9a" * 50)
+    with pytest.raises(ConfigError, match=r"cannot read .*random.csv as a CSV table"):
+        reference.load_random(garbage)
+    garbage.write_text("env_id,mean\nCartPole-v1,abc\n")
+    with pytest.raises(ConfigError, match=r"random.csv, row 2: no column 'episodes'"):
+        reference.load_random(garbage)
+    scores = tmp_path / "scores.csv"
+    scores.write_text("source,mean\nx,1.0\n")
+    with pytest.raises(ConfigError, match=r"scores.csv, row 2: no column 'budget_steps'"):
+        reference.load_scores(scores)
