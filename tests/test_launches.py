@@ -63,6 +63,10 @@ def assert_each_key_finished_once(results: Path, suite: Path) -> dict[str, list[
         assert found.count("FINISHED") == 1, (key, found)
         assert "RUNNING" not in found, (key, found)
     assert "RUNNING" not in parents
+    client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
+    for run in client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.run_key != ''"):
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "eval/return_mean")]
+        assert len(steps) == len(set(steps)), "two processes wrote into one run"  # each evaluation once
     return children
 
 
