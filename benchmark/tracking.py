@@ -44,7 +44,7 @@ def default_tracking_uri(results_dir: Path = DEFAULT_RESULTS_DIR) -> str:
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 MLFLOW_TABLES = {"experiments", "runs", "alembic_version"}
-_checked_stores: set[tuple[str, bool]] = set()
+_checked_stores: set[tuple[str, bool, bool]] = set()  # (uri, deep, writing) checked in this process
 
 
 def describe_uri(tracking_uri: str, short: bool = False) -> str:
@@ -70,7 +70,7 @@ def ensure_store(tracking_uri: str, deep: bool = False, writing: bool = False) -
     ``deep``, for a command's first look: every page), a missing one is created whole under a lock
     (see benchmark.stores), and a tracking server is asked whether it answers. StoreError (one
     line) when the store cannot be used; ``writing``: also when this process cannot write it."""
-    if (tracking_uri, deep) in _checked_stores or (tracking_uri, True) in _checked_stores:
+    if any(uri == tracking_uri and done_deep >= deep and done_writing >= writing for uri, done_deep, done_writing in _checked_stores):
         return
     scheme = tracking_uri.split("://", 1)[0].split("+", 1)[0] if "://" in tracking_uri else ""
     if scheme not in TRACKING_SCHEMES:
@@ -94,7 +94,7 @@ def ensure_store(tracking_uri: str, deep: bool = False, writing: bool = False) -
                 raise
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise stores.StoreError(f"cannot open the tracking store {describe_uri(tracking_uri)}: {first}") from None
-    _checked_stores.add((tracking_uri, deep))
+    _checked_stores.add((tracking_uri, deep, writing))
 
 
 TRACKING_SCHEMES = {"", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks"}
@@ -337,6 +337,9 @@ def experiment_id(tracking_uri: str, name: str, artifact_root: Path) -> str:
             f"experiment {name!r} (id {experiment.experiment_id}) was deleted from the tracking store: restore it "
             f"(mlflow experiments restore --experiment-id {experiment.experiment_id}) or remove it for good (mlflow gc)"
         )
+    if experiment.tags.get("mlflow.experimentKind") is None:  # made by an earlier version
+        for key, value in EXPERIMENT_TAGS.items():
+            retry(lambda: mlflow_client.set_experiment_tag(experiment.experiment_id, key, value))
     return experiment.experiment_id
 
 

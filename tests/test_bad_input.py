@@ -251,3 +251,13 @@ def test_a_full_disk_when_the_store_is_created_is_one_line(tmp_path, tiny, capsy
     err = capsys.readouterr().err
     assert code == cli.EXIT_RUNS_FAILED and err.count("\n") == 1 and "the disk is full" in err
     assert not (tmp_path / "results" / "mlflow.db").exists()
+
+
+def test_a_suite_whose_experiment_was_deleted_is_refused(tiny, results):
+    uri = f"sqlite:///{results / 'mlflow.db'}"
+    client = tracking.client(uri)
+    client.delete_experiment(tracking.experiment_id(uri, "tiny", results / "mlartifacts"))
+    before = fingerprint(results)
+    assert_one_line_error(run_cli("run", "--suite", str(tiny), "--results-dir", str(results)), 2,
+                          "experiment 'tiny'", "was deleted from the tracking store", "mlflow experiments restore")
+    assert fingerprint(results) == before
