@@ -22,6 +22,7 @@ import json
 import os
 import socket
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,18 +67,21 @@ class Holder:
     process_started: str
     """When the holding process started (ISO 8601)."""
     invocation: str
-    """The MLflow parent run of the launch it belongs to ('' when unknown)."""
+    """The launch it belongs to: its MLflow parent run id for a run key's claim, its invocation
+    id for an invocation lock ('' when unknown)."""
     since: str
     """When the claim was taken (ISO 8601)."""
     label: str = ""
+    suite: str = ""
+    """The suite (MLflow experiment) it trains the run for: suites that share a run key share its claim."""
 
     @classmethod
-    def here(cls, invocation: str, label: str = "") -> "Holder":
-        return cls(socket.gethostname(), os.getpid(), process_start_time(), invocation, _now(), label)
+    def here(cls, invocation: str, label: str = "", suite: str = "") -> "Holder":
+        return cls(socket.gethostname(), os.getpid(), process_start_time(), invocation, _now(), label, suite)
 
     def describe(self) -> str:
         since = self.since.replace("T", " ")[:19]
-        return f"pid {self.pid} on {self.host}, since {since}"
+        return f"pid {self.pid} on {self.host}{f', suite {self.suite}' if self.suite else ''}, since {since}"
 
 
 class Claim:
@@ -156,6 +160,27 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(temporary, path)
 
 
+def directory_id(claims_dir: Path) -> str:
+    """This claims directory's identity (made once, at random): runs and launches record it, so
+    that launches sharing a tracking store but not a results directory, which cannot see each
+    other's claims, never judge each other's runs dead."""
+    path = Path(claims_dir) / "id"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    claims_dir.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".id.{os.getpid()}.tmp")
+    temporary.write_text(uuid.uuid4().hex)
+    try:
+        os.link(temporary, path)  # first writer wins; a racing one reads the winner's
+    except FileExistsError:
+        pass
+    finally:
+        temporary.unlink(missing_ok=True)
+    return path.read_text().strip()
+
+
 class Invocation:
     """The lock a launch holds for its whole life (``invocations/<id>.lock``)."""
 
@@ -177,10 +202,9 @@ class Invocation:
         self.release()
 
 
-def invocation_alive(claims_dir: Path, invocation_id: str) -> bool | None:
-    """Whether the launch ``invocation_id`` still runs: True or False from its lock, None when
-    it left no lock file here (another results directory, or an older version)."""
+def invocation_alive(claims_dir: Path, invocation_id: str) -> bool:
+    """Whether the launch ``invocation_id`` of this claims directory still runs. A launch takes
+    its lock before it records anything and removes the file when it ends, so no file means it
+    has ended; a file nobody holds, that it died."""
     lock_path, _ = _paths(claims_dir / INVOCATIONS, invocation_id)
-    if not lock_path.exists():
-        return None
-    return holder(claims_dir / INVOCATIONS, invocation_id) is not None
+    return lock_path.exists() and holder(claims_dir / INVOCATIONS, invocation_id) is not None

@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -33,8 +34,16 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors in one line (not the usage block), exit 2 like every bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        _error_line(f"{self.prog}: {message} (see {self.prog} --help)")
+        sys.exit(EXIT_CONFIG_ERROR)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m benchmark", description="reprorl: reproducible deep-RL benchmarks")
+    parser = _Parser(prog="python -m benchmark", description="reprorl: reproducible deep-RL benchmarks")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="train every run of a suite and log it to MLflow")
@@ -277,6 +286,8 @@ def _describe_failure(error: BaseException) -> str:
     """One line for an error that ended a command while it ran."""
     from benchmark import stores
 
+    if isinstance(error, stores.StoreBusy):
+        return str(error)
     if stores.is_disk_full(error):
         where = error.strerror if isinstance(error, stores.DiskFull) else getattr(error, "filename", None)
         return (f"the disk is full{f' ({where})' if where else ''}: free some space and launch again; finished runs and "
@@ -360,12 +371,14 @@ def _execute_suite(suite, args: argparse.Namespace, console: Console, force: boo
     from benchmark import config, runner, stores, summary, tracking
 
     results_dir = args.results_dir
+    workers = min(args.workers, len(suite.specs))
+    if getattr(args, "executor", "local") == "local":  # a device this machine lacks fails before anything is created
+        runner.local_slots(suite.specs, workers, getattr(args, "runs_per_gpu", None))
     if args.tracking_uri:  # a bad URI fails before anything is created
         tracking.ensure_store(args.tracking_uri, deep=True, writing=True)
     stores.check_writable_directory(results_dir, "results directory")
     tracking_uri = args.tracking_uri or tracking.default_tracking_uri(results_dir)
     tracking.ensure_store(tracking_uri, deep=True, writing=True)
-    workers = min(args.workers, len(suite.specs))
     console.print(f"suite {suite.name!r}: {len(suite.specs)} runs, {workers} worker(s), tracking at {tracking_uri}")
     started = time.perf_counter()
     execution = runner.execute(
@@ -920,19 +933,25 @@ def command_ui(args: argparse.Namespace, console: Console) -> int:
     tracking_uri = existing_store(args)
     client = tracking.client(tracking_uri)
     experiments = [e for e in tracking.retry(lambda: client.search_experiments()) if e.name != "Default"]
-    address = f"http://{'localhost' if args.host in ('127.0.0.1', '0.0.0.0') else args.host}:{port}"
+    server = tracking_uri.startswith(("http://", "https://"))  # a tracking server serves its own UI
+    address = tracking_uri.rstrip("/") if server else f"http://{'localhost' if args.host in ('127.0.0.1', '0.0.0.0') else args.host}:{port}"
     view = "?workflowType=machine_learning"  # MLflow 3 opens on its GenAI view otherwise
-    console.print(f"MLflow UI at {address}/#/experiments{view} (Ctrl-C stops it); the runs of each suite and study:",
+    console.print(f"MLflow UI at {address}/#/experiments{view}{'' if server else ' (Ctrl-C stops it)'}; the runs of each suite and study:",
                   markup=False, highlight=False, soft_wrap=True)
     for experiment in experiments:
         if experiment.tags.get("mlflow.experimentKind") != tracking.EXPERIMENT_TAGS["mlflow.experimentKind"]:
             # an experiment made before this tag: MLflow 3 would open it in its GenAI view
-            for key, value in tracking.EXPERIMENT_TAGS.items():
-                tracking.retry(lambda: client.set_experiment_tag(experiment.experiment_id, key, value))
+            try:
+                for key, value in tracking.EXPERIMENT_TAGS.items():
+                    tracking.retry(lambda: client.set_experiment_tag(experiment.experiment_id, key, value))
+            except Exception:  # noqa: BLE001 - a read-only store: the link below opens the runs all the same
+                pass
         console.print(f"  {experiment.name}: {address}/#/experiments/{experiment.experiment_id}/runs{view}",
                       markup=False, highlight=False, soft_wrap=True)
     if not experiments:
         console.print("  (none yet: run a suite first)", markup=False, highlight=False)
+    if server:
+        return 0
     mlflow = Path(sys.executable).with_name("mlflow")
     artifacts = (args.results_dir / "mlartifacts").resolve()
     command = [str(mlflow), "ui", "--backend-store-uri", tracking_uri, "--default-artifact-root", str(artifacts),

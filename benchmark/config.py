@@ -32,6 +32,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -281,7 +282,11 @@ def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_
         if required not in data:
             raise ConfigError(f"missing required key {required!r}")
     name = str(data.get("name", path.stem))
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name) or name.startswith("."):
+        raise ConfigError(f"name {name!r}: use letters, digits, '.', '_' and '-' (it names the MLflow experiment and report files)")
     device = device_override or str(data.get("device", "auto"))
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+        raise ConfigError(f"device {device!r}: use auto, cpu, cuda or cuda:i")
     suite_seeds = seed_override if seed_override is not None else _parse_seeds(data["seeds"], "seeds")
     suite_budget = _as_mapping(data["budget"], "budget")
     seeds_in_process = check_seeds_in_process(data.get("seeds_in_process", 1), "seeds_in_process")

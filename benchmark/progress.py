@@ -83,6 +83,7 @@ class Board:
     # -- events -------------------------------------------------------------------------------
 
     def started(self, run_key: str, label: str, where: str = "", resumed_from: int = 0) -> None:
+        self.away.pop(run_key, None)  # (a run taken over from another launch)
         self.running[run_key] = RunView(label, self.budgets.get(run_key, 0), self.clock(), where, resumed_from, resumed_from)
         self.most_parallel = max(self.most_parallel, len(self.running))
         self.progress_of[run_key] = resumed_from

@@ -67,7 +67,8 @@ class Execution:
 
     @property
     def ok(self) -> bool:
-        return all(outcome.ok for outcome in self.outcomes)
+        """Every run finished (or is being trained by another launch this one did not wait for)."""
+        return all(outcome.ok or outcome.status == "CLAIMED" for outcome in self.outcomes)
 
 
 def _child_params(spec: RunSpec) -> dict[str, Any]:
@@ -97,8 +98,8 @@ def run_in_worker(
 
     With ``claims_dir``, each run key is claimed first (``benchmark.claims``) and held until its
     run is closed: a key another live process holds is not trained (outcome CLAIMED), and a key
-    that got a FINISHED run meanwhile (one that ended at or after ``finished_since_ms``) is not trained
-    again. Holding the claim, the worker knows that any RUNNING run of the key is an orphan of a
+    that got a FINISHED run meanwhile (with ``finished_since_ms``, as under ``--force``: a run that
+    started at or after it, from scratch) is not trained again. Holding the claim, the worker knows that any RUNNING run of the key is an orphan of a
     process that died: it is closed as KILLED, linked to the run that replaces it.
 
     With ``resume``, a ``latest.pt`` checkpoint of a run key whose MLflow run is unfinished is
@@ -180,7 +181,11 @@ class _ChildRun:
         self.tags = {
             "run_key": spec.run_key, "suite": spec.suite, "algo": spec.algo, "env_id": spec.env_id, "seed": spec.seed,
             "command": context.command, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "unset"),
+            **tracking.source_tags(context.command),  # the launch's command, not this worker's (Ray's)
         }
+        self.claims_id = claims.directory_id(context.claims_dir) if context.claims_dir is not None else ""
+        if self.claims_id:
+            self.tags[tracking.CLAIMS_TAG] = self.claims_id
         run_dir = checkpoint.run_directory(Path(context.checkpoint_dir), spec.run_key) if context.checkpoint_dir else None
         self.latest = run_dir / checkpoint.LATEST if run_dir is not None else None
         self.tracker: Any = None
@@ -193,12 +198,12 @@ class _ChildRun:
         context, key = self.context, self.spec.run_key
         if context.claims_dir is None:
             return None
-        self._claim = claims.take(context.claims_dir, key, claims.Holder.here(context.parent_run_id, self.spec.label))
+        self._claim = claims.take(context.claims_dir, key, claims.Holder.here(context.parent_run_id, self.spec.label, self.spec.suite))
         if self._claim is None:
             holder = claims.holder(context.claims_dir, key)
             return {"run_key": key, "status": "CLAIMED", "claimed_by": holder.describe() if holder else "another launch"}
         done = tracking.finished_child_runs(
-            context.tracking_uri, None, {key}, experiment_id=context.experiment_id, ended_since_ms=context.finished_since_ms
+            context.tracking_uri, None, {key}, experiment_id=context.experiment_id, started_since_ms=context.finished_since_ms
         ).get(key)
         if done is None:
             return None
@@ -236,7 +241,7 @@ class _ChildRun:
                 context.tracking_uri, context.experiment_id, context.parent_run_id, spec.label, self.tags, _child_params(spec)
             )
         if self._claim is not None:  # nobody else trains this key: its earlier unfinished runs are over
-            tracking.supersede_attempts(context.tracking_uri, context.experiment_id, spec.run_key, self.tracker.run_id)
+            tracking.supersede_attempts(context.tracking_uri, context.experiment_id, spec.run_key, self.tracker.run_id, self.claims_id)
         self.tracker.log_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True), "config.json")
         if tracking.code_version()["git_dirty"] == "true":
             self.tracker.log_text(tracking.git_diff(), "git_diff.patch")
@@ -350,7 +355,8 @@ def _reopen(latest: Path, context: _WorkerContext, tags: dict[str, Any], spec: R
                                                       f"kept as {bad}; the run starts over"))
         return None, None
     tracker = tracking.resume_child_run(
-        context.tracking_uri, run_id, context.parent_run_id, {**tags, "resumed_exactly": str(exact).lower()}, step
+        context.tracking_uri, run_id, context.parent_run_id, {**tags, "resumed_exactly": str(exact).lower()}, step,
+        experiment_id=context.experiment_id,
     )
     return (tracker, payload) if tracker is not None else (None, None)
 
@@ -405,19 +411,18 @@ def execute(
         raise ConfigError(f"unknown executor {executor!r}; use {' or '.join(EXECUTORS)}")
     console = console or Console(stderr=True)
     requested = _requested_device(specs)
-    slots: list[devices.Slot] = []
-    if executor == "local":  # Ray plans its slots from the cluster's GPUs once it is connected
-        slots = devices.plan_slots(
-            requested, devices.visible_gpus(devices.gpu_count()) if requested != "cpu" else [], runs_per_gpu, workers
-        )
+    # (Ray plans its slots from the cluster's GPUs once it is connected)
+    slots = local_slots(specs, workers, runs_per_gpu) if executor == "local" else []
     claims_dir = claims.directory(results_dir)
     experiment = tracking.experiment_id(tracking_uri, suite_name, results_dir / "mlartifacts")
+    claims_id = claims.directory_id(claims_dir)
     with claims.Invocation(claims_dir, uuid.uuid4().hex) as invocation:
         for closed in close_dead_invocations(tracking_uri, experiment, claims_dir):
             console.print(f"an earlier invocation (parent run {closed}) ended without closing its run: marked KILLED")
         finished = {} if force else tracking.finished_child_runs(tracking_uri, suite_name, {spec.run_key for spec in specs})
         previous = tracking.latest_parent_run_id(tracking_uri, suite_name)
-        tags = {"suite": suite_name, "kind": "suite", "invocation": invocation.id, **({"relaunch_of": previous} if previous else {})}
+        tags = {"suite": suite_name, "kind": "suite", "invocation": invocation.id, tracking.CLAIMS_TAG: claims_id,
+                **({"relaunch_of": previous} if previous else {})}
         parent = tracking.start_parent_run(tracking_uri, experiment, f"{suite_name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
         started_ms = int(time.time() * 1000)
         to_run = [spec for spec in specs if spec.run_key not in finished]
@@ -470,13 +475,16 @@ def execute(
                  "runs_elsewhere": sum(o.status == "CLAIMED" for o in outcomes)}, 0
             )
             parent.finish("FINISHED" if all(o.ok or o.status == "CLAIMED" for o in outcomes) else "FAILED")
-            close_dead_invocations(tracking_uri, experiment, claims_dir)  # a launch that died while this one waited
         except BaseException as error:
             try:
                 parent.fail(error)
             except Exception:  # noqa: BLE001 - the store itself failed (a full disk, say): the first error is the one to tell
                 pass
             raise
+    try:  # a launch that died while this one ran (best effort: this launch's own result is recorded)
+        close_dead_invocations(tracking_uri, experiment, claims_dir)
+    except Exception:  # noqa: BLE001
+        pass
     return execution
 
 
@@ -551,7 +559,7 @@ class _SharedWork:
         """What the launch that held ``spec`` recorded: its FINISHED run, or its FAILED one; None
         when it left the run unfinished (then this launch trains it)."""
         finished = tracking.finished_child_runs(
-            self.tracking_uri, None, {spec.run_key}, experiment_id=self.experiment, ended_since_ms=self.finished_since_ms
+            self.tracking_uri, None, {spec.run_key}, experiment_id=self.experiment, started_since_ms=self.finished_since_ms
         )
         if spec.run_key in finished:
             return _outcome_of_finished(spec, finished[spec.run_key])
@@ -563,18 +571,39 @@ class _SharedWork:
 
 
 def close_dead_invocations(tracking_uri: str, experiment_id: str, claims_dir: Path) -> list[str]:
-    """Mark KILLED every suite invocation (parent run) of the experiment still RUNNING whose
-    process is gone: known from its invocation lock, or, for one that left none here, from its
-    host and pid; returns their run ids."""
+    """Mark KILLED every suite invocation (parent run) of the experiment still RUNNING whose launch
+    has ended, with those of its child runs still RUNNING that nobody trains now (their key's
+    claim is free): a launch killed as a whole (kill -9 of its process group, a lost machine)
+    leaves them so. A launch of this claims directory is judged by its invocation lock, one of a
+    version without claims by its host and pid, and one of another results directory sharing the
+    store not at all. Returns the parent runs closed."""
+    claims_id = claims.directory_id(claims_dir)
     closed = []
     for run in tracking.running_parent_runs(tracking_uri, experiment_id):
-        alive = claims.invocation_alive(claims_dir, run.data.tags.get("invocation", ""))
-        if alive is None:
-            alive = not tracking.process_gone(run.data.tags)
-        if not alive:
-            tracking.close_run(tracking_uri, run.info.run_id, "KILLED", "its process ended without closing the run")
-            closed.append(run.info.run_id)
+        tags = run.data.tags
+        if tracking.CLAIMS_TAG in tags:
+            if tags[tracking.CLAIMS_TAG] != claims_id or claims.invocation_alive(claims_dir, tags.get("invocation", "")):
+                continue
+        elif not tracking.process_gone(tags):
+            continue
+        # (read after the liveness test: a launch finishes its parent run before it gives up its lock)
+        if tracking.run_status(tracking_uri, run.info.run_id) != "RUNNING":
+            continue
+        for child in tracking.running_children(tracking_uri, experiment_id, run.info.run_id):
+            key = child.data.tags.get("run_key", "")
+            if tracking.judged_by(child.data.tags, claims_id) and claims.holder(claims_dir, key) is None:
+                tracking.close_run(tracking_uri, child.info.run_id, "KILLED", "its launch ended without closing it")
+        tracking.close_run(tracking_uri, run.info.run_id, "KILLED", "its process ended without closing the run")
+        closed.append(run.info.run_id)
     return closed
+
+
+def local_slots(specs: list[RunSpec], workers: int, runs_per_gpu: int | None) -> list[devices.Slot]:
+    """The local executor's device slots for ``specs``; ConfigError when their device cannot be had here."""
+    requested = _requested_device(specs)
+    return devices.plan_slots(
+        requested, devices.visible_gpus(devices.gpu_count()) if requested != "cpu" else [], runs_per_gpu, workers
+    )
 
 
 def _requested_device(specs: list[RunSpec]) -> str:
@@ -719,11 +748,11 @@ def _execute_in_pool(job: _Job, slots: list[devices.Slot], board: Board) -> list
         board.log("interrupted: stopping workers (each running run writes its checkpoint first)")
         stopping.set()
         _stop_workers(pool)
-        close_unfinished_children(job.tracking_uri, job.parent_run_id, "KILLED", "interrupted by the user")
+        close_unfinished_children(job.tracking_uri, job.parent_run_id, "KILLED", "interrupted by the user", job.claims_dir)
         raise
     finally:
         manager.shutdown()
-    close_unfinished_children(job.tracking_uri, job.parent_run_id, "FAILED", "worker exited without reporting")
+    close_unfinished_children(job.tracking_uri, job.parent_run_id, "FAILED", "worker exited without reporting", job.claims_dir)
     return [outcomes[spec.run_key] for spec in job.specs]
 
 
@@ -807,14 +836,14 @@ def _execute_on_ray(
             for reference in references:
                 ray.cancel(reference, force=False)
             ray.wait(list(references), num_returns=len(references), timeout=30)
-            close_unfinished_children(job.tracking_uri, job.parent_run_id, "KILLED", "interrupted by the user")
+            close_unfinished_children(job.tracking_uri, job.parent_run_id, "KILLED", "interrupted by the user", job.claims_dir)
             raise
         finally:
             messages.shutdown()
     finally:
         if started_here:
             ray.shutdown()
-    close_unfinished_children(job.tracking_uri, job.parent_run_id, "FAILED", "Ray task exited without reporting")
+    close_unfinished_children(job.tracking_uri, job.parent_run_id, "FAILED", "Ray task exited without reporting", job.claims_dir)
     return [outcomes[spec.run_key] for spec in job.specs]
 
 
@@ -881,13 +910,18 @@ def outcome_line(outcome: RunOutcome) -> str:
     return f"finished {label}{' by another launch' if outcome.skipped else ''}: {final}{speed}"
 
 
-def close_unfinished_children(tracking_uri: str, parent_run_id: str, status: str, message: str) -> list[str]:
-    """Mark every child of ``parent_run_id`` still RUNNING as ``status``; returns their ids."""
+def close_unfinished_children(
+    tracking_uri: str, parent_run_id: str, status: str, message: str, claims_dir: str | None = None
+) -> list[str]:
+    """Mark every child of ``parent_run_id`` still RUNNING as ``status`` (once this launch's
+    workers are gone); with ``claims_dir``, not one whose run key is claimed, which another
+    launch has taken over meanwhile. Returns their ids."""
     client = tracking.client(tracking_uri)
     parent = tracking.retry(lambda: client.get_run(parent_run_id))
-    query = f"tags.`mlflow.parentRunId` = '{parent_run_id}' and attributes.status = 'RUNNING'"
-    runs = tracking.retry(lambda: client.search_runs([parent.info.experiment_id], query, max_results=10_000))
-    for run in runs:
-        tracking.retry(lambda: client.set_tag(run.info.run_id, "error", message))
-        tracking.retry(lambda: client.set_terminated(run.info.run_id, status))
-    return [run.info.run_id for run in runs]
+    closed = []
+    for run in tracking.running_children(tracking_uri, parent.info.experiment_id, parent_run_id):
+        if claims_dir is not None and claims.holder(Path(claims_dir), run.data.tags.get("run_key", "")) is not None:
+            continue
+        tracking.close_run(tracking_uri, run.info.run_id, status, message)
+        closed.append(run.info.run_id)
+    return closed

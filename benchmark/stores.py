@@ -18,6 +18,7 @@ import errno
 import os
 import sqlite3
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -35,6 +36,10 @@ class StoreError(ConfigError):
 
 class DiskFull(OSError):
     """No space left on the device that holds the results."""
+
+
+class StoreBusy(RuntimeError):
+    """A store another process keeps locked (a failure while running: exit 1)."""
 
 
 def is_disk_full(error: BaseException) -> bool:
@@ -97,41 +102,40 @@ def _raise_for(error: OSError, context: str) -> None:
 
 
 def check_sqlite_store(path: Path, what: str, required_tables: set[str], deep: bool = False) -> None:
-    """StoreError naming ``path`` unless it is an intact SQLite database with ``required_tables``.
+    """StoreError naming ``path`` unless it is an intact SQLite database with ``required_tables``
+    (StoreBusy when another process has held it locked for half a minute).
 
-    Cheap: the 100-byte header, the file size it implies, and the table list (one page);
-    ``deep`` adds SQLite's ``quick_check`` of every page (a second or so per GB)."""
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as file:
-            header = file.read(100)
-    except IsADirectoryError:
-        raise StoreError(f"{path} is a directory, not {what}") from None
-    except OSError as error:
-        raise StoreError(f"cannot read {what} {path}: {error.strerror or error}") from None
+    Cheap: the header, the file size its page count implies, and the table list (one page), read
+    under a shared lock so that a writer mid-commit (page 1 already counting pages not yet
+    written) is never taken for truncation; ``deep`` adds SQLite's ``quick_check`` of every
+    page (a second or so per GB)."""
+    size, header = _size_and_header(path, what)
     if size == 0:
         raise StoreError(
             f"{path} is empty (0 bytes), not {what}: if nothing was ever stored in it, delete it and launch again"
         )
     if not header.startswith(SQLITE_HEADER):
         raise StoreError(f"{path} is not an SQLite database (corrupt, or another kind of file), so not {what}: move it aside")
-    if len(header) == 100:
-        page_size = int.from_bytes(header[16:18], "big")
-        page_size = 65536 if page_size == 1 else page_size
-        pages = int.from_bytes(header[28:32], "big")
-        if header[24:28] == header[92:96] and pages and size < pages * page_size:  # the page count is valid
-            raise StoreError(f"{path} is truncated ({size:,} of {pages * page_size:,} bytes): restore it from a copy or move it aside")
     # read-write where allowed: a hot journal (a writer killed mid-transaction) is then rolled back,
     # as any later open would; read-only SQLite cannot roll it back and would report an error
     mode = "rw" if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK) else "ro"
     try:
-        connection = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, timeout=30)
+        connection = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, timeout=30, isolation_level=None)
         try:
+            connection.execute("begin")
             tables = {row[0] for row in connection.execute("select name from sqlite_master where type = 'table'")}
+            _check_length(path, *_size_and_header(path, what))  # under the shared lock the select took
             problems = [row[0] for row in connection.execute("pragma quick_check(3)")] if deep else ["ok"]
+            connection.execute("commit")
         finally:
             connection.close()
+    except sqlite3.OperationalError as error:
+        if "locked" in str(error) or "busy" in str(error):
+            raise StoreBusy(f"{path} has been locked by another process for 30 s ({error}): try again") from None
+        _check_length(path, *_size_and_header(path, what))  # a truncated file says so rather than "corrupt"
+        raise StoreError(f"{path} is corrupt (SQLite: {error}): restore it from a copy or move it aside") from None
     except sqlite3.DatabaseError as error:
+        _check_length(path, *_size_and_header(path, what))
         raise StoreError(f"{path} is corrupt (SQLite: {error}): restore it from a copy or move it aside") from None
     if problems != ["ok"]:
         raise StoreError(f"{path} is corrupt (SQLite's check: {'; '.join(problems)}): restore it from a copy or move it aside")
@@ -146,6 +150,28 @@ def check_sqlite_store(path: Path, what: str, required_tables: set[str], deep: b
     if missing:
         found = ", ".join(sorted(tables)[:8]) or "none"
         raise StoreError(f"{path} is an SQLite database but not {what} (no table {sorted(missing)[0]!r}; its tables: {found})")
+
+
+def _size_and_header(path: Path, what: str) -> tuple[int, bytes]:
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as file:
+            return size, file.read(100)
+    except IsADirectoryError:
+        raise StoreError(f"{path} is a directory, not {what}") from None
+    except OSError as error:
+        raise StoreError(f"cannot read {what} {path}: {error.strerror or error}") from None
+
+
+def _check_length(path: Path, size: int, header: bytes) -> None:
+    """StoreError when the file is shorter than the page count its header gives."""
+    if len(header) < 100:
+        return
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    if header[24:28] == header[92:96] and pages and size < pages * page_size:  # the page count is valid
+        raise StoreError(f"{path} is truncated ({size:,} of {pages * page_size:,} bytes): restore it from a copy or move it aside")
 
 
 def create_once(path: Path, what: str, required_tables: set[str], create: Callable[[Path], None], deep: bool = False) -> bool:
@@ -164,6 +190,10 @@ def create_once(path: Path, what: str, required_tables: set[str], create: Callab
             return False
         for leftover in path.parent.glob(f".{path.name}.*.creating*"):  # a creation killed midway (we hold the lock)
             leftover.unlink(missing_ok=True)
+        for suffix in ("-journal", "-wal", "-shm"):  # of a database deleted since: SQLite would apply it to the new one
+            orphan = path.with_name(path.name + suffix)
+            if orphan.exists():
+                orphan.replace(orphan.with_name(f"{orphan.name}.orphaned-{int(time.time())}"))
         handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".creating")
         os.close(handle)
         temporary = Path(name)

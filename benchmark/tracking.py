@@ -165,11 +165,13 @@ def _program(path: str) -> str:
     return shlex.quote(path)
 
 
-@functools.lru_cache(maxsize=1)
-def source_tags() -> dict[str, str]:
-    """MLflow's standard source tags (what the UI shows as the run's source, user and commit)."""
-    argv = sys.argv or ["reprorl"]
-    tags = {"mlflow.source.type": "LOCAL", "mlflow.source.name": " ".join([_program(argv[0]), *argv[1:2]])}
+@functools.lru_cache(maxsize=4)
+def source_tags(command: str | None = None) -> dict[str, str]:
+    """MLflow's standard source tags (what the UI shows as the run's source, user and commit) of
+    the launch's ``command`` (default: this process's), e.g. ``python -m benchmark run``."""
+    words = shlex.split(command if command is not None else command_line()) or ["reprorl"]
+    head = 4 if words[:3] == ["python", "-m", "benchmark"] else 2
+    tags = {"mlflow.source.type": "LOCAL", "mlflow.source.name": " ".join(words[:head])}
     try:
         tags["mlflow.user"] = getpass.getuser()
     except (KeyError, OSError):
@@ -357,10 +359,11 @@ def search_all_runs(mlflow_client: Any, experiment_id: str, query: str, order_by
 
 
 def finished_child_runs(
-    tracking_uri: str, experiment_name: str | None, run_keys: set[str], experiment_id: str | None = None, ended_since_ms: int = 0
+    tracking_uri: str, experiment_name: str | None, run_keys: set[str], experiment_id: str | None = None, started_since_ms: int = 0
 ) -> dict[str, Any]:
     """run key -> its most recent FINISHED child run in the experiment (by name or id), for the
-    keys given; with ``ended_since_ms``, only runs that ended at or after that time (ms since the epoch)."""
+    keys given; with ``started_since_ms``, only runs started at or after that time (ms since the
+    epoch: a resumed run keeps its first start)."""
     mlflow_client = client(tracking_uri)
     if experiment_id is None:
         experiment = retry(lambda: mlflow_client.get_experiment_by_name(experiment_name))
@@ -373,8 +376,8 @@ def finished_child_runs(
     query = "attributes.status = 'FINISHED' and " + (
         f"tags.run_key = '{next(iter(run_keys))}'" if len(run_keys) == 1 else "tags.run_key != ''"
     )
-    if ended_since_ms:
-        query += f" and attributes.end_time >= {int(ended_since_ms)}"
+    if started_since_ms:
+        query += f" and attributes.start_time >= {int(started_since_ms)}"
     for run in search_all_runs(mlflow_client, experiment_id, query, ["attributes.start_time DESC"]):
         key = run.data.tags.get("run_key")
         if key in run_keys and key not in found:
@@ -382,24 +385,37 @@ def finished_child_runs(
     return found
 
 
-def supersede_attempts(tracking_uri: str, experiment_id: str, run_key: str, run_id: str) -> list[str]:
+CLAIMS_TAG = "claims_id"
+"""The identity of the claims directory a run's launch used (``benchmark.claims.directory_id``)."""
+
+
+def judged_by(tags: dict[str, str], claims_id: str) -> bool:
+    """Whether a launch using claims directory ``claims_id`` may judge this run's liveness by its
+    claims: the run was made through the same directory, or by a version that had no claims. A
+    run of another results directory sharing the store is never its to close."""
+    return tags.get(CLAIMS_TAG, claims_id) == claims_id
+
+
+def supersede_attempts(tracking_uri: str, experiment_id: str, run_key: str, run_id: str, claims_id: str) -> list[str]:
     """Link the earlier unfinished runs of ``run_key`` to ``run_id``, which replaces them: a
     ``superseded_by`` tag on each (and ``supersedes`` on the new one), and the ones still RUNNING
     (their process died before they could close) marked KILLED. Only for a caller that holds the
-    run key's claim: then no live process trains any of them. Returns the ids linked."""
+    run key's claim in claims directory ``claims_id``: then no live process of that directory
+    trains any of them. Returns the ids linked."""
     mlflow_client = client(tracking_uri)
     query = f"tags.run_key = '{run_key}' and attributes.status != 'FINISHED'"
     earlier = [
         run for run in search_all_runs(mlflow_client, experiment_id, query)
-        if run.info.run_id != run_id and "superseded_by" not in run.data.tags
+        if run.info.run_id != run_id and "superseded_by" not in run.data.tags and judged_by(run.data.tags, claims_id)
     ]
     for run in earlier:
         if run.info.status == "RUNNING":
-            retry(lambda: mlflow_client.set_tag(run.info.run_id, "error", f"its process ended without closing it; replaced by run {run_id}"))
-            retry(lambda: mlflow_client.set_terminated(run.info.run_id, "KILLED"))
+            close_run(tracking_uri, run.info.run_id, "KILLED", f"its process ended without closing it; replaced by run {run_id}")
         retry(lambda: mlflow_client.set_tag(run.info.run_id, "superseded_by", run_id))
     if earlier:
-        retry(lambda: mlflow_client.set_tag(run_id, "supersedes", " ".join(run.info.run_id for run in earlier)))
+        before = retry(lambda: mlflow_client.get_run(run_id)).data.tags.get("supersedes", "")
+        linked = " ".join(dict.fromkeys([*before.split(), *(run.info.run_id for run in earlier)]))
+        retry(lambda: mlflow_client.set_tag(run_id, "supersedes", linked))
     return [run.info.run_id for run in earlier]
 
 
@@ -420,6 +436,16 @@ def latest_parent_run_id(tracking_uri: str, experiment_name: str) -> str | None:
 def running_parent_runs(tracking_uri: str, experiment_id: str) -> list[Any]:
     """The suite invocations (parent runs) of the experiment still marked RUNNING."""
     return search_all_runs(client(tracking_uri), experiment_id, "tags.kind = 'suite' and attributes.status = 'RUNNING'")
+
+
+def running_children(tracking_uri: str, experiment_id: str, parent_run_id: str) -> list[Any]:
+    """The child runs of ``parent_run_id`` still marked RUNNING."""
+    query = f"tags.`mlflow.parentRunId` = '{parent_run_id}' and attributes.status = 'RUNNING'"
+    return search_all_runs(client(tracking_uri), experiment_id, query)
+
+
+def run_status(tracking_uri: str, run_id: str) -> str:
+    return retry(lambda: client(tracking_uri).get_run(run_id)).info.status
 
 
 def latest_child_run(tracking_uri: str, experiment_id: str, run_key: str) -> Any | None:
@@ -485,10 +511,12 @@ def start_child_run(
 
 
 def resume_child_run(
-    tracking_uri: str, run_id: str | None, parent_run_id: str, tags: dict[str, Any], resumed_from_step: int
+    tracking_uri: str, run_id: str | None, parent_run_id: str, tags: dict[str, Any], resumed_from_step: int,
+    experiment_id: str | None = None,
 ) -> MlflowTracker | None:
     """Reopen the unfinished child run ``run_id`` under ``parent_run_id``, or None when it no
-    longer exists, was deleted or already finished.
+    longer exists, was deleted, already finished or belongs to an experiment other than
+    ``experiment_id`` (another suite that trains the same run key).
 
     The tracker skips every (metric, step) the earlier attempt stored, so no step is logged twice.
     """
@@ -503,20 +531,22 @@ def resume_child_run(
         return None
     if run.info.lifecycle_stage != "active" or run.info.status == "FINISHED":
         return None
+    if experiment_id is not None and run.info.experiment_id != experiment_id:
+        return None
     tracker = MlflowTracker(tracking_uri, run_id)
     for key in run.data.metrics:
         history = retry(lambda: mlflow_client.get_metric_history(run_id, key))
         tracker.logged_through[key] = max((metric.step for metric in history), default=-1)
     previous_parent = run.data.tags.get("mlflow.parentRunId", "")
     attempts = int(run.data.tags.get("resume_count", "0")) + 1
-    retry(lambda: mlflow_client.update_run(run_id, status="RUNNING"))
     if "error" in run.data.tags:
         retry(lambda: mlflow_client.delete_tag(run_id, "error"))
-    tracker.set_tags({
+    tracker.set_tags({  # the new parent first: a run RUNNING under its dead parent is another launch's to close
         **tags,
         "mlflow.parentRunId": parent_run_id,
         "first_parent_run_id": run.data.tags.get("first_parent_run_id", previous_parent),
         "resume_count": attempts,
         "resumed_from_step": resumed_from_step,
     })
+    retry(lambda: mlflow_client.update_run(run_id, status="RUNNING"))
     return tracker

@@ -261,3 +261,34 @@ def test_a_suite_whose_experiment_was_deleted_is_refused(tiny, results):
     assert_one_line_error(run_cli("run", "--suite", str(tiny), "--results-dir", str(results)), 2,
                           "experiment 'tiny'", "was deleted from the tracking store", "mlflow experiments restore")
     assert fingerprint(results) == before
+
+
+@pytest.mark.parametrize(
+    "args,fragments",
+    [
+        (["run", "--suite", "smoke", "--format", "xml"], ["python -m benchmark run: argument --format: invalid choice: 'xml'"]),
+        (["run"], ["the following arguments are required: --suite"]),
+        (["bogus"], ["invalid choice: 'bogus'"]),
+        (["run", "--suite", "smoke", "--workers", "two"], ["argument --workers: invalid int value: 'two'"]),
+    ],
+    ids=["bad-choice", "missing-option", "unknown-command", "not-a-number"],
+)
+def test_a_bad_command_line_is_one_line_too(tmp_path, args, fragments):
+    assert_one_line_error(run_cli(*args, "--results-dir", str(tmp_path / "results")), 2, *fragments)
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize(
+    "header,fragments",
+    [("name: a/b", ["name 'a/b': use letters, digits"]), ("device: cuda", ["no CUDA device is visible here"]),
+     ("device: tpu", ["device 'tpu': use auto, cpu, cuda or cuda:i"])],
+    ids=["name-with-a-slash", "cuda-on-a-cpu-machine", "unknown-device"],
+)
+def test_a_suite_that_cannot_run_here_is_refused_before_anything_is_created(tmp_path, write_suite, header, fragments):
+    import torch
+
+    if header == "device: cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    suite = write_suite(f"{header}\nseeds: [0]\nbudget: {{total_steps: 100, eval_every: 50}}\nexperiments: [{{algo: ppo, envs: [CartPole-v1]}}]\n")
+    assert_one_line_error(run_cli("run", "--suite", str(suite), "--results-dir", str(tmp_path / "results")), 2, *fragments)
+    assert not (tmp_path / "results").exists()

@@ -205,3 +205,60 @@ def test_two_tune_launches_at_once_share_one_study_and_one_store(tmp_path):
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert sorted(run.data.tags.get("kind") for run in runs) == ["study", "trial", "trial", "trial", "trial"]
     assert all(run.info.status == "FINISHED" for run in runs)
+
+
+def test_launches_sharing_a_store_but_not_a_results_directory_leave_each_others_runs_alone(write_suite, tmp_path):
+    """Two results directories, one tracking store: neither launch can see the other's claims, so
+    neither may close the other's live run as an orphan (each trains it; both are recorded)."""
+    suite = write_suite(SLOW_PPO.replace("seeds: [0, 1]", "seeds: [0]").replace("12000", "100000000"), "slow.yaml")
+    uri = f"sqlite:///{tmp_path / 'shared.db'}"
+    a = launch(suite, tmp_path / "a", "--tracking-uri", uri)
+    try:
+        wait_for(lambda: running_in(uri) >= 1, a)
+        b = launch(suite, tmp_path / "b", "--tracking-uri", uri)
+        wait_for(lambda: running_in(uri) >= 2, b)  # B started its own run and closed nothing of A's
+        os.killpg(b.pid, signal.SIGKILL)
+        b.wait()
+        assert a.poll() is None and running_in(uri) == 2
+        c = launch(suite, tmp_path / "b", "--tracking-uri", uri, "--no-wait")  # B's directory again: B's run is its orphan
+        wait_for(lambda: sorted(statuses_in(uri)) == ["KILLED", "RUNNING", "RUNNING"], c)  # B's closed; A's and C's train
+        assert a.poll() is None
+    finally:
+        for process in (a, locals().get("c")):
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def statuses_in(uri: str) -> list[str]:
+    if not Path(uri.removeprefix("sqlite:///")).exists():  # (MLflow's client would create it, racing the launch)
+        return []
+    client = MlflowClient(uri)
+    try:
+        runs = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.run_key != ''")
+    except Exception:  # noqa: BLE001 - being created
+        return []
+    return [run.info.status for run in runs]
+
+
+def running_in(uri: str) -> int:
+    return statuses_in(uri).count("RUNNING")
+
+
+def test_a_forced_launch_killed_as_a_whole_leaves_no_running_run(write_suite, tmp_path):
+    """`baseline`/`regress` always train (--force); killed with their workers they leave RUNNING
+    child runs whose keys a later plain `run` skips (they finished before). The next launch
+    closes them with their dead parent."""
+    suite, results = write_suite(SLOW_PPO.replace("seeds: [0, 1]", "seeds: [0]"), "slow.yaml"), tmp_path / "results"
+    finish(launch(suite, results))
+    forced = launch(suite, results, "--force")
+    try:
+        wait_for(lambda: running_children(results) == 1, forced)
+    finally:
+        os.killpg(forced.pid, signal.SIGKILL)
+        forced.wait()
+    out, _ = finish(launch(suite, results))
+    assert "1 of 1 runs already finished" in out and "marked KILLED" in out
+    children, parents = statuses(results)
+    (found,) = children.values()
+    assert sorted(found) == ["FINISHED", "KILLED"] and "RUNNING" not in parents

@@ -166,7 +166,7 @@ def test_a_live_holder_keeps_its_claim_and_a_killed_one_loses_it(tmp_path):
 
 
 def test_an_invocation_lock_tells_a_live_launch_from_a_dead_one(tmp_path):
-    assert claims.invocation_alive(tmp_path, "unknown") is None
+    assert claims.invocation_alive(tmp_path, "unknown") is False  # no lock file: it has ended (or never ran here)
     with claims.Invocation(tmp_path, "abc"):
         process = subprocess.run(
             [sys.executable, "-c", "import sys; from pathlib import Path; from benchmark import claims; "
@@ -174,7 +174,7 @@ def test_an_invocation_lock_tells_a_live_launch_from_a_dead_one(tmp_path):
             capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent,
         )
         assert process.stdout.strip() == "True"
-    assert claims.invocation_alive(tmp_path, "abc") is None  # released and removed
+    assert claims.invocation_alive(tmp_path, "abc") is False  # released and removed
     lock = tmp_path / claims.INVOCATIONS / "dead.lock"
     lock.parent.mkdir(exist_ok=True)
     lock.write_text("")  # what a killed launch leaves
@@ -203,3 +203,88 @@ def test_a_writer_killed_mid_transaction_leaves_a_store_that_opens(tmp_path, mlf
     assert not (tmp_path / "mlflow.db-journal").exists()
     client = tracking.client(f"sqlite:///{path}")
     assert [e.name for e in client.search_experiments()] == ["Default"]  # the killed transaction is gone
+
+
+def test_a_store_another_process_keeps_locked_is_busy_not_corrupt(tmp_path, mlflow_db, monkeypatch):
+    path = tmp_path / "mlflow.db"
+    path.write_bytes(mlflow_db.read_bytes())
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("begin exclusive")
+    real_connect = sqlite3.connect
+    monkeypatch.setattr(stores.sqlite3, "connect", lambda *a, **k: real_connect(*a, **{**k, "timeout": 0.2}))
+    try:
+        with pytest.raises(stores.StoreBusy, match="locked by another process"):
+            stores.check_sqlite_store(path, "a store", TABLES)
+    finally:
+        holder.execute("rollback")
+        holder.close()
+    stores.check_sqlite_store(path, "a store", TABLES)
+
+
+def test_the_check_never_takes_a_store_mid_commit_for_a_truncated_one(tmp_path, mlflow_db):
+    """While another process commits, page 1 can already count pages not yet written: the check
+    must read the header under SQLite's lock, after the commit, not before it (it once reported
+    such a store as truncated). Here a writer holds the lock with page 1 counting ten more pages
+    than the file has, then restores it and commits."""
+    import threading
+
+    path = tmp_path / "mlflow.db"
+    path.write_bytes(mlflow_db.read_bytes())
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("begin exclusive")
+    with open(path, "r+b") as file:
+        header = bytearray(file.read(100))
+        original = bytes(header)
+        header[28:32] = (int.from_bytes(header[28:32], "big") + 10).to_bytes(4, "big")
+        file.seek(0)
+        file.write(header)
+    outcome = []
+    checker = threading.Thread(target=lambda: outcome.append(_check_or_error(path)))
+    checker.start()
+    checker.join(1.0)
+    assert checker.is_alive()  # waiting for the commit
+    with open(path, "r+b") as file:
+        file.write(original)
+    writer.execute("commit")
+    writer.close()
+    checker.join(30)
+    assert outcome == [None]
+
+
+def _check_or_error(path: Path) -> str | None:
+    try:
+        stores.check_sqlite_store(path, "a store", TABLES)
+    except stores.StoreError as error:
+        return str(error)
+    return None
+
+
+def test_a_journal_left_by_a_deleted_store_is_not_applied_to_a_new_one(tmp_path):
+    (tmp_path / "mlflow.db-journal").write_bytes(os.urandom(4096))
+    make_store(tmp_path / "mlflow.db")
+    stores.check_sqlite_store(tmp_path / "mlflow.db", "a store", TABLES, deep=True)
+    assert not (tmp_path / "mlflow.db-journal").exists() and list(tmp_path.glob("mlflow.db-journal.orphaned-*"))
+
+
+def test_a_run_of_another_suite_is_never_resumed_and_links_accumulate(tmp_path):
+    """Suites that share a run key share its checkpoint directory: a checkpoint whose run lives in
+    another suite's experiment is not resumed into this one. And a run that supersedes twice
+    keeps both links."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    smoke = tracking.experiment_id(uri, "smoke", tmp_path / "a")
+    ci = tracking.experiment_id(uri, "ci", tmp_path / "a")
+    client = tracking.client(uri)
+    other = client.create_run(smoke, tags={"run_key": "k"}).info.run_id
+    assert tracking.resume_child_run(uri, other, "parent", {}, 100, experiment_id=ci) is None
+    assert client.get_run(other).data.tags.get("mlflow.parentRunId") is None  # untouched
+
+    first, second, current = (client.create_run(ci, tags={"run_key": "k"}).info.run_id for _ in range(3))
+    client.set_terminated(first, "KILLED")
+    assert set(tracking.supersede_attempts(uri, ci, "k", current, "here")) == {first, second}
+    third = client.create_run(ci, tags={"run_key": "k"}).info.run_id
+    tracking.supersede_attempts(uri, ci, "k", current, "here")
+    assert set(client.get_run(current).data.tags["supersedes"].split()) == {first, second, third}
+    assert client.get_run(second).info.status == "KILLED" and client.get_run(first).info.status == "KILLED"
+    foreign = client.create_run(ci, tags={"run_key": "k", "claims_id": "elsewhere"}).info.run_id
+    tracking.supersede_attempts(uri, ci, "k", current, "here")
+    assert client.get_run(foreign).info.status == "RUNNING"  # another results directory's: never ours to close
