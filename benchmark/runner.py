@@ -65,18 +65,6 @@ class Execution:
     finished_before: int = 0
     """Runs an earlier invocation had finished (not trained again)."""
 
-    @property
-    def ok(self) -> bool:
-        """Every run finished (or is being trained by another launch this one did not wait for)."""
-        return all(outcome.ok or outcome.status == "CLAIMED" for outcome in self.outcomes)
-
-
-def _child_params(spec: RunSpec) -> dict[str, Any]:
-    params: dict[str, Any] = {"algo": spec.algo, "env_id": spec.env_id, "seed": spec.seed, "suite": spec.suite}
-    params.update({f"budget.{key}": value for key, value in dataclasses.asdict(spec.budget).items()})
-    params.update({f"hp.{key}": value for key, value in spec.hyperparameters.items()})
-    return params
-
 
 def run_in_worker(
     specs_data: list[dict[str, Any]],
@@ -238,7 +226,7 @@ class _ChildRun:
         context, spec = self.context, self.spec
         if self.tracker is None:
             self.tracker = tracking.start_child_run(
-                context.tracking_uri, context.experiment_id, context.parent_run_id, spec.label, self.tags, _child_params(spec)
+                context.tracking_uri, context.experiment_id, context.parent_run_id, spec.label, self.tags, tracking.child_params(spec)
             )
         if self._claim is not None:  # nobody else trains this key: its earlier unfinished runs are over
             tracking.supersede_attempts(context.tracking_uri, context.experiment_id, spec.run_key, self.tracker.run_id, self.claims_id)

@@ -7,6 +7,7 @@ worker processes can log to their own child runs. Metrics are buffered and sent 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import getpass
 import importlib.metadata
@@ -49,7 +50,7 @@ _checked_stores: set[tuple[str, bool, bool]] = set()  # (uri, deep, writing) che
 
 def describe_uri(tracking_uri: str, short: bool = False) -> str:
     """The store as a reader should see it: a SQLite file by its path relative to the working
-    directory when it lies below it (``short``: its name only), a server without its password."""
+    directory when it lies below it (``short``: its name only), a server without its password (``redact``)."""
     path = stores.sqlite_path(tracking_uri)
     if path is not None:
         if short:
@@ -58,10 +59,16 @@ def describe_uri(tracking_uri: str, short: bool = False) -> str:
             return str(path.resolve().relative_to(Path.cwd().resolve()))
         except ValueError:
             return str(path)
-    if "://" in tracking_uri and "@" in tracking_uri.split("://", 1)[1]:
-        scheme, rest = tracking_uri.split("://", 1)
-        return f"{scheme}://{rest.rsplit('@', 1)[1]}"
-    return tracking_uri
+    return redact(tracking_uri)
+
+
+def redact(url: str) -> str:
+    """The URL without its password (for logs and MLflow)."""
+    if "://" in url and "@" in url.split("://", 1)[1]:
+        scheme, rest = url.split("://", 1)
+        credentials, host = rest.rsplit("@", 1)
+        return f"{scheme}://{credentials.split(':', 1)[0]}:***@{host}" if ":" in credentials else url
+    return url
 
 
 def ensure_store(tracking_uri: str, deep: bool = False, writing: bool = False) -> None:
@@ -492,6 +499,14 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def child_params(spec: Any) -> dict[str, Any]:
+    """A RunSpec as the MLflow params of its child run: algo, env_id, seed, suite, budget.*, hp.*."""
+    params: dict[str, Any] = {"algo": spec.algo, "env_id": spec.env_id, "seed": spec.seed, "suite": spec.suite}
+    params.update({f"budget.{key}": value for key, value in dataclasses.asdict(spec.budget).items()})
+    params.update({f"hp.{key}": value for key, value in spec.hyperparameters.items()})
+    return params
 
 
 def start_child_run(

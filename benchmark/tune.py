@@ -53,6 +53,7 @@ from agents.api import ConfigError, suggest
 from agents.envs import check_env_id, env_spec
 from benchmark import claims, config, reference, stores, tracking
 from benchmark.config import Budget, RunSpec
+from benchmark.tracking import redact
 from benchmark.search_space import SearchSpace, load_search_space, space_from_dict
 
 TRIAL_SEED_BASE = 1000
@@ -267,15 +268,6 @@ def _file_of(url: str) -> Path | None:
     if url.startswith("journal:"):
         return Path(url.removeprefix("journal:").removeprefix("//"))
     return None
-
-
-def redact(url: str) -> str:
-    """The URL without its password (for logs and MLflow)."""
-    if "://" in url and "@" in url.split("://", 1)[1]:
-        scheme, rest = url.split("://", 1)
-        credentials, host = rest.rsplit("@", 1)
-        return f"{scheme}://{credentials.split(':', 1)[0]}:***@{host}" if ":" in credentials else url
-    return url
 
 
 def load_study(name: str, storage: Any) -> Any:
