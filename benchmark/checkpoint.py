@@ -61,6 +61,16 @@ def load(path: Path) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
+def step_of(path: Path) -> int | None:
+    """The env step a checkpoint was written at, without reading its tensors (memory-mapped);
+    None when the file cannot be read as a checkpoint."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        return int(payload["loop"]["step"])
+    except Exception:  # noqa: BLE001 - a partial or foreign file: the run simply starts over
+        return None
+
+
 def rng_state() -> dict[str, Any]:
     """Python's, NumPy's global and torch's (CPU and every initialized CUDA device) RNG states."""
     kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()

@@ -63,8 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--address", help="with --executor ray: the cluster to join ('auto': the running one); default: a local Ray")
     run.add_argument("--algos", nargs="+", help="only the runs of these algorithms, e.g. --algos ppo trpo")
     run.add_argument("--envs", nargs="+", help="only the runs on these environments, e.g. --envs CartPole-v1")
-    run.add_argument("--dry-run", action="store_true", help="list the runs the suite expands to and exit")
-    run.add_argument("--force", action="store_true", help="rerun specs that already have a FINISHED run in the tracking store")
+    run.add_argument("--dry-run", action="store_true",
+                     help="list the runs with their state (finished, resumes, claimed, to train) and the estimated cost, and exit")
+    run.add_argument("--force", action="store_true",
+                     help="rerun specs that already have a FINISHED run in the tracking store or a bundle")
+    run.add_argument("--max-hours", type=float, default=24.0, metavar="H",
+                     help="ask before starting an invocation estimated to take more than H hours of wall time (default 24); "
+                          "without a terminal, refuse unless --yes")
+    run.add_argument("--yes", action="store_true", help="start without asking, whatever the estimate")
+    _add_bundle_arguments(run)
     run.add_argument(
         "--no-wait", action="store_true",
         help="leave the runs another launch is training to it instead of waiting for them (default: wait, and take "
@@ -84,13 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite in --results-dir)")
 
     reproduce = commands.add_parser("reproduce", help="train a recorded MLflow run again from its config and compare the metrics")
-    reproduce.add_argument("run_id", help="MLflow run id of a finished child run")
+    reproduce.add_argument("run_id", help="MLflow run id of a finished child run, or a run key (or its MLflow run id) that a bundle holds")
     _add_store_arguments(reproduce)
+    _add_bundle_arguments(reproduce, suite_default=False)
 
     report = commands.add_parser("report", help="report of a suite's runs from MLflow: results/reports/<suite>/report.md and .html")
     report.add_argument("--suite", required=True, help="suite name or path; its run keys decide which runs belong in the report")
     report.add_argument("--output", type=Path, help="directory (default results/reports/<suite>)")
     _add_store_arguments(report)
+    _add_bundle_arguments(report)
 
     baseline = commands.add_parser("baseline", help="run a suite and store its final scores as the regression baseline")
     baseline.add_argument("--suite", default="ci", help="suite name or path (default ci)")
@@ -111,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_seeds_per_process(regress)
     regress.add_argument("--alpha", type=float, default=0.05, help="family-wise false-alarm rate (Holm over rows; default 0.05)")
     regress.add_argument("--min-effect", type=float, default=0.1, help="smallest drop that counts, in normalized score (default 0.1)")
+    regress.add_argument("--from", dest="from_dirs", type=Path, nargs="+", metavar="DIR",
+                         help="compare against these result bundles' runs of the suite instead of the baseline JSON")
     _add_format(regress)
     _add_store_arguments(regress)
 
@@ -211,6 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     _add_store_arguments(ui)
 
+    from benchmark import cli_results
+
+    cli_results.add_parsers(commands, _add_store_arguments, _add_bundle_arguments, _add_format)
+
     listing = commands.add_parser("list", help="algorithms, buffers, suites and environments; an algorithm's defaults")
     listing.add_argument("what", nargs="?", metavar="algorithms|buffers|suites|envs|ALGO",
                          help="one section only, or one algorithm's hyperparameters with their defaults")
@@ -235,6 +250,16 @@ def _add_seeds_per_process(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_bundle_arguments(parser: argparse.ArgumentParser, suite_default: bool = True) -> None:
+    parser.add_argument(
+        "--from", dest="from_dirs", type=Path, nargs="+", metavar="DIR",
+        help="result bundles to read as well as the tracking store (python -m benchmark export writes them)"
+             + ("; results/published/<suite> is read by default" if suite_default else ""),
+    )
+    if suite_default:
+        parser.add_argument("--no-published", action="store_true", help="do not read the suite's bundle under <results-dir>/published/")
+
+
 def _add_store_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results-dir", type=Path, default=Path("results"), help="MLflow store, artifacts, checkpoints, reports")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite in --results-dir)")
@@ -245,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no download bars in our output
     from agents.api import ConfigError
 
+    from benchmark import cli_results
     from benchmark.tables import Output
 
     console = Output(getattr(args, "format", "table"))
@@ -261,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             "tune": command_tune,
             "perf": command_perf,
             "ui": command_ui,
+            **cli_results.COMMANDS,
         }
         return commands[args.command](args, console)
     except ConfigError as error:
@@ -299,6 +326,26 @@ def _describe_failure(error: BaseException) -> str:
     return f"{type(error).__name__}: {text} (set REPRORL_DEBUG=1 to see the traceback)"
 
 
+def _bundle_baseline(args: argparse.Namespace) -> dict:
+    """A regression baseline made of the bundles' finished runs of the suite (configurations
+    without one are left out; unfinished seeds are not counted)."""
+    from collections import Counter
+
+    from agents.api import ConfigError
+    from benchmark import bundles, config, records, regress
+
+    suite = config.load_suite(args.suite)
+    bundled = bundles.read_all(args.from_dirs)
+    found = [r for r in records.collect(suite, None, with_curves=False, bundled=bundled) if r.finished]
+    if not found:
+        raise ConfigError(f"the bundles {' '.join(map(str, args.from_dirs))} hold no run of suite {suite.name!r}: nothing to compare against")
+    payload = regress.baseline_payload(suite.name, found)
+    shas = Counter(r.git_sha or "unknown" for r in found)
+    payload["code"] = {"git_sha": shas.most_common(1)[0][0], "from": " ".join(map(str, args.from_dirs))}
+    payload["created"] = max((run.ended for run in bundled.values() if run.ended), default=payload["created"])[:10]
+    return payload
+
+
 def _check_run_arguments(args: argparse.Namespace) -> None:
     from agents.api import ConfigError
 
@@ -325,17 +372,30 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
     suite = config.load_suite(args.suite, seeds=args.seeds, device=args.device).select(args.algos, args.envs)
     suite = suite.with_checkpointing(args.checkpoint_every, args.checkpoint_replay_buffer or None)
     suite = suite.with_seeds_in_process(args.seeds_per_process)
+    bundled = _bundled(args, suite.name)
     if args.dry_run:
+        from benchmark import plan as planning
         from benchmark import runner
 
-        groups, notices = runner.plan_processes(suite.specs)
-        console.table(_runs_table(suite, groups))
+        found = _plan(suite, args, bundled)
+        _, notices = runner.plan_processes([state.spec for state in found.left])
+        console.table(planning.runs_table(found, f"suite {suite.name}: {len(suite.specs)} runs"),
+                      planning.experiments_table(found, f"suite {suite.name}: per experiment"))
         for notice in notices:
             console.print(notice, highlight=False, soft_wrap=True)
+        processes = len(set(found.processes.values()))
         console.print(f"{len(suite.specs)} runs in suite {suite.name!r} ({suite.path})"
-                      + (f", trained in {len(groups)} processes" if len(groups) < len(suite.specs) else ""))
+                      + (f", the {len(found.left)} left trained in {processes} processes" if processes < len(found.left) else ""),
+                      highlight=False)
+        console.print(planning.total_line(found, _workers_text(args, suite)), highlight=False, markup=False)
         return 0
-    execution = _execute_suite(suite, args, console, force=args.force)
+    if args.tracking_uri:  # a bad URI fails before anything is created
+        from benchmark import tracking
+
+        tracking.ensure_store(args.tracking_uri, deep=True, writing=True)
+    found = _plan(suite, args, bundled)
+    _confirm_cost(found, args, console, suite)
+    execution = _execute_suite(suite, args, console, force=args.force, bundled=bundled)
     elsewhere = [o for o in execution.outcomes if o.status == "CLAIMED"]
     if elsewhere:
         console.print(
@@ -361,7 +421,62 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
     return EXIT_RUNS_FAILED
 
 
-def _execute_suite(suite, args: argparse.Namespace, console: Console, force: bool = True):
+def _bundled(args: argparse.Namespace, suite_name: str) -> dict:
+    """Run key -> bundled run, from ``--from`` and (unless --no-published) the suite's published bundle."""
+    from benchmark import plan
+
+    return plan.default_bundles(args.results_dir, suite_name, getattr(args, "from_dirs", None), not getattr(args, "no_published", False))
+
+
+def _store_if_exists(args: argparse.Namespace) -> str | None:
+    """The tracking URI when its store exists (checked, never created); None for a SQLite file not there yet."""
+    from benchmark import stores, tracking
+
+    tracking_uri = args.tracking_uri or tracking.default_tracking_uri(args.results_dir)
+    path = stores.sqlite_path(tracking_uri)
+    if path is not None and not path.exists():
+        return None
+    tracking.ensure_store(tracking_uri, deep=True)
+    return tracking_uri
+
+
+def _workers_text(args: argparse.Namespace, suite) -> str:
+    workers = min(args.workers, len(suite.specs))
+    return f"{workers} worker{'s' if workers != 1 else ''}"
+
+
+def _plan(suite, args: argparse.Namespace, bundled: dict):
+    from benchmark import plan
+
+    return plan.make_plan(suite.specs, _store_if_exists(args), suite.name, bundled, args.results_dir,
+                          min(args.workers, len(suite.specs)), force=args.force)
+
+
+def _confirm_cost(found, args: argparse.Namespace, console, suite) -> None:
+    """Print what the invocation will cost; above --max-hours, ask on a terminal, else refuse without --yes."""
+    from agents.api import ConfigError
+    from benchmark import estimate
+    from benchmark import plan as planning
+
+    if found.left:
+        table = planning.experiments_table(found, f"suite {suite.name}: what is left and what it costs")
+        console.console.print(table.rich(console.console.width))  # beside a machine format: on stderr
+    total = planning.total_line(found, _workers_text(args, suite))
+    console.print(total, highlight=False, markup=False)
+    hours = found.cost.wall_seconds / 3600
+    if args.yes or hours <= args.max_hours:
+        return
+    question = (f"suite {suite.name!r} is estimated at {estimate.hours(found.cost.wall_seconds)} of wall time with "
+                f"{_workers_text(args, suite)}, above --max-hours {args.max_hours:g}")
+    if sys.stdin.isatty():
+        answer = input(f"{question}. Start it? [y/N] ").strip().lower()
+        if answer in ("y", "yes"):
+            return
+        raise ConfigError(f"{question}: not started")
+    raise ConfigError(f"{question}: pass --yes to start it anyway, or --max-hours H, or select runs with --algos/--envs/--seeds")
+
+
+def _execute_suite(suite, args: argparse.Namespace, console: Console, force: bool = True, bundled: dict | None = None):
     """Train every run of ``suite`` under one MLflow parent run; print and store the summary table.
 
     ``force=False`` reuses the runs an earlier invocation finished (``run``); baseline and
@@ -393,6 +508,7 @@ def _execute_suite(suite, args: argparse.Namespace, console: Console, force: boo
         ray_address=getattr(args, "address", None),
         console=console.console,
         wait_for_others=not getattr(args, "no_wait", False),
+        bundled=bundled,
     )
     rows = summary.summarize(execution.outcomes)
     console.table(summary.table(rows, f"suite {suite.name} — final deterministic evaluation"))
@@ -404,9 +520,11 @@ def _execute_suite(suite, args: argparse.Namespace, console: Console, force: boo
     for outcome in execution.outcomes:
         if not outcome.ok and outcome.status != "CLAIMED":
             console.print(f"[red]{escape(outcome.spec.label)} {outcome.status}[/]: {escape(str(outcome.error))}", highlight=False)
-    earlier = execution.finished_before
-    meanwhile = sum(o.skipped for o in execution.outcomes) - earlier
-    by_others = [f"{earlier} of them in an earlier invocation"] if earlier else []
+    from_bundles = sum(bool(o.source) for o in execution.outcomes)
+    earlier = execution.finished_before - from_bundles
+    meanwhile = sum(o.skipped for o in execution.outcomes) - execution.finished_before
+    by_others = [f"{from_bundles} of them held by result bundles"] if from_bundles else []
+    by_others += [f"{earlier} of them in an earlier invocation"] if earlier else []
     by_others += [f"{meanwhile} by another launch meanwhile"] if meanwhile else []
     console.print(
         f"{sum(o.ok for o in execution.outcomes)}/{len(execution.outcomes)} runs finished"
@@ -456,11 +574,18 @@ def existing_store(args: argparse.Namespace) -> str:
 
 
 def command_reproduce(args: argparse.Namespace, console: Console) -> int:
-    from benchmark import reproduce
+    from benchmark import bundles, reproduce
 
-    tracking_uri = existing_store(args)
-    console.print(f"reproducing run {args.run_id} from its recorded config ...")
-    result = reproduce.reproduce(args.run_id, tracking_uri)
+    published = args.results_dir / bundles.PUBLISHED_DIR
+    directories = list(args.from_dirs or []) + sorted(d for d in (published.iterdir() if published.is_dir() else []) if bundles.is_bundle(d))
+    bundled = reproduce.find_bundled(args.run_id, bundles.read_all(directories)) if directories else None
+    if bundled is not None:
+        console.print(f"reproducing run {args.run_id} from bundle {bundled.origin} ...")
+        result = reproduce.reproduce_bundled(bundled)
+    else:
+        tracking_uri = existing_store(args)
+        console.print(f"reproducing run {args.run_id} from its recorded config ...")
+        result = reproduce.reproduce(args.run_id, tracking_uri)
     spec = result.spec
     console.print(f"{spec.label}, {spec.budget.total_steps:,} steps, run key {spec.run_key}"
                   + (f"; trained again in its batch of seeds {' '.join(map(str, result.batch_seeds))}" if result.batch_seeds else ""),
@@ -484,13 +609,15 @@ def command_report(args: argparse.Namespace, console: Console) -> int:
     from benchmark import config, records, report, stores, tracking
 
     suite = config.load_suite(args.suite)
-    tracking_uri = existing_store(args)
-    found = records.collect(suite, tracking_uri)
+    bundled = _bundled(args, suite.name)
+    tracking_uri = _store_if_exists(args) if bundled else existing_store(args)
+    found = records.collect(suite, tracking_uri, bundled=bundled)
     finished = sum(r.finished for r in found)
+    sources = ([tracking.describe_uri(tracking_uri, short=True)] if tracking_uri else []) + sorted({r.source for r in found if r.source})
     if not finished:
         states = Counter(r.status for r in found)
         _error_line(
-            f"suite {suite.name!r} has no finished run in {tracking.describe_uri(tracking_uri)} ("
+            f"suite {suite.name!r} has no finished run in {' or '.join(sources) or tracking.describe_uri(str(tracking_uri))} ("
             + ", ".join(f"{count} {state.lower()}" for state, count in states.most_common())
             + f" of {len(found)}): nothing to report; train it with: python -m benchmark run --suite {args.suite}"
         )
@@ -503,7 +630,7 @@ def command_report(args: argparse.Namespace, console: Console) -> int:
         if stores.is_disk_full(error):
             raise
         raise ConfigError(f"cannot write the report to {out_dir}: {error.strerror or error}; pass --output DIR") from None
-    path = report.write_report(suite, found, out_dir, tracking.describe_uri(tracking_uri, short=True))
+    path = report.write_report(suite, found, out_dir, " and ".join(sources))
     console.print(f"report of suite {suite.name!r} ({finished}/{len(found)} runs finished): {path} and {path.with_suffix('.html')}")
     return 0
 
@@ -529,8 +656,13 @@ def command_regress(args: argparse.Namespace, console: Console) -> int:
     from benchmark.tables import TableData
 
     _check_run_arguments(args)
-    baseline_path = args.baseline or regress.BASELINE_DIR / f"{config.suite_path(args.suite).stem}.json"
-    payload = regress.load_baseline(baseline_path)
+    if args.from_dirs and args.baseline:
+        raise ConfigError("--from and --baseline both name what to compare against: pass one")
+    if args.from_dirs:
+        payload = _bundle_baseline(args)
+    else:
+        baseline_path = args.baseline or regress.BASELINE_DIR / f"{config.suite_path(args.suite).stem}.json"
+        payload = regress.load_baseline(baseline_path)
     if not args.results_dir.is_dir():
         raise ConfigError(f"results directory {args.results_dir} does not exist: pass the --results-dir to store the check's runs in")
     seeds = args.seeds or regress.regress_seeds(payload)
@@ -573,23 +705,6 @@ def command_regress(args: argparse.Namespace, console: Console) -> int:
         return EXIT_REGRESSION
     console.print(f"no regression in {len(verdicts)} configurations (alpha {args.alpha}, min effect {args.min_effect} normalized)")
     return 0
-
-
-def _runs_table(suite, groups: list):
-    """The suite's runs; the process column numbers the process each trains in (seeds batched together share one)."""
-    from benchmark.tables import TableData
-
-    process = {spec.run_key: index for index, group in enumerate(groups) for spec in group}
-    table = TableData(
-        f"suite {suite.name}: {len(suite.specs)} runs",
-        ["run key", "algorithm", "environment", "seed", "steps", "eval every", "process", "overrides"],
-        names={"run key", "algorithm", "environment"}, right={"seed", "steps", "eval every", "process"},
-    )
-    for spec in suite.specs:
-        overrides = ", ".join(f"{k}={v}" for k, v in spec.overrides.items())
-        table.add(spec.run_key, spec.algo, spec.env_id, spec.seed, f"{spec.budget.total_steps:,}", f"{spec.budget.eval_every:,}",
-                  process[spec.run_key], overrides)
-    return table
 
 
 def command_reference(args: argparse.Namespace, console: Console) -> int:

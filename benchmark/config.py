@@ -368,6 +368,13 @@ def _expand_experiment(
     return specs
 
 
+def make_spec(algo: str, env_id: str, seed: int, budget: dict[str, int], hyperparameters: dict[str, Any] | None = None,
+              suite: str = "adhoc", device: str = "cpu") -> RunSpec:
+    """One RunSpec outside a suite file, checked exactly as a suite's experiment is."""
+    return _expand_experiment({"algo": algo, "envs": [env_id], "hyperparameters": hyperparameters or {}}, suite, [seed], budget,
+                              device, False)[0]
+
+
 def _parse_seeds(value: Any, where: str) -> list[int]:
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 1:

@@ -4,6 +4,9 @@ The suite file decides which runs belong in a report (its run keys); MLflow says
 of each. A run key can have several MLflow runs (re-launches): the latest FINISHED one counts,
 otherwise the latest of any status, so a run that failed, was killed or is still going is
 shown as such. A spec with no run at all is ``MISSING``.
+
+Result bundles (``benchmark.bundles``) count as well: a run key with no FINISHED run in the
+store takes the bundle's run, whose record names the bundle in ``source``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmark import tracking
+from benchmark.bundles import BundledRun
 from benchmark.config import RunSpec, Suite
 
 EVAL_METRIC = "eval/return_mean"
@@ -40,6 +44,8 @@ class RunRecord:
     that failed or is still going, say)."""
     pre_adaptation_return: float | None = None
     """Meta-RL runs: the final meta-test's return before adaptation (final_return is after)."""
+    source: str = ""
+    """Where the result comes from: '' for the tracking store, else the bundle's directory."""
 
     @property
     def finished(self) -> bool:
@@ -57,8 +63,32 @@ def mark_unusable(record: RunRecord) -> None:
         record.final_return = None
 
 
-def collect(suite: Suite, tracking_uri: str, with_curves: bool = True) -> list[RunRecord]:
-    """One record per spec of ``suite``, in suite order, from the experiment named after it."""
+def from_bundle(spec: RunSpec, run: BundledRun) -> RunRecord:
+    """The record of a bundled run (FINISHED by construction)."""
+    record = RunRecord(
+        spec, "FINISHED", run.mlflow_run_id, run.final_return, run.steps_per_second, run.wall_seconds,
+        [(e.step, e.mean) for e in run.curve], git_sha=run.provenance.get("git_sha") or None, attempts=1,
+        pre_adaptation_return=run.pre_adaptation_return, source=run.origin,
+    )
+    mark_unusable(record)
+    return record
+
+
+def collect(
+    suite: Suite, tracking_uri: str | None, with_curves: bool = True, bundled: dict[str, BundledRun] | None = None
+) -> list[RunRecord]:
+    """One record per spec of ``suite``, in suite order, from the experiment named after it
+    (none when ``tracking_uri`` is None) and the ``bundled`` runs (run key -> run)."""
+    records = [RunRecord(spec) for spec in suite.specs] if tracking_uri is None else _from_store(suite, tracking_uri, with_curves)
+    for index, record in enumerate(records):
+        run = (bundled or {}).get(record.spec.run_key)
+        if run is not None and not record.finished:
+            records[index] = from_bundle(record.spec, run)
+            records[index].attempts += record.attempts
+    return records
+
+
+def _from_store(suite: Suite, tracking_uri: str, with_curves: bool) -> list[RunRecord]:
     client = tracking.client(tracking_uri)
     records = [RunRecord(spec) for spec in suite.specs]
     experiment = tracking.retry(lambda: client.get_experiment_by_name(suite.name))

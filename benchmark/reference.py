@@ -66,6 +66,8 @@ class ReferenceScore:
     algorithm: str
     protocol: str
     approximate: bool
+    spread_kind: str = ""
+    """What ``spread`` is, as the source says: 'std across seeds (numpy, ddof=0)', 'std over evaluation episodes (one agent)'..."""
 
     @property
     def multi_seed(self) -> bool:
@@ -253,6 +255,7 @@ def _load_scores(path: Path, modified: int) -> tuple[ReferenceScore, ...]:
                     algorithm=row["algorithm"],
                     protocol=row["protocol"],
                     approximate=row["approximate"] == "true",
+                    spread_kind=row.get("spread_kind", ""),
                 )
             )
         except (KeyError, TypeError, ValueError) as error:

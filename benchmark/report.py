@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmark import plots, reference, stats
+from benchmark import plots, reference, stats, verdicts
 from benchmark.config import Suite, configurations
 from benchmark.records import RunRecord
 
@@ -231,6 +231,7 @@ def write_report(suite: Suite, records: list[RunRecord], out_dir: Path, source: 
     )
 
     _aggregate_section(doc, groups, normalizers, plot_dir)
+    _verdicts_section(doc, groups, scores_table)
     for env_id in env_ids:
         _environment_section(doc, env_id, [g for g in groups if g.env_id == env_id], normalizers[env_id], scores_table, plot_dir)
     _runs_section(doc, records)
@@ -296,6 +297,27 @@ def _aggregate_section(doc: Document, groups: list[Group], normalizers: dict[str
             rows.append(row)
         doc.paragraph("Probability of improvement P(row > column) on the environments both ran, with 95% CIs:")
         doc.table(["P(row > column)", *labels], rows)
+
+
+def _verdicts_section(doc: Document, groups: list[Group], scores_table: tuple[reference.ReferenceScore, ...]) -> None:
+    judged = verdicts.suite_verdicts([g for g in groups if len(g.scores)], scores_table)
+    if not judged:
+        return
+    doc.heading(2, "Reproduction verdicts")
+    doc.paragraph(
+        "Our final evaluation against the same algorithm's published score, chosen comparable first, then like "
+        f"protocol, closest budget and env version. Reproduced: the published mean is consistent with our seeds at "
+        f"level {verdicts.ALPHA} (Welch's t-test where the source gives a spread over seeds; otherwise the 95% "
+        "prediction interval for the mean of as many runs as the source trained); above or below: it is not, and our "
+        "mean is above or below it; not comparable: budget (more than 2x apart), protocol (maximum over training) or "
+        "env version (a changed reward) differ, or fewer than 2 seeds finished. With few seeds only large "
+        "differences show: 'reproduced' means 'not distinguishable at this number of seeds'."
+    )
+    rows = [[v.label, v.env_id, f"{v.budget_steps:,}", verdicts.ours_text(v), verdicts.published_text(v), v.verdict, v.test, v.reason]
+            for v in judged]
+    doc.table(["algorithm", "environment", "steps", "ours (mean ± std)", "published", "verdict", "test", "note"], rows)
+    counts = Counter(v.verdict for v in judged)
+    doc.paragraph("In all: " + ", ".join(f"{counts[name]} {name}" for name in verdicts.VERDICTS if counts[name]) + ".")
 
 
 def _environment_section(
@@ -412,9 +434,18 @@ def _runs_section(doc: Document, records: list[RunRecord]) -> None:
                 _duration(record.wall_seconds),
                 spec.run_key,
                 record.run_id or "—",
+                _source(record),
                 str(record.attempts),
                 (record.git_sha or "—")[:10],
                 note[:200],
             ]
         )
-    doc.table(["algorithm", "environment", "seed", "status", "final return", "steps/s", "wall", "run key", "MLflow run", "attempts", "git sha", "note"], rows)
+    doc.table(["algorithm", "environment", "seed", "status", "final return", "steps/s", "wall", "run key", "MLflow run", "from",
+               "attempts", "git sha", "note"], rows)
+
+
+def _source(record: RunRecord) -> str:
+    """'store' or the bundle directory the run was read from (its last two parts)."""
+    if not record.source:
+        return "store" if record.run_id else "—"
+    return "bundle " + "/".join(Path(record.source).parts[-2:])

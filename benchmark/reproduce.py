@@ -6,6 +6,9 @@ seed, every resolved hyperparameter, budget), so the run is repeated exactly. On
 with the same package versions every evaluation must match bit for bit; otherwise the
 differences are listed, beside the recorded and current versions that may explain them.
 
+A run a result bundle holds (named by its run key or MLflow run id) is trained again from the
+bundle's row and compared with the bundle's evaluations.
+
 A run trained in a batch of seeds (tag ``batch_seeds``) is trained again in the same batch:
 batched matrix products round differently from single ones, so only the same batch repeats
 its numbers bit for bit.
@@ -21,6 +24,7 @@ from pathlib import Path
 
 from agents.api import ConfigError
 from benchmark import tracking
+from benchmark.bundles import BundledRun
 from benchmark.config import RunSpec
 from benchmark.records import EVAL_METRIC
 
@@ -64,8 +68,6 @@ def compare_evaluations(recorded: list[tuple[int, float]], now: list[tuple[int, 
 
 def reproduce(run_id: str, tracking_uri: str) -> Reproduction:
     """Train the recorded spec of ``run_id`` again (no tracking, no checkpoint) and compare."""
-    from benchmark import train
-
     client = tracking.client(tracking_uri)
     try:
         run = tracking.retry(lambda: client.get_run(run_id))
@@ -81,6 +83,26 @@ def reproduce(run_id: str, tracking_uri: str) -> Reproduction:
         spec = RunSpec.from_dict(json.loads(Path(config_path).read_text()))
     recorded = sorted((int(m.step), float(m.value)) for m in tracking.retry(lambda: client.get_metric_history(run_id, EVAL_METRIC)))
     batch_seeds = [int(seed) for seed in run.data.tags.get("batch_seeds", "").split()]
+    return _train_again(run_id, spec, recorded, batch_seeds, dict(run.data.tags))
+
+
+def find_bundled(identifier: str, bundled: dict[str, BundledRun]) -> BundledRun | None:
+    """The bundled run with this run key or MLflow run id."""
+    if identifier in bundled:
+        return bundled[identifier]
+    return next((run for run in bundled.values() if run.mlflow_run_id == identifier), None)
+
+
+def reproduce_bundled(run: BundledRun) -> Reproduction:
+    """Train a bundled run's spec again and compare with the bundle's evaluations."""
+    tags = {**run.provenance, **{f"version.{name}": version for name, version in run.versions.items()}}
+    recorded = [(evaluation.step, evaluation.mean) for evaluation in run.curve]
+    return _train_again(run.mlflow_run_id or run.run_key, run.spec, recorded, list(run.batch_seeds), tags)
+
+
+def _train_again(run_id: str, spec: RunSpec, recorded: list[tuple[int, float]], batch_seeds: list[int], tags: dict[str, str]) -> Reproduction:
+    from benchmark import train
+
     if len(batch_seeds) > 1:
         jobs = [train.SeedJob(dataclasses.replace(spec, seed=seed)) for seed in batch_seeds]
         outcome = train.run_seeds(jobs)[batch_seeds.index(spec.seed)]
@@ -92,8 +114,8 @@ def reproduce(run_id: str, tracking_uri: str) -> Reproduction:
     now = [(evaluation.step, evaluation.mean) for evaluation in result.evaluations]
     current = {**tracking.code_version(), **tracking.environment_tags()}
     changes = {
-        name: (run.data.tags.get(name, ""), str(current.get(name, "")))
-        for name in sorted({*PROVENANCE_TAGS, *(t for t in run.data.tags if t.startswith("version."))})
-        if run.data.tags.get(name, "") != str(current.get(name, ""))
+        name: (tags.get(name, ""), str(current.get(name, "")))
+        for name in sorted({*PROVENANCE_TAGS, *(t for t in tags if t.startswith("version."))})
+        if tags.get(name, "") != str(current.get(name, ""))
     }
     return Reproduction(run_id, spec, recorded, now, changes, batch_seeds if len(batch_seeds) > 1 else [])

@@ -51,6 +51,8 @@ class RunOutcome:
     """Not trained by this invocation: another one finished this run key (earlier, or meanwhile)."""
     claimed_by: str | None = None
     """CLAIMED: who trains it (host, pid, since when)."""
+    source: str = ""
+    """A run a result bundle holds: the bundle's directory."""
 
     @property
     def ok(self) -> bool:
@@ -375,6 +377,7 @@ def execute(
     ray_address: str | None = None,
     live: bool | None = None,
     wait_for_others: bool = True,
+    bundled: dict[str, Any] | None = None,
 ) -> Execution:
     """Run every spec under one MLflow parent run; the parent is FAILED if any child fails.
 
@@ -382,6 +385,8 @@ def execute(
     trained again (unless ``force``): its outcome is read from that run, so re-launching a
     half-done suite trains only what is missing, and a run with a checkpoint resumes from it.
     The parent run is tagged ``relaunch_of`` the suite's previous invocation, if there was one.
+    A run key that a result bundle holds (``bundled``: run key -> ``bundles.BundledRun``) counts
+    as finished too, unless ``force``: a grid split over machines goes on where a bundle ends.
 
     Launches that share the results directory share the work: a run key is trained by one live
     process at a time (``benchmark.claims``). Keys another launch is training are left to it;
@@ -413,7 +418,9 @@ def execute(
                 **({"relaunch_of": previous} if previous else {})}
         parent = tracking.start_parent_run(tracking_uri, experiment, f"{suite_name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
         started_ms = int(time.time() * 1000)
-        to_run = [spec for spec in specs if spec.run_key not in finished]
+        held = {} if force else {spec.run_key: bundled[spec.run_key] for spec in specs
+                                 if spec.run_key in (bundled or {}) and spec.run_key not in finished}
+        to_run = [spec for spec in specs if spec.run_key not in finished and spec.run_key not in held]
         execution = Execution(parent.run_id, experiment, finished_before=len(specs) - len(to_run))
         try:
             parent.log_params({
@@ -421,10 +428,16 @@ def execute(
                 "force": force, "executor": executor, "device": requested, "runs_per_gpu": runs_per_gpu,
                 "seeds_in_process": max((spec.seeds_in_process for spec in to_run), default=1),
             })
-            if len(to_run) < len(specs):
+            if len(finished):
                 console.print(
-                    f"{len(specs) - len(to_run)} of {len(specs)} runs already finished in the tracking store: not run again "
+                    f"{len(finished)} of {len(specs)} runs already finished in the tracking store: not run again "
                     "(--force reruns them)"
+                )
+            if held:
+                origins = sorted({run.origin for run in held.values()})
+                console.print(
+                    f"{len(held)} of {len(specs)} runs are held by result bundle(s) {', '.join(origins)}: not run again "
+                    "(--force trains them here, --no-published ignores the published bundle)", highlight=False, soft_wrap=True,
                 )
             groups, notices = plan_processes(to_run)
             for notice in notices:
@@ -456,7 +469,11 @@ def execute(
                 with board:
                     shared = _SharedWork(tracking_uri, experiment, claims_dir, started_ms if force else 0, board, console)
                     trained = shared.train_all(to_run, train, wait_for_others)
-            outcomes = [trained.get(spec.run_key) or _outcome_of_finished(spec, finished[spec.run_key]) for spec in specs]
+            outcomes = [
+                trained.get(spec.run_key)
+                or (_outcome_of_finished(spec, finished[spec.run_key]) if spec.run_key in finished else _outcome_of_bundled(spec, held[spec.run_key]))
+                for spec in specs
+            ]
             execution.outcomes = outcomes
             parent.log_metrics(
                 {"runs_finished": sum(o.ok for o in outcomes), "runs_failed": sum(not o.ok and o.status != "CLAIMED" for o in outcomes),
@@ -671,6 +688,12 @@ def _outcome_of_finished(spec: RunSpec, run: Any) -> RunOutcome:
         device=run.data.tags.get("device"),
         skipped=True,
     )
+
+
+def _outcome_of_bundled(spec: RunSpec, run: Any) -> RunOutcome:
+    return RunOutcome(spec, run_id=run.mlflow_run_id, status="FINISHED", final_return_mean=run.final_return,
+                      final_return_std=run.final_return_std, steps_per_second=run.steps_per_second, device=run.device,
+                      skipped=True, source=run.origin)
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h

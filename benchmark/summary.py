@@ -23,6 +23,18 @@ class SummaryRow:
     failed: int
     elsewhere: int = 0
     """Seeds another launch is training (not waited for)."""
+    algo: str = ""
+    budget_steps: int = 0
+
+    @property
+    def verdict(self) -> str:
+        """Reproduced, above, below, not comparable or no published score (``benchmark.verdicts``); '—' without a finished seed."""
+        from benchmark import reference, verdicts
+
+        if not self.returns or not self.algo:
+            return "—"
+        published = verdicts.choose_published(self.algo, self.env_id, self.budget_steps, reference.load_scores())
+        return verdicts.judge(np.array(self.returns), self.budget_steps, self.env_id, published, self.label, self.algo).verdict
 
     @property
     def mean(self) -> float | None:
@@ -53,12 +65,14 @@ def summarize(outcomes: Iterable[RunOutcome]) -> list[SummaryRow]:
                 steps_per_second=float(np.mean(speeds)) if speeds else None,
                 failed=len(members) - len(finished) - elsewhere,
                 elsewhere=elsewhere,
+                algo=specs[0].algo,
+                budget_steps=specs[0].budget.total_steps,
             )
         )
     return rows
 
 
-HEADERS = ("algorithm", "environment", "seeds", "final eval return (mean ± std over seeds)", "per seed", "steps/s")
+HEADERS = ("algorithm", "environment", "seeds", "final eval return (mean ± std over seeds)", "per seed", "steps/s", "vs published")
 
 
 def cells(row: SummaryRow) -> list[str]:
@@ -68,7 +82,7 @@ def cells(row: SummaryRow) -> list[str]:
     notes += [f"{row.elsewhere} in another launch"] if row.elsewhere else []
     per_seed = ", ".join(f"{value:.0f}" for value in row.returns) + (f" ({', '.join(notes)})" if notes else "")
     speed = "—" if row.steps_per_second is None else f"{row.steps_per_second:,.0f}"
-    return [row.label, row.env_id, str(len(row.seeds)), score, per_seed, speed]
+    return [row.label, row.env_id, str(len(row.seeds)), score, per_seed, speed, row.verdict]
 
 
 def table(rows: list[SummaryRow], title: str) -> TableData:

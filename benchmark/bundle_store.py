@@ -1,0 +1,176 @@
+"""Between bundles and the MLflow tracking store: export a suite's finished runs, import a bundle.
+
+``export`` reads each run key's latest FINISHED child run of the suite's experiment: its final
+metrics, the evaluation curve as logged (``eval/return_mean``, ``eval/return_std``), every
+episode of every evaluation (the ``evaluations.json`` artifact) and the provenance tags.
+``import_bundle`` writes each bundled run back as a FINISHED child run (same metrics, params,
+tags and artifacts, tagged ``imported_from``) under one parent run of kind ``import``, so the
+MLflow UI shows it beside runs trained here.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmark import bundles, tracking
+from benchmark.bundles import BundledRun, BundleError, Evaluation
+from benchmark.config import Suite
+from benchmark.records import EVAL_METRIC, PRE_ADAPTATION_METRIC
+
+STD_METRIC = "eval/return_std"
+IMPORTED_TAG = "imported_from"
+
+
+def _iso(ms: int | None) -> str:
+    if not ms:
+        return ""
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _ms(text: str) -> int | None:
+    return int(datetime.datetime.fromisoformat(text).timestamp() * 1000) if text else None
+
+
+def from_store(suite: Suite, tracking_uri: str) -> list[BundledRun]:
+    """The suite's run keys that have a FINISHED child run in its experiment, as bundled runs
+    (in suite order); a run without a finite final evaluation is left out."""
+    import math
+
+    specs = {spec.run_key: spec for spec in suite.specs}
+    finished = tracking.finished_child_runs(tracking_uri, suite.name, set(specs))
+    client = tracking.client(tracking_uri)
+    runs = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for key, spec in specs.items():
+            run = finished.get(key)
+            if run is None:
+                continue
+            metrics, tags = run.data.metrics, run.data.tags
+            final = metrics.get("final/eval_return_mean")
+            if final is None or not math.isfinite(final):
+                continue
+            run_id = run.info.run_id
+            curve = _curve(client, run_id, Path(scratch))
+            runs.append(BundledRun(
+                spec, float(final), metrics.get("final/eval_return_std"), curve,
+                metrics.get(PRE_ADAPTATION_METRIC), metrics.get("final/wall_seconds"),
+                metrics.get("final/steps_per_second", metrics.get("perf/steps_per_second")), tags.get("device", ""),
+                {name: tags.get(name, "") for name in bundles.PROVENANCE},
+                {name.split(".", 1)[1]: value for name, value in sorted(tags.items()) if name.startswith("version.")},
+                tuple(int(s) for s in tags.get("batch_seeds", "").split()) if len(tags.get("batch_seeds", "").split()) > 1 else (),
+                tags.get("original_run_id", run_id), _iso(run.info.start_time), _iso(run.info.end_time),
+            ))
+    return runs
+
+
+def _curve(client: Any, run_id: str, scratch: Path) -> tuple[Evaluation, ...]:
+    """Each evaluation: mean and std as logged, each episode's return and length from the
+    ``evaluations.json`` artifact (absent for runs that did not write it: then no episodes)."""
+    means = {int(m.step): float(m.value) for m in tracking.retry(lambda: client.get_metric_history(run_id, EVAL_METRIC))}
+    stds = {int(m.step): float(m.value) for m in tracking.retry(lambda: client.get_metric_history(run_id, STD_METRIC))}
+    episodes: dict[int, tuple[tuple[float, ...], tuple[int, ...]]] = {}
+    try:
+        path = client.download_artifacts(run_id, "evaluations.json", str(scratch / run_id))
+        for evaluation in json.loads(Path(path).read_text()):
+            episodes[int(evaluation["step"])] = (tuple(map(float, evaluation["returns"])), tuple(map(int, evaluation["lengths"])))
+    except Exception:  # noqa: BLE001 - MLflow raises its own types for a missing artifact
+        pass
+    return tuple(
+        Evaluation(step, means[step], stds.get(step, float("nan")), *episodes.get(step, ((), ())))
+        for step in sorted(means)
+    )
+
+
+def export(suite: Suite, tracking_uri: str, output: Path, replace_runs: bool = False) -> tuple[bundles.Bundle, int, int]:
+    """Write the suite's finished runs to the bundle at ``output``, merged with the runs a
+    bundle there already holds (a grid split over machines grows one bundle). The same run key
+    with different results is refused unless ``replace_runs`` (the store's run wins).
+    Returns the bundle, the runs added and the runs replaced."""
+    fresh = from_store(suite, tracking_uri)
+    existing = bundles.read(output) if bundles.is_bundle(output) else None
+    if existing is not None and existing.suite != suite.name:
+        raise BundleError(f"{output} holds a bundle of suite {existing.suite!r}, not {suite.name!r}: export to another --output")
+    merged = dict(existing.runs) if existing else {}
+    added = replaced = 0
+    for run in fresh:
+        known = merged.get(run.run_key)
+        if known is not None and not known.same_result(run):
+            if not replace_runs:
+                bundles.merge([[known], [run]])  # raises, naming both
+            replaced += 1
+        elif known is None:
+            added += 1
+        if known is None or not known.same_result(run):
+            merged[run.run_key] = run
+    bundle = bundles.Bundle(suite.name, merged)
+    bundles.write(bundle, output)
+    return bundle, added, replaced
+
+
+def import_bundle(bundle: bundles.Bundle, tracking_uri: str, results_dir: Path) -> tuple[int, int]:
+    """Load every run of ``bundle`` into the store's experiment named after its suite. A run key
+    the experiment already has FINISHED with the same final evaluation is left as it is; with a
+    different one, nothing is imported (BundleError naming both). Returns (imported, already there)."""
+    experiment = tracking.experiment_id(tracking_uri, bundle.suite, results_dir / "mlartifacts")
+    finished = tracking.finished_child_runs(tracking_uri, None, set(bundle.runs), experiment_id=experiment)
+    to_import = []
+    for key, run in sorted(bundle.runs.items()):
+        known = finished.get(key)
+        if known is None:
+            to_import.append(run)
+        elif known.data.metrics.get("final/eval_return_mean") != run.final_return:
+            raise BundleError(
+                f"run key {key} ({run.spec.label}) has final evaluation {known.data.metrics.get('final/eval_return_mean')!r} in "
+                f"the tracking store (MLflow run {known.info.run_id}) and {run.final_return!r} in {run.describe()}: nothing imported"
+            )
+    if not to_import:
+        return 0, len(bundle.runs)
+    parent = tracking.start_parent_run(
+        tracking_uri, experiment, f"import-{Path(bundle.origin).name}-{time.strftime('%Y%m%d-%H%M%S')}",
+        {"suite": bundle.suite, "kind": "import", IMPORTED_TAG: bundle.origin},
+    )
+    try:
+        for run in to_import:
+            _import_run(tracking_uri, experiment, parent.run_id, run)
+        parent.finish("FINISHED")
+    except BaseException as error:
+        parent.fail(error)
+        raise
+    return len(to_import), len(bundle.runs) - len(to_import)
+
+
+def _import_run(tracking_uri: str, experiment: str, parent_run_id: str, run: BundledRun) -> None:
+    from mlflow.entities import Metric, Param
+
+    client = tracking.client(tracking_uri)
+    tags = {
+        "run_key": run.run_key, "suite": run.spec.suite, "algo": run.spec.algo, "env_id": run.spec.env_id, "seed": run.spec.seed,
+        "device": run.device, **run.provenance, **{f"version.{name}": v for name, v in run.versions.items()},
+        IMPORTED_TAG: run.origin, "original_run_id": run.mlflow_run_id, "mlflow.parentRunId": parent_run_id,
+        **({"batch_seeds": " ".join(map(str, run.batch_seeds))} if run.batch_seeds else {}),
+    }
+    created = tracking.retry(lambda: client.create_run(
+        experiment, start_time=_ms(run.started), run_name=run.spec.label, tags={k: str(v) for k, v in tags.items()}))
+    run_id = created.info.run_id
+    ended = _ms(run.ended) or int(time.time() * 1000)
+    metrics = [Metric(EVAL_METRIC, e.mean, ended, e.step) for e in run.curve]
+    metrics += [Metric(STD_METRIC, e.std, ended, e.step) for e in run.curve]
+    last = run.curve[-1].step if run.curve else run.spec.budget.total_steps
+    finals = {"final/eval_return_mean": run.final_return, "final/eval_return_std": run.final_return_std,
+              "final/steps_per_second": run.steps_per_second, "final/wall_seconds": run.wall_seconds,
+              PRE_ADAPTATION_METRIC: run.pre_adaptation_return}
+    metrics += [Metric(name, value, ended, last) for name, value in finals.items() if value is not None]
+    params = [Param(k, str(v)[:6000]) for k, v in tracking.child_params(run.spec).items()]
+    for start in range(0, len(metrics), 900):  # MLflow's log_batch takes at most 1000 metrics and 100 params
+        tracking.retry(lambda: client.log_batch(run_id, metrics=metrics[start:start + 900]))
+    for start in range(0, len(params), 90):
+        tracking.retry(lambda: client.log_batch(run_id, params=params[start:start + 90]))
+    evaluations = [{"step": e.step, "returns": list(e.returns), "lengths": list(e.lengths)} for e in run.curve]
+    tracking.retry(lambda: client.log_text(run_id, json.dumps(evaluations), "evaluations.json"))
+    tracking.retry(lambda: client.log_text(run_id, json.dumps(run.spec.to_dict(), indent=2, sort_keys=True), "config.json"))
+    tracking.retry(lambda: client.set_terminated(run_id, "FINISHED", end_time=ended))

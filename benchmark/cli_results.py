@@ -1,0 +1,188 @@
+"""The commands that move results between machines and judge them: export, import, merge, verdicts, calibrate.
+
+Each command adds its own sub-parser (``add_parsers``) and has one function; ``benchmark.cli``
+registers them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Callable
+
+from agents.api import ConfigError
+
+Command = Callable[[argparse.Namespace, Any], int]
+
+
+def add_parsers(commands: Any, add_store_arguments: Callable, add_bundle_arguments: Callable, add_format: Callable) -> None:
+    """Add the sub-parsers of the commands in ``COMMANDS``."""
+    export = commands.add_parser("export", help="write a suite's finished runs as a result bundle (default results/published/<suite>)")
+    export.add_argument("--suite", required=True, help="suite name or path: its run keys decide which runs are exported")
+    export.add_argument("--output", type=Path, help="bundle directory (default <results-dir>/published/<suite>); a bundle there is merged with")
+    export.add_argument("--replace", action="store_true",
+                        help="where the bundle at --output holds a run key with other results, keep the store's (default: refuse)")
+    add_store_arguments(export)
+
+    load = commands.add_parser("import", help="load result bundles into the tracking store (for the MLflow UI and every command)")
+    load.add_argument("bundles", type=Path, nargs="+", metavar="DIR", help="bundle directories")
+    add_store_arguments(load)
+
+    merge = commands.add_parser("merge", help="union result bundles of one suite (from several machines) into one bundle")
+    merge.add_argument("bundles", type=Path, nargs="+", metavar="DIR", help="bundle directories")
+    merge.add_argument("--output", type=Path, required=True, help="the merged bundle's directory (may be one of the inputs)")
+
+    verdicts = commands.add_parser("verdicts", help="did each algorithm reproduce its published score? (reproduced, above, below, not comparable)")
+    verdicts.add_argument("--suite", required=True, help="suite name or path")
+    add_format(verdicts)
+    add_store_arguments(verdicts)
+    add_bundle_arguments(verdicts)
+
+    calibrate = commands.add_parser("calibrate", help="measure training and evaluation steps/s on one core into results/perf/throughput.csv")
+    calibrate.add_argument("--algos", nargs="+", help="algorithms (default: those of --suite, else every single-task one)")
+    calibrate.add_argument("--envs", nargs="+", help="environments (default: those of --suite, else CartPole-v1 and HalfCheetah-v5)")
+    calibrate.add_argument("--suite", help="calibrate the (algorithm, environment) pairs of this suite")
+    calibrate.add_argument("--steps", type=int, help="env steps per pair (default: a few seconds' worth)")
+    calibrate.add_argument("--output", type=Path, help="throughput CSV (default results/perf/throughput.csv); rows of other pairs are kept")
+    add_format(calibrate)
+
+
+def command_export(args: argparse.Namespace, console: Any) -> int:
+    from benchmark import bundle_store, bundles, config, tracking
+    from benchmark.cli import existing_store
+
+    suite = config.load_suite(args.suite)
+    tracking_uri = existing_store(args)
+    output = args.output or bundles.published_directory(args.results_dir, suite.name)
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"--output {output} is a file, not a directory")
+    if output.is_dir() and any(output.iterdir()) and not bundles.is_bundle(output):
+        raise ConfigError(f"--output {output} is a directory that holds no bundle: choose an empty or new directory")
+    bundle, added, replaced = bundle_store.export(suite, tracking_uri, output, args.replace)
+    if not bundle.runs:
+        raise ConfigError(f"suite {suite.name!r} has no finished run in {tracking.describe_uri(tracking_uri)}: nothing to export")
+    size = sum(path.stat().st_size for path in output.iterdir())
+    console.print(
+        f"bundle {output}: {len(bundle.runs)} runs of suite {suite.name!r} ({added} added"
+        + (f", {replaced} replaced" if replaced else "") + f", {len(suite.specs) - len(bundle.runs)} of the suite's {len(suite.specs)} not in it), "
+        f"{size / 1e6:.2f} MB", highlight=False, markup=False,
+    )
+    return 0
+
+
+def command_import(args: argparse.Namespace, console: Any) -> int:
+    from benchmark import bundle_store, bundles, stores, tracking
+
+    loaded = [bundles.read(directory) for directory in args.bundles]  # every bundle is checked before anything is written
+    bundles.merge(bundle.runs.values() for bundle in loaded)
+    stores.check_writable_directory(args.results_dir, "results directory")
+    tracking_uri = args.tracking_uri or tracking.default_tracking_uri(args.results_dir)
+    tracking.ensure_store(tracking_uri, deep=True, writing=True)
+    for bundle in loaded:
+        imported, present = bundle_store.import_bundle(bundle, tracking_uri, args.results_dir)
+        console.print(f"{bundle.origin}: {imported} runs imported into experiment {bundle.suite!r}"
+                      + (f", {present} already there" if present else "") + f" ({tracking.describe_uri(tracking_uri)})",
+                      highlight=False, markup=False)
+    return 0
+
+
+def command_merge(args: argparse.Namespace, console: Any) -> int:
+    from benchmark import bundles
+
+    loaded = [bundles.read(directory) for directory in args.bundles]
+    suites = sorted({bundle.suite for bundle in loaded})
+    if len(suites) > 1:
+        raise ConfigError(f"the bundles hold different suites ({', '.join(suites)}): merge bundles of one suite")
+    merged = bundles.merge(bundle.runs.values() for bundle in loaded)
+    if args.output.exists() and (not args.output.is_dir() or (any(args.output.iterdir()) and not bundles.is_bundle(args.output))):
+        raise ConfigError(f"--output {args.output} exists and is not a bundle: choose a new directory")
+    bundles.write(bundles.Bundle(suites[0], merged), args.output)
+    console.print(f"bundle {args.output}: {len(merged)} runs of suite {suites[0]!r} from {len(loaded)} bundles "
+                  f"({sum(len(b.runs) for b in loaded) - len(merged)} held by more than one)", highlight=False, markup=False)
+    return 0
+
+
+def verdict_table(suite_name: str, found: list) -> Any:
+    from benchmark import verdicts
+    from benchmark.tables import TableData
+
+    table = TableData(
+        f"suite {suite_name}: reproduction verdicts (our final evaluation against the algorithm's own published score)",
+        ["algorithm", "environment", "steps", "ours (mean ± std)", "published", "verdict", "test", "note"],
+        names={"algorithm", "environment"}, right={"steps"},
+    )
+    for v in found:
+        table.add(v.label, v.env_id, f"{v.budget_steps:,}", verdicts.ours_text(v), verdicts.published_text(v), v.verdict, v.test, v.reason)
+    return table
+
+
+def command_verdicts(args: argparse.Namespace, console: Any) -> int:
+    from benchmark import config, records, verdicts
+    from benchmark.cli import _bundled, _store_if_exists
+    from benchmark.report import group_records
+
+    suite = config.load_suite(args.suite)
+    bundled = _bundled(args, suite.name)
+    tracking_uri = _store_if_exists(args)
+    if tracking_uri is None and not bundled:
+        raise ConfigError(f"no tracking store in {args.results_dir} and no result bundle of suite {suite.name!r}: "
+                          "pass --results-dir, --tracking-uri or --from DIR")
+    found = records.collect(suite, tracking_uri, with_curves=False, bundled=bundled)
+    if not any(r.finished for r in found):
+        raise ConfigError(f"suite {suite.name!r} has no finished run to judge: train it with python -m benchmark run --suite {args.suite}")
+    judged = verdicts.suite_verdicts([g for g in group_records(found) if len(g.scores)])
+    console.table(verdict_table(suite.name, judged))
+    counts = {name: sum(v.verdict == name for v in judged) for name in verdicts.VERDICTS}
+    console.print(", ".join(f"{n} {name}" for name, n in counts.items() if n) + f" (alpha {verdicts.ALPHA}; see README, Reproduction verdicts)",
+                  highlight=False)
+    return 0
+
+
+def command_calibrate(args: argparse.Namespace, console: Any) -> int:
+    import agents
+    from benchmark import calibrate, config, estimate
+    from benchmark.tables import TableData
+
+    if args.steps is not None and args.steps < 1:
+        raise ConfigError(f"--steps must be >= 1, got {args.steps}")
+    if args.suite:
+        suite = config.load_suite(args.suite).select(args.algos, args.envs)
+        pairs = list(dict.fromkeys((spec.algo, spec.env_id) for spec in suite.specs))
+    else:
+        algos = args.algos or [name for name in agents.ALGORITHMS if not agents.is_meta(name) and name != "bc"]
+        envs = args.envs or ["CartPole-v1", "HalfCheetah-v5"]
+        pairs = []
+        for algo in algos:
+            for env_id in envs:
+                try:
+                    calibrate.calibration_spec(algo, env_id, args.steps)
+                except ConfigError as error:
+                    if args.algos and args.envs:
+                        raise
+                    console.print(f"skipped {algo} on {env_id}: {error}", highlight=False, markup=False)
+                    continue
+                pairs.append((algo, env_id))
+    for algo, env_id in pairs:  # every pair is checked before any is measured
+        if agents.is_meta(algo):
+            raise ConfigError(f"calibrate measures single-task algorithms; {algo} is a meta-learner: its estimates come from finished runs")
+        calibrate.calibration_spec(algo, env_id, args.steps)
+    output = args.output or estimate.THROUGHPUT_FILE
+
+    def progress(measured: estimate.Throughput, seconds: float) -> None:
+        console.print(f"{measured.algo} on {measured.env_id}: {measured.train_steps_per_second:,.0f} training steps/s, "
+                      f"{measured.eval_steps_per_second:,.0f} evaluation steps/s ({seconds:.0f} s)", highlight=False)
+
+    measured = calibrate.calibrate(pairs, args.steps, progress)
+    estimate.save_throughput(measured, output)
+    table = TableData(f"throughput on one core ({measured[0].cpu_model if measured else ''}), written to {output}",
+                      ["algorithm", "environment", "training steps/s", "evaluation steps/s", "steps"],
+                      names={"algorithm", "environment"}, right={"training steps/s", "evaluation steps/s", "steps"})
+    for m in measured:
+        table.add(m.algo, m.env_id, f"{m.train_steps_per_second:,.0f}", f"{m.eval_steps_per_second:,.0f}", f"{m.steps:,}")
+    console.table(table)
+    return 0
+
+
+COMMANDS: dict[str, Command] = {
+    "export": command_export, "import": command_import, "merge": command_merge, "verdicts": command_verdicts, "calibrate": command_calibrate,
+}

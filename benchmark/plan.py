@@ -1,0 +1,192 @@
+"""Before a suite runs: what state each run is in and what the rest will cost.
+
+``run --dry-run`` prints it all; ``run`` prints the per-experiment lines and the total first,
+and asks before starting an invocation estimated above ``--max-hours``. A run is:
+
+- ``finished``: a FINISHED run in the tracking store, or held by a result bundle (named);
+- ``resumes``: a checkpoint of an interrupted attempt exists; it resumes from that step;
+- ``claimed``: another live launch is training it now (who, since when);
+- ``to train``: none of these.
+
+Nothing is created or changed: the store is only read when it exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmark import bundles, checkpoint, claims, estimate, tracking
+from benchmark.bundles import BundledRun
+from benchmark.config import RunSpec, configurations
+from benchmark.tables import TableData
+
+
+@dataclass(frozen=True)
+class RunState:
+    spec: RunSpec
+    status: str
+    """finished | resumes | claimed | to train"""
+    detail: str = ""
+    """Where it finished (store, a bundle), the step it resumes from, or who holds it."""
+    resume_step: int = 0
+
+
+def run_states(specs: list[RunSpec], tracking_uri: str | None, suite_name: str, bundled: dict[str, BundledRun],
+               results_dir: Path, force: bool = False) -> list[RunState]:
+    """The state of each spec, in order (see the module docstring); with ``force`` nothing
+    counts as finished and nothing resumes (``run --force`` trains every run afresh)."""
+    keys = {spec.run_key for spec in specs}
+    in_store = tracking.finished_child_runs(tracking_uri, suite_name, keys) if tracking_uri and not force else {}
+    bundled = {} if force else bundled
+    claims_dir = claims.directory(results_dir)
+    states = []
+    for spec in specs:
+        key = spec.run_key
+        if key in in_store:
+            states.append(RunState(spec, "finished", "store"))
+        elif key in bundled:
+            states.append(RunState(spec, "finished", f"bundle {bundled[key].origin}"))
+        elif claims_dir.is_dir() and (holder := claims.holder(claims_dir, key)) is not None:
+            states.append(RunState(spec, "claimed", holder.describe()))
+        else:
+            latest = checkpoint.run_directory(results_dir / "checkpoints", key) / checkpoint.LATEST
+            step = checkpoint.step_of(latest) if latest.exists() and not force else None
+            if step:
+                states.append(RunState(spec, "resumes", f"from step {step:,}", step))
+            else:
+                states.append(RunState(spec, "to train"))
+    return states
+
+
+def past_runs(tracking_uri: str | None, bundled: dict[str, BundledRun]) -> list[estimate.PastRun]:
+    """The speed of every finished run in the store (every experiment) and in the bundles."""
+    found: dict[str, estimate.PastRun] = {}
+    for run in bundled.values():
+        if run.wall_seconds:
+            share = max(len(run.batch_seeds), 1)
+            found[run.mlflow_run_id or run.run_key] = estimate.PastRun(
+                run.spec.algo, run.spec.env_id, estimate.config_key(tracking.child_params(run.spec)),
+                run.wall_seconds / share / run.spec.budget.total_steps)
+    if tracking_uri is None:
+        return list(found.values())
+    client = tracking.client(tracking_uri)
+    for experiment in tracking.retry(lambda: client.search_experiments()):
+        query = "attributes.status = 'FINISHED' and tags.run_key != ''"
+        for run in tracking.search_all_runs(client, experiment.experiment_id, query):
+            past = _past_run(run)
+            if past is not None:
+                found.setdefault(run.data.tags.get("original_run_id", run.info.run_id), past)
+    return list(found.values())
+
+
+def _past_run(run: Any) -> estimate.PastRun | None:
+    params, metrics, tags = run.data.params, run.data.metrics, run.data.tags
+    wall = metrics.get("final/wall_seconds")
+    try:
+        steps = int(params["budget.total_steps"])
+    except (KeyError, ValueError):
+        return None
+    if not wall or steps <= 0 or "algo" not in params or "env_id" not in params:
+        return None
+    share = max(len(tags.get("batch_seeds", "").split()), 1)
+    return estimate.PastRun(params["algo"], params["env_id"], estimate.config_key(params), wall / share / steps)
+
+
+@dataclass
+class Plan:
+    states: list[RunState]
+    cost: estimate.Estimate
+    """Of the runs left to train (to train, resumes)."""
+    processes: dict[str, int]
+    """Run key -> the process it trains in (seeds batched together share one)."""
+
+    @property
+    def left(self) -> list[RunState]:
+        return [s for s in self.states if s.status in ("to train", "resumes")]
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for state in self.states:
+            counts[state.status] = counts.get(state.status, 0) + 1
+        return counts
+
+
+def make_plan(specs: list[RunSpec], tracking_uri: str | None, suite_name: str, bundled: dict[str, BundledRun],
+              results_dir: Path, parallel: int, table: dict | None = None, force: bool = False) -> Plan:
+    from benchmark import runner
+
+    states = run_states(specs, tracking_uri, suite_name, bundled, results_dir, force)
+    left = [s for s in states if s.status in ("to train", "resumes")]
+    groups, _ = runner.plan_processes([s.spec for s in left])
+    keys = {s.spec.run_key: estimate.config_key(tracking.child_params(s.spec)) for s in left}
+    remaining = {s.spec.run_key: max(0.0, 1 - s.resume_step / s.spec.budget.total_steps) for s in left if s.resume_step}
+    cost = estimate.estimate(groups, parallel, past_runs(tracking_uri, bundled), table, keys, remaining)
+    processes = {spec.run_key: index for index, group in enumerate(groups) for spec in group}
+    return Plan(states, cost, processes)
+
+
+def _steps_left(state: RunState) -> int:
+    return max(state.spec.budget.total_steps - state.resume_step, 0) if state.status in ("to train", "resumes") else 0
+
+
+def unit(plan: Plan) -> str:
+    return "GPU-hours" if plan.cost.gpu else "core-hours"
+
+
+def experiments_table(plan: Plan, title: str) -> TableData:
+    """One row per experiment (a configuration of an algorithm on an environment): runs by state,
+    env steps left, estimated hours left and what the estimate rests on."""
+    by_key = {e.spec.run_key: e for e in plan.cost.runs}
+    state_of = {s.spec.run_key: s for s in plan.states}
+    table = TableData(title, ["experiment", "environment", "runs", "finished", "left", "env steps left", unit(plan), "estimated from"],
+                      names={"experiment", "environment"}, right={"runs", "finished", "left", "env steps left", unit(plan)})
+    for label, members in configurations([s.spec for s in plan.states]):
+        states = [state_of[spec.run_key] for spec in members]
+        left = [s for s in states if s.status in ("to train", "resumes")]
+        estimates = [by_key[s.spec.run_key] for s in left]
+        seconds = [e.seconds for e in estimates if e.seconds is not None]
+        hours = (f"{sum(seconds) / 3600:.2f}" if seconds else "—") + ("+?" if len(seconds) < len(estimates) and seconds else "")
+        bases = sorted({e.basis for e in estimates})
+        table.add(label, members[0].env_id, len(states), sum(s.status == "finished" for s in states), len(left),
+                  f"{sum(_steps_left(s) for s in left):,}", hours if estimates else "0", "; ".join(bases))
+    return table
+
+
+def runs_table(plan: Plan, title: str) -> TableData:
+    """One row per run: its state and, for runs left, its estimated hours."""
+    by_key = {e.spec.run_key: e for e in plan.cost.runs}
+    table = TableData(title, ["run key", "algorithm", "environment", "seed", "steps", "status", "detail", "process", "hours", "overrides"],
+                      names={"run key", "algorithm", "environment"}, right={"seed", "steps", "process", "hours"})
+    for state in plan.states:
+        spec = state.spec
+        found = by_key.get(spec.run_key)
+        hours = f"{found.seconds / 3600:.2f}" if found is not None and found.seconds is not None else ("?" if found else "")
+        table.add(spec.run_key, spec.algo, spec.env_id, spec.seed, f"{spec.budget.total_steps:,}", state.status, state.detail,
+                  plan.processes.get(spec.run_key, ""), hours, ", ".join(f"{k}={v}" for k, v in spec.overrides.items()))
+    return table
+
+
+def total_line(plan: Plan, workers_text: str) -> str:
+    """The bottom line: runs by state, steps and hours left, wall time with the workers."""
+    counts = plan.counts()
+    cost = plan.cost
+    parts = [f"{len(plan.states)} runs: " + ", ".join(f"{counts[s]} {s}" for s in ("finished", "resumes", "claimed", "to train") if counts.get(s))]
+    left = plan.left
+    if left:
+        steps = sum(_steps_left(s) for s in left)
+        parts.append(f"{steps:,} env steps left, about {cost.known_seconds / 3600:.1f} {unit(plan)}"
+                     f" and {estimate.hours(cost.wall_seconds)} of wall time with {workers_text}")
+        if cost.unknown:
+            names = sorted({f"{e.spec.algo} on {e.spec.env_id}" for e in cost.unknown})
+            parts.append(f"{len(cost.unknown)} run(s) not estimated (no throughput data: python -m benchmark calibrate "
+                         f"--algos ... --envs ...): {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}")
+    else:
+        parts.append("nothing left to train")
+    return "; ".join(parts)
+
+
+def default_bundles(results_dir: Path, suite_name: str, from_dirs: list[Path] | None, published: bool) -> dict[str, BundledRun]:
+    """The runs of the bundles a command reads (``--from`` ones and the suite's published one)."""
+    return bundles.read_all(bundles.sources(results_dir, suite_name, from_dirs, published))

@@ -1,0 +1,177 @@
+"""Reproduction verdicts: did we reproduce the published score of the same algorithm on the task?
+
+For each configuration (algorithm, environment, hyperparameters, budget) with finished seeds,
+the algorithm's own published score is chosen from ``results/reference/scores.csv``: a
+comparable one first (below), then like protocol (a final evaluation, as ours; then training
+returns; then values read off plots; the maximum over training last), then the closest budget,
+then the same env version, then more seeds. The verdict:
+
+- **reproduced**: the published mean is consistent with our seeds at level ``ALPHA``:
+  - the source gives a spread over seeds (n >= 2): Welch's t-test from both means, standard
+    deviations and seed counts, two-sided;
+  - the source is one trained agent, or a mean over k seeds without a spread: the 95%
+    prediction interval for the mean of k new runs drawn like ours,
+    ``mean ± t(0.975, n-1) · s · sqrt(1/n + 1/k)``, holds the published value;
+- **above** / **below**: the test rejects, and our mean is above / below the published one;
+- **not comparable**: the budget differs more than ``BUDGET_RATIO`` times (or the source does
+  not state it), the source reports
+  the maximum over training (optimistic by construction), the env version changed the reward
+  (Ant and Humanoid: contact costs; CartPole: the episode cap), or we have fewer than 2 seeds:
+  the reason is said;
+- **no published score**: no source has this algorithm on this task.
+
+A verdict of "reproduced" means "not distinguishable at this number of seeds": with 3-5 seeds
+only large differences are detectable, which is why the test and both seed counts are shown.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from benchmark import reference
+from benchmark.records import RunRecord
+from benchmark.reference import ReferenceScore
+
+ALPHA = 0.05
+BUDGET_RATIO = 2.0
+"""A published budget more than this many times ours (or less than 1/this) is not comparable."""
+PROTOCOL_ORDER = ("final_eval", "training_return", "approx_plot", "max_eval")
+SAME_REWARD_ACROSS_VERSIONS = frozenset({"HalfCheetah", "Hopper", "Walker2d", "Swimmer", "InvertedPendulum", "Reacher", "Pendulum", "Acrobot", "MountainCar", "MountainCarContinuous"})
+"""Tasks whose reward and episode length are the same in every version the sources ran (gym
+v1-v4) and the one we run; for others (Ant, Humanoid: contact costs changed in v4/v5; CartPole:
+200 steps in v0, 500 in v1) a different version is not comparable."""
+VERDICTS = ("reproduced", "above", "below", "not comparable", "no published score")
+
+
+@dataclass(frozen=True)
+class Ours:
+    mean: float
+    std: float
+    """Sample standard deviation over seeds (ddof=1; 0 for one seed)."""
+    n: int
+
+
+@dataclass(frozen=True)
+class Verdict:
+    label: str
+    """The configuration (algorithm, and what sets it apart)."""
+    algo: str
+    env_id: str
+    budget_steps: int
+    verdict: str
+    ours: Ours | None
+    published: ReferenceScore | None
+    test: str = ""
+    """The test made and its outcome, e.g. 'Welch t-test p = 0.41' or '95% PI of 3 runs [a, b]'."""
+    reason: str = ""
+    """Why not comparable, or what to bear in mind (env version, protocol, approximate value)."""
+
+
+def _spread_over_seeds(score: ReferenceScore) -> float | None:
+    """The published standard deviation over seeds (ddof=1), when the source gives one."""
+    if score.spread is None or (score.n_seeds or 0) < 2:
+        return None
+    text = score.spread_kind.lower()
+    if "episode" in text or "ci" in text.split() or "[low, high]" in text:
+        return None
+    if "ddof=0" in text:
+        return score.spread * math.sqrt(score.n_seeds / (score.n_seeds - 1))
+    return score.spread
+
+
+def choose_published(algo: str, env_id: str, budget_steps: int, scores: tuple[ReferenceScore, ...]) -> ReferenceScore | None:
+    """The algorithm's published score most comparable with ours (see the module docstring)."""
+    family, version = reference.env_family(env_id), reference.env_version(env_id)
+    candidates = [s for s in scores if s.env == family and s.algorithm == algo and s.protocol in PROTOCOL_ORDER]
+    if not candidates:
+        return None
+
+    def rank(score: ReferenceScore) -> tuple:
+        budget_gap = abs(math.log(score.budget_steps / budget_steps)) if score.budget_steps else math.inf
+        return (bool(not_comparable_reason(budget_steps, env_id, score)), PROTOCOL_ORDER.index(score.protocol), budget_gap,
+                score.env_version != version, -(score.n_seeds or 0), score.approximate)
+
+    return min(candidates, key=rank)
+
+
+def not_comparable_reason(ours_budget: int, env_id: str, published: ReferenceScore) -> str:
+    """Why ours and ``published`` cannot be compared ('' when they can)."""
+    reasons = []
+    if published.protocol == "max_eval":
+        reasons.append("the source reports the maximum over training, optimistic by construction")
+    if not published.budget_steps:
+        reasons.append("budget: the source does not state it")
+    else:
+        ratio = published.budget_steps / ours_budget
+        if ratio > BUDGET_RATIO or ratio < 1 / BUDGET_RATIO:
+            reasons.append(f"budget: {ours_budget:,} steps here, {published.budget_steps:,} in the source")
+    family, version = reference.env_family(env_id), reference.env_version(env_id)
+    if published.env_version and version and published.env_version != version and family not in SAME_REWARD_ACROSS_VERSIONS:
+        reasons.append(f"env version: {family}-{version} here, {family}-{published.env_version} in the source (the reward or episode cap differ)")
+    return "; ".join(reasons)
+
+
+def judge(scores: np.ndarray, budget_steps: int, env_id: str, published: ReferenceScore | None, label: str = "",
+          algo: str = "") -> Verdict:
+    """The verdict for our final scores (one per seed) against one published score."""
+    scores = np.asarray(scores, dtype=float)
+    ours = Ours(float(np.mean(scores)), float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0, len(scores)) if len(scores) else None
+    base = dict(label=label or algo, algo=algo, env_id=env_id, budget_steps=budget_steps, ours=ours, published=published)
+    if published is None:
+        return Verdict(verdict="no published score", reason="no source in results/reference/scores.csv has this algorithm on this task", **base)
+    reason = not_comparable_reason(budget_steps, env_id, published)
+    if ours is None or ours.n < 2:
+        reason = "; ".join(filter(None, [reason, f"{ours.n if ours else 0} finished seed(s) here: at least 2 are needed"]))
+    if reason:
+        return Verdict(verdict="not comparable", reason=reason, **base)
+    notes = []
+    if published.env_version and published.env_version != reference.env_version(env_id):
+        notes.append(f"source ran {reference.env_family(env_id)}-{published.env_version}")
+    if published.protocol != "final_eval":
+        notes.append({"training_return": "source: returns of training episodes", "approx_plot": "source: read off a plot"}[published.protocol])
+    if published.approximate and published.protocol != "approx_plot":
+        notes.append("source value approximate")
+    spread = _spread_over_seeds(published)
+    if spread is not None:
+        test_name = "Welch t-test"
+        if ours.std == 0 and spread == 0:
+            p_value = 1.0 if ours.mean == published.mean else 0.0
+        else:
+            p_value = float(scipy_stats.ttest_ind_from_stats(
+                ours.mean, ours.std, ours.n, published.mean, spread, published.n_seeds, equal_var=False).pvalue)
+        consistent = p_value >= ALPHA
+        test = f"{test_name}, p = {p_value:.2g} (ours {ours.n} seeds, source {published.n_seeds} seeds ± {spread:.1f})"
+    else:
+        k = published.n_seeds or 1
+        half = float(scipy_stats.t.ppf(1 - ALPHA / 2, ours.n - 1)) * ours.std * math.sqrt(1 / ours.n + 1 / k)
+        low, high = ours.mean - half, ours.mean + half
+        consistent = low <= published.mean <= high
+        test = (f"{100 * (1 - ALPHA):.0f}% prediction interval of {'one run' if k == 1 else f'the mean of {k} runs'} from "
+                f"{ours.n} seeds: [{low:.1f}, {high:.1f}]")
+    verdict = "reproduced" if consistent else ("above" if ours.mean > published.mean else "below")
+    return Verdict(verdict=verdict, test=test, reason="; ".join(notes), **base)
+
+
+def suite_verdicts(groups: list, scores_table: tuple[ReferenceScore, ...] | None = None) -> list[Verdict]:
+    """One verdict per configuration group (``benchmark.report.Group``)."""
+    scores_table = reference.load_scores() if scores_table is None else scores_table
+    verdicts = []
+    for group in groups:
+        records: list[RunRecord] = group.records
+        budget = records[0].spec.budget.total_steps
+        published = choose_published(group.algo, group.env_id, budget, scores_table)
+        verdicts.append(judge(group.scores, budget, group.env_id, published, group.label, group.algo))
+    return verdicts
+
+
+def ours_text(verdict: Verdict) -> str:
+    ours = verdict.ours
+    return "—" if ours is None else f"{ours.mean:.1f} ± {ours.std:.1f} ({ours.n} seeds)"
+
+
+def published_text(verdict: Verdict) -> str:
+    return verdict.published.citation if verdict.published else "—"
