@@ -19,7 +19,7 @@ from typing import Any
 
 from benchmark import bundles, tracking
 from benchmark.bundles import BundledRun, BundleError, Evaluation
-from benchmark.config import Suite
+from benchmark.config import TRAIN_RETURN_METRIC, Suite
 from benchmark.records import EVAL_METRIC, PRE_ADAPTATION_METRIC
 
 STD_METRIC = "eval/return_std"
@@ -69,21 +69,28 @@ def from_store(suite: Suite, tracking_uri: str) -> list[BundledRun]:
 
 
 def _curve(client: Any, run_id: str, scratch: Path) -> tuple[Evaluation, ...]:
-    """Each evaluation: mean and std as logged, each episode's return and length from the
-    ``evaluations.json`` artifact (absent for runs that did not write it: then no episodes)."""
+    """Each evaluation: mean and std as logged; each episode's return and length, and the
+    training episodes since the previous evaluation, from the ``evaluations.json`` artifact
+    (runs made before it held training returns: from the ``train/episode_return`` history)."""
     means = {int(m.step): float(m.value) for m in tracking.retry(lambda: client.get_metric_history(run_id, EVAL_METRIC))}
     stds = {int(m.step): float(m.value) for m in tracking.retry(lambda: client.get_metric_history(run_id, STD_METRIC))}
-    episodes: dict[int, tuple[tuple[float, ...], tuple[int, ...]]] = {}
+    recorded: dict[int, dict[str, Any]] = {}
     try:
         path = client.download_artifacts(run_id, "evaluations.json", str(scratch / run_id))
-        for evaluation in json.loads(Path(path).read_text()):
-            episodes[int(evaluation["step"])] = (tuple(map(float, evaluation["returns"])), tuple(map(int, evaluation["lengths"])))
+        recorded = {int(evaluation["step"]): evaluation for evaluation in json.loads(Path(path).read_text())}
     except Exception:  # noqa: BLE001 - MLflow raises its own types for a missing artifact
         pass
-    return tuple(
-        Evaluation(step, means[step], stds.get(step, float("nan")), *episodes.get(step, ((), ())))
-        for step in sorted(means)
-    )
+    steps = sorted(means)
+    training = tracking.training_returns(client, run_id, steps) if not any("train_episodes" in e for e in recorded.values()) else {}
+    curve = []
+    for step in steps:
+        evaluation = recorded.get(step, {})
+        train_mean, train_count = training.get(step, (evaluation.get("train_return_mean"), evaluation.get("train_episodes", 0)))
+        curve.append(Evaluation(
+            step, means[step], stds.get(step, float("nan")), tuple(map(float, evaluation.get("returns", ()))),
+            tuple(map(int, evaluation.get("lengths", ()))), None if train_mean is None else float(train_mean), int(train_count or 0),
+        ))
+    return tuple(curve)
 
 
 def export(suite: Suite, tracking_uri: str, output: Path, replace_runs: bool = False) -> tuple[bundles.Bundle, int, int]:
@@ -107,6 +114,8 @@ def export(suite: Suite, tracking_uri: str, output: Path, replace_runs: bool = F
             added += 1
         if known is None or not known.same_result(run):
             merged[run.run_key] = run
+    if not fresh and existing is None:
+        raise BundleError(f"suite {suite.name!r} has no finished run in {tracking.describe_uri(tracking_uri)}: nothing to export")
     bundle = bundles.Bundle(suite.name, merged)
     bundles.write(bundle, output)
     return bundle, added, replaced
@@ -160,6 +169,7 @@ def _import_run(tracking_uri: str, experiment: str, parent_run_id: str, run: Bun
     ended = _ms(run.ended) or int(time.time() * 1000)
     metrics = [Metric(EVAL_METRIC, e.mean, ended, e.step) for e in run.curve]
     metrics += [Metric(STD_METRIC, e.std, ended, e.step) for e in run.curve]
+    metrics += [Metric(TRAIN_RETURN_METRIC, e.train_return_mean, ended, e.step) for e in run.curve if e.train_return_mean is not None]
     last = run.curve[-1].step if run.curve else run.spec.budget.total_steps
     finals = {"final/eval_return_mean": run.final_return, "final/eval_return_std": run.final_return_std,
               "final/steps_per_second": run.steps_per_second, "final/wall_seconds": run.wall_seconds,
@@ -170,7 +180,8 @@ def _import_run(tracking_uri: str, experiment: str, parent_run_id: str, run: Bun
         tracking.retry(lambda: client.log_batch(run_id, metrics=metrics[start:start + 900]))
     for start in range(0, len(params), 90):
         tracking.retry(lambda: client.log_batch(run_id, params=params[start:start + 90]))
-    evaluations = [{"step": e.step, "returns": list(e.returns), "lengths": list(e.lengths)} for e in run.curve]
+    evaluations = [{"step": e.step, "returns": list(e.returns), "lengths": list(e.lengths), "train_return_mean": e.train_return_mean,
+                    "train_episodes": e.train_episodes} for e in run.curve]
     tracking.retry(lambda: client.log_text(run_id, json.dumps(evaluations), "evaluations.json"))
     tracking.retry(lambda: client.log_text(run_id, json.dumps(run.spec.to_dict(), indent=2, sort_keys=True), "config.json"))
     tracking.retry(lambda: client.set_terminated(run_id, "FINISHED", end_time=ended))

@@ -7,9 +7,13 @@ A bundle is a directory (committed ones live in ``results/published/<suite>/``):
 - ``runs.csv``: one row per run, sorted by run key: the run key, algorithm, environment, seed,
   budget, every resolved hyperparameter (JSON), the final evaluation, wall time, steps/s,
   device, CPU/GPU model, git sha, package versions, and the MLflow run it came from;
-- ``curves.csv.gz``: one row per evaluation (run key, env step, mean, std, and every episode's
-  return and length, space-separated), sorted by run key and step; gzip without a timestamp,
-  so the same runs always give the same bytes.
+- ``curves.csv.gz``: one row per evaluation (run key, env step, mean, std, every episode's
+  return and length, space-separated, and the mean return and number of the training episodes
+  that ended since the previous evaluation), sorted by run key and step; gzip without a
+  timestamp, so the same runs always give the same bytes.
+
+Schema versions: 1 had no training returns; 2 adds ``train_return_mean`` and
+``train_episodes`` to the curves. Every version's reader stays (``READERS``).
 
 Plain CSV rather than MLflow's own formats: ``mlflow-export-import`` writes one directory of
 JSON per run with MLflow's internal ids (400 runs: thousands of files, re-imported only
@@ -40,7 +44,7 @@ from agents.api import ConfigError
 from benchmark.config import Budget, RunSpec
 
 FORMAT = "reprorl-bundle"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MANIFEST, RUNS_FILE, CURVES_FILE = "manifest.json", "runs.csv", "curves.csv.gz"
 PUBLISHED_DIR = "published"
 """Under the results directory: ``published/<suite>/`` is read by default."""
@@ -51,7 +55,8 @@ RUN_COLUMNS = (
     "device", "cpu_model", "gpu_model", "git_sha", "git_dirty", "python_version", "platform", "versions",
     "batch_seeds", "mlflow_run_id", "started", "ended", "hyperparameters", "overrides",
 )
-CURVE_COLUMNS = ("run_key", "step", "mean", "std", "returns", "lengths")
+CURVE_COLUMNS = ("run_key", "step", "mean", "std", "returns", "lengths", "train_return_mean", "train_episodes")
+CURVE_COLUMNS_V1 = CURVE_COLUMNS[:6]
 PROVENANCE = ("cpu_model", "gpu_model", "git_sha", "git_dirty", "python_version", "platform")
 
 
@@ -71,6 +76,10 @@ class Evaluation:
     """Each episode's undiscounted return."""
     lengths: tuple[int, ...] = ()
     """Each episode's length in env steps."""
+    train_return_mean: float | None = None
+    """Mean return of the training episodes that ended since the previous evaluation (None: none
+    did, or a schema-1 bundle)."""
+    train_episodes: int = 0
 
 
 @dataclass(frozen=True)
@@ -158,6 +167,7 @@ def _curve_rows(run: BundledRun) -> Iterable[dict[str, str]]:
         yield {
             "run_key": run.run_key, "step": str(evaluation.step), "mean": repr(evaluation.mean), "std": repr(evaluation.std),
             "returns": " ".join(map(repr, evaluation.returns)), "lengths": " ".join(map(str, evaluation.lengths)),
+            "train_return_mean": _number(evaluation.train_return_mean), "train_episodes": str(evaluation.train_episodes),
         }
 
 
@@ -260,6 +270,14 @@ def _optional_float(text: str) -> float | None:
 
 
 def _read_v1(directory: Path, data: dict[str, bytes]) -> list[BundledRun]:
+    return _read_runs(directory, data, CURVE_COLUMNS_V1)
+
+
+def _read_v2(directory: Path, data: dict[str, bytes]) -> list[BundledRun]:
+    return _read_runs(directory, data, CURVE_COLUMNS)
+
+
+def _read_runs(directory: Path, data: dict[str, bytes], curve_columns: tuple[str, ...]) -> list[BundledRun]:
     for name in (RUNS_FILE, CURVES_FILE):
         if name not in data:
             raise BundleError(f"bundle {directory} lacks {name} in its manifest")
@@ -268,11 +286,12 @@ def _read_v1(directory: Path, data: dict[str, bytes]) -> list[BundledRun]:
         text = gzip.decompress(data[CURVES_FILE]).decode()
     except (OSError, EOFError, UnicodeDecodeError) as error:
         raise BundleError(f"bundle file {directory / CURVES_FILE} is not gzip-compressed CSV: {error}") from None
-    for number, row in enumerate(_dict_rows(text, CURVE_COLUMNS, directory / CURVES_FILE), start=2):
+    for number, row in enumerate(_dict_rows(text, curve_columns, directory / CURVES_FILE), start=2):
         try:
             curves.setdefault(row["run_key"], []).append(Evaluation(
                 int(row["step"]), float(row["mean"]), float(row["std"]),
                 tuple(float(v) for v in row["returns"].split()), tuple(int(v) for v in row["lengths"].split()),
+                _optional_float(row.get("train_return_mean", "")), int(row.get("train_episodes") or 0),
             ))
         except ValueError as error:
             raise BundleError(f"{directory / CURVES_FILE} row {number}: {error}") from None
@@ -311,7 +330,7 @@ def _dict_rows(text: str, columns: tuple[str, ...], path: Path) -> list[dict[str
     return list(reader)
 
 
-READERS = {1: _read_v1}
+READERS = {1: _read_v1, 2: _read_v2}
 """Schema version -> reader; a reader stays when the schema moves on, so old bundles still read."""
 
 

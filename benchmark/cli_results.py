@@ -48,7 +48,7 @@ def add_parsers(commands: Any, add_store_arguments: Callable, add_bundle_argumen
 
 
 def command_export(args: argparse.Namespace, console: Any) -> int:
-    from benchmark import bundle_store, bundles, config, tracking
+    from benchmark import bundle_store, bundles, config
     from benchmark.cli import existing_store
 
     suite = config.load_suite(args.suite)
@@ -59,8 +59,6 @@ def command_export(args: argparse.Namespace, console: Any) -> int:
     if output.is_dir() and any(output.iterdir()) and not bundles.is_bundle(output):
         raise ConfigError(f"--output {output} is a directory that holds no bundle: choose an empty or new directory")
     bundle, added, replaced = bundle_store.export(suite, tracking_uri, output, args.replace)
-    if not bundle.runs:
-        raise ConfigError(f"suite {suite.name!r} has no finished run in {tracking.describe_uri(tracking_uri)}: nothing to export")
     size = sum(path.stat().st_size for path in output.iterdir())
     console.print(
         f"bundle {output}: {len(bundle.runs)} runs of suite {suite.name!r} ({added} added"

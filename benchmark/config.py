@@ -45,6 +45,8 @@ from agents.envs import check_env_id, env_spec
 
 SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
 RUN_KEY_VERSION = 1  # bump when the meaning of a RunSpec field changes
+TRAIN_RETURN_METRIC = "train/return_since_eval"
+"""Logged at each evaluation: the mean return of the training episodes that ended since the previous one."""
 
 
 @dataclass(frozen=True)

@@ -176,12 +176,16 @@ def total_line(plan: Plan, workers_text: str) -> str:
     left = plan.left
     if left:
         steps = sum(_steps_left(s) for s in left)
-        parts.append(f"{steps:,} env steps left, about {cost.known_seconds / 3600:.1f} {unit(plan)}"
-                     f" and {estimate.hours(cost.wall_seconds)} of wall time with {workers_text}")
+        if len(cost.unknown) < len(cost.runs):
+            at_least = "at least " if cost.unknown else "about "
+            parts.append(f"{steps:,} env steps left, {at_least}{cost.known_seconds / 3600:.1f} {unit(plan)}"
+                         f" and {estimate.hours(cost.wall_seconds)} of wall time with {workers_text}")
+        else:
+            parts.append(f"{steps:,} env steps left")
         if cost.unknown:
             names = sorted({f"{e.spec.algo} on {e.spec.env_id}" for e in cost.unknown})
-            parts.append(f"{len(cost.unknown)} run(s) not estimated (no throughput data: python -m benchmark calibrate "
-                         f"--algos ... --envs ...): {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}")
+            parts.append(f"{len(cost.unknown)} run(s) not estimated, with no finished run or throughput data for "
+                         f"{', '.join(names[:6])}{' ...' if len(names) > 6 else ''} (python -m benchmark calibrate --algos ... --envs ...)")
     else:
         parts.append("nothing left to train")
     return "; ".join(parts)

@@ -18,7 +18,7 @@ from typing import Any
 
 from benchmark import tracking
 from benchmark.bundles import BundledRun
-from benchmark.config import RunSpec, Suite
+from benchmark.config import TRAIN_RETURN_METRIC, RunSpec, Suite
 
 EVAL_METRIC = "eval/return_mean"
 PRE_ADAPTATION_METRIC = "meta_test/pre_adaptation_return"
@@ -46,6 +46,9 @@ class RunRecord:
     """Meta-RL runs: the final meta-test's return before adaptation (final_return is after)."""
     source: str = ""
     """Where the result comes from: '' for the tracking store, else the bundle's directory."""
+    final_train_return: float | None = None
+    """Mean return of the training episodes of the last evaluation interval (finished runs):
+    compared with sources that report training returns."""
 
     @property
     def finished(self) -> bool:
@@ -69,6 +72,7 @@ def from_bundle(spec: RunSpec, run: BundledRun) -> RunRecord:
         spec, "FINISHED", run.mlflow_run_id, run.final_return, run.steps_per_second, run.wall_seconds,
         [(e.step, e.mean) for e in run.curve], git_sha=run.provenance.get("git_sha") or None, attempts=1,
         pre_adaptation_return=run.pre_adaptation_return, source=run.origin,
+        final_train_return=run.curve[-1].train_return_mean if run.curve else None,
     )
     mark_unusable(record)
     return record
@@ -119,7 +123,12 @@ def _from_store(suite: Suite, tracking_uri: str, with_curves: bool) -> list[RunR
             record.wall_seconds = (chosen.info.end_time - chosen.info.start_time) / 1000
         record.error = record.error or chosen.data.tags.get("error")
         record.git_sha = chosen.data.tags.get("git_sha")
+        if record.status == "FINISHED":
+            record.final_train_return = metrics.get(TRAIN_RETURN_METRIC)
         if with_curves:
             history = tracking.retry(lambda: client.get_metric_history(chosen.info.run_id, EVAL_METRIC))
             record.curve = sorted((int(m.step), float(m.value)) for m in history)
+            if record.status == "FINISHED" and record.final_train_return is None and record.curve:  # made before it was logged
+                steps = [step for step, _ in record.curve]
+                record.final_train_return = tracking.training_returns(client, chosen.info.run_id, steps)[steps[-1]][0]
     return records

@@ -31,7 +31,7 @@ from rich.console import Console
 
 from agents.api import ConfigError
 from benchmark import claims, devices, stores, tracking
-from benchmark.config import RunSpec
+from benchmark.config import TRAIN_RETURN_METRIC, RunSpec
 from benchmark.progress import Board
 
 
@@ -53,6 +53,8 @@ class RunOutcome:
     """CLAIMED: who trains it (host, pid, since when)."""
     source: str = ""
     """A run a result bundle holds: the bundle's directory."""
+    final_train_return: float | None = None
+    """Mean return of the training episodes of the last evaluation interval."""
 
     @property
     def ok(self) -> bool:
@@ -203,7 +205,8 @@ class _ChildRun:
         outcome = _outcome_of_finished(self.spec, done)
         return {"run_key": key, "status": "FINISHED", "skipped": True, "run_id": outcome.run_id,
                 "final_return_mean": outcome.final_return_mean, "final_return_std": outcome.final_return_std,
-                "steps_per_second": outcome.steps_per_second, "device": outcome.device}
+                "steps_per_second": outcome.steps_per_second, "device": outcome.device,
+                "final_train_return": outcome.final_train_return}
 
     def release(self) -> None:
         if self._claim is not None:
@@ -297,6 +300,7 @@ class _ChildRun:
             "status": "FINISHED",
             "final_return_mean": final.mean,
             "final_return_std": final.std,
+            "final_train_return": final.train_return_mean,
             "steps_per_second": result.steps_per_second,
             "device": result.device,
             "resumed_from": self.payload["loop"]["step"] if self.payload else None,
@@ -687,13 +691,14 @@ def _outcome_of_finished(spec: RunSpec, run: Any) -> RunOutcome:
         steps_per_second=metrics.get("final/steps_per_second"),
         device=run.data.tags.get("device"),
         skipped=True,
+        final_train_return=metrics.get(TRAIN_RETURN_METRIC),
     )
 
 
 def _outcome_of_bundled(spec: RunSpec, run: Any) -> RunOutcome:
     return RunOutcome(spec, run_id=run.mlflow_run_id, status="FINISHED", final_return_mean=run.final_return,
                       final_return_std=run.final_return_std, steps_per_second=run.steps_per_second, device=run.device,
-                      skipped=True, source=run.origin)
+                      skipped=True, source=run.origin, final_train_return=run.curve[-1].train_return_mean if run.curve else None)
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -901,6 +906,7 @@ def _record(data: dict[str, Any], spec: RunSpec, outcomes: dict[str, RunOutcome]
     outcome.error = data.get("error")
     outcome.final_return_mean = data.get("final_return_mean")
     outcome.final_return_std = data.get("final_return_std")
+    outcome.final_train_return = data.get("final_train_return")
     outcome.steps_per_second = data.get("steps_per_second")
     outcome.device = data.get("device")
     outcome.skipped = bool(data.get("skipped"))

@@ -25,16 +25,17 @@ class SummaryRow:
     """Seeds another launch is training (not waited for)."""
     algo: str = ""
     budget_steps: int = 0
+    train_returns: list[float | None] | None = None
+    """Each finished seed's training return of the last evaluation interval (None: not recorded)."""
 
     @property
     def verdict(self) -> str:
         """Reproduced, above, below, not comparable or no published score (``benchmark.verdicts``); '—' without a finished seed."""
-        from benchmark import reference, verdicts
+        from benchmark import verdicts
 
         if not self.returns or not self.algo:
             return "—"
-        published = verdicts.choose_published(self.algo, self.env_id, self.budget_steps, reference.load_scores())
-        return verdicts.judge(np.array(self.returns), self.budget_steps, self.env_id, published, self.label, self.algo).verdict
+        return verdicts.verdict_for(self.algo, self.env_id, self.budget_steps, self.returns, self.train_returns or [], self.label).verdict
 
     @property
     def mean(self) -> float | None:
@@ -62,6 +63,7 @@ def summarize(outcomes: Iterable[RunOutcome]) -> list[SummaryRow]:
                 env_id=specs[0].env_id,
                 seeds=sorted(m.spec.seed for m in members),
                 returns=[m.final_return_mean for m in finished if m.final_return_mean is not None],
+                train_returns=[m.final_train_return for m in finished if m.final_return_mean is not None],
                 steps_per_second=float(np.mean(speeds)) if speeds else None,
                 failed=len(members) - len(finished) - elsewhere,
                 elsewhere=elsewhere,

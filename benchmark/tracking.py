@@ -501,6 +501,21 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def training_returns(mlflow_client: Any, run_id: str, steps: list[int]) -> dict[int, tuple[float | None, int]]:
+    """Evaluation step -> (mean, count) of the run's logged training episodes (``train/episode_return``)
+    that ended after the previous evaluation and at or before this one (``steps`` sorted): for
+    runs made before the loop logged this itself at each evaluation."""
+    import bisect
+
+    history = retry(lambda: mlflow_client.get_metric_history(run_id, "train/episode_return"))
+    buckets: dict[int, list[float]] = {step: [] for step in steps}
+    for metric in history:
+        index = bisect.bisect_left(steps, int(metric.step))
+        if index < len(steps):
+            buckets[steps[index]].append(float(metric.value))
+    return {step: ((sum(values) / len(values)) if values else None, len(values)) for step, values in buckets.items()}
+
+
 def child_params(spec: Any) -> dict[str, Any]:
     """A RunSpec as the MLflow params of its child run: algo, env_id, seed, suite, budget.*, hp.*."""
     params: dict[str, Any] = {"algo": spec.algo, "env_id": spec.env_id, "seed": spec.seed, "suite": spec.suite}

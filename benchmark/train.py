@@ -34,7 +34,7 @@ from agents.envs import (
     true_next_obs,
 )
 from benchmark import checkpoint
-from benchmark.config import RunSpec
+from benchmark.config import TRAIN_RETURN_METRIC, RunSpec
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation envs never share seeds with training envs
 
@@ -68,6 +68,11 @@ class Evaluation:
     step: int
     returns: list[float]
     lengths: list[int]
+    train_return_mean: float | None = None
+    """Mean return of the training episodes that ended since the previous evaluation (None: none
+    ended): what sources that report training returns (CleanRL, openrlbenchmark) measure."""
+    train_episodes: int = 0
+    """How many training episodes that is."""
 
     @property
     def mean(self) -> float:
@@ -168,6 +173,9 @@ class _Loop:
     train_seconds: float = 0.0
     eval_seconds: float = 0.0
     update_logs: dict[str, list[float]] = field(default_factory=dict)
+    train_return_sum: float = 0.0
+    """Of the training episodes that ended since the last evaluation (with train_episodes)."""
+    train_episodes: int = 0
 
 
 def run(
@@ -455,6 +463,8 @@ class _SeedRun:
         self.loop.step += self.config.num_envs
         for episode_return, episode_length in finished_episodes(infos):
             self.tracker.log_metrics({"train/episode_return": episode_return, "train/episode_length": episode_length}, self.loop.step)
+            self.loop.train_return_sum += episode_return
+            self.loop.train_episodes += 1
 
     def record_update(self, logs: dict[str, float]) -> None:
         check_finite(logs, self.loop.step)
@@ -473,12 +483,17 @@ class _SeedRun:
         loop.update_logs.clear()
         eval_started = time.perf_counter()
         evaluation = evaluate(self.algo, self.eval_envs, self.train_envs, self.spec.seed + EVAL_SEED_OFFSET, self.device, step)
+        if loop.train_episodes:
+            evaluation.train_return_mean = loop.train_return_sum / loop.train_episodes
+            evaluation.train_episodes = loop.train_episodes
+        loop.train_return_sum, loop.train_episodes = 0.0, 0
         self.result.evaluations.append(evaluation)
         self.tracker.log_metrics(
             {
                 "eval/return_mean": evaluation.mean,
                 "eval/return_std": evaluation.std,
                 "eval/length_mean": float(np.mean(evaluation.lengths)),
+                **({TRAIN_RETURN_METRIC: evaluation.train_return_mean} if evaluation.train_episodes else {}),
             },
             step,
         )

@@ -20,6 +20,10 @@ then the same env version, then more seeds. The verdict:
   the reason is said;
 - **no published score**: no source has this algorithm on this task.
 
+Like is compared with like: against a source that reports returns of training episodes, our
+score is the mean return of the training episodes of the last evaluation interval of each seed
+(when the runs recorded them), not the final deterministic evaluation.
+
 A verdict of "reproduced" means "not distinguishable at this number of seeds": with 3-5 seeds
 only large differences are detectable, which is why the test and both seed counts are shown.
 """
@@ -116,8 +120,9 @@ def not_comparable_reason(ours_budget: int, env_id: str, published: ReferenceSco
 
 
 def judge(scores: np.ndarray, budget_steps: int, env_id: str, published: ReferenceScore | None, label: str = "",
-          algo: str = "") -> Verdict:
-    """The verdict for our final scores (one per seed) against one published score."""
+          algo: str = "", measure: str = "") -> Verdict:
+    """The verdict for our scores (one per seed) against one published score; ``measure`` says
+    what our scores are when they are not the final evaluation."""
     scores = np.asarray(scores, dtype=float)
     ours = Ours(float(np.mean(scores)), float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0, len(scores)) if len(scores) else None
     base = dict(label=label or algo, algo=algo, env_id=env_id, budget_steps=budget_steps, ours=ours, published=published)
@@ -128,11 +133,13 @@ def judge(scores: np.ndarray, budget_steps: int, env_id: str, published: Referen
         reason = "; ".join(filter(None, [reason, f"{ours.n if ours else 0} finished seed(s) here: at least 2 are needed"]))
     if reason:
         return Verdict(verdict="not comparable", reason=reason, **base)
-    notes = []
+    notes = [measure] if measure else []
     if published.env_version and published.env_version != reference.env_version(env_id):
         notes.append(f"source ran {reference.env_family(env_id)}-{published.env_version}")
-    if published.protocol != "final_eval":
-        notes.append({"training_return": "source: returns of training episodes", "approx_plot": "source: read off a plot"}[published.protocol])
+    if published.protocol == "training_return" and not measure:
+        notes.append("source: returns of training episodes; ours: final evaluation (no training returns recorded)")
+    elif published.protocol == "approx_plot":
+        notes.append("source: read off a plot")
     if published.approximate and published.protocol != "approx_plot":
         notes.append("source value approximate")
     spread = _spread_over_seeds(published)
@@ -162,10 +169,22 @@ def suite_verdicts(groups: list, scores_table: tuple[ReferenceScore, ...] | None
     verdicts = []
     for group in groups:
         records: list[RunRecord] = group.records
-        budget = records[0].spec.budget.total_steps
-        published = choose_published(group.algo, group.env_id, budget, scores_table)
-        verdicts.append(judge(group.scores, budget, group.env_id, published, group.label, group.algo))
+        finished = [r for r in records if r.finished]
+        verdicts.append(verdict_for(group.algo, group.env_id, records[0].spec.budget.total_steps, [r.final_return for r in finished],
+                                    [r.final_train_return for r in finished], group.label, scores_table))
     return verdicts
+
+
+def verdict_for(algo: str, env_id: str, budget_steps: int, finals: list[float], trains: list[float | None], label: str = "",
+                scores_table: tuple[ReferenceScore, ...] | None = None) -> Verdict:
+    """The verdict of one configuration from its seeds' final evaluations and training returns
+    (of the last evaluation interval; None where a run did not record them)."""
+    scores_table = reference.load_scores() if scores_table is None else scores_table
+    published = choose_published(algo, env_id, budget_steps, scores_table)
+    scores, measure = np.array(finals, dtype=float), ""
+    if published is not None and published.protocol == "training_return" and trains and None not in trains:
+        scores, measure = np.array(trains, dtype=float), "ours: training episodes of the last evaluation interval, as the source"
+    return judge(scores, budget_steps, env_id, published, label or algo, algo, measure)
 
 
 def ours_text(verdict: Verdict) -> str:
