@@ -269,3 +269,19 @@ def test_bad_bundles_get_one_line_and_change_nothing(trained, tmp_path):
         assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], completed.stderr
     assert not store.exists() and not (tmp_path / "merged").exists() and not (tmp_path / "smoke").exists()
     assert a_file.read_text() == "not a bundle" and sorted(p.name for p in other.iterdir()) == ["notes.txt"]
+
+
+def test_reproduce_and_regress_read_a_bundle(trained, tmp_path):
+    """reproduce takes a run key a bundle holds and repeats it bit for bit; regress --from
+    compares fresh seeds with the bundle's runs instead of a baseline JSON."""
+    root = trained
+    bundle = bundles.read(root / "bundle")
+    run = next(r for r in bundle.runs.values() if r.spec.algo == "dqn")
+    again = run_cli("reproduce", run.run_key, "--from", "bundle", "--results-dir", str(tmp_path / "none"), cwd=root)
+    assert again.returncode == 0, again.stderr
+    assert "from bundle bundle" in again.stdout and "match: all 2 evaluations are bit-identical" in again.stdout
+    checked = run_cli("regress", "--suite", "travel.yaml", "--from", "bundle", "--algos", "dqn", "--results-dir", "results", cwd=root)
+    assert checked.returncode in (0, 1), checked.stderr
+    assert "seeds [100, 101]" in checked.stdout and "dqn @ CartPole-v1" in checked.stdout
+    both = run_cli("regress", "--suite", "travel.yaml", "--from", "bundle", "--baseline", "x.json", "--results-dir", "results", cwd=root)
+    assert both.returncode == 2 and "--from and --baseline" in both.stderr
