@@ -389,11 +389,7 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
                       highlight=False)
         console.print(planning.total_line(found, _workers_text(args, suite)), highlight=False, markup=False)
         return 0
-    if args.tracking_uri:  # a bad URI fails before anything is created
-        from benchmark import tracking
-
-        tracking.ensure_store(args.tracking_uri, deep=True, writing=True)
-    found = _plan(suite, args, bundled)
+    found = _plan(suite, args, bundled)  # reads the store when it exists (a bad URI fails here), creates nothing
     _confirm_cost(found, args, console, suite)
     execution = _execute_suite(suite, args, console, force=args.force, bundled=bundled)
     elsewhere = [o for o in execution.outcomes if o.status == "CLAIMED"]
@@ -563,13 +559,12 @@ def existing_store(args: argparse.Namespace) -> str:
     from agents.api import ConfigError
     from benchmark import stores, tracking
 
-    tracking_uri = args.tracking_uri or tracking.default_tracking_uri(args.results_dir)
-    path = stores.sqlite_path(tracking_uri)
-    if path is not None and not path.exists():
+    tracking_uri = _store_if_exists(args)
+    if tracking_uri is None:
+        path = stores.sqlite_path(args.tracking_uri or tracking.default_tracking_uri(args.results_dir))
         where = f"results directory {args.results_dir}" if args.tracking_uri is None else "--tracking-uri"
         missing = "does not exist" if not path.parent.exists() else "holds no tracking store"
         raise ConfigError(f"{where} {missing} ({path} not found): pass the --results-dir (or --tracking-uri) your runs were stored in")
-    tracking.ensure_store(tracking_uri, deep=True)
     return tracking_uri
 
 

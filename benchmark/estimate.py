@@ -22,7 +22,9 @@ from __future__ import annotations
 import csv
 import datetime
 import functools
+import hashlib
 import heapq
+import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,9 +96,6 @@ def config_key(params: dict[str, object]) -> str:
     """What runs of one configuration share, from their MLflow params (``tracking.child_params``:
     the algorithm, environment, budget and hyperparameters) without the seed and suite; values
     compared as MLflow stores them, as text."""
-    import hashlib
-    import json
-
     kept = {key: str(value) for key, value in params.items() if key not in ("seed", "suite")}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
