@@ -7,7 +7,6 @@ before any MLflow run is created.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import signal
@@ -205,16 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     perf.add_argument("--batched-repeats", type=int, default=1, metavar="R", help="measurements per batched row; medians are reported (default 1)")
     perf.add_argument("--device", default="cpu", help="device of the batched rows: cpu (default) or cuda (SAC's 5x target applies on a GPU)")
     perf.add_argument(
-        "--learning", action="store_true",
-        help="instead of throughput: train our SAC and SB3's (same setting) 50k steps on seeds 0-2 (--seeds) and compare final returns",
-    )
-    perf.add_argument(
-        "--seeds", type=int, nargs="+", metavar="SEED",
-        help="with --learning: the seeds to run (default 0 1 2); the output keeps the other seeds it holds for the same setting",
-    )
-    perf.add_argument(
         "--output", type=Path,
-        help="JSON written (default results/perf/compare.json; with --learning results/perf/learning.json, joined with the seeds it already holds)",
+        help="JSON written (default results/perf/compare.json)",
     )
 
     ui = commands.add_parser("ui", help="the MLflow UI on the results' store; prints the runs page of each suite")
@@ -225,6 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
     from benchmark import cli_results
 
     cli_results.add_parsers(commands, _add_store_arguments, _add_bundle_arguments, _add_format)
+    from benchmark import cli_parity
+
+    cli_parity.add_parsers(commands, _add_format)
 
     listing = commands.add_parser("list", help="algorithms, buffers, suites and environments; an algorithm's defaults")
     listing.add_argument("what", nargs="?", metavar="algorithms|buffers|suites|envs|ALGO",
@@ -269,8 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no download bars in our output
     from agents.api import ConfigError
-
-    from benchmark import cli_results
+    from benchmark import cli_parity, cli_results
     from benchmark.tables import Output
 
     console = Output(getattr(args, "format", "table"))
@@ -288,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             "perf": command_perf,
             "ui": command_ui,
             **cli_results.COMMANDS,
+            **cli_parity.COMMANDS,
         }
         return commands[args.command](args, console)
     except ConfigError as error:
@@ -864,13 +858,7 @@ def command_perf(args: argparse.Namespace, console: Console) -> int:
         from benchmark.train import resolve_device
 
         resolve_device(args.device)
-    if args.seeds is not None and not args.learning:
-        raise ConfigError("--seeds is for --learning (throughput measurements alternate pairs, not seeds)")
-    if args.seeds is not None and (len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0):
-        raise ConfigError(f"--seeds must be distinct non-negative integers, got {args.seeds}")
     sb3_version = perf.check_sb3() if compare else None
-    if args.learning:
-        return _perf_learning(args, console, perf)
     if args.batched_only:
         return _perf_batched(args, console, perf, cases, counts)
     console.print(
@@ -956,38 +944,6 @@ def _batched_table(data: dict) -> Table:
                 f"{row['separate']['peak_rss_mb'] * row['seeds'] / row['separate']['processes']:,.0f} / {row['one_process']['peak_rss_mb']:,.0f}",
             )
     return table
-
-
-def _perf_learning(args: argparse.Namespace, console: Console, perf) -> int:
-    from agents.api import ConfigError
-
-    if args.no_compare:
-        raise ConfigError("--learning compares with SB3; drop --no-compare")
-    steps = max(int(perf.LEARNING_STEPS * args.scale), 1)
-    seeds = args.seeds if args.seeds is not None else list(range(perf.LEARNING_SEEDS))
-    console.print(f"learning: our SAC and SB3's, {steps:,} steps on HalfCheetah-v5, seeds {seeds}", highlight=False)
-
-    def progress(name: str, side: str, seed: int, measured: dict) -> None:
-        console.print(f"  seed {seed} {side:<4} final return {measured['final_return']:9.1f}  ({measured['seconds'] / 60:.1f} min)", highlight=False)
-
-    found = perf.learning("sac", steps=steps, seeds=seeds, threads=args.threads, on_measurement=progress)
-    path = args.output or Path("results/perf/learning.json")
-    earlier = json.loads(path.read_text()) if path.exists() else None
-    joined = perf.merge_learning(earlier["learning"] if earlier else None, found)
-    runs = earlier.get("runs", []) if earlier and joined is not found else []
-    runs.append({"created": perf.now(), "machine": perf.machine(), "seeds": found["seeds"]})
-    if len(joined["seeds"]) > len(found["seeds"]):
-        console.print(f"joined with the seeds {path} held: seeds {joined['seeds']}", highlight=False)
-    for side in ("ours", "sb3"):
-        console.print(f"{side:<4} mean {joined['mean'][side]:9.1f}  std over seeds {joined['std'][side]:7.1f}  returns {[round(r, 1) for r in joined['returns'][side]]}", highlight=False)
-    if joined["welch_p_value"] is None:
-        console.print("one seed: no test of the difference (run two or more)", highlight=False)
-    else:
-        verdict = "within the seed noise" if joined["within_seed_noise"] else "NOT within the seed noise"
-        console.print(f"Welch's t-test p = {joined['welch_p_value']:.3f}: the difference is {verdict}", highlight=False)
-    perf.write({"created": perf.now(), "learning": joined, "runs": runs}, path)
-    console.print(f"written to {path}", highlight=False)
-    return 0
 
 
 def _perf_table(data: dict, compare: bool) -> Table:

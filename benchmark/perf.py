@@ -393,68 +393,6 @@ def _median_entry(entries: list[dict[str, Any]]) -> dict[str, Any]:
     return {**ordered[(len(ordered) - 1) // 2], "all_steps_per_second": [entry["steps_per_second"] for entry in entries]}
 
 
-LEARNING_STEPS, LEARNING_SEEDS, LEARNING_EPISODES = 50_000, 3, 10
-
-
-def learning(
-    case_name: str = "sac",
-    steps: int = LEARNING_STEPS,
-    seeds: int | Sequence[int] = LEARNING_SEEDS,
-    episodes: int = LEARNING_EPISODES,
-    threads: int = 1,
-    on_measurement: Callable[[str, str, int, dict[str, Any]], None] | None = None,
-) -> dict[str, Any]:
-    """Both libraries trained ``steps`` with the case's setting on ``seeds`` (a count: seeds
-    0..n-1, or the seeds themselves); final deterministic returns over ``episodes`` episodes,
-    and whether their difference is within the seed noise (Welch's t-test, p > 0.05)."""
-    case = CASES[case_name]
-    seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
-    returns: dict[str, list[float]] = {"ours": [], "sb3": []}
-    for seed in seeds:
-        for side in ("ours", "sb3"):
-            job = {"kind": f"learn_{side}", "algo": case.name, "env_id": case.env_id, "steps": steps, "episodes": episodes,
-                   "seed": seed, "threads": threads, "hyperparameters": case.ours if side == "ours" else case.sb3}
-            measured = run_job(job, timeout=6 * 3600)
-            returns[side].append(measured["final_return"])
-            if on_measurement is not None:
-                on_measurement(case_name, side, seed, measured)
-    return learning_statistics(
-        {"case": case_name, "env_id": case.env_id, "steps": steps, "episodes": episodes, "seeds": seeds, "returns": returns}
-    )
-
-
-def learning_statistics(comparison: dict[str, Any]) -> dict[str, Any]:
-    """``comparison`` (seeds and per-seed returns of both sides) with means, standard
-    deviations and Welch's t-test; ``within_seed_noise`` is None below two seeds."""
-    from scipy import stats
-
-    returns = comparison["returns"]
-    enough = len(comparison["seeds"]) > 1
-    p_value = float(stats.ttest_ind(returns["ours"], returns["sb3"], equal_var=False).pvalue) if enough else None
-    return {
-        **comparison,
-        "mean": {side: statistics.fmean(values) for side, values in returns.items()},
-        "std": {side: statistics.stdev(values) if len(values) > 1 else 0.0 for side, values in returns.items()},
-        "welch_p_value": p_value,
-        "within_seed_noise": None if p_value is None else p_value > 0.05,
-    }
-
-
-LEARNING_SETTING = ("case", "env_id", "steps", "episodes")
-
-
-def merge_learning(earlier: dict[str, Any] | None, found: dict[str, Any]) -> dict[str, Any]:
-    """``found`` joined with an ``earlier`` comparison of the same setting (case, env, steps,
-    episodes): the earlier seeds are kept unless ``found`` ran them again, and the statistics
-    are recomputed over all; a comparison of another setting is not joined (``found`` alone)."""
-    if earlier is None or any(earlier.get(key) != found[key] for key in LEARNING_SETTING):
-        return found
-    kept = [(seed, index) for index, seed in enumerate(earlier["seeds"]) if seed not in found["seeds"]]
-    seeds = [seed for seed, _ in kept] + list(found["seeds"])
-    returns = {side: [earlier["returns"][side][index] for _, index in kept] + list(found["returns"][side]) for side in ("ours", "sb3")}
-    return learning_statistics({**{key: found[key] for key in LEARNING_SETTING}, "seeds": seeds, "returns": returns})
-
-
 def replay_memory(capacity: int = REPLAY_CAPACITY) -> dict[str, Any]:
     """Bytes of a full HalfCheetah replay buffer against the raw bytes of its fields."""
     measured = run_job({"kind": "memory", "env_id": HALF_CHEETAH, "capacity": capacity})

@@ -236,9 +236,8 @@ def run_seeds_job(job: dict[str, Any]) -> dict[str, Any]:
 # -- Stable-Baselines3 ---------------------------------------------------------------------
 
 
-def run_sb3(job: dict[str, Any], keep_model: bool = False) -> dict[str, Any]:
-    """Train Stable-Baselines3's implementation of ``job["algo"]`` for ``job["steps"]`` env steps
-    (``keep_model`` returns the trained model too, under "model")."""
+def run_sb3(job: dict[str, Any]) -> dict[str, Any]:
+    """Train Stable-Baselines3's implementation of ``job["algo"]`` for ``job["steps"]`` env steps."""
     import gymnasium as gym
     import stable_baselines3 as sb3
     from stable_baselines3.common.noise import NormalActionNoise
@@ -259,10 +258,7 @@ def run_sb3(job: dict[str, Any], keep_model: bool = False) -> dict[str, Any]:
     started = time.perf_counter()
     model.learn(total_timesteps=steps)
     seconds = time.perf_counter() - started
-    result = {"steps_per_second": steps / seconds, "seconds": seconds, "version": sb3.__version__}
-    if keep_model:
-        result["model"] = model
-    return result
+    return {"steps_per_second": steps / seconds, "seconds": seconds, "version": sb3.__version__}
 
 
 # -- the bounds: the env alone, the update alone --------------------------------------------
@@ -420,40 +416,9 @@ def _buffer_tensors(buffer: Any) -> list[torch.Tensor]:
     return found
 
 
-# -- learning: the same setting trained to a score in both libraries --------------------------
-
-
-def learn_ours(job: dict[str, Any]) -> dict[str, Any]:
-    """Train ours for ``steps`` and score the final policy deterministically over ``episodes``."""
-    import agents
-    from benchmark import train
-    from benchmark.config import Budget, RunSpec
-
-    steps, episodes = int(job["steps"]), int(job["episodes"])
-    hyperparameters = agents.resolve_config(job["algo"], job["hyperparameters"]).to_dict()
-    spec = RunSpec(
-        "perf", job["algo"], job["env_id"], int(job["seed"]), hyperparameters,
-        Budget(total_steps=steps, eval_every=steps, eval_episodes=episodes), device="cpu", torch_threads=int(job["threads"]),
-    )
-    result = train.run(spec)
-    return {"final_return": result.evaluations[-1].mean, "steps_per_second": result.steps_per_second, "seconds": steps / result.steps_per_second}
-
-
-def learn_sb3(job: dict[str, Any]) -> dict[str, Any]:
-    """Train SB3 for ``steps`` and score it with its own ``evaluate_policy`` (deterministic)."""
-    import gymnasium as gym
-    from stable_baselines3.common.evaluation import evaluate_policy
-
-    result = run_sb3(job, keep_model=True)
-    env = gym.make(job["env_id"])
-    env.reset(seed=int(job["seed"]) + 1_000_003)
-    mean, _ = evaluate_policy(result.pop("model"), env, n_eval_episodes=int(job["episodes"]), deterministic=True)
-    return {**result, "final_return": float(mean)}
-
-
 KINDS = {
     "ours": run_ours, "sb3": run_sb3, "env": run_env, "floor": run_floor, "memory": run_memory,
-    "learn_ours": learn_ours, "learn_sb3": learn_sb3, "seeds": run_seeds_job,
+    "seeds": run_seeds_job,
 }
 
 

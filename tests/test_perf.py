@@ -101,10 +101,6 @@ def test_unknown_case_and_bad_counts_exit_2(capsys):
     assert "unknown perf case(s) a2c" in capsys.readouterr().err
     assert main(["perf", "--pairs", "0", "--no-compare"]) == EXIT_CONFIG_ERROR
     assert "--pairs must be >= 1" in capsys.readouterr().err
-    assert main(["perf", "--seeds", "3", "--no-compare"]) == EXIT_CONFIG_ERROR
-    assert "--seeds is for --learning" in capsys.readouterr().err
-    assert main(["perf", "--learning", "--seeds", "1", "1"]) == EXIT_CONFIG_ERROR
-    assert "--seeds must be distinct" in capsys.readouterr().err
 
 
 def test_missing_sb3_names_the_extra(monkeypatch, capsys):
@@ -134,53 +130,6 @@ def test_perf_cli_writes_the_table_and_json(tmp_path):
     # the parts add up to the whole loop's time per step
     assert sum(parts.values()) == pytest.approx(1e6 / profile["steps_per_second"], rel=0.05)
     assert profile["calls"]["env"] == 400 and "ncalls" in profile["top_functions"]
-
-
-def test_learning_comparison_judges_the_difference_against_seed_noise(monkeypatch):
-    """The statistics of --learning, on returns stubbed in for the two libraries' runs."""
-    returns = {"ours": [3000.0, 2500.0, 3500.0], "sb3": [2900.0, 2400.0, 3300.0]}
-    jobs = []
-
-    def fake_run_job(job, timeout=0):
-        jobs.append(job)
-        side = job["kind"].removeprefix("learn_")
-        return {"final_return": returns[side][job["seed"]], "seconds": 1.0}
-
-    monkeypatch.setattr(perf, "run_job", fake_run_job)
-    found = perf.learning("sac", steps=1000, seeds=3)
-    assert [(j["kind"], j["seed"]) for j in jobs] == [(f"learn_{side}", seed) for seed in range(3) for side in ("ours", "sb3")]
-    assert jobs[0]["hyperparameters"] == perf.CASES["sac"].ours and jobs[1]["hyperparameters"] == perf.CASES["sac"].sb3
-    assert found["mean"] == {"ours": 3000.0, "sb3": pytest.approx(2866.67, abs=0.01)}
-    assert found["within_seed_noise"] and found["welch_p_value"] > 0.5
-    returns["sb3"] = [1000.0, 1010.0, 990.0]  # far outside the seed noise
-    assert not perf.learning("sac", steps=1000, seeds=3)["within_seed_noise"]
-    jobs.clear()
-    found = perf.learning("sac", steps=1000, seeds=[2, 0])
-    assert [j["seed"] for j in jobs] == [2, 2, 0, 0] and found["seeds"] == [2, 0] and found["returns"]["ours"] == [3500.0, 3000.0]
-
-
-def test_learning_runs_join_the_seeds_already_written(monkeypatch, tmp_path, capsys):
-    """--seeds adds seeds to the comparison in the output file (same setting); a seed run
-    again replaces its earlier returns; one seed alone reports no test instead of failing."""
-    returns = {("ours", 0): 3000.0, ("sb3", 0): 2000.0, ("ours", 1): 3100.0, ("sb3", 1): 2600.0,
-               ("ours", 2): 2900.0, ("sb3", 2): 3300.0}
-    monkeypatch.setattr(perf, "check_sb3", lambda: "stub")
-    monkeypatch.setattr(perf, "run_job", lambda job, timeout=0: {
-        "final_return": returns[(job["kind"].removeprefix("learn_"), job["seed"])], "seconds": 1.0})
-    output = tmp_path / "learning.json"
-    assert main(["perf", "--learning", "--seeds", "0", "--output", str(output)]) == 0
-    assert "one seed: no test" in capsys.readouterr().out
-    assert main(["perf", "--learning", "--seeds", "2", "1", "--output", str(output)]) == 0
-    returns[("ours", 1)] = 3200.0
-    assert main(["perf", "--learning", "--seeds", "1", "--output", str(output)]) == 0
-    written = json.loads(output.read_text())
-    found = written["learning"]
-    assert found["seeds"] == [0, 2, 1] and found["returns"]["ours"] == [3000.0, 2900.0, 3200.0]
-    assert found["returns"]["sb3"] == [2000.0, 3300.0, 2600.0] and found["welch_p_value"] is not None
-    assert [run["seeds"] for run in written["runs"]] == [[0], [2, 1], [1]]
-    assert perf.merge_learning({**found, "steps": 123}, perf.learning_statistics(
-        {"case": "sac", "env_id": found["env_id"], "steps": found["steps"], "episodes": found["episodes"], "seeds": [5],
-         "returns": {"ours": [1.0], "sb3": [2.0]}}))["seeds"] == [5]  # another setting is not joined
 
 
 def test_seeds_are_dealt_over_processes_evenly():

@@ -1,0 +1,398 @@
+"""Side by side with a peer library at equal settings: ``python -m benchmark parity``.
+
+For one algorithm and env, each seed trains our implementation and the same algorithm of
+Stable-Baselines3 (sb3-contrib's for TRPO) with identical hyperparameters, network sizes,
+normalization and step budget, each in a fresh process, and scores both by one protocol (our
+final evaluation: deterministic policy, ``episodes`` episodes on seeded fresh envs, frozen
+observation normalization). The seeds' final returns are compared:
+
+* each side's mean with its 95% Student t interval over seeds;
+* Welch's t-test of the difference (two-sided);
+* an equivalence verdict by two one-sided tests (TOST, 5% each): "equivalent" when the 90%
+  interval of the difference of means lies inside +-``margin`` x |peer's mean| (default 20%);
+  otherwise "ours higher" / "ours lower" when Welch's p < 0.05, else "inconclusive" (the data
+  cannot tell: too few seeds for the spread).
+
+Every finished seed is written at once to ``results/parity/<algo>-<env>-<steps>.json`` (under a
+lock, atomically), so a killed invocation loses nothing finished and a rerun trains only the
+seeds missing; ``results/parity/parity.md`` and ``parity.csv`` tabulate every comparison held.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from agents.api import ConfigError
+
+PARITY_DIR = Path("results/parity")
+EPISODES = 10
+MARGIN = 0.2
+SIDES = ("ours", "peer")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One algorithm's setting, written for both libraries."""
+
+    algo: str
+    env_id: str
+    """Default env."""
+    steps: int
+    """Default env-step budget."""
+    ours: dict[str, Any]
+    """Our hyperparameters (on top of the algorithm's defaults)."""
+    peer: dict[str, Any]
+    """The peer's constructor arguments, plus ``n_envs`` and ``normalize`` (VecNormalize)."""
+    source: str
+    """Where the setting comes from."""
+
+
+_ON_POLICY_NORMALIZED = dict(normalize_observations=True, normalize_rewards=True, clip_observations=10.0, clip_rewards=10.0)
+_TANH_64 = dict(hidden_sizes=(64, 64), activation="tanh", initial_log_std=0.0, shared_network=False)
+_SB3_TANH_64 = dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn="tanh", log_std_init=0.0)
+
+SETTINGS: dict[str, Setting] = {
+    "ppo": Setting(
+        "ppo", "Hopper-v5", 500_000,
+        ours=dict(num_envs=1, num_steps=2048, num_minibatches=32, num_epochs=10, learning_rate=3e-4, anneal_lr=False,
+                  gamma=0.99, gae_lambda=0.95, clip_range=0.2, value_clip_range=None, value_coef=0.5, max_grad_norm=0.5,
+                  entropy_method="no_entropy", policy_ent_coeff=0.0, center_adv=True, **_TANH_64, **_ON_POLICY_NORMALIZED),
+        peer=dict(n_envs=1, normalize=True, n_steps=2048, batch_size=64, n_epochs=10, learning_rate=3e-4, gamma=0.99,
+                  gae_lambda=0.95, clip_range=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, policy_kwargs=_SB3_TANH_64),
+        source="SB3 PPO defaults (= Schulman et al. 2017, Table 3) with VecNormalize, as RL Zoo runs MuJoCo",
+    ),
+    "a2c": Setting(
+        "a2c", "Hopper-v5", 500_000,
+        ours=dict(num_envs=16, num_steps=5, learning_rate=7e-4, anneal_lr=False, optimizer="rmsprop", rmsprop_alpha=0.99,
+                  rmsprop_eps=1e-5, gamma=0.99, gae_lambda=1.0, center_adv=False, value_coef=0.5, max_grad_norm=0.5,
+                  entropy_method="no_entropy", policy_ent_coeff=0.0, **_TANH_64, **_ON_POLICY_NORMALIZED),
+        peer=dict(n_envs=16, normalize=True, n_steps=5, learning_rate=7e-4, rms_prop_eps=1e-5, use_rms_prop=True, gamma=0.99,
+                  gae_lambda=1.0, normalize_advantage=False, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, policy_kwargs=_SB3_TANH_64),
+        source="SB3 A2C defaults with 16 envs (Mnih et al. 2016's 16 actor-learners) and VecNormalize",
+    ),
+    "trpo": Setting(
+        "trpo", "Hopper-v5", 500_000,
+        ours=dict(num_envs=1, num_steps=2048, learning_rate=1e-3, value_epochs=10, value_num_minibatches=16, max_kl=0.01,
+                  cg_iterations=15, cg_damping=0.1, line_search_shrink=0.8, line_search_max_steps=10, gamma=0.99,
+                  gae_lambda=0.95, center_adv=True, entropy_method="no_entropy", policy_ent_coeff=0.0, **_TANH_64,
+                  **_ON_POLICY_NORMALIZED),
+        peer=dict(n_envs=1, normalize=True, n_steps=2048, batch_size=128, learning_rate=1e-3, n_critic_updates=10, target_kl=0.01,
+                  cg_max_steps=15, cg_damping=0.1, line_search_shrinking_factor=0.8, line_search_max_iter=10, gamma=0.99,
+                  gae_lambda=0.95, normalize_advantage=True, policy_kwargs=_SB3_TANH_64),
+        source="sb3-contrib TRPO defaults (Schulman et al. 2015, max KL 0.01) with VecNormalize, as RL Zoo runs MuJoCo",
+    ),
+    "sac": Setting(
+        "sac", "Hopper-v5", 100_000,
+        ours=dict(num_envs=1, buffer_size=1_000_000, batch_size=256, start_steps=10_000, learning_starts=10_000, update_every=1,
+                  gradient_steps=1, actor_lr=3e-4, critic_lr=3e-4, alpha_lr=3e-4, tau=0.005, gamma=0.99, alpha=None,
+                  initial_alpha=1.0, hidden_sizes=(256, 256), activation="relu"),
+        peer=dict(buffer_size=1_000_000, batch_size=256, learning_starts=10_000, train_freq=1, gradient_steps=1, learning_rate=3e-4,
+                  tau=0.005, gamma=0.99, ent_coef="auto_1.0", policy_kwargs=dict(net_arch=[256, 256], activation_fn="relu")),
+        source="RL Zoo's MuJoCo SAC (SB3 defaults, 10k random steps first; Haarnoja et al. 2018b Table 1)",
+    ),
+    "td3": Setting(
+        "td3", "Hopper-v5", 100_000,
+        ours=dict(num_envs=1, buffer_size=1_000_000, batch_size=256, start_steps=10_000, learning_starts=10_000, update_every=1,
+                  gradient_steps=1, actor_lr=1e-3, critic_lr=1e-3, tau=0.005, gamma=0.99, policy_delay=2, target_policy_noise=0.2,
+                  target_noise_clip=0.5, exploration_noise="gaussian", noise_sigma=0.1, hidden_sizes=(400, 300), activation="relu"),
+        peer=dict(buffer_size=1_000_000, batch_size=256, learning_starts=10_000, train_freq=1, gradient_steps=1, learning_rate=1e-3,
+                  tau=0.005, gamma=0.99, policy_delay=2, target_policy_noise=0.2, target_noise_clip=0.5, action_noise_sigma=0.1,
+                  policy_kwargs=dict(net_arch=[400, 300], activation_fn="relu")),
+        source="RL Zoo's MuJoCo TD3 (Fujimoto et al. 2018: 400-300, lr 1e-3, Gaussian noise 0.1, 10k random steps)",
+    ),
+    "ddpg": Setting(
+        "ddpg", "Hopper-v5", 100_000,
+        ours=dict(num_envs=1, buffer_size=1_000_000, batch_size=256, start_steps=10_000, learning_starts=10_000, update_every=1,
+                  gradient_steps=1, actor_lr=1e-3, critic_lr=1e-3, critic_weight_decay=0.0, tau=0.005, gamma=0.99, num_critics=1,
+                  policy_delay=1, target_policy_noise=0.0, exploration_noise="gaussian", noise_sigma=0.1, hidden_sizes=(400, 300),
+                  activation="relu"),
+        peer=dict(buffer_size=1_000_000, batch_size=256, learning_starts=10_000, train_freq=1, gradient_steps=1, learning_rate=1e-3,
+                  tau=0.005, gamma=0.99, action_noise_sigma=0.1, policy_kwargs=dict(net_arch=[400, 300], activation_fn="relu")),
+        source="RL Zoo's MuJoCo DDPG (the TD3 paper's 'OurDDPG': 400-300, lr 1e-3, Gaussian noise 0.1, 10k random steps)",
+    ),
+    "dqn": Setting(
+        "dqn", "CartPole-v1", 50_000,
+        # SB3 copies the target every 10 env steps, i.e. once after each burst of 128 gradient steps
+        ours=dict(num_envs=1, buffer_size=100_000, batch_size=64, start_steps=1_000, learning_starts=1_000, update_every=256,
+                  gradient_steps=128, learning_rate=2.3e-3, gamma=0.99, tau=1.0, target_update_every=128,
+                  exploration_fraction=0.16, epsilon_start=1.0, epsilon_final=0.04, max_grad_norm=10.0, double_q=False,
+                  dueling=False, huber=True, hidden_sizes=(256, 256), activation="relu"),
+        peer=dict(buffer_size=100_000, batch_size=64, learning_starts=1_000, train_freq=256, gradient_steps=128, learning_rate=2.3e-3,
+                  gamma=0.99, tau=1.0, target_update_interval=10, exploration_fraction=0.16, exploration_initial_eps=1.0,
+                  exploration_final_eps=0.04, max_grad_norm=10.0, policy_kwargs=dict(net_arch=[256, 256], activation_fn="relu")),
+        source="RL Zoo's tuned CartPole-v1 DQN (50k steps)",
+    ),
+}
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def side_summary(returns: Sequence[float]) -> dict[str, Any]:
+    """Mean, standard deviation and 95% t interval of one side's per-seed final returns."""
+    from benchmark.stats import t_interval
+
+    interval = t_interval(list(returns))
+    return {"n": len(returns), "mean": interval.estimate, "std": statistics.stdev(returns) if len(returns) > 1 else 0.0,
+            "ci95": [interval.low, interval.high]}
+
+
+def compare(ours: Sequence[float], peer: Sequence[float], margin: float = MARGIN) -> dict[str, Any]:
+    """Welch's test and the TOST equivalence verdict of ``ours`` against ``peer`` (per-seed
+    final returns); the margin is ``margin`` x |mean of peer|."""
+    out: dict[str, Any] = {"ours": side_summary(ours), "peer": side_summary(peer), "margin_fraction": margin}
+    difference = out["ours"]["mean"] - out["peer"]["mean"]
+    bound = margin * abs(out["peer"]["mean"])
+    out.update(difference=difference, margin=bound)
+    if len(ours) < 2 or len(peer) < 2:
+        return {**out, "welch_p": None, "difference_ci90": None, "verdict": "too few seeds"}
+    variance = statistics.variance(ours) / len(ours) + statistics.variance(peer) / len(peer)
+    if variance == 0.0:
+        p_value, low, high = (1.0 if difference == 0 else 0.0), difference, difference
+    else:
+        from scipy import stats
+
+        standard_error = math.sqrt(variance)
+        df = variance**2 / ((statistics.variance(ours) / len(ours)) ** 2 / (len(ours) - 1)
+                            + (statistics.variance(peer) / len(peer)) ** 2 / (len(peer) - 1))
+        p_value = float(2 * stats.t.sf(abs(difference) / standard_error, df))
+        half = float(stats.t.ppf(0.95, df)) * standard_error
+        low, high = difference - half, difference + half
+    if -bound < low and high < bound:
+        verdict = "equivalent"
+    elif p_value < 0.05:
+        verdict = "ours higher" if difference > 0 else "ours lower"
+    else:
+        verdict = "inconclusive"
+    return {**out, "welch_p": p_value, "difference_ci90": [low, high], "verdict": verdict}
+
+
+# ---------------------------------------------------------------- the record on disk
+
+
+def record_path(directory: Path, algo: str, env_id: str, steps: int) -> Path:
+    return directory / f"{algo}-{env_id}-{steps}.json"
+
+
+def _setting_record(setting: Setting, env_id: str, steps: int, episodes: int) -> dict[str, Any]:
+    return {"algo": setting.algo, "env_id": env_id, "steps": steps, "episodes": episodes, "source": setting.source,
+            "ours": _plain(setting.ours), "peer": _plain(setting.peer)}
+
+
+def _plain(value: Any) -> Any:
+    """Tuples as lists, recursively: the setting as JSON reads it back."""
+    return json.loads(json.dumps(value))
+
+
+def load_record(path: Path) -> dict[str, Any] | None:
+    """A comparison file, or None when there is none; ConfigError naming a corrupt one."""
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        if not isinstance(record, dict) or not isinstance(record.get("setting"), dict) or not isinstance(record.get("runs"), list):
+            raise ValueError("no setting or runs")
+        return record
+    except (ValueError, OSError) as error:
+        raise ConfigError(f"{path} is not a parity record ({error}); move it away to start over") from None
+
+
+def save_run(path: Path, setting: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """Add (or replace) one side's seed in the record at ``path`` under a lock, atomically."""
+    from filelock import FileLock
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        record = load_record(path) or {"setting": setting, "runs": []}
+        if record["setting"] != setting:
+            raise ConfigError(f"{path} holds another setting of {setting['algo']} on {setting['env_id']}; move it away to start over")
+        record["runs"] = [r for r in record["runs"] if (r["side"], r["seed"]) != (run["side"], run["seed"])] + [run]
+        record["runs"].sort(key=lambda r: (r["side"], r["seed"]))
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_text(json.dumps(record, indent=1) + "\n")
+        os.replace(temporary, path)
+    return record
+
+
+def summarize(record: dict[str, Any], margin: float = MARGIN) -> dict[str, Any]:
+    """The comparison over the seeds both sides have finished."""
+    by_side = {side: {r["seed"]: r["final_return"] for r in record["runs"] if r["side"] == side} for side in SIDES}
+    seeds = sorted(set(by_side["ours"]) & set(by_side["peer"]))
+    versions = sorted({r["version"] for r in record["runs"] if r["side"] == "peer"})
+    head = {**{key: record["setting"][key] for key in ("algo", "env_id", "steps", "episodes")}, "seeds": seeds,
+            "peer_version": ", ".join(versions)}
+    if not seeds:
+        return {**head, "verdict": "no seed finished on both sides"}
+    return {**head, **compare([by_side["ours"][s] for s in seeds], [by_side["peer"][s] for s in seeds], margin)}
+
+
+# ---------------------------------------------------------------- running
+
+
+def check_arguments(algo: str, env_id: str | None, steps: int | None, seeds: Sequence[int], episodes: int, margin: float, workers: int) -> None:
+    """ConfigError naming the first bad argument."""
+    from agents.envs import check_env_id
+
+    if algo not in SETTINGS:
+        raise ConfigError(f"parity has no setting for {algo!r}; choose from {', '.join(SETTINGS)}")
+    if env_id is not None:
+        check_env_id(env_id)
+    if steps is not None and steps < 1:
+        raise ConfigError(f"--steps must be >= 1, got {steps}")
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise ConfigError(f"--seeds must be distinct non-negative integers, got {list(seeds)}")
+    if episodes < 1:
+        raise ConfigError(f"--episodes must be >= 1, got {episodes}")
+    if not 0.0 < margin < 1.0:
+        raise ConfigError(f"--margin must be a fraction in (0, 1), got {margin}")
+    if workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {workers}")
+
+
+def check_peer(algo: str) -> str:
+    """The peer library's version; ConfigError when it is not installed."""
+    from benchmark.parity_worker import PEERS, _version
+
+    module, _ = PEERS[algo]
+    try:
+        __import__(module)
+    except ImportError:
+        raise ConfigError(f"{module} is not installed: pip install -e '.[compare]' (make install and make perf add it)") from None
+    return f"{module.replace('_', '-')} {_version(module.replace('_', '-'))}"
+
+
+def run_side(job: dict[str, Any], timeout: float = 12 * 3600) -> dict[str, Any]:
+    """One side of one seed in a fresh process (one torch thread); its result."""
+    with tempfile.TemporaryDirectory(prefix="reprorl-parity-") as directory:
+        output = Path(directory) / "result.json"
+        threads = str(job["threads"])
+        env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        completed = subprocess.run([sys.executable, "-m", "benchmark.parity_worker", json.dumps(job), str(output)],
+                                   capture_output=True, text=True, timeout=timeout, env=env)
+        if completed.returncode != 0 or not output.exists():
+            tail = "\n".join(completed.stderr.strip().splitlines()[-12:])
+            raise RuntimeError(f"parity {job['side']} {job['algo']} {job['env_id']} seed {job['seed']} failed (exit {completed.returncode}):\n{tail}")
+        return json.loads(output.read_text())
+
+
+def run(
+    algo: str,
+    env_id: str | None = None,
+    steps: int | None = None,
+    seeds: Sequence[int] = (0, 1, 2, 3, 4),
+    episodes: int = EPISODES,
+    workers: int = 1,
+    directory: Path = PARITY_DIR,
+    force: bool = False,
+    on_run: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[Path, dict[str, Any]]:
+    """Train both sides on every seed not yet in the record (all with ``force``), ``workers``
+    processes at once; each finished side is saved as it ends. The record's path and content."""
+    from benchmark.perf import machine, now
+
+    setting = SETTINGS[algo]
+    env_id, steps = env_id or setting.env_id, steps or setting.steps
+    path = record_path(directory, algo, env_id, steps)
+    plain = _setting_record(setting, env_id, steps, episodes)
+    record = load_record(path)
+    if record is not None and record["setting"] != plain:
+        raise ConfigError(f"{path} holds another setting of {algo} on {env_id} (the code's setting changed); move it away to start over")
+    done = set() if force or record is None else {(r["side"], r["seed"]) for r in record["runs"]}
+    jobs = [{"side": side, "algo": algo, "env_id": env_id, "steps": steps, "episodes": episodes, "seed": seed, "threads": 1,
+             "settings": setting.ours if side == "ours" else setting.peer}
+            for seed in seeds for side in SIDES if (side, seed) not in done]
+    host = machine()
+    failures = []
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(run_side, job): job for job in jobs}
+        for future in as_completed(futures):
+            job = futures[future]
+            try:
+                result = future.result()
+            except Exception as error:  # one failed side fails alone; the others are kept
+                failures.append(str(error))
+                continue
+            run_entry = {"side": job["side"], "seed": job["seed"], "final_return": statistics.fmean(result["returns"]),
+                         "returns": result["returns"], "lengths": result["lengths"], "seconds": result["seconds"],
+                         "version": result["version"], "created": now(), "machine": host}
+            record = save_run(path, plain, run_entry)
+            if on_run is not None:
+                on_run(run_entry)
+    if failures:
+        raise RuntimeError("\n".join(failures))
+    return path, load_record(path) or {"setting": plain, "runs": []}
+
+
+# ---------------------------------------------------------------- the table
+
+
+TABLE_COLUMNS = ("algorithm", "environment", "steps", "seeds", "ours mean [95% CI]", "peer mean [95% CI]", "peer",
+                 "difference [90% CI]", "Welch p", "margin", "verdict")
+
+
+def table_rows(directory: Path = PARITY_DIR, margin: float = MARGIN) -> list[dict[str, Any]]:
+    """One summary per record file under ``directory`` (sorted by file name)."""
+    return [summarize(load_record(path), margin) for path in sorted(directory.glob("*.json"))]  # type: ignore[arg-type]
+
+
+def _interval(low_high: list[float] | None, mean: float | None = None) -> str:
+    if low_high is None:
+        return "—"
+    low, high = low_high
+    return f"{mean:,.0f} [{low:,.0f}, {high:,.0f}]" if mean is not None else f"[{low:,.0f}, {high:,.0f}]"
+
+
+def row_cells(summary: dict[str, Any]) -> list[str]:
+    p = summary["welch_p"]
+    return [
+        summary["algo"], summary["env_id"], f"{summary['steps']:,}", str(len(summary["seeds"])),
+        _interval(summary["ours"]["ci95"], summary["ours"]["mean"]) if summary["seeds"] else "—",
+        _interval(summary["peer"]["ci95"], summary["peer"]["mean"]) if summary["seeds"] else "—",
+        summary["peer_version"],
+        f"{summary['difference']:+,.0f} {_interval(summary['difference_ci90'])}" if summary["difference_ci90"] else "—",
+        "—" if p is None else f"{p:.3f}",
+        f"±{summary['margin']:,.0f} ({summary['margin_fraction']:.0%})",
+        summary["verdict"],
+    ]
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "---|" * len(TABLE_COLUMNS)]
+    lines += ["| " + " | ".join(row_cells(row)) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def csv_text(rows: list[dict[str, Any]]) -> str:
+    stream = io.StringIO()
+    writer = csv.writer(stream, lineterminator="\n")
+    writer.writerow(["algo", "env_id", "steps", "episodes", "seeds", "ours_mean", "ours_ci_low", "ours_ci_high", "peer_mean",
+                     "peer_ci_low", "peer_ci_high", "peer", "difference", "difference_ci90_low", "difference_ci90_high",
+                     "welch_p", "margin", "verdict"])
+    for row in rows:
+        difference_ci = row["difference_ci90"] or [None, None]
+        writer.writerow([row["algo"], row["env_id"], row["steps"], row["episodes"], " ".join(map(str, row["seeds"])),
+                         row["ours"]["mean"], *row["ours"]["ci95"], row["peer"]["mean"], *row["peer"]["ci95"], row["peer_version"],
+                         row["difference"], *difference_ci, row["welch_p"], row["margin"], row["verdict"]])
+    return stream.getvalue()
+
+
+def write_tables(directory: Path = PARITY_DIR, margin: float = MARGIN) -> list[dict[str, Any]]:
+    """Rewrite ``parity.md`` and ``parity.csv`` under ``directory`` from its records; the rows."""
+    rows = [row for row in table_rows(directory, margin) if row["seeds"]]
+    for name, text in (("parity.md", markdown(rows)), ("parity.csv", csv_text(rows))):
+        temporary = directory / (name + ".tmp")
+        temporary.write_text(text)
+        os.replace(temporary, directory / name)
+    return rows

@@ -1,0 +1,157 @@
+"""parity: our algorithm against Stable-Baselines3 at one setting (statistics, record, the real CLI)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import agents
+from benchmark import parity
+from benchmark.cli import EXIT_CONFIG_ERROR, main
+
+
+def test_equivalence_needs_the_90_percent_interval_inside_the_margin():
+    """TOST by hand: difference 30, Welch's 90% interval from scipy; margin 20% of the peer's mean."""
+    ours, peer = [1010.0, 1050.0, 1030.0, 1040.0, 1020.0], [1000.0, 990.0, 1010.0, 995.0, 1005.0]
+    found = parity.compare(ours, peer)
+    interval = stats.ttest_ind(ours, peer, equal_var=False).confidence_interval(0.90)
+    assert found["difference"] == pytest.approx(30.0) and found["margin"] == pytest.approx(200.0)
+    assert found["difference_ci90"] == pytest.approx([interval.low, interval.high])
+    assert found["welch_p"] == pytest.approx(stats.ttest_ind(ours, peer, equal_var=False).pvalue)
+    assert found["verdict"] == "equivalent"
+    assert parity.compare(ours, peer, margin=0.01)["verdict"] == "ours higher"  # margin 10: the interval [~13, ~47] is outside
+
+
+def test_a_clear_shortfall_is_ours_lower_and_noise_is_inconclusive():
+    assert parity.compare([500.0, 520.0, 510.0], [1000.0, 1020.0, 990.0])["verdict"] == "ours lower"
+    noisy = parity.compare([100.0, 3000.0, 1500.0], [2000.0, 200.0, 1200.0])
+    assert noisy["verdict"] == "inconclusive" and noisy["welch_p"] > 0.05
+    assert parity.compare([3000.0], [2900.0])["verdict"] == "too few seeds"
+
+
+def test_constant_returns_on_both_sides_are_compared_exactly():
+    """CartPole capped at 500 on every seed: no variance, the difference is exact."""
+    same = parity.compare([500.0] * 5, [500.0] * 5)
+    assert same["verdict"] == "equivalent" and same["welch_p"] == 1.0 and same["difference_ci90"] == [0.0, 0.0]
+    assert parity.compare([300.0] * 3, [500.0] * 3)["verdict"] == "ours lower"
+
+
+def test_means_carry_student_t_intervals():
+    found = parity.side_summary([1.0, 2.0, 3.0, 4.0])
+    half = stats.t.ppf(0.975, 3) * np.std([1, 2, 3, 4], ddof=1) / 2
+    assert found["mean"] == 2.5 and found["ci95"] == pytest.approx([2.5 - half, 2.5 + half])
+
+
+def test_every_setting_is_a_valid_configuration_of_ours_and_names_the_same_sizes():
+    """Each of our settings resolves; the network sizes and learning rates match the peer's."""
+    for name, setting in parity.SETTINGS.items():
+        config = agents.resolve_config(name, setting.ours)
+        arch = setting.peer["policy_kwargs"]["net_arch"]
+        sizes = arch["pi"] if isinstance(arch, dict) else arch
+        assert list(config.hidden_sizes) == sizes, name
+        rate = setting.peer["learning_rate"]
+        assert all(getattr(config, key) == rate for key in ("learning_rate", "actor_lr", "critic_lr") if hasattr(config, key)), name
+        assert config.gamma == setting.peer["gamma"], name
+        assert config.normalize_observations == setting.peer.get("normalize", False), name
+
+
+def _stub_sides(monkeypatch, returns):
+    calls = []
+
+    def fake(job, timeout=0):
+        calls.append((job["side"], job["seed"]))
+        value = returns[(job["side"], job["seed"])]
+        return {"returns": [value, value], "lengths": [10, 10], "seconds": 1.0, "version": f"{job['side']} 1.0"}
+
+    monkeypatch.setattr(parity, "run_side", fake)
+    return calls
+
+
+def test_a_rerun_trains_only_the_missing_seeds_and_force_trains_again(monkeypatch, tmp_path):
+    returns = {("ours", 0): 10.0, ("peer", 0): 11.0, ("ours", 1): 12.0, ("peer", 1): 13.0}
+    calls = _stub_sides(monkeypatch, returns)
+    path, record = parity.run("dqn", steps=100, seeds=[0], directory=tmp_path)
+    assert path == tmp_path / "dqn-CartPole-v1-100.json" and sorted(calls) == [("ours", 0), ("peer", 0)]
+    calls.clear()
+    _, record = parity.run("dqn", steps=100, seeds=[0, 1], directory=tmp_path)
+    assert sorted(calls) == [("ours", 1), ("peer", 1)] and len(record["runs"]) == 4
+    returns[("ours", 0)] = 20.0
+    calls.clear()
+    _, record = parity.run("dqn", steps=100, seeds=[0], directory=tmp_path, force=True)
+    assert sorted(calls) == [("ours", 0), ("peer", 0)] and len(record["runs"]) == 4
+    summary = parity.summarize(record)
+    assert summary["seeds"] == [0, 1] and summary["ours"]["mean"] == 16.0 and summary["peer_version"] == "peer 1.0"
+
+
+def test_a_failed_side_keeps_what_finished(monkeypatch, tmp_path):
+    returns = {("ours", 0): 10.0, ("peer", 0): 11.0}
+
+    def fake(job, timeout=0):
+        if job["side"] == "peer":
+            raise RuntimeError("parity peer dqn CartPole-v1 seed 0 failed (exit 1)")
+        return {"returns": [returns[("ours", 0)]], "lengths": [9], "seconds": 1.0, "version": "ours"}
+
+    monkeypatch.setattr(parity, "run_side", fake)
+    with pytest.raises(RuntimeError, match="peer dqn"):
+        parity.run("dqn", steps=100, seeds=[0], directory=tmp_path)
+    record = json.loads((tmp_path / "dqn-CartPole-v1-100.json").read_text())
+    assert [(r["side"], r["seed"]) for r in record["runs"]] == [("ours", 0)]
+
+
+def test_a_corrupt_record_or_another_setting_is_refused_and_left_alone(monkeypatch, tmp_path, capsys):
+    _stub_sides(monkeypatch, {("ours", 0): 1.0, ("peer", 0): 1.0})
+    path = tmp_path / "dqn-CartPole-v1-100.json"
+    path.write_text("{not json")
+    assert main(["parity", "--algo", "dqn", "--steps", "100", "--seeds", "0", "--output-dir", str(tmp_path)]) == EXIT_CONFIG_ERROR
+    err = capsys.readouterr().err
+    assert "is not a parity record" in err and len(err.strip().splitlines()) == 1 and path.read_text() == "{not json"
+    parity.run("dqn", steps=100, seeds=[0], directory=tmp_path / "other")
+    held = tmp_path / "other" / "dqn-CartPole-v1-100.json"
+    record = json.loads(held.read_text())
+    record["setting"]["ours"]["learning_rate"] = 1.0
+    held.write_text(json.dumps(record))
+    before = held.read_text()
+    assert main(["parity", "--algo", "dqn", "--steps", "100", "--seeds", "0", "--output-dir", str(tmp_path / "other")]) == EXIT_CONFIG_ERROR
+    assert "holds another setting" in capsys.readouterr().err and held.read_text() == before
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--algo", "mpo"], "parity has no setting for 'mpo'"),
+    (["--algo", "dqn", "--seeds", "1", "1"], "--seeds must be distinct"),
+    (["--algo", "dqn", "--env", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
+    (["--algo", "dqn", "--margin", "1.5"], "--margin must be a fraction"),
+    (["--algo", "dqn", "--steps", "0"], "--steps must be >= 1"),
+    ([], "parity needs --algo"),
+])
+def test_bad_arguments_exit_2_with_one_line(arguments, message, tmp_path, capsys):
+    assert main(["parity", *arguments, "--output-dir", str(tmp_path)]) == EXIT_CONFIG_ERROR
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())
+
+
+def test_parity_end_to_end_on_cartpole(tmp_path, capsys):
+    """The real command: our DQN and SB3's, 1,500 steps on CartPole-v1, two seeds each, scored by
+    one protocol; the record, the tables and a rerun that trains nothing."""
+    arguments = ["parity", "--algo", "dqn", "--steps", "1500", "--seeds", "0", "1", "--episodes", "3", "--workers", "2",
+                 "--output-dir", str(tmp_path)]
+    assert main(arguments) == 0
+    out = capsys.readouterr().out
+    assert "seed 0 ours" in out and "seed 1 peer" in out and "stable-baselines3" in out
+    record = json.loads((tmp_path / "dqn-CartPole-v1-1500.json").read_text())
+    assert sorted((r["side"], r["seed"]) for r in record["runs"]) == [("ours", 0), ("ours", 1), ("peer", 0), ("peer", 1)]
+    for run in record["runs"]:
+        assert len(run["returns"]) == 3 and all(1 <= length <= 500 for length in run["lengths"])
+        assert run["final_return"] == pytest.approx(np.mean(run["returns"]))
+    assert record["setting"]["peer"]["train_freq"] == 256 and record["setting"]["episodes"] == 3
+    table = (tmp_path / "parity.md").read_text().splitlines()
+    assert len(table) == 3 and "| dqn | CartPole-v1 | 1,500 | 2 |" in table[2]
+    rows = (tmp_path / "parity.csv").read_text().splitlines()
+    assert rows[0].startswith("algo,env_id,steps") and len(rows) == 2
+    assert main(arguments) == 0
+    assert "seed 0 ours" not in capsys.readouterr().out  # nothing left to train
+    assert main(["parity", "--table", "--output-dir", str(tmp_path), "--format", "csv"]) == 0
+    assert 'dqn,CartPole-v1,"1,500",2,' in capsys.readouterr().out
