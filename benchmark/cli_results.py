@@ -1,4 +1,4 @@
-"""The commands that move results between machines and judge them: export, import, merge, verdicts, calibrate.
+"""The commands that move results between machines and judge them: export, import, merge, verdicts, record, calibrate.
 
 Each command adds its own sub-parser (``add_parsers``) and has one function; ``benchmark.cli``
 registers them.
@@ -37,6 +37,14 @@ def add_parsers(commands: Any, add_store_arguments: Callable, add_bundle_argumen
     add_format(verdicts)
     add_store_arguments(verdicts)
     add_bundle_arguments(verdicts)
+
+    record = commands.add_parser("record", help="the MuJoCo record from the committed bundles and parity records: results/record/ and the README's table")
+    record.add_argument("--output", type=Path, help="directory of record.md and the figures (default <results-dir>/record)")
+    record.add_argument("--readme", type=Path, default=Path("README.md"),
+                        help="README whose record block (between its marker lines) is rewritten (default README.md)")
+    record.add_argument("--no-readme", action="store_true", help="write results/record only")
+    record.add_argument("--check", action="store_true", help="write nothing; exit 1 when the README's record is not what the bundles say")
+    record.add_argument("--results-dir", type=Path, default=Path("results"), help="where published/ and parity/ are (default results)")
 
     calibrate = commands.add_parser("calibrate", help="measure training and evaluation steps/s on one core into results/perf/throughput.csv")
     calibrate.add_argument("--algos", nargs="+", help="algorithms (default: those of --suite, else every single-task one)")
@@ -136,6 +144,26 @@ def command_verdicts(args: argparse.Namespace, console: Any) -> int:
     return 0
 
 
+def command_record(args: argparse.Namespace, console: Any) -> int:
+    from benchmark import record
+
+    readme = None if args.no_readme else args.readme
+    if readme is not None and not readme.is_file():
+        raise ConfigError(f"--readme {readme} is not a file (--no-readme writes {args.results_dir / 'record'} only)")
+    if args.check and readme is None:
+        raise ConfigError("--check compares the README's record: drop --no-readme")
+    output = args.output or args.results_dir / "record"
+    rows, current = record.write(args.results_dir, output, readme, check=args.check)
+    runs = sum(len(row.group.scores) for row in rows)
+    if args.check:
+        console.print(f"{readme}: the record is {'current' if current else 'STALE: run python -m benchmark record'} "
+                      f"({len(rows)} configurations, {runs} runs)", highlight=False, markup=False)
+        return 0 if current else 1
+    console.print(f"record: {len(rows)} configurations, {runs} runs -> {output / 'record.md'}"
+                  + (f" and {readme}" if readme is not None else ""), highlight=False, markup=False)
+    return 0
+
+
 def command_calibrate(args: argparse.Namespace, console: Any) -> int:
     import agents
     from benchmark import calibrate, config, estimate
@@ -182,5 +210,6 @@ def command_calibrate(args: argparse.Namespace, console: Any) -> int:
 
 
 COMMANDS: dict[str, Command] = {
-    "export": command_export, "import": command_import, "merge": command_merge, "verdicts": command_verdicts, "calibrate": command_calibrate,
+    "export": command_export, "import": command_import, "merge": command_merge, "verdicts": command_verdicts, "record": command_record,
+    "calibrate": command_calibrate,
 }

@@ -1,0 +1,116 @@
+"""The MuJoCo record: the committed bundles, the README's block, and ``record`` on synthetic bundles."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmark import bundles, parity, record
+from benchmark.bundles import Bundle, BundledRun, Evaluation
+from benchmark.cli import EXIT_CONFIG_ERROR, main
+from benchmark.config import load_suite
+
+ROOT = Path(__file__).resolve().parent.parent
+BUDGETS = {"mujoco": 1_000_000, "mujoco_300k": 300_000}
+
+
+@pytest.mark.parametrize("suite_name", record.RECORD_SUITES)
+def test_committed_bundles_load_and_every_run_belongs_to_its_suite(suite_name):
+    """Each committed bundle of the record reads (checksums and schema), holds only run keys of
+    its suite file, at the suite's budget, with a full curve and a final evaluation per run."""
+    directory = ROOT / "results" / "published" / suite_name
+    if not bundles.is_bundle(directory):
+        pytest.skip(f"no bundle of {suite_name} committed yet")
+    suite = load_suite(suite_name)
+    keys = {spec.run_key: spec for spec in suite.specs}
+    runs = bundles.read(directory).runs
+    assert runs and set(runs) <= set(keys), sorted(set(runs) - set(keys))
+    for key, run in runs.items():
+        spec = keys[key]
+        assert run.spec.budget.total_steps == BUDGETS[suite_name] == spec.budget.total_steps
+        assert run.curve[-1].step >= spec.budget.total_steps and np.isfinite(run.final_return)
+        assert len(run.curve) >= spec.budget.total_steps // spec.budget.eval_every
+        assert len(run.curve[-1].returns) == spec.budget.eval_episodes
+
+
+def test_the_readme_shows_the_record_the_committed_bundles_hold(capsys):
+    """`record --check` rebuilds the README's block from the bundles and parity records: it must
+    be what is committed (run `python -m benchmark record` after exporting a slice)."""
+    arguments = ["record", "--check", "--results-dir", str(ROOT / "results"), "--readme", str(ROOT / "README.md"),
+                 "--output", str(ROOT / "results" / "record")]
+    assert main(arguments) == 0, capsys.readouterr().out
+
+
+def test_report_renders_mujoco_from_the_committed_bundle_without_training(tmp_path):
+    directory = ROOT / "results" / "published" / "mujoco"
+    if not bundles.is_bundle(directory):
+        pytest.skip("no bundle of mujoco committed yet")
+    out = tmp_path / "report"
+    assert main(["report", "--suite", "mujoco", "--results-dir", str(tmp_path), "--from", str(directory), "--output", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert "Reproduction verdicts" in text and "Hopper-v5" in text
+    assert not (tmp_path / "mlflow.db").exists()  # read-only: no store was created
+
+
+def _synthetic(results: Path, seeds: int = 3, final: float = 2500.0) -> None:
+    """A mujoco bundle with PPO on Hopper-v5 (``seeds`` seeds at 1M steps) and a SAC parity record."""
+    suite = load_suite("mujoco")
+    rng = np.random.default_rng(0)
+    runs = {}
+    for spec in [s for s in suite.specs if s.algo == "ppo" and s.env_id == "Hopper-v5"][:seeds]:
+        curve = []
+        for step in range(0, spec.budget.total_steps + 1, spec.budget.eval_every):
+            returns = tuple(float(x) for x in rng.normal(final * step / spec.budget.total_steps, 100, spec.budget.eval_episodes))
+            curve.append(Evaluation(step, float(np.mean(returns)), float(np.std(returns)), returns, (1000,) * spec.budget.eval_episodes,
+                                    float(np.mean(returns)) - 50, 20))
+        runs[spec.run_key] = BundledRun(spec, curve[-1].mean, curve[-1].std, tuple(curve), wall_seconds=600.0, steps_per_second=1700.0,
+                                        device="cpu", provenance={"git_sha": "0" * 40}, versions={"torch": "2.13.0"})
+    bundles.write(Bundle("mujoco", runs), bundles.published_directory(results, "mujoco"))
+    setting = parity._setting_record(parity.SETTINGS["ppo"], "Hopper-v5", 500_000, 10)
+    for side, base in (("ours", 2000.0), ("peer", 2100.0)):
+        for seed in range(3):
+            parity.save_run(results / "parity" / "ppo-Hopper-v5-500000.json", setting,
+                            {"side": side, "seed": seed, "final_return": base + 10 * seed, "returns": [base], "lengths": [1000],
+                             "seconds": 1.0, "version": "stable-baselines3 2.9.2" if side == "peer" else "0.1", "created": "", "machine": {}})
+
+
+def test_record_writes_the_table_figures_and_readme_block_from_bundles(tmp_path, capsys):
+    results = tmp_path / "results"
+    _synthetic(results)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# title\n\nintro\n\n{record.START}\nold text\n{record.END}\n\n## after\n")
+    arguments = ["record", "--results-dir", str(results), "--readme", str(readme)]
+    assert main(arguments) == 0
+    text = readme.read_text()
+    assert text.startswith("# title\n\nintro\n\n") and text.endswith(f"{record.END}\n\n## after\n") and "old text" not in text
+    row = next(line for line in text.splitlines() if line.startswith("| ppo | Hopper-v5 |"))
+    cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    assert cells[2:4] == ["1M", "3"] and cells[-1] == "equivalent at 500k (2,010 vs 2,110, p < 0.01, 3 seeds)"
+    assert cells[6].strip("*") in {"reproduced", "above", "below", "not comparable", "no published score"}
+    assert "results/record/curves_hopper.png" in text and (results / "record" / "curves_hopper.png").stat().st_size > 10_000
+    assert "| ppo | Hopper-v5 | 500,000 | 3 |" in text  # the parity table
+    assert (results / "record" / "record.md").read_text().count("| ppo | Hopper-v5 | 1M | 3 |") == 1
+    assert main([*arguments, "--check"]) == 0
+    _synthetic(results, seeds=4)  # a slice exported, the README not regenerated
+    before = readme.read_text()
+    assert main([*arguments, "--check"]) == 1
+    assert "STALE" in capsys.readouterr().out and readme.read_text() == before
+    assert main(arguments) == 0 and "| ppo | Hopper-v5 | 1M | 4 |" in readme.read_text()
+
+
+def test_a_readme_without_markers_is_refused_and_left_alone(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text("# no markers\n")
+    assert main(["record", "--results-dir", str(tmp_path / "results"), "--readme", str(readme)]) == EXIT_CONFIG_ERROR
+    assert "no record markers" in capsys.readouterr().err and readme.read_text() == "# no markers\n"
+    assert main(["record", "--readme", str(tmp_path / "missing.md")]) == EXIT_CONFIG_ERROR
+
+
+def test_parity_record_files_stay_json(tmp_path):
+    """The parity record the record reads back is plain JSON with the setting beside the runs."""
+    _synthetic(tmp_path)
+    held = json.loads((tmp_path / "parity" / "ppo-Hopper-v5-500000.json").read_text())
+    assert held["setting"]["peer"]["n_steps"] == 2048 and len(held["runs"]) == 6
