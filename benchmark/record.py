@@ -75,7 +75,9 @@ def parity_text(summary: dict[str, Any] | None) -> str:
 def published_text(verdict: Any) -> str:
     published = verdict.published
     if published is None:
-        return "no published value at this budget" if verdict.budget_steps < 1_000_000 else "none found"
+        return "none found"
+    if published.budget_steps and published.budget_steps != verdict.budget_steps:
+        return f"no published value at this budget (nearest: {published.citation})"
     return published.citation
 
 

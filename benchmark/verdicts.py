@@ -2,7 +2,9 @@
 
 For each configuration (algorithm, environment, hyperparameters, budget) with finished seeds,
 the algorithm's own published score is chosen from ``results/reference/scores.csv``: a
-comparable one first (below), then like protocol (a final evaluation, as ours; then training
+comparable one first (below), then one measured over several seeds (a final evaluation or
+training returns over >= 3 seeds before a single trained agent: the tiers that choose the
+normalization reference), then like protocol (a final evaluation, as ours; then training
 returns; then values read off plots; the maximum over training last), then the closest budget,
 then the same env version, then more seeds. The verdict:
 
@@ -96,7 +98,9 @@ def choose_published(algo: str, env_id: str, budget_steps: int, scores: tuple[Re
 
     def rank(score: ReferenceScore) -> tuple:
         budget_gap = abs(math.log(score.budget_steps / budget_steps)) if score.budget_steps else math.inf
-        return (bool(not_comparable_reason(budget_steps, env_id, score)), PROTOCOL_ORDER.index(score.protocol), budget_gap,
+        measured = score.protocol in ("final_eval", "training_return")
+        tier = (0 if score.multi_seed else 1) if measured else 2
+        return (bool(not_comparable_reason(budget_steps, env_id, score)), tier, PROTOCOL_ORDER.index(score.protocol), budget_gap,
                 score.env_version != version, -(score.n_seeds or 0), score.approximate)
 
     return min(candidates, key=rank)

@@ -112,6 +112,18 @@ def test_the_published_score_chosen_is_comparable_then_like_protocol_then_closes
     assert verdicts.choose_published("ppo", "Hopper-v5", 1_000_000, scores) is None
 
 
+def test_several_seeds_of_training_returns_come_before_one_trained_agent():
+    """RL Zoo's one agent per task (tuned per task) against CleanRL's 3 seeds of training returns
+    at the published defaults: the multi-seed source is chosen, as for the normalization reference."""
+    zoo = published(5819.1, 663.5, 1, spread_kind="std over evaluation episodes (one agent)", env_id="HalfCheetah-v3", algo="ppo")
+    cleanrl = published(1442.6, 46.0, 3, spread_kind="std across seeds (np.std, ddof=0)", env_id="HalfCheetah-v4", algo="ppo",
+                        protocol="training_return")
+    assert verdicts.choose_published("ppo", "HalfCheetah-v5", 1_000_000, (zoo, cleanrl)) is cleanrl
+    assert verdicts.choose_published("ppo", "HalfCheetah-v5", 1_000_000, (zoo,)) is zoo
+    three_seed_eval = published(1500.0, 50.0, 3, env_id="HalfCheetah-v4", algo="ppo")
+    assert verdicts.choose_published("ppo", "HalfCheetah-v5", 1_000_000, (zoo, cleanrl, three_seed_eval)) is three_seed_eval
+
+
 def test_a_training_return_source_is_compared_with_our_training_returns():
     spec = RunSpec("s", "sac", "Hopper-v5", 0, {}, Budget(1_000_000, 10_000))
     records = []
