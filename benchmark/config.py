@@ -43,7 +43,9 @@ import agents
 from agents.api import ConfigError, suggest
 from agents.envs import check_env_id, env_spec
 
-SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+"""The checkout: suites/, results/ (reference scores, baselines, throughput) are found from here."""
+SUITES_DIR = PROJECT_ROOT / "suites"
 RUN_KEY_VERSION = 1  # bump when the meaning of a RunSpec field changes
 TRAIN_RETURN_METRIC = "train/return_since_eval"
 """Logged at each evaluation: the mean return of the training episodes that ended since the previous one."""
@@ -92,7 +94,7 @@ class RunSpec:
     off-policy run refills its buffer before updating again. Not part of the run key."""
     seeds_in_process: int = 1
     """Runs of this configuration that differ only by seed and train in one process as one
-    batched model (``benchmark.train.run_seeds``), at most this many. Each stays its own run,
+    batched model (``benchmark.training.train.run_seeds``), at most this many. Each stays its own run,
     with its own run key and MLflow run. Not part of the run key."""
 
     def __post_init__(self) -> None:

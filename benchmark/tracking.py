@@ -252,7 +252,7 @@ def environment_tags() -> dict[str, str]:
 
 
 class MlflowTracker:
-    """Logs one run's metrics in batches; implements benchmark.train.Tracker."""
+    """Logs one run's metrics in batches; implements benchmark.training.train.Tracker."""
 
     def __init__(self, tracking_uri: str, run_id: str, flush_every: int = 500):
         self.client = client(tracking_uri)
@@ -393,7 +393,7 @@ def finished_child_runs(
 
 
 CLAIMS_TAG = "claims_id"
-"""The identity of the claims directory a run's launch used (``benchmark.claims.directory_id``)."""
+"""The identity of the claims directory a run's launch used (``benchmark.execution.claims.directory_id``)."""
 
 
 def judged_by(tags: dict[str, str], claims_id: str) -> bool:

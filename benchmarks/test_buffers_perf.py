@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from agents.buffers import HindsightRelabeler, PrioritizedSampler, RecentExperience, ReplayBuffer, SequenceReplayBuffer
+from agents.buffers import (
+    HindsightRelabeler,
+    PrioritizedSampler,
+    RecentExperience,
+    ReplayBuffer,
+    SequenceReplayBuffer,
+)
 from agents.envs import GoalLayout
 
 CAPACITY, OBS_DIM, ACTION_DIM, BATCH = 1_000_000, 17, 6, 256

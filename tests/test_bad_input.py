@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from benchmark import checkpoint, cli, tracking
 from conftest import TINY_SUITE
+
+from benchmark import tracking
+from benchmark.cli import app as cli
+from benchmark.training import checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 

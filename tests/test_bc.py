@@ -4,14 +4,13 @@ normal collector) and from a dataset on disk; loss and learner checks; bad exper
 import numpy as np
 import pytest
 import torch
+from test_cli import run_cli
 
 import agents
 from agents.api import ConfigError
 from agents.envs import env_spec, make_vector_env
-from benchmark import train
 from benchmark.config import Budget, RunSpec
-
-from test_cli import run_cli
+from benchmark.training import train
 
 
 def pendulum_expert(obs: np.ndarray) -> np.ndarray:

@@ -9,11 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import TINY_SUITE
 from mlflow.tracking import MlflowClient
 
-from benchmark import cli, runner, tracking
+from benchmark import tracking
+from benchmark.cli import app as cli
 from benchmark.config import load_suite
-from conftest import TINY_SUITE
+from benchmark.execution import runner
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -109,7 +111,7 @@ def test_bad_suite_exits_2_without_touching_existing_results(write_suite, tmp_pa
 def test_failing_run_is_marked_failed_with_its_error(tiny_suite, tmp_path, monkeypatch):
     import queue
 
-    from benchmark import train
+    from benchmark.training import train
 
     def explode(*args, **kwargs):
         raise FloatingPointError("loss became NaN")
@@ -332,7 +334,7 @@ def test_a_raising_run_and_a_diverging_run_fail_alone(write_suite, tmp_path):
 
 
 def test_check_finite_names_the_bad_values():
-    from benchmark.train import NonFiniteLoss, check_finite
+    from benchmark.training.train import NonFiniteLoss, check_finite
 
     check_finite({"policy_loss": 0.5, "entropy": -1.2}, step=10)
     with pytest.raises(NonFiniteLoss, match=r"at env step 640: critic_loss=nan, q_mean=-inf"):
@@ -364,7 +366,7 @@ def test_reproduce_a_finished_run_matches_bit_for_bit(write_suite, tmp_path):
 
 
 def test_reproduction_lists_the_evaluations_that_differ():
-    from benchmark.reproduce import compare_evaluations
+    from benchmark.analysis.reproduce import compare_evaluations
 
     assert compare_evaluations([(256, 21.5), (512, 40.0)], [(256, 21.5), (512, 40.0)]) == []
     assert compare_evaluations([(256, 21.5), (512, 40.0)], [(256, 21.5), (512, 41.5), (768, 9.0)]) == [

@@ -4,7 +4,7 @@ import pytest
 
 import agents
 from benchmark.config import Budget, RunSpec
-from benchmark.train import NullTracker, load_checkpoint, run
+from benchmark.training.train import NullTracker, load_checkpoint, run
 
 SPECS = {
     "ppo-discrete": ("ppo", "CartPole-v1", {"num_envs": 2, "num_steps": 64, "num_minibatches": 4, "num_epochs": 2}),

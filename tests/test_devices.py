@@ -4,9 +4,9 @@ import pytest
 from rich.console import Console
 
 from agents.api import ConfigError
-from benchmark import devices
-from benchmark.devices import CPU, Slot, plan_slots, visible_gpus
-from benchmark.progress import Board, format_duration
+from benchmark.execution import devices
+from benchmark.execution.devices import CPU, Slot, plan_slots, visible_gpus
+from benchmark.execution.progress import Board, format_duration
 
 
 def test_auto_without_gpus_is_one_cpu_slot_per_worker():

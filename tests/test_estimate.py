@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmark import checkpoint, claims, estimate, plan
 from benchmark.config import Budget, RunSpec, load_suite
-from benchmark.estimate import PastRun, Throughput
+from benchmark.execution import claims, estimate, plan
+from benchmark.execution.estimate import PastRun, Throughput
+from benchmark.training import checkpoint
 
 TABLE = {("ppo", "CartPole-v1"): Throughput("ppo", "CartPole-v1", 1000.0, 5000.0), ("ppo", "Acrobot-v1"): Throughput("ppo", "Acrobot-v1", 500.0, 2500.0)}
 

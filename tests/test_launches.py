@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import TINY_SUITE
 from mlflow.tracking import MlflowClient
 
-from benchmark import checkpoint, stores, tracking
+from benchmark import stores, tracking
 from benchmark.config import load_suite
-from conftest import TINY_SUITE
+from benchmark.training import checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -197,7 +198,7 @@ def test_two_tune_launches_at_once_share_one_study_and_one_store(tmp_path):
         assert process.returncode == 0 and "Traceback" not in err, err
     import optuna
 
-    from benchmark import tune
+    from benchmark.tuning import tune
 
     study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tune.open_storage(tune.default_storage_url(results)))
     assert [trial.state.name for trial in study.trials] == ["COMPLETE"] * 4

@@ -7,16 +7,21 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from torch.func import functional_call
 
 import agents
-from agents.algos.maml import Batch, TaskBatch, discounted_returns, episode_advantages, linear_baseline
+from agents.algos.maml import (
+    Batch,
+    TaskBatch,
+    discounted_returns,
+    episode_advantages,
+    linear_baseline,
+)
 from agents.api import ConfigError
 from agents.envs import env_spec
 from agents.meta import Episodes, MetaAlgorithm, TaskEnvs, meta_test
 from agents.tasks import TASK_FAMILIES, TaskSampler
-from benchmark import train
 from benchmark.config import Budget, RunSpec
+from benchmark.training import train
 
 POINT = "reprorl/PointNav-v0"
 META = {name: cls for name, cls in agents.ALGORITHMS.items() if issubclass(cls, MetaAlgorithm)}
@@ -381,7 +386,7 @@ def test_a_meta_run_is_deterministic_and_resumes_exactly(tmp_path):
     evaluations = []
     with pytest.raises(Stop):
         train.run(spec, checkpoint_dir=tmp_path, on_evaluation=stop_at_third)
-    from benchmark import checkpoint
+    from benchmark.training import checkpoint
 
     payload = checkpoint.load(tmp_path / spec.run_key / checkpoint.LATEST)
     assert payload["loop"]["epoch"] == 2
@@ -491,7 +496,7 @@ def test_a_pearl_run_with_its_buffers_in_the_checkpoint_resumes_exactly(tmp_path
 
     with pytest.raises(Stop):
         train.run(spec, checkpoint_dir=tmp_path, on_evaluation=stop_at_third)
-    from benchmark import checkpoint
+    from benchmark.training import checkpoint
 
     payload = checkpoint.load(tmp_path / spec.run_key / checkpoint.LATEST)
     assert payload["replay"] is not None

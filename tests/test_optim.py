@@ -6,7 +6,13 @@ import copy
 import pytest
 import torch
 
-from agents.optim import FusedAdam, adam, conjugate_gradient, fisher_vector_product, flatten
+from agents.optim import (
+    FusedAdam,
+    adam,
+    conjugate_gradient,
+    fisher_vector_product,
+    flatten,
+)
 
 
 def test_conjugate_gradient_matches_a_direct_solve_on_random_spd_matrices():

@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from benchmark import cli, runner, summary, tracking
+from benchmark import tracking
+from benchmark.analysis import summary
+from benchmark.cli import app as cli
 from benchmark.config import load_suite
+from benchmark.execution import runner
 from benchmark.tables import TableData
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,7 +123,7 @@ def test_ui_prints_each_suites_runs_page_and_serves_with_one_worker(tmp_path, mo
 
 
 def test_the_live_board_never_cuts_a_run_label():
-    from benchmark.progress import Board
+    from benchmark.execution.progress import Board
 
     for width in (80, 60):
         console = Console(width=width, record=True, file=io.StringIO())

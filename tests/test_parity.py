@@ -9,38 +9,39 @@ import pytest
 from scipy import stats
 
 import agents
-from benchmark import parity
-from benchmark.cli import EXIT_CONFIG_ERROR, main
+from benchmark.analysis import parity_records
+from benchmark.cli.app import EXIT_CONFIG_ERROR, main
+from benchmark.perf import parity
 
 
 def test_equivalence_needs_the_90_percent_interval_inside_the_margin():
     """TOST by hand: difference 30, Welch's 90% interval from scipy; margin 20% of the peer's mean."""
     ours, peer = [1010.0, 1050.0, 1030.0, 1040.0, 1020.0], [1000.0, 990.0, 1010.0, 995.0, 1005.0]
-    found = parity.compare(ours, peer)
+    found = parity_records.compare(ours, peer)
     interval = stats.ttest_ind(ours, peer, equal_var=False).confidence_interval(0.90)
     assert found["difference"] == pytest.approx(30.0) and found["margin"] == pytest.approx(200.0)
     assert found["difference_ci90"] == pytest.approx([interval.low, interval.high])
     assert found["welch_p"] == pytest.approx(stats.ttest_ind(ours, peer, equal_var=False).pvalue)
     assert found["verdict"] == "equivalent"
-    assert parity.compare(ours, peer, margin=0.01)["verdict"] == "ours higher"  # margin 10: the interval [~13, ~47] is outside
+    assert parity_records.compare(ours, peer, margin=0.01)["verdict"] == "ours higher"  # margin 10: the interval [~13, ~47] is outside
 
 
 def test_a_clear_shortfall_is_ours_lower_and_noise_is_inconclusive():
-    assert parity.compare([500.0, 520.0, 510.0], [1000.0, 1020.0, 990.0])["verdict"] == "ours lower"
-    noisy = parity.compare([100.0, 3000.0, 1500.0], [2000.0, 200.0, 1200.0])
+    assert parity_records.compare([500.0, 520.0, 510.0], [1000.0, 1020.0, 990.0])["verdict"] == "ours lower"
+    noisy = parity_records.compare([100.0, 3000.0, 1500.0], [2000.0, 200.0, 1200.0])
     assert noisy["verdict"] == "inconclusive" and noisy["welch_p"] > 0.05
-    assert parity.compare([3000.0], [2900.0])["verdict"] == "too few seeds"
+    assert parity_records.compare([3000.0], [2900.0])["verdict"] == "too few seeds"
 
 
 def test_constant_returns_on_both_sides_are_compared_exactly():
     """CartPole capped at 500 on every seed: no variance, the difference is exact."""
-    same = parity.compare([500.0] * 5, [500.0] * 5)
+    same = parity_records.compare([500.0] * 5, [500.0] * 5)
     assert same["verdict"] == "equivalent" and same["welch_p"] == 1.0 and same["difference_ci90"] == [0.0, 0.0]
-    assert parity.compare([300.0] * 3, [500.0] * 3)["verdict"] == "ours lower"
+    assert parity_records.compare([300.0] * 3, [500.0] * 3)["verdict"] == "ours lower"
 
 
 def test_means_carry_student_t_intervals():
-    found = parity.side_summary([1.0, 2.0, 3.0, 4.0])
+    found = parity_records.side_summary([1.0, 2.0, 3.0, 4.0])
     half = stats.t.ppf(0.975, 3) * np.std([1, 2, 3, 4], ddof=1) / 2
     assert found["mean"] == 2.5 and found["ci95"] == pytest.approx([2.5 - half, 2.5 + half])
 
@@ -82,7 +83,7 @@ def test_a_rerun_trains_only_the_missing_seeds_and_force_trains_again(monkeypatc
     calls.clear()
     _, record = parity.run("dqn", steps=100, seeds=[0], directory=tmp_path, force=True)
     assert sorted(calls) == [("ours", 0), ("peer", 0)] and len(record["runs"]) == 4
-    summary = parity.summarize(record)
+    summary = parity_records.summarize(record)
     assert summary["seeds"] == [0, 1] and summary["ours"]["mean"] == 16.0 and summary["peer_version"] == "peer 1.0"
 
 

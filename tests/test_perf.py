@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import agents
-from benchmark import perf
-from benchmark.cli import EXIT_CONFIG_ERROR, main
-from benchmark.perf_worker import SectionTimers, run_floor, run_memory
+from benchmark.cli.app import EXIT_CONFIG_ERROR, main
+from benchmark.perf import throughput as perf
+from benchmark.perf.worker import SectionTimers, run_floor, run_memory
 
 ROOT = Path(__file__).resolve().parent.parent
 

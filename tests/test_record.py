@@ -8,10 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmark import bundles, parity, record
+from benchmark import bundles
+from benchmark.analysis import parity_records, record
 from benchmark.bundles import Bundle, BundledRun, Evaluation
-from benchmark.cli import EXIT_CONFIG_ERROR, main
+from benchmark.cli.app import EXIT_CONFIG_ERROR, main
 from benchmark.config import load_suite
+from benchmark.perf import parity
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGETS = {"mujoco": 1_000_000, "mujoco_300k": 300_000}
@@ -72,7 +74,7 @@ def _synthetic(results: Path, seeds: int = 3, final: float = 2500.0) -> None:
     setting = parity._setting_record(parity.SETTINGS["ppo"], "Hopper-v5", 500_000, 10)
     for side, base in (("ours", 2000.0), ("peer", 2100.0)):
         for seed in range(3):
-            parity.save_run(results / "parity" / "ppo-Hopper-v5-500000.json", setting,
+            parity_records.save_run(results / "parity" / "ppo-Hopper-v5-500000.json", setting,
                             {"side": side, "seed": seed, "final_return": base + 10 * seed, "returns": [base], "lengths": [1000],
                              "seconds": 1.0, "version": "stable-baselines3 2.9.2" if side == "peer" else "0.1", "created": "", "machine": {}})
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from agents.api import ConfigError
-from benchmark import reference
+from benchmark.analysis import reference
 
 ROOT = Path(__file__).resolve().parent.parent
 SCORES = ROOT / "results" / "reference" / "scores.csv"

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmark import regress
+from benchmark.analysis import regress
+from benchmark.analysis.records import RunRecord
 from benchmark.config import load_suite
-from benchmark.records import RunRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -138,7 +138,7 @@ def test_a_baseline_row_that_was_not_run_is_a_regression(write_suite):
 
 
 def test_a_nan_final_return_counts_as_a_failed_run(write_suite):
-    from benchmark.records import mark_unusable
+    from benchmark.analysis.records import mark_unusable
 
     payload, specs = _payload(write_suite, [500.0] * 5)
     current = _current(specs, [500.0, float("nan"), 500.0, 500.0, 500.0])

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from benchmark import report
+from benchmark.analysis import report
+from benchmark.analysis.records import RunRecord
 from benchmark.config import load_suite
-from benchmark.records import RunRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -163,7 +163,7 @@ def test_markdown_table_cells_stay_on_one_line():
 
 
 def test_learning_curve_bands_stay_within_what_the_seeds_reached():
-    from benchmark import plots
+    from benchmark.analysis import plots
 
     means, lows, highs = plots.clipped_band([[22.0, 500.0, 500.0], [100.0, 105.0, 110.0, 115.0, 120.0] * 2, [7.0]])
     assert means == pytest.approx([340.667, 110.0, 7.0], abs=1e-3)

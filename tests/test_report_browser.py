@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmark import report
+from benchmark.analysis import report
+from benchmark.analysis.records import RunRecord
 from benchmark.config import load_suite
-from benchmark.records import RunRecord
 
 CHROMIUM = next((path for name in ("chromium", "chromium-browser", "google-chrome") if (path := shutil.which(name))), None)
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (make report-check installs it)")

@@ -21,14 +21,13 @@ import numpy as np
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
+from test_cli import ROOT, all_runs, run_cli
 
 import agents
 from agents.env_state import load_vector_env_state, vector_env_state
 from agents.envs import make_vector_env
-from benchmark import checkpoint, train
 from benchmark.config import Budget, RunSpec, load_suite
-
-from test_cli import ROOT, all_runs, run_cli
+from benchmark.training import checkpoint, train
 
 
 def _roundtrip(payload):

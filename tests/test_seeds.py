@@ -20,7 +20,7 @@ SEEDS = (0, 1, 2)
 
 
 def build(algo: str, env_id: str, seed: int, overrides: dict, total_steps: int):
-    """An algorithm as ``benchmark.train.run`` builds it for ``seed``."""
+    """An algorithm as ``benchmark.training.train.run`` builds it for ``seed``."""
     torch.manual_seed(seed)
     config = agents.resolve_config(algo, overrides)
     return agents.make(algo, env_spec(env_id), config, total_steps=total_steps, seed=seed), config
@@ -195,7 +195,7 @@ def _specs(algo: str, env_id: str, overrides: dict, total: int, every: int):
 def test_run_seeds_batched_evaluates_as_the_separate_runs(algo):
     """The whole loop (envs, updates, evaluations): a batch of three seeds gives each seed's
     evaluations of its run alone."""
-    from benchmark import train
+    from benchmark.training import train
 
     env_id, overrides = CASES[algo]
     specs = _specs(algo, env_id, overrides, 512, 256)
@@ -225,7 +225,7 @@ def poison_critic(monkeypatch, seed: int) -> None:
 def test_a_divergent_seed_fails_alone(monkeypatch):
     """NaN injected into seed 1's critic: its run ends with non-finite losses, seeds 0 and 2
     finish with the evaluations of their runs alone."""
-    from benchmark import train
+    from benchmark.training import train
 
     specs = _specs("sac", *CASES["sac"], 200, 100)
     poison_critic(monkeypatch, seed=1)
@@ -240,7 +240,7 @@ def test_a_divergent_seed_fails_alone(monkeypatch):
 
 
 def test_run_seeds_refuses_runs_that_differ_beyond_the_seed():
-    from benchmark import train
+    from benchmark.training import train
 
     specs = _specs("dqn", *CASES["dqn"], 100, 100)
     other = _specs("dqn", "CartPole-v1", {**CASES["dqn"][1], "learning_rate": 1e-3}, 100, 100)
@@ -266,8 +266,8 @@ experiments:
 
 
 def test_the_runner_batches_seeds_of_one_configuration_n_at_a_time(write_suite):
-    from benchmark import runner
     from benchmark.config import load_suite
+    from benchmark.execution import runner
 
     path = write_suite(
         BATCHED_SUITE
@@ -309,8 +309,8 @@ def test_a_batched_suite_logs_each_seed_as_its_own_mlflow_run_and_reproduces_it(
 
     from mlflow.tracking import MlflowClient
 
-    from benchmark import train
     from benchmark.config import load_suite
+    from benchmark.training import train
 
     path = write_suite(BATCHED_SUITE)
     specs = {spec.seed: spec for spec in load_suite(str(path)).specs}
@@ -345,7 +345,8 @@ def test_a_divergent_seed_fails_alone_in_the_tracking_store(tmp_path, monkeypatc
 
     from mlflow.tracking import MlflowClient
 
-    from benchmark import runner, tracking
+    from benchmark import tracking
+    from benchmark.execution import runner
 
     poison_critic(monkeypatch, seed=1)
     specs = _specs("sac", *CASES["sac"], 200, 100)
@@ -432,8 +433,8 @@ def test_a_killed_batch_resumes_each_seed_in_its_mlflow_run(write_suite, tmp_pat
 
     from mlflow.tracking import MlflowClient
 
-    from benchmark import checkpoint, train
     from benchmark.config import load_suite
+    from benchmark.training import checkpoint, train
 
     suite = write_suite(RESUMED_BATCH)
     specs = load_suite(str(suite)).specs

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from benchmark import stats
-from benchmark.stats import (
+from benchmark.analysis import stats
+from benchmark.analysis.stats import (
     AGGREGATES,
     Interval,
     aggregate_intervals,

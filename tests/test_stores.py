@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark import claims, stores, tracking
+from benchmark import stores, tracking
+from benchmark.execution import claims
 
 TABLES = {"experiments", "runs", "alembic_version"}
 
@@ -137,7 +138,7 @@ def test_a_claim_is_exclusive_and_says_who_holds_it(tmp_path):
 HOLD = """
 import sys, time
 from pathlib import Path
-from benchmark import claims
+from benchmark.execution import claims
 claim = claims.take(Path(sys.argv[1]), "key", claims.Holder.here("parent-1", "label"))
 print("held" if claim else "refused", flush=True)
 time.sleep(600)
@@ -169,7 +170,7 @@ def test_an_invocation_lock_tells_a_live_launch_from_a_dead_one(tmp_path):
     assert claims.invocation_alive(tmp_path, "unknown") is False  # no lock file: it has ended (or never ran here)
     with claims.Invocation(tmp_path, "abc"):
         process = subprocess.run(
-            [sys.executable, "-c", "import sys; from pathlib import Path; from benchmark import claims; "
+            [sys.executable, "-c", "import sys; from pathlib import Path; from benchmark.execution import claims; "
              "print(claims.invocation_alive(Path(sys.argv[1]), 'abc'))", str(tmp_path)],
             capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent,
         )

@@ -12,12 +12,11 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from agents.api import ConfigError
-from benchmark import tune
-from benchmark.config import Budget, load_suite
-from benchmark.search_space import available_search_spaces, load_search_space
-
 import agents
+from agents.api import ConfigError
+from benchmark.config import Budget, load_suite
+from benchmark.tuning import tune
+from benchmark.tuning.search_space import available_search_spaces, load_search_space
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -289,7 +288,8 @@ def test_a_failing_trial_is_recorded_and_the_study_goes_on(tmp_path):
 
 
 def test_a_non_finite_loss_fails_the_trial_and_its_mlflow_run(tmp_path, monkeypatch):
-    from benchmark import tracking, train
+    from benchmark import tracking
+    from benchmark.training import train
 
     def diverge(spec, tracker, on_evaluation=None):
         raise train.NonFiniteLoss("non-finite update values at env step 64: policy_loss=nan")
@@ -310,7 +310,8 @@ def test_a_non_finite_loss_fails_the_trial_and_its_mlflow_run(tmp_path, monkeypa
 def test_pruner_steps_are_the_scheduled_ones_for_every_seed(tmp_path, monkeypatch):
     """8 envs and eval_every 204: evaluations land at 208, 408, 616, ... 2040 and 2048; the
     pruner sees 204, 408, 612, ... 2040, 2048, then the same plus 2048 for the second seed."""
-    from benchmark import tracking, train
+    from benchmark import tracking
+    from benchmark.training import train
 
     def fake_run(spec, tracker, on_evaluation=None):
         result = train.RunResult(spec)
@@ -355,7 +356,7 @@ def test_pruner_steps_are_the_scheduled_ones_for_every_seed(tmp_path, monkeypatc
     ],
 )
 def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, monkeypatch, capsys, arguments, message):
-    from benchmark import cli
+    from benchmark.cli import app as cli
 
     monkeypatch.chdir(tmp_path)
     results = tmp_path / "results"
@@ -536,7 +537,7 @@ def test_a_killed_worker_fails_its_trial_at_once(tmp_path):
 
 
 def test_store_options_count_before_and_after_the_subcommand():
-    from benchmark.cli import build_parser
+    from benchmark.cli.app import build_parser
 
     parser = build_parser()
     assert parser.parse_args(["tune", "--results-dir", "x", "show", "s"]).results_dir == Path("x")

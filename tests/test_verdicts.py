@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from benchmark import verdicts
+from benchmark.analysis import verdicts
+from benchmark.analysis.records import RunRecord
+from benchmark.analysis.reference import ReferenceScore
+from benchmark.analysis.report import group_records
 from benchmark.config import Budget, RunSpec
-from benchmark.records import RunRecord
-from benchmark.reference import ReferenceScore
-from benchmark.report import group_records
 
 
 def published(mean, spread=None, n_seeds=None, spread_kind="std across seeds", budget=1_000_000, env_id="Hopper-v5",

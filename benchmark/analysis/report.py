@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmark import plots, reference, stats, verdicts
+from benchmark.analysis import plots, reference, stats, verdicts
+from benchmark.analysis.records import RunRecord
 from benchmark.config import Suite, configurations
-from benchmark.records import RunRecord
 
 AGGREGATE_REPS = 20_000
 STATUS_ORDER = ("FINISHED", "RUNNING", "FAILED", "KILLED", "MISSING")

@@ -1,6 +1,6 @@
 """``python -m benchmark parity``: our algorithm and Stable-Baselines3's at one setting, seed by seed.
 
-See ``benchmark.parity`` for the settings, the protocol and the statistics.
+See ``benchmark.perf.parity`` for the settings, the protocol and the statistics.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from agents.api import ConfigError
 
 
 def add_parsers(commands: Any, add_format: Callable) -> None:
-    from benchmark import parity
+    from benchmark.analysis import parity_records
+    from benchmark.perf import parity
 
     command = commands.add_parser(
         "parity", help="train our algorithm and Stable-Baselines3's at identical settings on the same seeds; compare final returns",
@@ -25,8 +26,8 @@ def add_parsers(commands: Any, add_format: Callable) -> None:
     command.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], metavar="SEED",
                          help="seeds (default 0-4); seeds the record already holds are not trained again")
     command.add_argument("--episodes", type=int, default=parity.EPISODES, help=f"final evaluation episodes (default {parity.EPISODES})")
-    command.add_argument("--margin", type=float, default=parity.MARGIN,
-                         help=f"equivalence margin, a fraction of the peer's mean return (default {parity.MARGIN})")
+    command.add_argument("--margin", type=float, default=parity_records.MARGIN,
+                         help=f"equivalence margin, a fraction of the peer's mean return (default {parity_records.MARGIN})")
     command.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="runs trained at once, one core each (default: every core)")
     command.add_argument("--force", action="store_true", help="train the seeds again even where the record holds them")
     command.add_argument("--table", action="store_true", help="only tabulate the records held (no training)")
@@ -36,7 +37,8 @@ def add_parsers(commands: Any, add_format: Callable) -> None:
 
 
 def command_parity(args: argparse.Namespace, console: Any) -> int:
-    from benchmark import parity
+    from benchmark.analysis import parity_records
+    from benchmark.perf import parity
     from benchmark.tables import TableData
 
     if args.table:
@@ -62,12 +64,12 @@ def command_parity(args: argparse.Namespace, console: Any) -> int:
         console.print(f"record: {path}", highlight=False, markup=False)
     if not args.output_dir.is_dir():
         raise ConfigError(f"no parity records in {args.output_dir}: run python -m benchmark parity --algo ALGO first")
-    rows = parity.write_tables(args.output_dir, args.margin)
+    rows = parity_records.write_tables(args.output_dir, args.margin)
     table = TableData("parity: ours against the peer library at identical settings (final deterministic returns)",
-                      list(parity.TABLE_COLUMNS), names={"algorithm", "environment", "verdict"},
+                      list(parity_records.TABLE_COLUMNS), names={"algorithm", "environment", "verdict"},
                       right={"steps", "seeds", "Welch p"})
     for row in rows:
-        table.add(*parity.row_cells(row))
+        table.add(*parity_records.row_cells(row))
     console.table(table)
     console.print(f"equivalent: the 90% interval of the difference lies within the margin (TOST, 5%); tables: "
                   f"{args.output_dir / 'parity.md'}, {args.output_dir / 'parity.csv'}", highlight=False, markup=False)

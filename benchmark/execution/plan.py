@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark import bundles, checkpoint, claims, estimate, tracking
+from benchmark import bundles, tracking
 from benchmark.bundles import BundledRun
 from benchmark.config import RunSpec, configurations
+from benchmark.execution import claims, estimate
 from benchmark.tables import TableData
+from benchmark.training import checkpoint
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ class Plan:
 
 def make_plan(specs: list[RunSpec], tracking_uri: str | None, suite_name: str, bundled: dict[str, BundledRun],
               results_dir: Path, parallel: int, table: dict | None = None, force: bool = False) -> Plan:
-    from benchmark import runner
+    from benchmark.execution import runner
 
     states = run_states(specs, tracking_uri, suite_name, bundled, results_dir, force)
     left = [s for s in states if s.status in ("to train", "resumes")]

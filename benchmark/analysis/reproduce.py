@@ -24,9 +24,9 @@ from pathlib import Path
 
 from agents.api import ConfigError
 from benchmark import tracking
+from benchmark.analysis.records import EVAL_METRIC
 from benchmark.bundles import BundledRun
 from benchmark.config import RunSpec
-from benchmark.records import EVAL_METRIC
 
 PROVENANCE_TAGS = ("git_sha", "git_dirty", "python_version", "platform", "cpu_model", "gpu_model")
 
@@ -101,7 +101,7 @@ def reproduce_bundled(run: BundledRun) -> Reproduction:
 
 
 def _train_again(run_id: str, spec: RunSpec, recorded: list[tuple[int, float]], batch_seeds: list[int], tags: dict[str, str]) -> Reproduction:
-    from benchmark import train
+    from benchmark.training import train
 
     if len(batch_seeds) > 1:
         jobs = [train.SeedJob(dataclasses.replace(spec, seed=seed)) for seed in batch_seeds]

@@ -22,17 +22,18 @@ import sys
 import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from multiprocessing.managers import SyncManager
 from dataclasses import dataclass, field
+from multiprocessing.managers import SyncManager
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from agents.api import ConfigError
-from benchmark import claims, devices, stores, tracking
+from benchmark import stores, tracking
 from benchmark.config import TRAIN_RETURN_METRIC, RunSpec
-from benchmark.progress import Board
+from benchmark.execution import claims, devices
+from benchmark.execution.progress import Board
 
 
 @dataclass
@@ -85,10 +86,10 @@ def run_in_worker(
     where: str = "",
 ) -> list[dict[str, Any]]:
     """Train a process group inside a worker: one spec, or specs that differ only by seed
-    trained as one batched model (``benchmark.train.run_seeds``); each spec logs to its own
+    trained as one batched model (``benchmark.training.train.run_seeds``); each spec logs to its own
     MLflow child run, exactly as if it had trained alone, and gets its own outcome.
 
-    With ``claims_dir``, each run key is claimed first (``benchmark.claims``) and held until its
+    With ``claims_dir``, each run key is claimed first (``benchmark.execution.claims``) and held until its
     run is closed: a key another live process holds is not trained (outcome CLAIMED), and a key
     that got a FINISHED run meanwhile (with ``finished_since_ms``, as under ``--force``: a run that
     started at or after it, from scratch) is not trained again. Holding the claim, the worker knows that any RUNNING run of the key is an orphan of a
@@ -99,9 +100,11 @@ def run_in_worker(
     per step); otherwise (or with ``resume=False``) any such checkpoint is discarded and the run
     starts from scratch in a new child run.
     """
-    from benchmark import train  # imported here: torch loads once per worker, not in the parent
-
     import torch  # noqa: F401 - loaded before the tags are read, so that the GPU model is known
+
+    from benchmark.training import (
+        train,  # imported here: torch loads once per worker, not in the parent
+    )
 
     context = _WorkerContext(
         tracking_uri, experiment_id, parent_run_id, checkpoint_dir, messages, command, resume, device, where,
@@ -165,7 +168,7 @@ class _ChildRun:
     checkpoint), what training it needs, and its outcome."""
 
     def __init__(self, spec: RunSpec, context: _WorkerContext):
-        from benchmark import checkpoint
+        from benchmark.training import checkpoint
 
         self.spec, self.context = spec, context
         # the device this process trains on (its slot's); config.json keeps the one the suite asked for
@@ -248,7 +251,7 @@ class _ChildRun:
         _send(self.context.messages, ("started", self.spec.run_key, self.tracker.run_id, self.resumes_from, where))
 
     def job(self) -> Any:
-        from benchmark import train
+        from benchmark.training import train
 
         messages, run_key = self.context.messages, self.spec.run_key
 
@@ -269,7 +272,7 @@ class _ChildRun:
 
     def close(self, result: Any) -> dict[str, Any]:
         """Record a finished run's results (or the exception that ended it) and close its MLflow run."""
-        from benchmark import train
+        from benchmark.training import train
 
         if isinstance(result, BaseException):
             status = "KILLED" if isinstance(result, (KeyboardInterrupt, train.Preempted)) else "FAILED"
@@ -318,7 +321,7 @@ def _batches_by_step(children: list[_ChildRun]) -> list[list[_ChildRun]]:
 def _train_batch(batch: list[_ChildRun], context: _WorkerContext) -> list[Any]:
     """Train one run alone (``train.run``), or several as one batched model; each run's result
     or the exception that ended it."""
-    from benchmark import train
+    from benchmark.training import train
 
     checkpoint_dir = Path(context.checkpoint_dir) if context.checkpoint_dir else None
     seeds = [child.spec.seed for child in batch]
@@ -337,7 +340,7 @@ def _train_batch(batch: list[_ChildRun], context: _WorkerContext) -> list[Any]:
 def _reopen(latest: Path, context: _WorkerContext, tags: dict[str, Any], spec: RunSpec) -> tuple[Any, dict[str, Any] | None]:
     """The reopened MLflow run and the checkpoint to resume from, or (None, None) when the
     checkpoint cannot be read (it is kept aside as ``latest.pt.bad``) or its run is gone."""
-    from benchmark import checkpoint
+    from benchmark.training import checkpoint
 
     try:
         payload = checkpoint.load(latest)
@@ -393,14 +396,14 @@ def execute(
     as finished too, unless ``force``: a grid split over machines goes on where a bundle ends.
 
     Launches that share the results directory share the work: a run key is trained by one live
-    process at a time (``benchmark.claims``). Keys another launch is training are left to it;
+    process at a time (``benchmark.execution.claims``). Keys another launch is training are left to it;
     with ``wait_for_others`` this launch waits for them and reports what that launch recorded
     (or trains them itself when that launch ends without finishing them); without, their
     outcome is CLAIMED. Suite invocations left RUNNING by a process that died are marked KILLED.
 
     ``executor``: 'local' (a process pool on this machine, one process per GPU run) or 'ray'
     (one Ray task per run, on the cluster at ``ray_address`` or a local Ray instance). Runs go
-    to the GPU slots that the specs' device and ``runs_per_gpu`` give (see benchmark.devices),
+    to the GPU slots that the specs' device and ``runs_per_gpu`` give (see benchmark.execution.devices),
     at most ``workers`` CPU runs at once. Specs with ``seeds_in_process`` N > 1 that differ only
     by seed take one process (task, slot) per N of them: see ``plan_processes``.
     """
@@ -627,7 +630,7 @@ def plan_processes(specs: list[RunSpec]) -> tuple[list[list[RunSpec]], list[str]
     ``seeds_in_process`` N > 1 go N at a time (trained as one batched model); every other spec
     alone. Also one notice per configuration that asked for batching but cannot have it (its
     seeds then train one per process)."""
-    from benchmark import train
+    from benchmark.training import train
 
     groups: list[list[RunSpec]] = []
     filling: dict[str, list[RunSpec]] = {}
@@ -675,7 +678,7 @@ class _Job:
 
 
 def _has_resumable_checkpoint(results_dir: Path, spec: RunSpec) -> bool:
-    from benchmark import checkpoint
+    from benchmark.training import checkpoint
 
     return (checkpoint.run_directory(results_dir / "checkpoints", spec.run_key) / checkpoint.LATEST).exists()
 

@@ -36,9 +36,10 @@ from pathlib import Path
 import numpy as np
 
 from agents.api import ConfigError
+from benchmark.config import PROJECT_ROOT
 
-REFERENCE_DIR = Path(__file__).resolve().parent.parent / "results" / "reference"
-SHARED_SCORES = Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "scores.csv"
+REFERENCE_DIR = PROJECT_ROOT / "results" / "reference"
+SHARED_SCORES = PROJECT_ROOT.parent / "shared" / "reference" / "scores.csv"
 SOURCE_COLUMNS = ("source", "source_url", "algo", "env_id", "budget_steps", "metric", "mean", "spread", "spread_kind", "n_seeds", "notes")
 DERIVED_COLUMNS = ("env", "env_version", "algorithm", "protocol", "approximate")
 RANDOM_COLUMNS = ("env_id", "episodes", "mean", "std", "seed", "gymnasium", "mujoco", "measured")

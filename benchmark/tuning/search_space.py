@@ -28,12 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 import agents
 from agents.api import ConfigError, suggest
-from benchmark.config import check_keys, read_yaml
+from benchmark.config import PROJECT_ROOT, check_keys, read_yaml
 
-SEARCH_DIR = Path(__file__).resolve().parent.parent / "suites" / "search"
+SEARCH_DIR = PROJECT_ROOT / "suites" / "search"
 
 _SPACE_KEYS = {"algo", "description", "extends", "exclude", "fixed", "parameters"}
 _PARAMETER_KEYS = {"low", "high", "log", "power_of_two", "choices", "width", "depth", "when"}

@@ -33,8 +33,8 @@ from agents.envs import (
     normalization_state,
     true_next_obs,
 )
-from benchmark import checkpoint
 from benchmark.config import TRAIN_RETURN_METRIC, RunSpec
+from benchmark.training import checkpoint
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation envs never share seeds with training envs
 
@@ -199,11 +199,11 @@ def run(
     checkpoint (the runner keeps the MLflow run id there). ``remove_latest_on_finish=False``
     leaves ``latest.pt`` for the caller to remove once it has recorded the finished run.
     ``on_evaluation`` sees each evaluation once it is logged (a tuner reports it to its pruner
-    and may raise to stop the run there). A meta-learner trains in ``benchmark.meta_train``
+    and may raise to stop the run there). A meta-learner trains in ``benchmark.training.meta_train``
     instead, with the same arguments and result.
     """
     if agents.is_meta(spec.algo):
-        from benchmark.meta_train import run_meta
+        from benchmark.training.meta_train import run_meta
 
         return run_meta(spec, tracker or NullTracker(), progress, checkpoint_dir, resume, checkpoint_metadata, remove_latest_on_finish, on_evaluation)
     outcome = run_seeds(

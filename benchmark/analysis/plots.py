@@ -11,7 +11,7 @@ matplotlib.use("Agg")  # files only; never a window, and no display needed on CI
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmark import stats  # noqa: E402
+from benchmark.analysis import stats  # noqa: E402
 
 COLORS = plt.get_cmap("tab10").colors
 

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Iterable
 
 from agents.api import ConfigError
-from benchmark.config import RunSpec
+from benchmark.config import PROJECT_ROOT, RunSpec
 
-THROUGHPUT_FILE = Path(__file__).resolve().parent.parent / "results" / "perf" / "throughput.csv"
+THROUGHPUT_FILE = PROJECT_ROOT / "results" / "perf" / "throughput.csv"
 THROUGHPUT_COLUMNS = ("algo", "env_id", "train_steps_per_second", "eval_steps_per_second", "cpu_model", "torch", "steps", "measured")
 
 

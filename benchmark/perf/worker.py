@@ -1,8 +1,8 @@
-"""One throughput measurement, run in a fresh process by ``benchmark.perf``.
+"""One throughput measurement, run in a fresh process by ``benchmark.perf.throughput``.
 
-    python -m benchmark.perf_worker '<job as JSON>' <result.json>
+    python -m benchmark.perf.worker '<job as JSON>' <result.json>
 
-A job names what to time (``kind``) and how: ``ours`` trains with ``benchmark.train.run``,
+A job names what to time (``kind``) and how: ``ours`` trains with ``benchmark.training.train.run``,
 ``sb3`` with Stable-Baselines3's ``learn``, both from the same setting; ``env`` steps the
 environment alone with pre-sampled random actions; ``floor`` runs the update's forward and
 backward passes in a bare loop at the same network sizes; ``memory`` measures a full replay
@@ -93,7 +93,7 @@ def _instrument(timers: SectionTimers) -> None:
     training env (its ``step``), the algorithm's acting, observing, updating and its buffer's
     insert and sample, and the loop's logging helpers."""
     import agents
-    from benchmark import train
+    from benchmark.training import train
 
     make_env, make_algo = train.make_vector_env, agents.make
     built: list[Any] = []
@@ -140,7 +140,7 @@ class _TimedTracker:
     """A tracker that keeps metrics in memory, its calls timed as logging."""
 
     def __init__(self, timers: SectionTimers) -> None:
-        from benchmark.train import NullTracker
+        from benchmark.training.train import NullTracker
 
         self._tracker = NullTracker()
         self.log_metrics = timers.wrap("logging", self._tracker.log_metrics)
@@ -157,8 +157,8 @@ def run_ours(job: dict[str, Any]) -> dict[str, Any]:
     its time is not counted). With ``profile`` the loop's parts are timed (microseconds per
     env step); with ``functions`` cProfile lists the functions with the most own time."""
     import agents
-    from benchmark import train
     from benchmark.config import Budget, RunSpec
+    from benchmark.training import train
 
     timers = SectionTimers() if job.get("profile") else None
     if timers is not None:
@@ -202,13 +202,13 @@ def _top_functions(profiler: cProfile.Profile, count: int = 15) -> str:
 
 def run_seeds_job(job: dict[str, Any]) -> dict[str, Any]:
     """Train ``job["seeds"]`` of one setting for ``job["steps"]`` env steps each: as one batched
-    model when there are several (``benchmark.train.run_seeds``), alone otherwise. With
+    model when there are several (``benchmark.training.train.run_seeds``), alone otherwise. With
     ``barrier`` (a directory) the process says it is ready, then waits for the file ``go``, so
     that the processes of one measurement train at the same time. The rate is the sum over the
     seeds of each seed's env steps per second of training."""
     import agents
-    from benchmark import train
     from benchmark.config import Budget, RunSpec
+    from benchmark.training import train
 
     hyperparameters = agents.resolve_config(job["algo"], job["hyperparameters"]).to_dict()
     steps = int(job["steps"])

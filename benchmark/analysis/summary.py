@@ -8,8 +8,8 @@ from typing import Iterable
 import numpy as np
 
 from benchmark.config import configurations
+from benchmark.execution.runner import RunOutcome
 from benchmark.tables import TableData
-from benchmark.runner import RunOutcome
 
 
 @dataclass
@@ -30,8 +30,8 @@ class SummaryRow:
 
     @property
     def verdict(self) -> str:
-        """Reproduced, above, below, not comparable or no published score (``benchmark.verdicts``); '—' without a finished seed."""
-        from benchmark import verdicts
+        """Reproduced, above, below, not comparable or no published score (``benchmark.analysis.verdicts``); '—' without a finished seed."""
+        from benchmark.analysis import verdicts
 
         if not self.returns or not self.algo:
             return "—"

@@ -1,7 +1,7 @@
 """Hyperparameter studies with Optuna, scored against the published reference scores.
 
 A study tunes one algorithm on one environment. Each trial draws hyperparameters from the
-algorithm's search space (``benchmark.search_space``) on top of a base setting (the budget
+algorithm's search space (``benchmark.tuning.search_space``) on top of a base setting (the budget
 and fixed hyperparameters of the suite that runs this pair, e.g. ``classic``), trains
 ``seeds_per_trial`` runs one after another, and scores the trial by the **normalized final
 evaluation** ``(return - random) / (reference - random)`` averaged over its seeds.
@@ -51,10 +51,16 @@ from rich.markup import escape
 import agents
 from agents.api import ConfigError, suggest
 from agents.envs import check_env_id, env_spec
-from benchmark import claims, config, reference, stores, tracking
+from benchmark import config, stores, tracking
+from benchmark.analysis import reference
 from benchmark.config import Budget, RunSpec
+from benchmark.execution import claims
 from benchmark.tracking import redact
-from benchmark.search_space import SearchSpace, load_search_space, space_from_dict
+from benchmark.tuning.search_space import (
+    SearchSpace,
+    load_search_space,
+    space_from_dict,
+)
 
 TRIAL_SEED_BASE = 1000
 SAMPLERS = ("tpe", "random", "cmaes")
@@ -403,7 +409,7 @@ class Objective:
     def __call__(self, trial: Any) -> float:
         import optuna
 
-        from benchmark import train
+        from benchmark.training import train
 
         settings = self.settings
         if self.current is not None:
@@ -629,7 +635,7 @@ def work(
 ) -> None:
     """A worker process: take a ticket, run one trial, until the tickets or the time run out.
     ``current`` holds the number of the trial it runs (-1 between trials)."""
-    from benchmark import devices, runner
+    from benchmark.execution import devices, runner
 
     runner.init_child_process(parent_pid)
     signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -653,7 +659,7 @@ def work(
     )
     console = Console(stderr=True, soft_wrap=True, highlight=False)
     host = socket.gethostname() if shared_storage(job.storage_url) else ""
-    from benchmark.train import Preempted
+    from benchmark.training.train import Preempted
 
     try:
         while (job.deadline is None or time.time() < job.deadline) and _take_ticket(tickets):
@@ -727,8 +733,9 @@ def check_options(
     pruner_warmup_steps: int | None, timeout: float | None, device: str, runs_per_gpu: int | None, seeds_per_process: int = 1,
 ) -> list[Any]:
     """ConfigError for any option out of range (before anything is written); the device slots
-    of the workers (see benchmark.devices)."""
-    from benchmark import devices, train
+    of the workers (see benchmark.execution.devices)."""
+    from benchmark.execution import devices
+    from benchmark.training import train
 
     if trials < 1 or workers < 1:
         raise ConfigError(f"--trials and --workers must be >= 1, got {trials} and {workers}")

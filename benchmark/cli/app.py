@@ -213,10 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     _add_store_arguments(ui)
 
-    from benchmark import cli_results
+    from benchmark.cli import results as cli_results
 
     cli_results.add_parsers(commands, _add_store_arguments, _add_bundle_arguments, _add_format)
-    from benchmark import cli_parity
+    from benchmark.cli import parity as cli_parity
 
     cli_parity.add_parsers(commands, _add_format)
 
@@ -263,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no download bars in our output
     from agents.api import ConfigError
-    from benchmark import cli_parity, cli_results
+    from benchmark.cli import parity as cli_parity
+    from benchmark.cli import results as cli_results
     from benchmark.tables import Output
 
     console = Output(getattr(args, "format", "table"))
@@ -326,7 +327,8 @@ def _bundle_baseline(args: argparse.Namespace) -> dict:
     from collections import Counter
 
     from agents.api import ConfigError
-    from benchmark import bundles, config, records, regress
+    from benchmark import bundles, config
+    from benchmark.analysis import records, regress
 
     suite = config.load_suite(args.suite)
     bundled = bundles.read_all(args.from_dirs)
@@ -354,7 +356,7 @@ def _check_run_arguments(args: argparse.Namespace) -> None:
     if args.seeds_per_process is not None and args.seeds_per_process < 1:
         raise ConfigError(f"--seeds-per-process must be >= 1, got {args.seeds_per_process}")
     if getattr(args, "device", None) is not None:
-        from benchmark.train import resolve_device
+        from benchmark.training.train import resolve_device
 
         resolve_device(args.device)
 
@@ -368,8 +370,8 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
     suite = suite.with_seeds_in_process(args.seeds_per_process)
     bundled = _bundled(args, suite.name)
     if args.dry_run:
-        from benchmark import plan as planning
-        from benchmark import runner
+        from benchmark.execution import plan as planning
+        from benchmark.execution import runner
 
         found = _plan(suite, args, bundled)
         _, notices = runner.plan_processes([state.spec for state in found.left])
@@ -413,7 +415,7 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
 
 def _bundled(args: argparse.Namespace, suite_name: str) -> dict:
     """Run key -> bundled run, from ``--from`` and (unless --no-published) the suite's published bundle."""
-    from benchmark import plan
+    from benchmark.execution import plan
 
     return plan.default_bundles(args.results_dir, suite_name, getattr(args, "from_dirs", None), not getattr(args, "no_published", False))
 
@@ -436,7 +438,7 @@ def _workers_text(args: argparse.Namespace, suite) -> str:
 
 
 def _plan(suite, args: argparse.Namespace, bundled: dict):
-    from benchmark import plan
+    from benchmark.execution import plan
 
     return plan.make_plan(suite.specs, _store_if_exists(args), suite.name, bundled, args.results_dir,
                           min(args.workers, len(suite.specs)), force=args.force)
@@ -445,8 +447,8 @@ def _plan(suite, args: argparse.Namespace, bundled: dict):
 def _confirm_cost(found, args: argparse.Namespace, console, suite) -> None:
     """Print what the invocation will cost; above --max-hours, ask on a terminal, else refuse without --yes."""
     from agents.api import ConfigError
-    from benchmark import estimate
-    from benchmark import plan as planning
+    from benchmark.execution import estimate
+    from benchmark.execution import plan as planning
 
     if found.left:
         table = planning.experiments_table(found, f"suite {suite.name}: what is left and what it costs")
@@ -473,7 +475,9 @@ def _execute_suite(suite, args: argparse.Namespace, console: Console, force: boo
     regress measure the code as it is now, so they always train."""
     from rich.markup import escape
 
-    from benchmark import config, runner, stores, summary, tracking
+    from benchmark import config, stores, tracking
+    from benchmark.analysis import summary
+    from benchmark.execution import runner
 
     results_dir = args.results_dir
     workers = min(args.workers, len(suite.specs))
@@ -529,7 +533,7 @@ def _execute_suite(suite, args: argparse.Namespace, console: Console, force: boo
 
 def _records(execution) -> list:
     """The runner's outcomes as report records (no MLflow round trip needed)."""
-    from benchmark.records import RunRecord, mark_unusable
+    from benchmark.analysis.records import RunRecord, mark_unusable
 
     records = [
         RunRecord(
@@ -563,7 +567,8 @@ def existing_store(args: argparse.Namespace) -> str:
 
 
 def command_reproduce(args: argparse.Namespace, console: Console) -> int:
-    from benchmark import bundles, reproduce
+    from benchmark import bundles
+    from benchmark.analysis import reproduce
 
     published = args.results_dir / bundles.PUBLISHED_DIR
     directories = list(args.from_dirs or []) + sorted(d for d in (published.iterdir() if published.is_dir() else []) if bundles.is_bundle(d))
@@ -595,7 +600,8 @@ def command_report(args: argparse.Namespace, console: Console) -> int:
     from collections import Counter
 
     from agents.api import ConfigError
-    from benchmark import config, records, report, stores, tracking
+    from benchmark import config, stores, tracking
+    from benchmark.analysis import records, report
 
     suite = config.load_suite(args.suite)
     bundled = _bundled(args, suite.name)
@@ -625,7 +631,8 @@ def command_report(args: argparse.Namespace, console: Console) -> int:
 
 
 def command_baseline(args: argparse.Namespace, console: Console) -> int:
-    from benchmark import config, regress
+    from benchmark import config
+    from benchmark.analysis import regress
 
     _check_run_arguments(args)
     suite = config.load_suite(args.suite, seeds=args.seeds).with_seeds_in_process(args.seeds_per_process)
@@ -641,7 +648,8 @@ def command_regress(args: argparse.Namespace, console: Console) -> int:
     from rich.markup import escape
 
     from agents.api import ConfigError
-    from benchmark import config, regress
+    from benchmark import config
+    from benchmark.analysis import regress
     from benchmark.tables import TableData
 
     _check_run_arguments(args)
@@ -697,7 +705,8 @@ def command_regress(args: argparse.Namespace, console: Console) -> int:
 
 
 def command_reference(args: argparse.Namespace, console: Console) -> int:
-    from benchmark import config, reference
+    from benchmark import config
+    from benchmark.analysis import reference
 
     if args.reference_command == "build":
         source = args.source or reference.SHARED_SCORES
@@ -734,7 +743,8 @@ def command_reference(args: argparse.Namespace, console: Console) -> int:
 
 def command_tune(args: argparse.Namespace, console: Console) -> int:
     from agents.api import ConfigError
-    from benchmark import stores, tracking, tune
+    from benchmark import stores, tracking
+    from benchmark.tuning import tune
 
     if args.tune_command == "show":
         return _tune_show(args, console)
@@ -785,8 +795,8 @@ def command_tune(args: argparse.Namespace, console: Console) -> int:
 
 
 def _tune_show(args: argparse.Namespace, console: Console) -> int:
-    from benchmark import tune
     from benchmark.tables import TableData
+    from benchmark.tuning import tune
 
     url, storage = tune.open_existing_storage(args.storage, args.results_dir)
     study = tune.load_study(args.study, storage)
@@ -825,7 +835,8 @@ def _tune_show(args: argparse.Namespace, console: Console) -> int:
 
 
 def _tune_export(args: argparse.Namespace, console: Console) -> int:
-    from benchmark import config, tune
+    from benchmark import config
+    from benchmark.tuning import tune
 
     _, storage = tune.open_existing_storage(args.storage, args.results_dir)
     study = tune.load_study(args.study, storage)
@@ -844,7 +855,7 @@ def _tune_export(args: argparse.Namespace, console: Console) -> int:
 
 def command_perf(args: argparse.Namespace, console: Console) -> int:
     from agents.api import ConfigError
-    from benchmark import perf
+    from benchmark.perf import throughput as perf
 
     cases = args.cases or list(perf.CASES)
     compare = not args.no_compare and not args.batched_only
@@ -855,7 +866,7 @@ def command_perf(args: argparse.Namespace, console: Console) -> int:
     if min(counts) < 1 or len(set(counts)) != len(counts) or args.batched_repeats < 1:
         raise ConfigError(f"--batched-seeds must be distinct positive counts and --batched-repeats >= 1, got {counts} and {args.batched_repeats}")
     if args.device != "cpu":
-        from benchmark.train import resolve_device
+        from benchmark.training.train import resolve_device
 
         resolve_device(args.device)
     sb3_version = perf.check_sb3() if compare else None

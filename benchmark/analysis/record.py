@@ -3,7 +3,7 @@
 From the committed result bundles of the record's suites (``results/published/mujoco`` and
 ``results/published/mujoco_300k``) and the parity records (``results/parity``), with no tracking
 store and no training: one row per algorithm x task with our final score and its 95% t interval,
-the published score chosen like with like (``benchmark.verdicts``), the verdict, and the
+the published score chosen like with like (``benchmark.analysis.verdicts``), the verdict, and the
 side-by-side result against Stable-Baselines3; then the parity table and one learning-curve
 figure per task (every algorithm's seeds and mean, each algorithm's published score as a dashed
 line in its color). Written to ``results/record/record.md`` with the figures beside it, and
@@ -31,9 +31,9 @@ class Row:
 
     suite: str
     group: Any
-    """``benchmark.report.Group``: the configuration's runs."""
+    """``benchmark.analysis.report.Group``: the configuration's runs."""
     verdict: Any
-    """``benchmark.verdicts.Verdict``."""
+    """``benchmark.analysis.verdicts.Verdict``."""
     parity: dict[str, Any] | None
     """The parity summary of this algorithm on this task, if one was run."""
 
@@ -44,9 +44,10 @@ class Row:
 
 def collect(results_dir: Path = Path("results"), suites: tuple[str, ...] = RECORD_SUITES, parity_dir: Path | None = None) -> list[Row]:
     """The record's rows, in suite order: every configuration with at least one finished run."""
-    from benchmark import bundles, config, parity, records, report, verdicts
+    from benchmark import bundles, config
+    from benchmark.analysis import parity_records, records, report, verdicts
 
-    parity_rows = parity.table_rows(parity_dir) if parity_dir is not None and parity_dir.is_dir() else []
+    parity_rows = parity_records.table_rows(parity_dir) if parity_dir is not None and parity_dir.is_dir() else []
     rows = []
     for name in suites:
         suite = config.load_suite(name)
@@ -81,8 +82,17 @@ def published_text(verdict: Any) -> str:
     return published.citation
 
 
+def note(verdict: Any) -> str:
+    """The test and its caveats; when our seeds were judged by their training returns (as the
+    source measured), their mean and standard deviation first."""
+    judged = ""
+    if verdict.ours is not None and "training episodes" in verdict.reason:
+        judged = f"ours judged by training returns: {verdict.ours.mean:,.0f} ± {verdict.ours.std:,.0f}"
+    return "; ".join(part for part in (judged, verdict.test, verdict.reason) if part) or "—"
+
+
 def table(rows: list[Row]) -> str:
-    from benchmark.stats import t_interval
+    from benchmark.analysis.stats import t_interval
 
     lines = ["| algorithm | task | steps | seeds | ours: final return [95% CI] | published | verdict | note | vs SB3, same settings |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -92,7 +102,7 @@ def table(rows: list[Row]) -> str:
         lines.append(
             f"| {row.group.label} | {row.group.env_id} | {_k(row.steps)} | {len(row.group.scores)} | "
             f"{interval.estimate:,.0f} [{interval.low:,.0f}, {interval.high:,.0f}] | {published_text(verdict)} | "
-            f"**{verdict.verdict}** | {'; '.join(part for part in (verdict.test, verdict.reason) if part) or '—'} | {parity_text(row.parity)} |"
+            f"**{verdict.verdict}** | {note(verdict)} | {parity_text(row.parity)} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -105,7 +115,7 @@ def figure_paths(rows: list[Row], directory: Path) -> dict[str, Path]:
 def figures(rows: list[Row], directory: Path) -> list[Path]:
     """One learning-curve figure per task: every configuration's seeds and mean, and the
     published score each verdict was judged against as a dashed line in its color."""
-    from benchmark import plots
+    from benchmark.analysis import plots
 
     paths = []
     for env_id, path in figure_paths(rows, directory).items():
@@ -118,14 +128,15 @@ def figures(rows: list[Row], directory: Path) -> list[Path]:
             chosen = row.verdict.published
             if chosen is not None:
                 budget = f", {_k(chosen.budget_steps)}" if chosen.budget_steps else ""
-                published[label] = (chosen.mean, f"{chosen.source.split(' (')[0]}{budget}")
+                protocol = {"training_return": ", training returns", "final_eval": ", final evaluation"}.get(chosen.protocol, f", {chosen.protocol}")
+                published[label] = (chosen.mean, f"{chosen.source.split(' (')[0]}{budget}{protocol}")
         paths.append(plots.learning_curves(env_id, curves, path, published=published))
     return paths
 
 
 def markdown(rows: list[Row], parity_rows: list[dict[str, Any]], images: list[Path], image_prefix: str) -> str:
     """The record as markdown; images are linked as ``image_prefix + file name``."""
-    from benchmark import parity
+    from benchmark.analysis import parity_records
 
     counts: dict[str, int] = {}
     for row in rows:
@@ -142,7 +153,7 @@ def markdown(rows: list[Row], parity_rows: list[dict[str, Any]], images: list[Pa
     if parity_rows:
         parts += ["\nOurs against Stable-Baselines3 (sb3-contrib for TRPO) at identical settings, each side's final "
                   "return scored by the same protocol (`python -m benchmark parity`; records in `results/parity/`):\n",
-                  parity.markdown(parity_rows)]
+                  parity_records.markdown(parity_rows)]
     if images:
         parts.append("\n" + " ".join(f"![{path.stem}]({image_prefix}{path.name})" for path in images) + "\n")
     return "\n".join(parts)
@@ -161,11 +172,11 @@ def write(results_dir: Path = Path("results"), output: Path = RECORD_DIR, readme
           parity_dir: Path | None = None, check: bool = False) -> tuple[list[Row], bool]:
     """Write the record (and splice it into ``readme``); with ``check``, write nothing and say
     whether ``readme`` already holds it. The rows and whether the README is (now) current."""
-    from benchmark import parity
+    from benchmark.analysis import parity_records
 
     parity_dir = parity_dir if parity_dir is not None else results_dir / "parity"
     rows = collect(results_dir, parity_dir=parity_dir)
-    parity_rows = [row for row in parity.table_rows(parity_dir) if row["seeds"]] if parity_dir.is_dir() else []
+    parity_rows = [row for row in parity_records.table_rows(parity_dir) if row["seeds"]] if parity_dir.is_dir() else []
     images = list(figure_paths(rows, output).values()) if check else figures(rows, output)
     prefix = _relative(output, readme.parent) if readme is not None else ""
     block = markdown(rows, parity_rows, images, prefix)

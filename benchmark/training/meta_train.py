@@ -30,9 +30,9 @@ import torch
 import agents
 from agents.envs import env_spec
 from agents.meta import MetaAlgorithm, TaskEnvs, TaskResult, meta_test
-from benchmark import checkpoint, train
 from benchmark.config import RunSpec
-from benchmark.train import _Loop
+from benchmark.training import checkpoint, train
+from benchmark.training.train import _Loop
 
 #: meta-test episodes never share env seeds with meta-training ones
 EVAL_SEED_OFFSET = 1_000_003
@@ -73,7 +73,7 @@ def run_meta(
     remove_latest_on_finish: bool = True,
     on_evaluation: Any = None,
 ) -> Any:
-    """``benchmark.train.run`` for a meta-learner (same arguments, same RunResult)."""
+    """``benchmark.training.train.run`` for a meta-learner (same arguments, same RunResult)."""
     torch.set_num_threads(spec.torch_threads)
     train.seed_everything(spec.seed)
     device = train.resolve_device(spec.device)

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as scipy_stats
 
-from benchmark import reference
-from benchmark.records import RunRecord
-from benchmark.reference import ReferenceScore
+from benchmark.analysis import reference
+from benchmark.analysis.records import RunRecord
+from benchmark.analysis.reference import ReferenceScore
 
 ALPHA = 0.05
 BUDGET_RATIO = 2.0
@@ -168,7 +168,7 @@ def judge(scores: np.ndarray, budget_steps: int, env_id: str, published: Referen
 
 
 def suite_verdicts(groups: list, scores_table: tuple[ReferenceScore, ...] | None = None) -> list[Verdict]:
-    """One verdict per configuration group (``benchmark.report.Group``)."""
+    """One verdict per configuration group (``benchmark.analysis.report.Group``)."""
     scores_table = reference.load_scores() if scores_table is None else scores_table
     verdicts = []
     for group in groups:

@@ -25,11 +25,13 @@ from typing import Any
 import numpy as np
 
 from agents.api import ConfigError
-from benchmark import reference, stats, tracking
-from benchmark.records import RunRecord
-from benchmark.report import Group, group_records
+from benchmark import tracking
+from benchmark.analysis import reference, stats
+from benchmark.analysis.records import RunRecord
+from benchmark.analysis.report import Group, group_records
+from benchmark.config import PROJECT_ROOT
 
-BASELINE_DIR = Path(__file__).resolve().parent.parent / "results" / "baselines"
+BASELINE_DIR = PROJECT_ROOT / "results" / "baselines"
 BASELINE_FORMAT = 1
 SEED_OFFSET = 100
 DEFAULT_ALPHA = 0.05

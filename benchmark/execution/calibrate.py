@@ -1,5 +1,5 @@
 """``python -m benchmark calibrate``: measure how fast each algorithm trains and evaluates on each
-environment on one core of this machine, for the cost estimates (``benchmark.estimate``).
+environment on one core of this machine, for the cost estimates (``benchmark.execution.estimate``).
 
 Each pair trains a short run with the algorithm's defaults (one torch thread, on CPU): off-policy
 algorithms start updating after one batch instead of after their warm-up of random actions, so
@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from benchmark import config, tracking
-from benchmark.estimate import Throughput
+from benchmark.execution.estimate import Throughput
 
 WARM_UP_KEYS = ("start_steps", "learning_starts")
 EVAL_EPISODES = 2
@@ -41,7 +41,7 @@ def calibration_spec(algo: str, env_id: str, steps: int | None = None) -> config
 
 def measure(algo: str, env_id: str, steps: int | None = None) -> Throughput:
     """Train the calibration run of ``algo`` on ``env_id`` and return its rates."""
-    from benchmark import train
+    from benchmark.training import train
 
     spec = calibration_spec(algo, env_id, steps)
     threads = torch.get_num_threads()

@@ -165,7 +165,7 @@ def run_job(job: dict[str, Any], timeout: float = 1800.0) -> dict[str, Any]:
         output = Path(directory) / "result.json"
         env = {**os.environ, "OMP_NUM_THREADS": str(job.get("threads", 1)), "MKL_NUM_THREADS": str(job.get("threads", 1))}
         completed = subprocess.run(
-            [sys.executable, "-m", "benchmark.perf_worker", json.dumps(job), str(output)],
+            [sys.executable, "-m", "benchmark.perf.worker", json.dumps(job), str(output)],
             capture_output=True, text=True, timeout=timeout, env=env,
         )
         if completed.returncode != 0 or not output.exists():
@@ -185,7 +185,7 @@ def run_concurrently(jobs: list[dict[str, Any]], timeout: float = 3600.0) -> lis
             env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
             arguments = json.dumps({**job, "barrier": str(barrier), "index": index})
             output = barrier / f"result-{index}.json"
-            processes.append((subprocess.Popen([sys.executable, "-m", "benchmark.perf_worker", arguments, str(output)],
+            processes.append((subprocess.Popen([sys.executable, "-m", "benchmark.perf.worker", arguments, str(output)],
                                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env), output))
         try:
             deadline = time.monotonic() + timeout

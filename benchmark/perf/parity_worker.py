@@ -1,4 +1,4 @@
-"""One side of one parity seed, in a fresh process: ``python -m benchmark.parity_worker JOB OUT``.
+"""One side of one parity seed, in a fresh process: ``python -m benchmark.perf.parity_worker JOB OUT``.
 
 ``JOB`` (JSON) names the side ("ours" or "peer"), algorithm, env, steps, seed, evaluation
 episodes and the side's settings; the final deterministic returns go to ``OUT`` (JSON). Both
@@ -33,8 +33,8 @@ PEERS = {
 def train_ours(job: dict[str, Any]) -> dict[str, Any]:
     """Our algorithm trained ``steps`` env steps; the final evaluation's returns."""
     import agents
-    from benchmark import train
     from benchmark.config import Budget, RunSpec
+    from benchmark.training import train
 
     steps, episodes = int(job["steps"]), int(job["episodes"])
     hyperparameters = agents.resolve_config(job["algo"], job["settings"]).to_dict()
@@ -90,7 +90,7 @@ def evaluate_peer(model: Any, normalizer: Any, env_id: str, episodes: int, seed:
     envs seeded as ours are, ``model.predict(deterministic=True)`` on observations normalized by
     ``normalizer`` (a VecNormalize, frozen; None: raw); unscaled returns and lengths."""
     from agents.envs import make_vector_env
-    from benchmark.train import EVAL_SEED_OFFSET
+    from benchmark.training.train import EVAL_SEED_OFFSET
 
     envs = make_vector_env(env_id, episodes)
     obs, _ = envs.reset(seed=seed + EVAL_SEED_OFFSET)

@@ -1,6 +1,6 @@
 """The commands that move results between machines and judge them: export, import, merge, verdicts, record, calibrate.
 
-Each command adds its own sub-parser (``add_parsers``) and has one function; ``benchmark.cli``
+Each command adds its own sub-parser (``add_parsers``) and has one function; ``benchmark.cli.app``
 registers them.
 """
 
@@ -56,8 +56,9 @@ def add_parsers(commands: Any, add_store_arguments: Callable, add_bundle_argumen
 
 
 def command_export(args: argparse.Namespace, console: Any) -> int:
-    from benchmark import bundle_store, bundles, config
-    from benchmark.cli import existing_store
+    from benchmark import bundles, config
+    from benchmark.analysis import bundle_store
+    from benchmark.cli.app import existing_store
 
     suite = config.load_suite(args.suite)
     tracking_uri = existing_store(args)
@@ -77,7 +78,8 @@ def command_export(args: argparse.Namespace, console: Any) -> int:
 
 
 def command_import(args: argparse.Namespace, console: Any) -> int:
-    from benchmark import bundle_store, bundles, stores, tracking
+    from benchmark import bundles, stores, tracking
+    from benchmark.analysis import bundle_store
 
     loaded = [bundles.read(directory) for directory in args.bundles]  # every bundle is checked before anything is written
     bundles.merge(bundle.runs.values() for bundle in loaded)
@@ -109,7 +111,7 @@ def command_merge(args: argparse.Namespace, console: Any) -> int:
 
 
 def verdict_table(suite_name: str, found: list) -> Any:
-    from benchmark import verdicts
+    from benchmark.analysis import verdicts
     from benchmark.tables import TableData
 
     table = TableData(
@@ -123,9 +125,10 @@ def verdict_table(suite_name: str, found: list) -> Any:
 
 
 def command_verdicts(args: argparse.Namespace, console: Any) -> int:
-    from benchmark import config, records, verdicts
-    from benchmark.cli import _bundled, _store_if_exists
-    from benchmark.report import group_records
+    from benchmark import config
+    from benchmark.analysis import records, verdicts
+    from benchmark.analysis.report import group_records
+    from benchmark.cli.app import _bundled, _store_if_exists
 
     suite = config.load_suite(args.suite)
     bundled = _bundled(args, suite.name)
@@ -145,7 +148,7 @@ def command_verdicts(args: argparse.Namespace, console: Any) -> int:
 
 
 def command_record(args: argparse.Namespace, console: Any) -> int:
-    from benchmark import record
+    from benchmark.analysis import record
 
     readme = None if args.no_readme else args.readme
     if readme is not None and not readme.is_file():
@@ -166,7 +169,8 @@ def command_record(args: argparse.Namespace, console: Any) -> int:
 
 def command_calibrate(args: argparse.Namespace, console: Any) -> int:
     import agents
-    from benchmark import calibrate, config, estimate
+    from benchmark import config
+    from benchmark.execution import calibrate, estimate
     from benchmark.tables import TableData
 
     if args.steps is not None and args.steps < 1:

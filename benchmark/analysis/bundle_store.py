@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmark import bundles, tracking
+from benchmark.analysis.records import EVAL_METRIC, PRE_ADAPTATION_METRIC
 from benchmark.bundles import BundledRun, BundleError, Evaluation
 from benchmark.config import TRAIN_RETURN_METRIC, Suite
-from benchmark.records import EVAL_METRIC, PRE_ADAPTATION_METRIC
 
 STD_METRIC = "eval/return_std"
 IMPORTED_TAG = "imported_from"

@@ -1,0 +1,85 @@
+"""The layout is the architecture: ``agents`` knows nothing of ``benchmark``; ``benchmark``'s wings
+import only downward (ground < training < execution < analysis < tuning < perf < cli)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WINGS = ("ground", "training", "execution", "analysis", "tuning", "perf", "cli")
+"""Bottom up: a module may import its own wing and the wings below it."""
+LONG_FILES = {"benchmark/cli/app.py", "benchmark/execution/runner.py", "benchmark/tuning/tune.py", "benchmark/training/train.py",
+              "benchmark/tracking.py"}
+"""Files still over the size a newcomer reads in one sitting, to be split (issue 26): this list
+may only shrink."""
+MAX_LINES = 500
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, at any depth (function-local imports too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def wing(module: str) -> str:
+    if module == "benchmark.__main__":
+        return "cli"
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in WINGS else "ground"
+
+
+def _benchmark_modules() -> dict[str, Path]:
+    return {_module(path): path for path in (ROOT / "benchmark").rglob("*.py")}
+
+
+def test_agents_imports_nothing_of_benchmark():
+    offenders = {_module(path): sorted(name for name in _imports(path) if name.split(".")[0] == "benchmark")
+                 for path in (ROOT / "agents").rglob("*.py")}
+    assert not {module: names for module, names in offenders.items() if names}
+
+
+def test_no_wing_imports_a_wing_above_it():
+    modules = _benchmark_modules()
+    upward = []
+    for module, path in modules.items():
+        level = WINGS.index(wing(module))
+        for name in _imports(path):
+            if name in modules and name != "benchmark" and WINGS.index(wing(name)) > level:
+                upward.append(f"{module} ({wing(module)}) imports {name} ({wing(name)})")
+    assert not upward, "\n".join(sorted(upward))
+
+
+def test_every_module_belongs_to_a_wing_or_the_ground():
+    """The ground is the few modules every wing needs: what to run and where results live."""
+    ground = sorted(module for module in _benchmark_modules() if wing(module) == "ground")
+    assert ground == ["benchmark", "benchmark.bundles", "benchmark.config", "benchmark.stores", "benchmark.tables",
+                      "benchmark.tracking"]
+
+
+def test_the_wing_check_catches_an_upward_import(tmp_path):
+    """The checker itself: a training module importing the CLI is found."""
+    assert wing("benchmark.training.train") == "training" and wing("benchmark.cli.app") == "cli" and wing("benchmark.config") == "ground"
+    sample = tmp_path / "sample.py"
+    sample.write_text("def f():\n    from benchmark.cli import app\n")
+    assert "benchmark.cli.app" in _imports(sample)
+
+
+def test_files_stay_readable_in_one_sitting():
+    sizes = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in (ROOT / "benchmark").rglob("*.py")}
+    over = {name for name, lines in sizes.items() if lines > MAX_LINES}
+    assert over <= LONG_FILES, f"new files over {MAX_LINES} lines: {sorted(over - LONG_FILES)}"
+    assert not LONG_FILES - over, f"split already, remove from LONG_FILES: {sorted(LONG_FILES - over)}"
