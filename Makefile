@@ -3,8 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 # The CPU wheel; GPU users: make install TORCH="torch==2.13.0 --index-url ..." or any torch spec.
 TORCH  ?= torch==2.13.0
-# optional extras installed with the package: dev (tests), ray (--executor ray)
-EXTRAS ?= dev,ray
+# optional extras installed with the package: dev (tests), ray (--executor ray), slurm (--executor slurm: submitit)
+EXTRAS ?= dev,ray,slurm
 SUITE  ?= smoke
 WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 # make tune: the algorithm, the environment, and how many trials to add to the study

@@ -94,7 +94,7 @@ class RunSpec:
     off-policy run refills its buffer before updating again. Not part of the run key."""
     seeds_in_process: int = 1
     """Runs of this configuration that differ only by seed and train in one process as one
-    batched model (``benchmark.training.train.run_seeds``), at most this many. Each stays its own run,
+    batched model (``benchmark.training.loop.run_seeds``), at most this many. Each stays its own run,
     with its own run key and MLflow run. Not part of the run key."""
 
     def __post_init__(self) -> None:
@@ -140,6 +140,8 @@ class Suite:
     description: str
     path: Path
     specs: list[RunSpec]
+    slurm: dict[str, Any] = field(default_factory=dict)
+    """The suite's ``slurm:`` options for ``--executor slurm`` (keys: SLURM_KEYS), checked."""
 
     def with_checkpointing(self, every: int | None = None, replay_buffer: bool | None = None) -> "Suite":
         """The same runs with the checkpoint settings given (None keeps the suite's)."""
@@ -253,7 +255,10 @@ def read_yaml(path: Path, what: str = "suite file") -> Any:
         raise ConfigError(f"{where}: YAML syntax error: {problem}" + (f" ({' '.join(context.split())})" if context else "")) from None
 
 
-_SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device", "checkpoint", "seeds_in_process"}
+_SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device", "checkpoint", "seeds_in_process", "slurm"}
+SLURM_KEYS: dict[str, type] = {"partition": str, "time_minutes": int, "gpus": int, "cpus": int, "constraint": str, "account": str,
+                               "memory_gb": float}
+"""What each Slurm job asks for (``--executor slurm``), with the type of each value."""
 _CHECKPOINT_KEYS = {"every", "replay_buffer"}
 _EXPERIMENT_KEYS = {"algo", "envs", "budget", "hyperparameters", "grid", "seeds", "seeds_in_process"}
 
@@ -318,7 +323,18 @@ def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_
     duplicates = {spec.label for spec in specs if keys.count(spec.run_key) > 1}
     if duplicates:
         raise ConfigError(f"the same run appears more than once: {', '.join(sorted(duplicates))}")
-    return Suite(name, str(data.get("description", "")), path, specs)
+    return Suite(name, str(data.get("description", "")), path, specs, check_slurm(_as_mapping(data.get("slurm", {}), "slurm"), "slurm"))
+
+
+def check_slurm(options: dict[str, Any], where: str) -> dict[str, Any]:
+    """``options`` when every key is one of SLURM_KEYS with a value of its type; ConfigError otherwise."""
+    check_keys(options, set(SLURM_KEYS), where)
+    for key, value in options.items():
+        kind = SLURM_KEYS[key]
+        valid = isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else isinstance(value, kind) and not isinstance(value, bool)
+        if not valid:
+            raise ConfigError(f"{where}.{key} must be {'a number' if kind is float else 'an integer' if kind is int else 'a string'}, got {value!r}")
+    return dict(options)
 
 
 def _expand_experiment(

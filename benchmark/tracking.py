@@ -252,7 +252,7 @@ def environment_tags() -> dict[str, str]:
 
 
 class MlflowTracker:
-    """Logs one run's metrics in batches; implements benchmark.training.train.Tracker."""
+    """Logs one run's metrics in batches; implements benchmark.training.results.Tracker."""
 
     def __init__(self, tracking_uri: str, run_id: str, flush_every: int = 500):
         self.client = client(tracking_uri)

@@ -10,7 +10,9 @@ import agents
 from agents.api import ConfigError
 from agents.envs import env_spec, make_vector_env
 from benchmark.config import Budget, RunSpec
-from benchmark.training import train
+from benchmark.training import loop as training_loop
+from benchmark.training.evaluate import EVAL_SEED_OFFSET
+from benchmark.training.results import NullTracker
 
 
 def pendulum_expert(obs: np.ndarray) -> np.ndarray:
@@ -44,7 +46,7 @@ def scripted_dataset(path, episodes: int, seed: int = 0):
 def expert_return(env_id, act, seed, episodes=10) -> float:
     """The expert's mean return on the evaluation episodes a run of ``seed`` is scored on."""
     envs = make_vector_env(env_id, episodes)
-    obs, _ = envs.reset(seed=seed + train.EVAL_SEED_OFFSET)
+    obs, _ = envs.reset(seed=seed + EVAL_SEED_OFFSET)
     returns, done = np.zeros(episodes), np.zeros(episodes, dtype=bool)
     while not done.all():
         obs, rewards, terminated, truncated, _ = envs.step(act(obs))
@@ -69,12 +71,12 @@ def test_bc_clones_a_ppo_cartpole_expert_trained_by_this_suite(tmp_path):
     comes from it acting in the training envs, and the cloned policy scores >= 90% of it."""
     ppo = agents.resolve_config("ppo", {"num_envs": 8, "num_steps": 32, "num_minibatches": 1, "num_epochs": 10, "learning_rate": 1e-3, "gamma": 0.98, "gae_lambda": 0.8})
     expert_spec = RunSpec("t", "ppo", "CartPole-v1", 0, ppo.to_dict(), Budget(60_000, 60_000, 10), device="cpu")
-    expert_run = train.run(expert_spec, checkpoint_dir=tmp_path)
+    expert_run = training_loop.run(expert_spec, checkpoint_dir=tmp_path)
     expert_score = expert_run.evaluations[-1].mean
     assert expert_score >= 400, f"the PPO expert only reached {expert_score}"
 
     cloning = spec("CartPole-v1", {"expert": expert_run.checkpoint, "num_envs": 4, "learning_rate": 5e-3}, total_steps=20_000, eval_every=5_000)
-    result = train.run(cloning)
+    result = training_loop.run(cloning)
     print(f"PPO expert {expert_score:.1f}; BC {[round(e.mean, 1) for e in result.evaluations]}")
     assert within_ten_percent(result.evaluations[-1].mean, expert_score)
 
@@ -88,7 +90,7 @@ def test_bc_clones_a_scripted_pendulum_expert_from_a_dataset(tmp_path, policy, l
         {"expert": str(dataset), "policy": policy, "loss": loss, "batch_size": 1000, "minibatches_per_epoch": 8, "learning_rate": 3e-3},
         total_steps=1000 * 300,  # 300 epochs of 1000 samples drawn from the dataset
     )
-    result = train.run(cloning)
+    result = training_loop.run(cloning)
     expert = expert_return("Pendulum-v1", pendulum_expert, seed=0)
     print(f"scripted expert {expert:.1f}; BC ({policy}, {loss}) {result.evaluations[-1].mean:.1f}")
     assert within_ten_percent(result.evaluations[-1].mean, expert)
@@ -96,8 +98,8 @@ def test_bc_clones_a_scripted_pendulum_expert_from_a_dataset(tmp_path, policy, l
 
 def test_a_dataset_learner_takes_no_env_steps_and_counts_samples(tmp_path):
     dataset = scripted_dataset(tmp_path / "d.npz", episodes=2)
-    tracker = train.NullTracker()
-    result = train.run(spec("Pendulum-v1", {"expert": str(dataset), "batch_size": 100, "minibatches_per_epoch": 4}, 500, 200), tracker)
+    tracker = NullTracker()
+    result = training_loop.run(spec("Pendulum-v1", {"expert": str(dataset), "batch_size": 100, "minibatches_per_epoch": 4}, 500, 200), tracker)
     assert [e.step for e in result.evaluations] == [200, 400, 500]
     assert not [m for m in tracker.metrics if m[0] == "train/episode_return"]  # no training episodes ran
     losses = [value for name, value, _ in tracker.metrics if name == "train/loss"]
@@ -135,7 +137,7 @@ def test_a_minari_dataset_is_read_as_its_transitions(tmp_path, monkeypatch):
     assert observations.shape == (600, 3) and actions.shape == (600, 1)
     np.testing.assert_allclose(observations[200:400], buffers[1].observations[:-1], rtol=1e-6)
     np.testing.assert_allclose(actions, pendulum_expert(observations), rtol=1e-5, atol=1e-6)
-    result = train.run(spec("Pendulum-v1", {"expert": "minari:reprorl/pendulum-scripted-v0", "batch_size": 100}, 200, 200))
+    result = training_loop.run(spec("Pendulum-v1", {"expert": "minari:reprorl/pendulum-scripted-v0", "batch_size": 100}, 200, 200))
     assert np.isfinite(result.evaluations[-1].mean)
 
 
@@ -192,7 +194,7 @@ def test_bad_experts_and_settings_are_named(tmp_path, env_id, overrides, message
 
 def test_an_expert_checkpoint_of_another_env_is_refused(tmp_path):
     ppo = agents.resolve_config("ppo", {"num_steps": 16, "num_minibatches": 1, "num_epochs": 1}).to_dict()
-    run = train.run(RunSpec("t", "ppo", "CartPole-v1", 0, ppo, Budget(16, 16, 1), device="cpu"), checkpoint_dir=tmp_path)
+    run = training_loop.run(RunSpec("t", "ppo", "CartPole-v1", 0, ppo, Budget(16, 16, 1), device="cpu"), checkpoint_dir=tmp_path)
     with pytest.raises(ConfigError, match="the expert was trained on CartPole-v1, whose spaces differ from Acrobot-v1's"):
         agents.make("bc", env_spec("Acrobot-v1"), {"expert": run.checkpoint}, total_steps=1)
 

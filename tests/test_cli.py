@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from benchmark import tracking
 from benchmark.cli import app as cli
 from benchmark.config import load_suite
-from benchmark.execution import runner
+from benchmark.execution import base, worker
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,19 +111,19 @@ def test_bad_suite_exits_2_without_touching_existing_results(write_suite, tmp_pa
 def test_failing_run_is_marked_failed_with_its_error(tiny_suite, tmp_path, monkeypatch):
     import queue
 
-    from benchmark.training import train
+    from benchmark.training import loop as training_loop
 
     def explode(*args, **kwargs):
         raise FloatingPointError("loss became NaN")
 
-    monkeypatch.setattr(train, "run", explode)
+    monkeypatch.setattr(training_loop, "run", explode)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     experiment = tracking.experiment_id(uri, "tiny", tmp_path / "artifacts")
     parent = tracking.start_parent_run(uri, experiment, "parent", {})
     spec = load_suite(str(tiny_suite)).specs[0]
-    (outcome,) = runner.run_in_worker([spec.to_dict()], uri, experiment, parent.run_id, None, queue.Queue())
-    assert outcome["status"] == "FAILED" and "loss became NaN" in outcome["error"]
-    run = MlflowClient(uri).get_run(outcome["run_id"])
+    (outcome,) = worker.train_group([spec], worker.Launch(uri, experiment, parent.run_id, None), queue.Queue())
+    assert outcome.status == "FAILED" and "loss became NaN" in outcome.error
+    run = MlflowClient(uri).get_run(outcome.run_id)
     assert run.info.status == "FAILED" and "FloatingPointError: loss became NaN" in run.data.tags["error"]
 
 
@@ -144,7 +144,7 @@ def test_children_left_running_by_a_dead_worker_are_closed(tmp_path):
     other_parent = tracking.start_parent_run(uri, experiment, "other", {})
     unrelated = tracking.start_child_run(uri, experiment, other_parent.run_id, "unrelated", {}, {})
 
-    closed = runner.close_unfinished_children(uri, parent.run_id, "FAILED", "worker exited without reporting")
+    closed = base.close_unfinished_children(uri, parent.run_id, "FAILED", "worker exited without reporting")
     client = MlflowClient(uri)
     assert closed == [orphan.run_id]
     assert client.get_run(orphan.run_id).info.status == "FAILED"
@@ -153,16 +153,17 @@ def test_children_left_running_by_a_dead_worker_are_closed(tmp_path):
     assert client.get_run(unrelated.run_id).info.status == "RUNNING"
 
 
-def _start_long_suite(write_suite, tmp_path):
+def _start_long_suite(write_suite, tmp_path, *options: str):
     """The CLI on a 2-run suite that would train for hours, in its own process group, with
     Ctrl-C raising KeyboardInterrupt (pytest-xdist workers ignore SIGINT, and children inherit
-    that); returns the process, the store's URI and the pids of its children once both runs train."""
+    that); returns the process, the store's URI and the pids of its children once both runs
+    train. ``options``: more arguments of ``run`` (an executor, say)."""
     suite = write_suite(
         "seeds: [0, 1]\nbudget: {total_steps: 100000000, eval_every: 50000000, eval_episodes: 1}\n"
         "experiments: [{algo: ppo, envs: [CartPole-v1], hyperparameters: {num_steps: 64, num_minibatches: 1, num_epochs: 1}}]\n"
     )
     results = tmp_path / "results"
-    argv = ["benchmark", "run", "--suite", str(suite), "--workers", "2", "--results-dir", str(results)]
+    argv = ["benchmark", "run", "--suite", str(suite), "--workers", "2", "--results-dir", str(results), *options]
     launcher = (
         "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
         f"sys.argv = {argv!r}; runpy.run_module('benchmark', run_name='__main__')"
@@ -334,7 +335,7 @@ def test_a_raising_run_and_a_diverging_run_fail_alone(write_suite, tmp_path):
 
 
 def test_check_finite_names_the_bad_values():
-    from benchmark.training.train import NonFiniteLoss, check_finite
+    from benchmark.training.control import NonFiniteLoss, check_finite
 
     check_finite({"policy_loss": 0.5, "entropy": -1.2}, step=10)
     with pytest.raises(NonFiniteLoss, match=r"at env step 640: critic_loss=nan, q_mean=-inf"):

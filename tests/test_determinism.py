@@ -4,7 +4,9 @@ import pytest
 
 import agents
 from benchmark.config import Budget, RunSpec
-from benchmark.training.train import NullTracker, load_checkpoint, run
+from benchmark.training.checkpoint import load as load_checkpoint
+from benchmark.training.loop import run
+from benchmark.training.results import NullTracker
 
 SPECS = {
     "ppo-discrete": ("ppo", "CartPole-v1", {"num_envs": 2, "num_steps": 64, "num_minibatches": 4, "num_epochs": 2}),

@@ -123,35 +123,6 @@ def test_format_duration():
 
 # -- executors through the CLI ---------------------------------------------------------------
 
-def _evaluations_by_run_key(uri):
-    from test_cli import all_runs
-
-    client, runs = all_runs(uri)
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert children and all(r.info.status == "FINISHED" for r in children)
-    return {
-        r.data.tags["run_key"]: [(m.step, m.value) for m in client.get_metric_history(r.info.run_id, "eval/return_mean")]
-        for r in children
-    }
-
-
-def test_ray_executor_gives_the_local_executors_numbers(tiny_suite, tmp_path):
-    """A local Ray instance trains a two-spec suite (PPO and SAC, seed 0) to evaluations
-    bit-identical to those of the local executor."""
-    pytest.importorskip("ray")
-    from test_cli import run_cli
-
-    stores = {}
-    for executor in ("local", "ray"):
-        results = tmp_path / executor
-        completed = run_cli("run", "--suite", str(tiny_suite), "--seeds", "0", "--executor", executor, "--workers", "2",
-                            "--results-dir", str(results), cwd=tmp_path)
-        assert completed.returncode == 0, completed.stderr
-        stores[executor] = _evaluations_by_run_key(f"sqlite:///{results / 'mlflow.db'}")
-    assert "CPU (Ray)" in completed.stdout
-    assert len(stores["local"]) == 2 and stores["ray"] == stores["local"]
-
-
 def test_address_without_ray_executor_is_a_clear_error(tiny_suite, tmp_path):
     from test_cli import run_cli
 

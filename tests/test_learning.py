@@ -19,7 +19,7 @@ without memory, which cannot tell which way the pole moves, stays below 100.
 import pytest
 
 from benchmark.config import load_suite
-from benchmark.training.train import run
+from benchmark.training.loop import run
 
 ON_POLICY = ("vpg", "reinforce", "a2c", "ppo", "ppo_kl", "surrogate_pg", "trpo")
 THRESHOLDS = {

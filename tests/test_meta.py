@@ -21,7 +21,8 @@ from agents.envs import env_spec
 from agents.meta import Episodes, MetaAlgorithm, TaskEnvs, meta_test
 from agents.tasks import TASK_FAMILIES, TaskSampler
 from benchmark.config import Budget, RunSpec
-from benchmark.training import train
+from benchmark.training import loop as training_loop
+from benchmark.training.results import NullTracker
 
 POINT = "reprorl/PointNav-v0"
 META = {name: cls for name, cls in agents.ALGORITHMS.items() if issubclass(cls, MetaAlgorithm)}
@@ -357,8 +358,8 @@ def _meta_spec(total_steps=3 * 1200, eval_every=2 * 1200, **overrides):
 
 
 def test_a_meta_run_logs_pre_and_post_adaptation_returns_per_test_task():
-    tracker = train.NullTracker()
-    result = train.run(_meta_spec(), tracker)
+    tracker = NullTracker()
+    result = training_loop.run(_meta_spec(), tracker)
     names = {name for name, _, _ in tracker.metrics}
     assert {"meta_test/pre_adaptation_return", "meta_test/post_adaptation_return", "meta_test/adaptation_gain", "eval/return_mean"} <= names
     assert {"meta_test/task0/pre_adaptation_return", "meta_test/task1/post_adaptation_return"} <= names
@@ -371,9 +372,9 @@ def test_a_meta_run_logs_pre_and_post_adaptation_returns_per_test_task():
 
 def test_a_meta_run_is_deterministic_and_resumes_exactly(tmp_path):
     spec = _meta_spec(total_steps=5 * 1200, eval_every=1)  # a meta-test and a checkpoint after every epoch
-    whole = train.run(spec)
+    whole = training_loop.run(spec)
     assert len(whole.evaluations) >= 5
-    assert [e.returns for e in whole.evaluations] == [e.returns for e in train.run(spec).evaluations]
+    assert [e.returns for e in whole.evaluations] == [e.returns for e in training_loop.run(spec).evaluations]
 
     class Stop(Exception):
         pass
@@ -385,12 +386,12 @@ def test_a_meta_run_is_deterministic_and_resumes_exactly(tmp_path):
 
     evaluations = []
     with pytest.raises(Stop):
-        train.run(spec, checkpoint_dir=tmp_path, on_evaluation=stop_at_third)
+        training_loop.run(spec, checkpoint_dir=tmp_path, on_evaluation=stop_at_third)
     from benchmark.training import checkpoint
 
     payload = checkpoint.load(tmp_path / spec.run_key / checkpoint.LATEST)
     assert payload["loop"]["epoch"] == 2
-    resumed = train.run(spec, checkpoint_dir=tmp_path, resume=payload)
+    resumed = training_loop.run(spec, checkpoint_dir=tmp_path, resume=payload)
     assert [(e.step, e.returns) for e in resumed.evaluations] == [(e.step, e.returns) for e in whole.evaluations]
     assert (tmp_path / spec.run_key / checkpoint.FINAL).exists()
 
@@ -482,7 +483,7 @@ def test_pearl_meta_test_return_improves_with_meta_training():
 def test_a_pearl_run_with_its_buffers_in_the_checkpoint_resumes_exactly(tmp_path):
     hyperparameters = agents.resolve_config("pearl", SMALL["pearl"]).to_dict()
     spec = RunSpec("t", "pearl", POINT, 0, hyperparameters, Budget(3000, 1, 2), device="cpu", checkpoint_replay_buffer=True)
-    whole = train.run(spec)
+    whole = training_loop.run(spec)
 
     class Stop(Exception):
         pass
@@ -495,12 +496,12 @@ def test_a_pearl_run_with_its_buffers_in_the_checkpoint_resumes_exactly(tmp_path
         seen.append(evaluation)
 
     with pytest.raises(Stop):
-        train.run(spec, checkpoint_dir=tmp_path, on_evaluation=stop_at_third)
+        training_loop.run(spec, checkpoint_dir=tmp_path, on_evaluation=stop_at_third)
     from benchmark.training import checkpoint
 
     payload = checkpoint.load(tmp_path / spec.run_key / checkpoint.LATEST)
     assert payload["replay"] is not None
-    resumed = train.run(spec, checkpoint_dir=tmp_path, resume=payload)
+    resumed = training_loop.run(spec, checkpoint_dir=tmp_path, resume=payload)
     assert [(e.step, e.returns) for e in resumed.evaluations] == [(e.step, e.returns) for e in whole.evaluations]
 
 

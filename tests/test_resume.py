@@ -27,7 +27,9 @@ import agents
 from agents.env_state import load_vector_env_state, vector_env_state
 from agents.envs import make_vector_env
 from benchmark.config import Budget, RunSpec, load_suite
-from benchmark.training import checkpoint, train
+from benchmark.training import checkpoint
+from benchmark.training import loop as training_loop
+from benchmark.training.control import Preempted
 
 
 def _roundtrip(payload):
@@ -135,9 +137,9 @@ def _interrupted_then_resumed(spec, directory, stop_fraction=0.6):
             raise _StopAt()
 
     with pytest.raises(_StopAt):
-        train.run(spec, progress=die, checkpoint_dir=directory)
+        training_loop.run(spec, progress=die, checkpoint_dir=directory)
     payload = checkpoint.load(directory / spec.run_key / checkpoint.LATEST)
-    return train.run(spec, checkpoint_dir=directory, resume=payload), payload["loop"]["step"]
+    return training_loop.run(spec, checkpoint_dir=directory, resume=payload), payload["loop"]["step"]
 
 
 RESUMABLE = [
@@ -151,7 +153,7 @@ RESUMABLE = [
 @pytest.mark.parametrize("algo,env_id,total_steps,eval_every,hyperparameters", RESUMABLE, ids=[r[0] for r in RESUMABLE])
 def test_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path, algo, env_id, total_steps, eval_every, hyperparameters):
     spec = _spec(algo, env_id, total_steps, eval_every, replay_buffer=True, **hyperparameters)
-    uninterrupted = train.run(spec, checkpoint_dir=tmp_path / "a")
+    uninterrupted = training_loop.run(spec, checkpoint_dir=tmp_path / "a")
     resumed, resumed_from = _interrupted_then_resumed(spec, tmp_path / "b")
     assert 0 < resumed_from < total_steps
     assert [(e.step, e.returns) for e in resumed.evaluations] == [(e.step, e.returns) for e in uninterrupted.evaluations]
@@ -177,7 +179,7 @@ def test_resume_without_replay_buffer_refills_it_and_trains_to_the_budget(tmp_pa
 def test_resume_restarts_episodes_when_the_env_state_cannot_be_captured(tmp_path, monkeypatch):
     """The episodes in progress end as truncated at the checkpoint, bootstrapped from the value
     of their last observation; training reaches the budget."""
-    monkeypatch.setattr(train, "vector_env_state", lambda envs: None)
+    monkeypatch.setattr(training_loop, "vector_env_state", lambda envs: None)
     seen = []
     original = agents.algos.onpolicy.OnPolicyAlgorithm.interrupt_episodes
 
@@ -213,8 +215,8 @@ def test_sigterm_writes_a_checkpoint_and_stops_the_run(tmp_path):
             os.kill(os.getpid(), signal.SIGTERM)
 
     previous = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(train.Preempted, match="stopped by SIGTERM at env step") as stopped:
-        train.run(spec, progress=terminate, checkpoint_dir=tmp_path)
+    with pytest.raises(Preempted, match="stopped by SIGTERM at env step") as stopped:
+        training_loop.run(spec, progress=terminate, checkpoint_dir=tmp_path)
     assert f"env step {sent_at[0]};" in str(stopped.value)  # the step it was in, not later
     assert signal.getsignal(signal.SIGTERM) is previous
     assert checkpoint.load(tmp_path / spec.run_key / checkpoint.LATEST)["loop"]["step"] == sent_at[0]
@@ -282,7 +284,7 @@ def test_a_run_killed_with_sigkill_resumes_in_its_mlflow_run(write_suite, tmp_pa
     evaluations = client.get_metric_history(resumed.info.run_id, "eval/return_mean")
     assert sorted(m.step for m in evaluations) == list(range(2000, 16001, 2000))
 
-    uninterrupted = train.run(spec)
+    uninterrupted = training_loop.run(spec)
     by_step = {m.step: m.value for m in evaluations}
     assert [by_step[e.step] for e in uninterrupted.evaluations] == [e.mean for e in uninterrupted.evaluations]
 
@@ -307,7 +309,7 @@ def _interrupted_checkpoint(spec, checkpoint_dir, run_id):
             raise _StopAt()
 
     with pytest.raises(_StopAt):
-        train.run(spec, progress=die, checkpoint_dir=checkpoint_dir, checkpoint_metadata={"run_id": run_id})
+        training_loop.run(spec, progress=die, checkpoint_dir=checkpoint_dir, checkpoint_metadata={"run_id": run_id})
     return checkpoint_dir / spec.run_key / checkpoint.LATEST
 
 

@@ -20,7 +20,7 @@ SEEDS = (0, 1, 2)
 
 
 def build(algo: str, env_id: str, seed: int, overrides: dict, total_steps: int):
-    """An algorithm as ``benchmark.training.train.run`` builds it for ``seed``."""
+    """An algorithm as ``benchmark.training.loop.run`` builds it for ``seed``."""
     torch.manual_seed(seed)
     config = agents.resolve_config(algo, overrides)
     return agents.make(algo, env_spec(env_id), config, total_steps=total_steps, seed=seed), config
@@ -195,14 +195,15 @@ def _specs(algo: str, env_id: str, overrides: dict, total: int, every: int):
 def test_run_seeds_batched_evaluates_as_the_separate_runs(algo):
     """The whole loop (envs, updates, evaluations): a batch of three seeds gives each seed's
     evaluations of its run alone."""
-    from benchmark.training import train
+    from benchmark.training import loop as training_loop
+    from benchmark.training.results import RunResult
 
     env_id, overrides = CASES[algo]
     specs = _specs(algo, env_id, overrides, 512, 256)
-    batched = train.run_seeds([train.SeedJob(spec) for spec in specs])
+    batched = training_loop.run_seeds([training_loop.SeedJob(spec) for spec in specs])
     for spec, outcome in zip(specs, batched):
-        alone = train.run(spec)
-        assert isinstance(outcome, train.RunResult)
+        alone = training_loop.run(spec)
+        assert isinstance(outcome, RunResult)
         assert [e.step for e in outcome.evaluations] == [e.step for e in alone.evaluations] == [256, 512]
         for mine, theirs in zip(outcome.evaluations, alone.evaluations):
             np.testing.assert_allclose(mine.returns, theirs.returns, rtol=1e-5)
@@ -225,29 +226,31 @@ def poison_critic(monkeypatch, seed: int) -> None:
 def test_a_divergent_seed_fails_alone(monkeypatch):
     """NaN injected into seed 1's critic: its run ends with non-finite losses, seeds 0 and 2
     finish with the evaluations of their runs alone."""
-    from benchmark.training import train
+    from benchmark.training import loop as training_loop
+    from benchmark.training.control import NonFiniteLoss
+    from benchmark.training.results import RunResult
 
     specs = _specs("sac", *CASES["sac"], 200, 100)
     poison_critic(monkeypatch, seed=1)
-    outcomes = train.run_seeds([train.SeedJob(spec) for spec in specs])
+    outcomes = training_loop.run_seeds([training_loop.SeedJob(spec) for spec in specs])
     monkeypatch.undo()
-    assert isinstance(outcomes[1], train.NonFiniteLoss)
+    assert isinstance(outcomes[1], NonFiniteLoss)
     for seed in (0, 2):
-        assert isinstance(outcomes[seed], train.RunResult)
-        alone = train.run(specs[seed])
+        assert isinstance(outcomes[seed], RunResult)
+        alone = training_loop.run(specs[seed])
         np.testing.assert_allclose([e.returns for e in outcomes[seed].evaluations], [e.returns for e in alone.evaluations], rtol=1e-5)
         assert all(math.isfinite(r) for e in outcomes[seed].evaluations for r in e.returns)
 
 
 def test_run_seeds_refuses_runs_that_differ_beyond_the_seed():
-    from benchmark.training import train
+    from benchmark.training import loop as training_loop
 
     specs = _specs("dqn", *CASES["dqn"], 100, 100)
     other = _specs("dqn", "CartPole-v1", {**CASES["dqn"][1], "learning_rate": 1e-3}, 100, 100)
     with pytest.raises(ConfigError, match="differ only by seed"):
-        train.run_seeds([train.SeedJob(specs[0]), train.SeedJob(other[1])])
+        training_loop.run_seeds([training_loop.SeedJob(specs[0]), training_loop.SeedJob(other[1])])
     with pytest.raises(ConfigError, match="ppo_kl has no batched training"):
-        train.run_seeds([train.SeedJob(spec) for spec in _specs("ppo_kl", "CartPole-v1", {}, 100, 100)])
+        training_loop.run_seeds([training_loop.SeedJob(spec) for spec in _specs("ppo_kl", "CartPole-v1", {}, 100, 100)])
 
 
 # ---------------------------------------------------------------- through the runner, the CLI, tune
@@ -267,7 +270,7 @@ experiments:
 
 def test_the_runner_batches_seeds_of_one_configuration_n_at_a_time(write_suite):
     from benchmark.config import load_suite
-    from benchmark.execution import runner
+    from benchmark.execution.plan import plan_processes
 
     path = write_suite(
         BATCHED_SUITE
@@ -286,7 +289,7 @@ def test_the_runner_batches_seeds_of_one_configuration_n_at_a_time(write_suite):
     seeds_in_process: 1
 """
     )
-    groups, notices = runner.plan_processes(load_suite(str(path)).specs)
+    groups, notices = plan_processes(load_suite(str(path)).specs)
     described = [[(spec.algo, spec.env_id, spec.hyperparameters.get("learning_rate"), spec.seed) for spec in group] for group in groups]
     ppo = [("ppo", env, rate) for env in ("CartPole-v1", "Acrobot-v1") for rate in (1e-3, 2e-3)]
     assert described == [
@@ -310,7 +313,7 @@ def test_a_batched_suite_logs_each_seed_as_its_own_mlflow_run_and_reproduces_it(
     from mlflow.tracking import MlflowClient
 
     from benchmark.config import load_suite
-    from benchmark.training import train
+    from benchmark.training import loop as training_loop
 
     path = write_suite(BATCHED_SUITE)
     specs = {spec.seed: spec for spec in load_suite(str(path)).specs}
@@ -331,7 +334,7 @@ def test_a_batched_suite_logs_each_seed_as_its_own_mlflow_run_and_reproduces_it(
         assert child.info.status == "FINISHED" and child.data.tags["run_key"] == specs[seed].run_key
         assert child.data.tags.get("batch_seeds") == ("0 1 2" if seed < 3 else None)
         logged = [m.value for m in sorted(client.get_metric_history(child.info.run_id, "eval/return_mean"), key=lambda m: m.step)]
-        alone = train.run(specs[seed])
+        alone = training_loop.run(specs[seed])
         np.testing.assert_allclose(logged, [e.mean for e in alone.evaluations], rtol=1e-5)
     reproduced = cli("reproduce", children[1].info.run_id, "--results-dir", str(results))
     assert reproduced.returncode == 0, reproduced.stdout + reproduced.stderr
@@ -346,7 +349,7 @@ def test_a_divergent_seed_fails_alone_in_the_tracking_store(tmp_path, monkeypatc
     from mlflow.tracking import MlflowClient
 
     from benchmark import tracking
-    from benchmark.execution import runner
+    from benchmark.execution import worker
 
     poison_critic(monkeypatch, seed=1)
     specs = _specs("sac", *CASES["sac"], 200, 100)
@@ -354,11 +357,11 @@ def test_a_divergent_seed_fails_alone_in_the_tracking_store(tmp_path, monkeypatc
     experiment = tracking.experiment_id(uri, "t", tmp_path / "artifacts")
     parent = tracking.start_parent_run(uri, experiment, "parent", {})
     messages = queue.Queue()
-    outcomes = runner.run_in_worker([spec.to_dict() for spec in specs], uri, experiment, parent.run_id, str(tmp_path / "checkpoints"), messages)
-    assert [outcome["status"] for outcome in outcomes] == ["FINISHED", "FAILED", "FINISHED"]
-    assert outcomes[1]["error"].startswith("NonFiniteLoss: non-finite update values")
+    outcomes = worker.train_group(specs, worker.Launch(uri, experiment, parent.run_id, str(tmp_path / "checkpoints")), messages)
+    assert [outcome.status for outcome in outcomes] == ["FINISHED", "FAILED", "FINISHED"]
+    assert outcomes[1].error.startswith("NonFiniteLoss: non-finite update values")
     client = MlflowClient(uri)
-    runs = [client.get_run(outcome["run_id"]) for outcome in outcomes]
+    runs = [client.get_run(outcome.run_id) for outcome in outcomes]
     assert [run.info.status for run in runs] == ["FINISHED", "FAILED", "FINISHED"]
     assert "NonFiniteLoss" in runs[1].data.tags["error"] and all(run.data.tags["batch_seeds"] == "0 1 2" for run in runs)
     for seed in (0, 2):
@@ -434,7 +437,8 @@ def test_a_killed_batch_resumes_each_seed_in_its_mlflow_run(write_suite, tmp_pat
     from mlflow.tracking import MlflowClient
 
     from benchmark.config import load_suite
-    from benchmark.training import checkpoint, train
+    from benchmark.training import checkpoint
+    from benchmark.training import loop as training_loop
 
     suite = write_suite(RESUMED_BATCH)
     specs = load_suite(str(suite)).specs
@@ -463,7 +467,7 @@ def test_a_killed_batch_resumes_each_seed_in_its_mlflow_run(write_suite, tmp_pat
     client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
     runs = [r for r in client.search_runs([client.get_experiment_by_name("resumedbatch").experiment_id]) if "run_key" in r.data.tags]
     assert len(runs) == 3 and all(r.info.status == "FINISHED" and r.data.tags["resume_count"] == "1" for r in runs)
-    uninterrupted = train.run_seeds([train.SeedJob(spec) for spec in specs])
+    uninterrupted = training_loop.run_seeds([training_loop.SeedJob(spec) for spec in specs])
     for spec, result in zip(specs, uninterrupted):
         (run,) = [r for r in runs if r.data.tags["run_key"] == spec.run_key]
         logged = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "eval/return_mean")}

@@ -289,12 +289,13 @@ def test_a_failing_trial_is_recorded_and_the_study_goes_on(tmp_path):
 
 def test_a_non_finite_loss_fails_the_trial_and_its_mlflow_run(tmp_path, monkeypatch):
     from benchmark import tracking
-    from benchmark.training import train
+    from benchmark.training import loop as training_loop
+    from benchmark.training.control import NonFiniteLoss
 
     def diverge(spec, tracker, on_evaluation=None):
-        raise train.NonFiniteLoss("non-finite update values at env step 64: policy_loss=nan")
+        raise NonFiniteLoss("non-finite update values at env step 64: policy_loss=nan")
 
-    monkeypatch.setattr(train, "run", diverge)
+    monkeypatch.setattr(training_loop, "run", diverge)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     experiment = tracking.experiment_id(uri, "tune-x", tmp_path / "artifacts")
     parent = tracking.start_parent_run(uri, experiment, "x", {"kind": "study"})
@@ -311,17 +312,18 @@ def test_pruner_steps_are_the_scheduled_ones_for_every_seed(tmp_path, monkeypatc
     """8 envs and eval_every 204: evaluations land at 208, 408, 616, ... 2040 and 2048; the
     pruner sees 204, 408, 612, ... 2040, 2048, then the same plus 2048 for the second seed."""
     from benchmark import tracking
-    from benchmark.training import train
+    from benchmark.training import loop as training_loop
+    from benchmark.training.results import Evaluation, RunResult
 
     def fake_run(spec, tracker, on_evaluation=None):
-        result = train.RunResult(spec)
+        result = RunResult(spec)
         steps = [next(s for s in range(8, 2049, 8) if s >= k * 204) for k in range(1, 11)] + [2048]
         for step in steps:
-            result.evaluations.append(train.Evaluation(step, [100.0 + step / 100], [10]))
+            result.evaluations.append(Evaluation(step, [100.0 + step / 100], [10]))
             on_evaluation(result.evaluations[-1])
         return result
 
-    monkeypatch.setattr(train, "run", fake_run)
+    monkeypatch.setattr(training_loop, "run", fake_run)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     experiment = tracking.experiment_id(uri, "tune-x", tmp_path / "artifacts")
     parent = tracking.start_parent_run(uri, experiment, "x", {"kind": "study"})

@@ -101,16 +101,16 @@ def reproduce_bundled(run: BundledRun) -> Reproduction:
 
 
 def _train_again(run_id: str, spec: RunSpec, recorded: list[tuple[int, float]], batch_seeds: list[int], tags: dict[str, str]) -> Reproduction:
-    from benchmark.training import train
+    from benchmark.training import loop as training_loop
 
     if len(batch_seeds) > 1:
-        jobs = [train.SeedJob(dataclasses.replace(spec, seed=seed)) for seed in batch_seeds]
-        outcome = train.run_seeds(jobs)[batch_seeds.index(spec.seed)]
+        jobs = [training_loop.SeedJob(dataclasses.replace(spec, seed=seed)) for seed in batch_seeds]
+        outcome = training_loop.run_seeds(jobs)[batch_seeds.index(spec.seed)]
         if isinstance(outcome, BaseException):
             raise outcome
         result = outcome
     else:
-        result = train.run(spec)
+        result = training_loop.run(spec)
     now = [(evaluation.step, evaluation.mean) for evaluation in result.evaluations]
     current = {**tracking.code_version(), **tracking.environment_tags()}
     changes = {

@@ -8,7 +8,7 @@ from typing import Iterable
 import numpy as np
 
 from benchmark.config import configurations
-from benchmark.execution.runner import RunOutcome
+from benchmark.execution.outcomes import RunOutcome
 from benchmark.tables import TableData
 
 

@@ -57,9 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--runs-per-gpu", type=int, metavar="K",
         help="runs trained at once on each GPU (default: --workers spread over the GPUs); each run process sees only its GPU",
     )
-    run.add_argument("--executor", choices=("local", "ray"), default="local",
-                     help="local process pool (default) or Ray tasks (make install adds Ray)")
+    run.add_argument("--executor", choices=("local", "ray", "slurm"), default="local",
+                     help="local process pool (default), Ray tasks or Slurm jobs through submitit (make install adds both)")
     run.add_argument("--address", help="with --executor ray: the cluster to join ('auto': the running one); default: a local Ray")
+    add_slurm_arguments(run)
     run.add_argument("--algos", nargs="+", help="only the runs of these algorithms, e.g. --algos ppo trpo")
     run.add_argument("--envs", nargs="+", help="only the runs on these environments, e.g. --envs CartPole-v1")
     run.add_argument("--dry-run", action="store_true",
@@ -342,6 +343,35 @@ def _bundle_baseline(args: argparse.Namespace) -> dict:
     return payload
 
 
+def add_slurm_arguments(parser: argparse.ArgumentParser) -> None:
+    """The Slurm job options (with --executor slurm; each overrides the suite's ``slurm:`` key)."""
+    group = parser.add_argument_group("Slurm (--executor slurm; each option overrides the suite's slurm: key)")
+    group.add_argument("--slurm-partition", help="partition to submit to")
+    group.add_argument("--slurm-time", type=int, metavar="MINUTES", help="time limit per job (default 1440); a job that reaches it is requeued and resumes")
+    group.add_argument("--slurm-gpus", type=int, metavar="G", help="GPUs per job: 0 (CPU, the default) or 1")
+    group.add_argument("--slurm-cpus", type=int, metavar="C", help="CPUs per job (default 1)")
+    group.add_argument("--slurm-constraint", help="node features required (Slurm --constraint)")
+    group.add_argument("--slurm-account", help="account to charge")
+    group.add_argument("--slurm-memory", type=float, metavar="GB", help="memory per job in GB (default: the partition's)")
+    group.add_argument("--slurm-cluster", choices=("slurm", "local"), default="slurm",
+                       help="slurm (default), or local: submitit's local executor, each job a process on this machine (to try it out)")
+
+
+SLURM_ARGUMENTS = {"slurm_partition": "partition", "slurm_time": "time_minutes", "slurm_gpus": "gpus", "slurm_cpus": "cpus",
+                   "slurm_constraint": "constraint", "slurm_account": "account", "slurm_memory": "memory_gb"}
+
+
+def slurm_options(args: argparse.Namespace, suite_options: dict | None = None):
+    """The Slurm job options: the suite's ``slurm:`` key, overridden by the command line."""
+    from benchmark.execution.slurm import SlurmOptions
+
+    options = dict(suite_options or {})
+    options.update({key: getattr(args, name) for name, key in SLURM_ARGUMENTS.items() if getattr(args, name, None) is not None})
+    result = SlurmOptions(**options)
+    result.check()
+    return result
+
+
 def _check_run_arguments(args: argparse.Namespace) -> None:
     from agents.api import ConfigError
 
@@ -351,12 +381,15 @@ def _check_run_arguments(args: argparse.Namespace) -> None:
         raise ConfigError(f"--runs-per-gpu must be >= 1, got {args.runs_per_gpu}")
     if getattr(args, "address", None) and getattr(args, "executor", "local") != "ray":
         raise ConfigError("--address is for --executor ray")
+    given = [name for name in (*SLURM_ARGUMENTS, "slurm_cluster") if getattr(args, name, None) not in (None, "slurm")]
+    if given and getattr(args, "executor", "local") != "slurm":
+        raise ConfigError(f"--{given[0].replace('_', '-')} is for --executor slurm")
     if args.seeds is not None and (len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0):
         raise ConfigError(f"--seeds must be distinct non-negative integers, got {args.seeds}")
     if args.seeds_per_process is not None and args.seeds_per_process < 1:
         raise ConfigError(f"--seeds-per-process must be >= 1, got {args.seeds_per_process}")
     if getattr(args, "device", None) is not None:
-        from benchmark.training.train import resolve_device
+        from benchmark.training.control import resolve_device
 
         resolve_device(args.device)
 
@@ -371,10 +404,9 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
     bundled = _bundled(args, suite.name)
     if args.dry_run:
         from benchmark.execution import plan as planning
-        from benchmark.execution import runner
 
         found = _plan(suite, args, bundled)
-        _, notices = runner.plan_processes([state.spec for state in found.left])
+        _, notices = planning.plan_processes([state.spec for state in found.left])
         console.table(planning.runs_table(found, f"suite {suite.name}: {len(suite.specs)} runs"),
                       planning.experiments_table(found, f"suite {suite.name}: per experiment"))
         for notice in notices:
@@ -477,12 +509,16 @@ def _execute_suite(suite, args: argparse.Namespace, console: Console, force: boo
 
     from benchmark import config, stores, tracking
     from benchmark.analysis import summary
-    from benchmark.execution import runner
+    from benchmark.execution import suite as launching
 
     results_dir = args.results_dir
     workers = min(args.workers, len(suite.specs))
-    if getattr(args, "executor", "local") == "local":  # a device this machine lacks fails before anything is created
-        runner.local_slots(suite.specs, workers, getattr(args, "runs_per_gpu", None))
+    name = getattr(args, "executor", "local")
+    # a device this machine lacks, a missing package or a bad option fails before anything is created
+    executor = launching.make_executor(
+        name, suite.specs, workers, results_dir, getattr(args, "runs_per_gpu", None), getattr(args, "address", None),
+        slurm_options(args, suite.slurm) if name == "slurm" else None, getattr(args, "slurm_cluster", "slurm"),
+    )
     if args.tracking_uri:  # a bad URI fails before anything is created
         tracking.ensure_store(args.tracking_uri, deep=True, writing=True)
     stores.check_writable_directory(results_dir, "results directory")
@@ -490,16 +526,14 @@ def _execute_suite(suite, args: argparse.Namespace, console: Console, force: boo
     tracking.ensure_store(tracking_uri, deep=True, writing=True)
     console.print(f"suite {suite.name!r}: {len(suite.specs)} runs, {workers} worker(s), tracking at {tracking_uri}")
     started = time.perf_counter()
-    execution = runner.execute(
+    execution = launching.execute(
         suite.specs,
         suite_name=suite.name,
         workers=workers,
         tracking_uri=tracking_uri,
         results_dir=results_dir,
         force=force,
-        executor=getattr(args, "executor", "local"),
-        runs_per_gpu=getattr(args, "runs_per_gpu", None),
-        ray_address=getattr(args, "address", None),
+        executor=executor,
         console=console.console,
         wait_for_others=not getattr(args, "no_wait", False),
         bundled=bundled,
@@ -866,7 +900,7 @@ def command_perf(args: argparse.Namespace, console: Console) -> int:
     if min(counts) < 1 or len(set(counts)) != len(counts) or args.batched_repeats < 1:
         raise ConfigError(f"--batched-seeds must be distinct positive counts and --batched-repeats >= 1, got {counts} and {args.batched_repeats}")
     if args.device != "cpu":
-        from benchmark.training.train import resolve_device
+        from benchmark.training.control import resolve_device
 
         resolve_device(args.device)
     sb3_version = perf.check_sb3() if compare else None

@@ -1,3 +1,3 @@
-"""Execution: MANY runs, somewhere: the suite's plan (skip finished, resume, claims, batched
-seeds, cost estimates), the worker, the executors (local process pool, Ray), devices and
-progress. Imports training and the ground."""
+"""Execution: MANY runs, somewhere: the suite's launch and plan (skip finished, resume, claims,
+batched seeds, cost estimates), the worker, the executors behind one contract (``base``:
+``local`` process pool, ``ray``, ``slurm``), devices and progress. Imports training and the ground."""

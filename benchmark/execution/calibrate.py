@@ -41,13 +41,13 @@ def calibration_spec(algo: str, env_id: str, steps: int | None = None) -> config
 
 def measure(algo: str, env_id: str, steps: int | None = None) -> Throughput:
     """Train the calibration run of ``algo`` on ``env_id`` and return its rates."""
-    from benchmark.training import train
+    from benchmark.training import loop as training_loop
 
     spec = calibration_spec(algo, env_id, steps)
     threads = torch.get_num_threads()
     started = time.perf_counter()
     try:
-        result = train.run(spec)
+        result = training_loop.run(spec)
     finally:
         torch.set_num_threads(threads)
     wall = time.perf_counter() - started

@@ -117,11 +117,9 @@ class Plan:
 
 def make_plan(specs: list[RunSpec], tracking_uri: str | None, suite_name: str, bundled: dict[str, BundledRun],
               results_dir: Path, parallel: int, table: dict | None = None, force: bool = False) -> Plan:
-    from benchmark.execution import runner
-
     states = run_states(specs, tracking_uri, suite_name, bundled, results_dir, force)
     left = [s for s in states if s.status in ("to train", "resumes")]
-    groups, _ = runner.plan_processes([s.spec for s in left])
+    groups, _ = plan_processes([s.spec for s in left])
     keys = {s.spec.run_key: estimate.config_key(tracking.child_params(s.spec)) for s in left}
     remaining = {s.spec.run_key: max(0.0, 1 - s.resume_step / s.spec.budget.total_steps) for s in left if s.resume_step}
     cost = estimate.estimate(groups, parallel, past_runs(tracking_uri, bundled), table, keys, remaining)
@@ -196,3 +194,32 @@ def total_line(plan: Plan, workers_text: str) -> str:
 def default_bundles(results_dir: Path, suite_name: str, from_dirs: list[Path] | None, published: bool) -> dict[str, BundledRun]:
     """The runs of the bundles a command reads (``--from`` ones and the suite's published one)."""
     return bundles.read_all(bundles.sources(results_dir, suite_name, from_dirs, published))
+
+
+def plan_processes(specs: list[RunSpec]) -> tuple[list[list[RunSpec]], list[str]]:
+    """The specs in process groups, in suite order: specs that differ only by seed and ask for
+    ``seeds_in_process`` N > 1 go N at a time (trained as one batched model); every other spec
+    alone. Also one notice per configuration that asked for batching but cannot have it (its
+    seeds then train one per process)."""
+    from benchmark.training import loop as training_loop
+
+    groups: list[list[RunSpec]] = []
+    filling: dict[str, list[RunSpec]] = {}
+    reasons: dict[str, str | None] = {}
+    notices: list[str] = []
+    for spec in specs:
+        if spec.seeds_in_process > 1:
+            key = training_loop.batch_key(spec)
+            if key not in reasons:
+                reasons[key] = training_loop.batchable(spec)
+                if reasons[key]:
+                    notices.append(f"{spec.algo} on {spec.env_id}: one seed per process ({reasons[key]})")
+            if reasons[key] is None:
+                group = filling.get(key)
+                if group is None or len(group) >= spec.seeds_in_process:
+                    group = filling[key] = []
+                    groups.append(group)
+                group.append(spec)
+                continue
+        groups.append([spec])
+    return groups, notices

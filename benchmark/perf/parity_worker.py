@@ -34,7 +34,7 @@ def train_ours(job: dict[str, Any]) -> dict[str, Any]:
     """Our algorithm trained ``steps`` env steps; the final evaluation's returns."""
     import agents
     from benchmark.config import Budget, RunSpec
-    from benchmark.training import train
+    from benchmark.training import loop as training_loop
 
     steps, episodes = int(job["steps"]), int(job["episodes"])
     hyperparameters = agents.resolve_config(job["algo"], job["settings"]).to_dict()
@@ -43,7 +43,7 @@ def train_ours(job: dict[str, Any]) -> dict[str, Any]:
         Budget(total_steps=steps, eval_every=steps, eval_episodes=episodes), device="cpu", torch_threads=int(job["threads"]),
     )
     started = time.perf_counter()
-    result = train.run(spec)
+    result = training_loop.run(spec)
     final = result.evaluations[-1]
     return {"returns": list(final.returns), "lengths": list(final.lengths), "seconds": time.perf_counter() - started,
             "version": _version("reprorl")}
@@ -90,7 +90,7 @@ def evaluate_peer(model: Any, normalizer: Any, env_id: str, episodes: int, seed:
     envs seeded as ours are, ``model.predict(deterministic=True)`` on observations normalized by
     ``normalizer`` (a VecNormalize, frozen; None: raw); unscaled returns and lengths."""
     from agents.envs import make_vector_env
-    from benchmark.training.train import EVAL_SEED_OFFSET
+    from benchmark.training.evaluate import EVAL_SEED_OFFSET
 
     envs = make_vector_env(env_id, episodes)
     obs, _ = envs.reset(seed=seed + EVAL_SEED_OFFSET)

@@ -2,7 +2,7 @@
 
     python -m benchmark.perf.worker '<job as JSON>' <result.json>
 
-A job names what to time (``kind``) and how: ``ours`` trains with ``benchmark.training.train.run``,
+A job names what to time (``kind``) and how: ``ours`` trains with ``benchmark.training.loop.run``,
 ``sb3`` with Stable-Baselines3's ``learn``, both from the same setting; ``env`` steps the
 environment alone with pre-sampled random actions; ``floor`` runs the update's forward and
 backward passes in a bare loop at the same network sizes; ``memory`` measures a full replay
@@ -14,6 +14,7 @@ resident memory and, for ``ours`` with ``profile``, where the time went.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import cProfile
 import dataclasses
@@ -25,7 +26,7 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -88,59 +89,50 @@ class SectionTimers:
 _END = object()
 
 
-def _instrument(timers: SectionTimers) -> None:
-    """Route the training loop's parts through ``timers``: the first vector env built is the
-    training env (its ``step``), the algorithm's acting, observing, updating and its buffer's
-    insert and sample, and the loop's logging helpers."""
-    import agents
-    from benchmark.training import train
+def _timing_hooks(timers: SectionTimers) -> Any:
+    """The training loop's hooks that route its parts through ``timers``: the training envs'
+    ``step``, the algorithm's acting, observing, updating and its buffer's insert and sample,
+    the loop's bookkeeping as logging; evaluations are not timed."""
+    from benchmark.training.hooks import LoopHooks
 
-    make_env, make_algo = train.make_vector_env, agents.make
-    built: list[Any] = []
-
-    def make_vector_env(*args: Any, **kwargs: Any) -> Any:
-        envs = make_env(*args, **kwargs)
-        if not built:
+    class TimingHooks(LoopHooks):
+        def train_envs(self, envs: Any) -> Any:
             envs.step = timers.wrap("env", envs.step)
-        built.append(envs)
-        return envs
+            return envs
 
-    def make(*args: Any, **kwargs: Any) -> Any:
-        algo = make_algo(*args, **kwargs)
-        algo.behavior_act = timers.wrap("acting", algo.behavior_act)
-        algo.observe = timers.wrap("buffer", algo.observe)
-        algo.update = timers.wrap("update", algo.update)
-        buffer = getattr(algo, "buffer", None)
-        if buffer is not None:
-            buffer.add = timers.wrap("buffer", buffer.add)
-            buffer.sample = timers.wrap("buffer", buffer.sample)
-        storage = getattr(algo, "storage", None)
-        if storage is not None:
-            storage.insert = timers.wrap("buffer", storage.insert)
-            storage.minibatches = timers.wrap_iterator("buffer", storage.minibatches)
-        return algo
+        def algorithm(self, algo: Any) -> Any:
+            algo.behavior_act = timers.wrap("acting", algo.behavior_act)
+            algo.observe = timers.wrap("buffer", algo.observe)
+            algo.update = timers.wrap("update", algo.update)
+            buffer = getattr(algo, "buffer", None)
+            if buffer is not None:
+                buffer.add = timers.wrap("buffer", buffer.add)
+                buffer.sample = timers.wrap("buffer", buffer.sample)
+            storage = getattr(algo, "storage", None)
+            if storage is not None:
+                storage.insert = timers.wrap("buffer", storage.insert)
+                storage.minibatches = timers.wrap_iterator("buffer", storage.minibatches)
+            return algo
 
-    train.make_vector_env = make_vector_env
-    agents.make = make
-    for name in ("finished_episodes", "check_finite"):
-        setattr(train, name, timers.wrap("logging", getattr(train, name)))
-    evaluate = train.evaluate
+        def logging(self, function: Any) -> Any:
+            return timers.wrap("logging", function)
 
-    def untimed_evaluate(*args: Any, **kwargs: Any) -> Any:
-        timers.enabled = False  # evaluation is not training time
-        try:
-            return evaluate(*args, **kwargs)
-        finally:
-            timers.enabled = True
+        @contextlib.contextmanager
+        def evaluating(self) -> Iterator[None]:
+            timers.enabled = False  # evaluation is not training time
+            try:
+                yield
+            finally:
+                timers.enabled = True
 
-    train.evaluate = untimed_evaluate
+    return TimingHooks()
 
 
 class _TimedTracker:
     """A tracker that keeps metrics in memory, its calls timed as logging."""
 
     def __init__(self, timers: SectionTimers) -> None:
-        from benchmark.training.train import NullTracker
+        from benchmark.training.results import NullTracker
 
         self._tracker = NullTracker()
         self.log_metrics = timers.wrap("logging", self._tracker.log_metrics)
@@ -158,11 +150,11 @@ def run_ours(job: dict[str, Any]) -> dict[str, Any]:
     env step); with ``functions`` cProfile lists the functions with the most own time."""
     import agents
     from benchmark.config import Budget, RunSpec
-    from benchmark.training import train
+    from benchmark.training import loop as training_loop
+    from benchmark.training.hooks import NO_HOOKS
 
     timers = SectionTimers() if job.get("profile") else None
-    if timers is not None:
-        _instrument(timers)
+    hooks = _timing_hooks(timers) if timers is not None else NO_HOOKS
     hyperparameters = agents.resolve_config(job["algo"], job["hyperparameters"]).to_dict()
     steps = int(job["steps"])
     spec = RunSpec(
@@ -174,7 +166,7 @@ def run_ours(job: dict[str, Any]) -> dict[str, Any]:
     profiler = cProfile.Profile() if job.get("functions") else None
     if profiler is not None:
         profiler.enable()
-    result = train.run(spec, tracker=tracker)
+    result = training_loop.run(spec, tracker=tracker, hooks=hooks)
     if profiler is not None:
         profiler.disable()
     train_seconds = steps / result.steps_per_second
@@ -202,13 +194,13 @@ def _top_functions(profiler: cProfile.Profile, count: int = 15) -> str:
 
 def run_seeds_job(job: dict[str, Any]) -> dict[str, Any]:
     """Train ``job["seeds"]`` of one setting for ``job["steps"]`` env steps each: as one batched
-    model when there are several (``benchmark.training.train.run_seeds``), alone otherwise. With
+    model when there are several (``benchmark.training.loop.run_seeds``), alone otherwise. With
     ``barrier`` (a directory) the process says it is ready, then waits for the file ``go``, so
     that the processes of one measurement train at the same time. The rate is the sum over the
     seeds of each seed's env steps per second of training."""
     import agents
     from benchmark.config import Budget, RunSpec
-    from benchmark.training import train
+    from benchmark.training import loop as training_loop
 
     hyperparameters = agents.resolve_config(job["algo"], job["hyperparameters"]).to_dict()
     steps = int(job["steps"])
@@ -223,9 +215,9 @@ def run_seeds_job(job: dict[str, Any]) -> dict[str, Any]:
         while not (barrier / "go").exists():
             time.sleep(0.01)
     if len(specs) == 1:
-        results: list[Any] = [train.run(specs[0])]
+        results: list[Any] = [training_loop.run(specs[0])]
     else:
-        results = train.run_seeds([train.SeedJob(spec) for spec in specs])
+        results = training_loop.run_seeds([training_loop.SeedJob(spec) for spec in specs])
     for result in results:
         if isinstance(result, BaseException):
             raise result

@@ -1,3 +1,5 @@
 """Training: ONE run (or one batch of seeds) in this process, knowing nothing of pools, MLflow
-stores or suites: the collect -> update -> evaluate loop, the meta-learning loop, checkpoint
-payloads. Imports only the ground (``benchmark.config``, ``benchmark.tracking``) and ``agents``."""
+stores or suites. Bottom up: ``results`` (what a run reports), ``checkpoint`` (payloads and
+files), ``control`` (seeding, devices, stop signal, counters, a run's end), ``evaluate``,
+``hooks``, then the loops: ``meta_loop`` (meta-learners) and ``loop`` (everything else, and
+the entry point ``loop.run``). Imports only the ground (``benchmark.config``) and ``agents``."""

@@ -14,8 +14,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
+
+from agents.envs import normalization_state
+from benchmark.config import RunSpec
+from benchmark.training.results import Evaluation, RunResult
 
 LATEST = "latest.pt"
 FINAL = "final.pt"
@@ -102,3 +107,64 @@ def set_rng_state(state: dict[str, Any]) -> None:
         # one state per visible GPU; a run resumed with other GPUs visible gets what matches
         for index, generator_state in enumerate(state["cuda"][: torch.cuda.device_count()]):
             torch.cuda.set_rng_state(generator_state, index)
+
+
+def policy_payload(algo: Any, train_envs: gym.vector.VectorEnv | None, spec: RunSpec) -> dict[str, Any]:
+    """The trained policy as ``final.pt`` holds it: algorithm state, normalization statistics
+    and the spec (tensors and primitives only)."""
+    normalization = normalization_tensors(train_envs) if train_envs is not None else {}
+    return {"spec": spec.to_dict(), "algorithm": algo.state_dict(), "normalization": normalization}
+
+
+def restore_learner(payload: dict[str, Any], algo: Any, counters: Any, result: RunResult, spec: RunSpec, kind: str | None = None) -> None:
+    """What every resume restores: after checking the payload's format (and ``kind``) and that
+    it belongs to ``spec``, the algorithm (with its replay buffer when saved), the loop's
+    counters and the evaluations so far."""
+    if payload.get("format") != FORMAT or payload.get("kind") != kind:
+        raise ValueError(f"checkpoint format {payload.get('format')!r} ({payload.get('kind') or 'online'}) is not {FORMAT} ({kind or 'online'})")
+    if payload["spec"].get("run_key") != spec.run_key:
+        raise ValueError(f"the checkpoint belongs to run key {payload['spec'].get('run_key')}, not {spec.run_key}")
+    algo.load_state_dict(payload["algorithm"])
+    if payload.get("replay") is not None:
+        algo.load_replay_state_dict(payload["replay"])
+    for name, value in payload["loop"].items():
+        setattr(counters, name, value)
+    result.evaluations = [Evaluation(**evaluation) for evaluation in payload["evaluations"]]
+
+
+def normalization_tensors(train_envs: gym.vector.VectorEnv) -> dict[str, dict[str, Any]]:
+    """The envs' running normalization statistics as tensors (what a payload may hold)."""
+    return {
+        name: {key: torch.as_tensor(value) for key, value in stats.items()}
+        for name, stats in normalization_state(train_envs).items()
+    }
+
+
+def own_storage(state: Any) -> Any:
+    """``state`` with every tensor copied into storage of its own: a batched member's
+    parameters are views of the whole batch's, which saving would otherwise write out whole."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().clone() if state.untyped_storage().nbytes() > state.nbytes else state
+    if isinstance(state, dict):
+        return {key: own_storage(value) for key, value in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(own_storage(value) for value in state)
+    return state
+
+
+def to_cpu(state: Any) -> Any:
+    """A recurrent state (tensor or nested tuples of tensors) on CPU, for a payload."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().cpu()
+    if isinstance(state, (tuple, list)):
+        return type(state)(to_cpu(item) for item in state)
+    return state
+
+
+def to_device(state: Any, device: torch.device) -> Any:
+    """A payload's recurrent state back on ``device``."""
+    if isinstance(state, torch.Tensor):
+        return state.to(device)
+    if isinstance(state, (tuple, list)):
+        return type(state)(to_device(item, device) for item in state)
+    return state

@@ -409,7 +409,7 @@ class Objective:
     def __call__(self, trial: Any) -> float:
         import optuna
 
-        from benchmark.training import train
+        from benchmark.training.control import Preempted
 
         settings = self.settings
         if self.current is not None:
@@ -452,12 +452,12 @@ class Objective:
             if infeasible is not None:
                 raise TrialFailed(f"infeasible hyperparameters: {infeasible}")
             assert hyperparameters is not None
-            value = self._train(trial, run, hyperparameters.to_dict(), overrides, seeds, train)
+            value = self._train(trial, run, hyperparameters.to_dict(), overrides, seeds)
         except optuna.TrialPruned as pruned:
             run.set_tags({"trial_state": "PRUNED", "pruned": str(pruned)})
             run.finish("KILLED")
             raise
-        except (train.Preempted, KeyboardInterrupt) as error:  # the invocation is stopping
+        except (Preempted, KeyboardInterrupt) as error:  # the invocation is stopping
             _ignore_further_stop_signals()
             run.set_tags({"trial_state": "FAIL"})
             run.flush()
@@ -476,11 +476,13 @@ class Objective:
 
     def _train(
         self, trial: Any, run: tracking.MlflowTracker, hyperparameters: dict[str, Any], overrides: dict[str, Any],
-        seeds: list[int], train: Any,
+        seeds: list[int],
     ) -> float:
         """Train the trial's seeds, ``seeds_per_process`` at a time (one after another by
         default; more as one batched model), reporting the running objective after each
         evaluation round; the mean normalized final score."""
+        from benchmark.training import loop as training_loop  # imported here: torch loads in the worker only
+
         settings = self.settings
         finals: list[float] = []
         returns: list[float] = []
@@ -489,18 +491,18 @@ class Objective:
             return RunSpec(f"tune-{self.study_name}", settings.algo, settings.env_id, seed, hyperparameters, settings.budget, self.device, 1, overrides)
 
         per_process = min(self.seeds_per_process, len(seeds))
-        unbatchable = train.batchable(spec_of(seeds[0])) if per_process > 1 else None
+        unbatchable = training_loop.batchable(spec_of(seeds[0])) if per_process > 1 else None
         if unbatchable:  # (this trial's sampled setting, say PPO with target_kl)
             run.set_tags({"not_batched": unbatchable})
             per_process = 1
         for first in range(0, len(seeds), per_process):
             group = seeds[first : first + per_process]
             report = _RoundReporter(trial, run, settings, finals, first, len(group), last=first + len(group) == len(seeds))
-            jobs = [train.SeedJob(spec_of(seed), _SeedTracker(run, seed), on_evaluation=report.callback(seed)) for seed in group]
+            jobs = [training_loop.SeedJob(spec_of(seed), _SeedTracker(run, seed), on_evaluation=report.callback(seed)) for seed in group]
             if len(jobs) == 1:
-                outcomes = [train.run(jobs[0].spec, jobs[0].tracker, on_evaluation=jobs[0].on_evaluation)]
+                outcomes = [training_loop.run(jobs[0].spec, jobs[0].tracker, on_evaluation=jobs[0].on_evaluation)]
             else:
-                outcomes = train.run_seeds(jobs, stop_together=True)
+                outcomes = training_loop.run_seeds(jobs, stop_together=True)
                 for outcome in outcomes:
                     if isinstance(outcome, BaseException):
                         raise outcome
@@ -635,9 +637,10 @@ def work(
 ) -> None:
     """A worker process: take a ticket, run one trial, until the tickets or the time run out.
     ``current`` holds the number of the trial it runs (-1 between trials)."""
-    from benchmark.execution import devices, runner
+    from benchmark.execution import devices
+    from benchmark.execution.local import init_child_process
 
-    runner.init_child_process(parent_pid)
+    init_child_process(parent_pid)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     device = "auto"
     if device_slot is not None:
@@ -659,7 +662,7 @@ def work(
     )
     console = Console(stderr=True, soft_wrap=True, highlight=False)
     host = socket.gethostname() if shared_storage(job.storage_url) else ""
-    from benchmark.training.train import Preempted
+    from benchmark.training.control import Preempted
 
     try:
         while (job.deadline is None or time.time() < job.deadline) and _take_ticket(tickets):
@@ -735,7 +738,7 @@ def check_options(
     """ConfigError for any option out of range (before anything is written); the device slots
     of the workers (see benchmark.execution.devices)."""
     from benchmark.execution import devices
-    from benchmark.training import train
+    from benchmark.training.control import resolve_device
 
     if trials < 1 or workers < 1:
         raise ConfigError(f"--trials and --workers must be >= 1, got {trials} and {workers}")
@@ -747,7 +750,7 @@ def check_options(
         raise ConfigError("--pruner-startup-trials and --pruner-warmup-steps must be >= 0")
     if isinstance(seeds_per_process, bool) or not isinstance(seeds_per_process, int) or seeds_per_process < 1:
         raise ConfigError(f"--seeds-per-process must be >= 1, got {seeds_per_process}")
-    train.resolve_device(device)
+    resolve_device(device)
     slots = devices.plan_slots(device, devices.visible_gpus(devices.gpu_count()) if device != "cpu" else [], runs_per_gpu, workers)
     if len(slots) < workers:
         raise ConfigError(f"--workers {workers} is more than the GPUs times --runs-per-gpu ({len(slots)} slots)")

@@ -31,15 +31,15 @@ import agents
 from agents.envs import env_spec
 from agents.meta import MetaAlgorithm, TaskEnvs, TaskResult, meta_test
 from benchmark.config import RunSpec
-from benchmark.training import checkpoint, train
-from benchmark.training.train import _Loop
-
-#: meta-test episodes never share env seeds with meta-training ones
-EVAL_SEED_OFFSET = 1_000_003
+from benchmark.training import checkpoint
+from benchmark.training.control import Counters, Preempted, ResumeError, StopSignal, check_finite, finish, resolve_device, seed_everything
+from benchmark.training.evaluate import EVAL_SEED_OFFSET  # meta-test episodes never share env seeds with meta-training ones
+from benchmark.training.hooks import NO_HOOKS, LoopHooks
+from benchmark.training.results import Evaluation, EvaluationCallback, ProgressCallback, RunResult, Tracker
 
 
 @dataclass
-class _MetaLoop(_Loop):
+class MetaCounters(Counters):
     """The training loop's counters and the epoch: checkpointed with the algorithm."""
 
     epoch: int = 0
@@ -65,37 +65,39 @@ def meta_test_metrics(results: list[TaskResult]) -> dict[str, float]:
 
 def run_meta(
     spec: RunSpec,
-    tracker: Any,
-    progress: Any = None,
+    tracker: Tracker,
+    progress: ProgressCallback | None = None,
     checkpoint_dir: Path | None = None,
     resume: dict[str, Any] | None = None,
     checkpoint_metadata: dict[str, Any] | None = None,
     remove_latest_on_finish: bool = True,
-    on_evaluation: Any = None,
-) -> Any:
-    """``benchmark.training.train.run`` for a meta-learner (same arguments, same RunResult)."""
+    on_evaluation: EvaluationCallback | None = None,
+    hooks: LoopHooks = NO_HOOKS,
+) -> RunResult:
+    """``benchmark.training.loop.run`` for a meta-learner (same arguments, same RunResult)."""
     torch.set_num_threads(spec.torch_threads)
-    train.seed_everything(spec.seed)
-    device = train.resolve_device(spec.device)
+    seed_everything(spec.seed)
+    device = resolve_device(spec.device)
     config = agents.resolve_config(spec.algo, spec.hyperparameters)
     budget = spec.budget
     run_dir = checkpoint.run_directory(checkpoint_dir, spec.run_key) if checkpoint_dir is not None else None
     if run_dir is not None:
         checkpoint.remove_partial_writes(run_dir)
-    algo = agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=budget.total_steps, device=device, seed=spec.seed)
+    algo = hooks.algorithm(agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=budget.total_steps, device=device, seed=spec.seed))
     assert isinstance(algo, MetaAlgorithm)
     train_envs = TaskEnvs(spec.env_id, algo.collection_envs, seed=spec.seed, device=device)
     test_envs = TaskEnvs(spec.env_id, algo.collection_envs, seed=spec.seed + EVAL_SEED_OFFSET, device=device)
     test_tasks = train_envs.sampler.test_tasks(budget.eval_episodes)
-    result = train.RunResult(spec, device=str(device))
-    loop = _MetaLoop(next_eval=budget.eval_every, next_checkpoint=spec.checkpoint_interval)
+    result = RunResult(spec, device=str(device))
+    loop = MetaCounters(next_eval=budget.eval_every, next_checkpoint=spec.checkpoint_interval)
 
     def evaluate_now(step: int) -> None:
         test_envs.rounds = 0  # every meta-test sees the same env seeds and (seeded) action noise
-        results = meta_test(algo, test_envs, test_tasks, seed=spec.seed + EVAL_SEED_OFFSET)
+        with hooks.evaluating():
+            results = meta_test(algo, test_envs, test_tasks, seed=spec.seed + EVAL_SEED_OFFSET)
         metrics = meta_test_metrics(results)
         lengths = [int(round(r.post_adaptation_length)) for r in results]
-        result.evaluations.append(train.Evaluation(step, [r.post_adaptation_return for r in results], lengths))
+        result.evaluations.append(Evaluation(step, [r.post_adaptation_return for r in results], lengths))
         tracker.log_metrics({**metrics, "meta_test/epoch": float(loop.epoch)}, step)
 
     def payload() -> dict[str, Any]:
@@ -125,12 +127,13 @@ def run_meta(
             try:
                 _restore(resume, algo, train_envs, loop, result, spec)
             except (KeyError, ValueError, RuntimeError, TypeError) as error:
-                raise train.ResumeError(f"cannot resume {spec.label} from its checkpoint: {type(error).__name__}: {error}") from error
+                raise ResumeError(f"cannot resume {spec.label} from its checkpoint: {type(error).__name__}: {error}") from error
         started = time.perf_counter() - loop.train_seconds - loop.eval_seconds
-        with train._StopSignal() as stop:
+        check = hooks.logging(check_finite)
+        with StopSignal() as stop:
             while loop.step < budget.total_steps:
                 logs = algo.train_epoch(train_envs)
-                train.check_finite(logs, train_envs.steps)
+                check(logs, train_envs.steps)
                 loop.step = step = train_envs.steps
                 loop.epoch += 1
                 loop.train_seconds = time.perf_counter() - started - loop.eval_seconds
@@ -158,15 +161,15 @@ def run_meta(
                     save()
                 if stop.received:
                     where = f"; checkpoint {save()}" if run_dir is not None else ""
-                    raise train.Preempted(f"stopped by SIGTERM at env step {step}{where}")
+                    raise Preempted(f"stopped by SIGTERM at env step {step}{where}")
 
-        return train.finish(result, loop, started, tracker, run_dir, train.policy_checkpoint(algo, None, spec), remove_latest_on_finish)
+        return finish(result, loop, started, tracker, run_dir, checkpoint.policy_payload(algo, None, spec), remove_latest_on_finish)
     finally:
         train_envs.close()
         test_envs.close()
 
 
-def _restore(payload: dict[str, Any], algo: MetaAlgorithm, train_envs: TaskEnvs, loop: _MetaLoop, result: Any, spec: RunSpec) -> None:
-    train.restore_learner(payload, algo, loop, result, spec, kind="meta")
+def _restore(payload: dict[str, Any], algo: MetaAlgorithm, train_envs: TaskEnvs, loop: MetaCounters, result: RunResult, spec: RunSpec) -> None:
+    checkpoint.restore_learner(payload, algo, loop, result, spec, kind="meta")
     train_envs.load_state_dict(payload["task_envs"])
     checkpoint.set_rng_state(payload["rng"])

@@ -1,21 +1,25 @@
-"""One training run: seed everything, build envs and the algorithm, collect -> update -> evaluate.
+"""One training run, or a batch of runs that differ only by seed, in this process:
+seed everything, build envs and the algorithm, collect -> update -> evaluate -> checkpoint.
+
+    for each env step (every seed of a batch at once):
+        act with the behavior policy; step each seed's envs; observe the transitions
+        when the algorithm is ready: update (one batched update for a batch of seeds)
+        every eval_every env steps and at the end: evaluate deterministically
+        every checkpoint_interval env steps and on SIGTERM: write latest.pt
 
 The loop talks to the algorithm only through its interface (act, observe, ready_to_update,
-update, state_dict), so every algorithm in the registry trains here unchanged.
+update, state_dict), so every algorithm in the registry trains here unchanged; meta-learners
+train in ``benchmark.training.meta_loop``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
-import random
-import signal
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -30,152 +34,24 @@ from agents.envs import (
     freeze_normalization,
     load_normalization_state,
     make_vector_env,
-    normalization_state,
     true_next_obs,
 )
 from benchmark.config import TRAIN_RETURN_METRIC, RunSpec
 from benchmark.training import checkpoint
-
-EVAL_SEED_OFFSET = 1_000_003  # evaluation envs never share seeds with training envs
-
-
-class Tracker(Protocol):
-    """Where a run's numbers go (MLflow in the runner; anything with these methods in tests)."""
-
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
-    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None: ...
-    def flush(self) -> None: ...
-
-
-class NullTracker:
-    """Keeps metrics in memory; used when no tracking store is wanted."""
-
-    def __init__(self) -> None:
-        self.metrics: list[tuple[str, float, int]] = []
-
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        self.metrics += [(key, float(value), step) for key, value in metrics.items()]
-
-    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-
-@dataclass
-class Evaluation:
-    step: int
-    returns: list[float]
-    lengths: list[int]
-    train_return_mean: float | None = None
-    """Mean return of the training episodes that ended since the previous evaluation (None: none
-    ended): what sources that report training returns (CleanRL, openrlbenchmark) measure."""
-    train_episodes: int = 0
-    """How many training episodes that is."""
-
-    @property
-    def mean(self) -> float:
-        return float(np.mean(self.returns))
-
-    @property
-    def std(self) -> float:
-        return float(np.std(self.returns))
-
-
-@dataclass
-class RunResult:
-    """What a finished run reports back to the runner."""
-
-    spec: RunSpec
-    evaluations: list[Evaluation] = field(default_factory=list)
-    steps_per_second: float = 0.0
-    wall_seconds: float = 0.0
-    device: str = "cpu"
-    checkpoint: str | None = None
-
-
-ProgressCallback = Callable[[int, int, float | None], None]  # (step, total_steps, last eval mean)
-EvaluationCallback = Callable[["Evaluation"], None]  # called after each evaluation; may raise to stop the run
-
-
-class NonFiniteLoss(FloatingPointError):
-    """An update produced NaN or infinite losses: the run has diverged and is stopped."""
-
-
-def check_finite(logs: dict[str, float], step: int) -> None:
-    """Raise NonFiniteLoss naming every non-finite value of one update's logs."""
-    bad = {key: value for key, value in logs.items() if not math.isfinite(value)}
-    if bad:
-        values = ", ".join(f"{key}={value}" for key, value in sorted(bad.items()))
-        raise NonFiniteLoss(f"non-finite update values at env step {step}: {values}")
-
-
-def resolve_device(requested: str) -> torch.device:
-    """'auto' -> the first CUDA device when one is present, else CPU; ConfigError for anything unusable."""
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(requested)
-    except RuntimeError:
-        raise ConfigError(f"unknown device {requested!r}; use auto, cpu, cuda or cuda:i") from None
-    if device.type not in ("cpu", "cuda"):
-        raise ConfigError(f"unsupported device {requested!r}; use auto, cpu, cuda or cuda:i")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device {requested!r} requested but CUDA is not available here; use --device auto or cpu")
-    return device
-
-
-def seed_everything(seed: int) -> None:
-    """Python, NumPy and torch global RNGs (envs are seeded through reset)."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-class ResumeError(RuntimeError):
-    """A checkpoint could not be restored into this run (another format, other shapes)."""
-
-
-class Preempted(Exception):
-    """The run received SIGTERM: it wrote a checkpoint (when it has a checkpoint directory) and
-    stopped; re-launching the suite resumes it."""
-
-
-class _StopSignal:
-    """Turns SIGTERM into a flag the training loop checks after each step (main thread only)."""
-
-    def __init__(self) -> None:
-        self.received = False
-        self._previous: Any = None
-
-    def __enter__(self) -> "_StopSignal":
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.received = True
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-
-
-@dataclass
-class _Loop:
-    """The training loop's own counters: checkpointed with the algorithm."""
-
-    step: int = 0
-    next_eval: int = 0
-    next_checkpoint: int = 0
-    next_progress: int = 0
-    train_seconds: float = 0.0
-    eval_seconds: float = 0.0
-    update_logs: dict[str, list[float]] = field(default_factory=dict)
-    train_return_sum: float = 0.0
-    """Of the training episodes that ended since the last evaluation (with train_episodes)."""
-    train_episodes: int = 0
+from benchmark.training.control import (
+    Counters,
+    Preempted,
+    ResumeError,
+    StopSignal,
+    check_finite,
+    finish,
+    resolve_device,
+    seed_everything,
+)
+from benchmark.training.evaluate import EVAL_SEED_OFFSET, evaluate
+from benchmark.training.hooks import NO_HOOKS, LoopHooks
+from benchmark.training.meta_loop import run_meta
+from benchmark.training.results import EvaluationCallback, NullTracker, ProgressCallback, RunResult, Tracker
 
 
 def run(
@@ -187,6 +63,7 @@ def run(
     checkpoint_metadata: dict[str, Any] | None = None,
     remove_latest_on_finish: bool = True,
     on_evaluation: EvaluationCallback | None = None,
+    hooks: LoopHooks = NO_HOOKS,
 ) -> RunResult:
     """Train ``spec`` to its budget, evaluating every ``eval_every`` steps and at the end.
 
@@ -199,15 +76,14 @@ def run(
     checkpoint (the runner keeps the MLflow run id there). ``remove_latest_on_finish=False``
     leaves ``latest.pt`` for the caller to remove once it has recorded the finished run.
     ``on_evaluation`` sees each evaluation once it is logged (a tuner reports it to its pruner
-    and may raise to stop the run there). A meta-learner trains in ``benchmark.training.meta_train``
-    instead, with the same arguments and result.
+    and may raise to stop the run there). ``hooks`` instrument the loop's parts (the perf
+    harness). A meta-learner trains in ``benchmark.training.meta_loop`` instead, with the same
+    arguments and result.
     """
     if agents.is_meta(spec.algo):
-        from benchmark.training.meta_train import run_meta
-
-        return run_meta(spec, tracker or NullTracker(), progress, checkpoint_dir, resume, checkpoint_metadata, remove_latest_on_finish, on_evaluation)
+        return run_meta(spec, tracker or NullTracker(), progress, checkpoint_dir, resume, checkpoint_metadata, remove_latest_on_finish, on_evaluation, hooks)
     outcome = run_seeds(
-        [SeedJob(spec, tracker, progress, resume, checkpoint_metadata, on_evaluation)], checkpoint_dir, remove_latest_on_finish, batched=False
+        [SeedJob(spec, tracker, progress, resume, checkpoint_metadata, on_evaluation)], checkpoint_dir, remove_latest_on_finish, batched=False, hooks=hooks
     )[0]
     if isinstance(outcome, BaseException):
         raise outcome
@@ -251,6 +127,7 @@ def run_seeds(
     remove_latest_on_finish: bool = True,
     batched: bool = True,
     stop_together: bool = False,
+    hooks: LoopHooks = NO_HOOKS,
 ) -> list[RunResult | BaseException]:
     """Train runs that differ only by seed in this process, as ``run`` trains each: with
     ``batched``, as one batched model (``agents.algos.seeds.SeedBatch``), each seed with its own
@@ -275,9 +152,9 @@ def run_seeds(
     seeds: list[_SeedRun] = []
     try:
         for job in jobs:
-            seeds.append(_SeedRun(job, device, checkpoint_dir))
-        if len({seed.loop.step for seed in seeds if seed.error is None}) > 1:
-            raise ValueError(f"resumed runs at different steps cannot train as one batch: {[seed.loop.step for seed in seeds]}")
+            seeds.append(_SeedRun(job, device, checkpoint_dir, hooks))
+        if len({seed.counters.step for seed in seeds if seed.error is None}) > 1:
+            raise ValueError(f"resumed runs at different steps cannot train as one batch: {[seed.counters.step for seed in seeds]}")
         _train(seeds, batched, stop_together)
         for seed in seeds:
             if seed.error is None:
@@ -325,14 +202,14 @@ def _train(seeds: list["_SeedRun"], batched: bool, stop_together: bool = False) 
     collects = running[0].algo.collects_experience
     for seed in running:
         seed.start_clock()
-    with _StopSignal() as stop:
+    with StopSignal() as stop:
         while running:
             if collects:
                 for seed, acted in zip(running, learner.act([seed.obs_tensor for seed in running]), strict=True):
                     seed.guard(seed.collect, acted)
             else:
                 for seed in running:
-                    seed.loop.step += seed.algo.samples_per_update
+                    seed.counters.step += seed.algo.samples_per_update
             if learner.ready_to_update():
                 for seed, logs in zip(running, learner.update(), strict=True):
                     if seed.error is None:
@@ -341,7 +218,7 @@ def _train(seeds: list["_SeedRun"], batched: bool, stop_together: bool = False) 
             if evaluating:  # members act with views of the batch's parameters: nothing to copy first
                 eval_seconds = sum(seed.evaluate_now() for seed in evaluating)
                 for seed in running:  # time spent on any seed's evaluation is time none trained
-                    seed.loop.eval_seconds += eval_seconds
+                    seed.counters.eval_seconds += eval_seconds
                 for seed in evaluating:
                     seed.guard(seed.after_evaluation)
             for seed in running:
@@ -349,7 +226,7 @@ def _train(seeds: list["_SeedRun"], batched: bool, stop_together: bool = False) 
                     seed.guard(seed.report_progress)
             if stop_together:
                 _share_first_error(running)
-            if any(seed.error is None and seed.loop.step >= seed.spec.budget.total_steps for seed in running):
+            if any(seed.error is None and seed.counters.step >= seed.spec.budget.total_steps for seed in running):
                 break
             due = [seed for seed in running if seed.error is None and seed.checkpoint_due()]
             if due:
@@ -385,13 +262,16 @@ def _share_first_error(seeds: list["_SeedRun"]) -> None:
 class _SeedRun:
     """One run's part of the loop: its envs, algorithm, counters, evaluations and checkpoints."""
 
-    def __init__(self, job: SeedJob, device: torch.device, checkpoint_dir: Path | None):
+    def __init__(self, job: SeedJob, device: torch.device, checkpoint_dir: Path | None, hooks: LoopHooks):
         spec = self.spec = job.spec
         self.job, self.device = job, device
         self.tracker: Tracker = job.tracker or NullTracker()
         self.error: BaseException | None = None
         self.result = RunResult(spec, device=str(device))
-        self.loop = _Loop(next_eval=spec.budget.eval_every, next_checkpoint=spec.checkpoint_interval)
+        self.counters = Counters(next_eval=spec.budget.eval_every, next_checkpoint=spec.checkpoint_interval)
+        self.hooks = hooks
+        self.log_episodes = hooks.logging(self._log_episodes)
+        self.check_finite = hooks.logging(check_finite)
         self.state: Any = None
         self.started = 0.0
         seed_everything(spec.seed)
@@ -399,7 +279,7 @@ class _SeedRun:
         self.run_dir = checkpoint.run_directory(checkpoint_dir, spec.run_key) if checkpoint_dir is not None else None
         if self.run_dir is not None:
             checkpoint.remove_partial_writes(self.run_dir)
-        self.train_envs = make_vector_env(
+        self.train_envs = hooks.train_envs(make_vector_env(
             spec.env_id,
             config.num_envs,
             normalize_observations=config.normalize_observations,
@@ -407,7 +287,7 @@ class _SeedRun:
             gamma=config.gamma,
             clip_observations=config.clip_observations,
             clip_rewards=config.clip_rewards,
-        )
+        ))
         self.eval_envs = make_vector_env(
             spec.env_id,
             spec.budget.eval_episodes,
@@ -415,12 +295,14 @@ class _SeedRun:
             clip_observations=config.clip_observations,
         )
         freeze_normalization(self.eval_envs)
-        self.algo = agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=spec.budget.total_steps, device=device, seed=spec.seed)
+        self.algo = hooks.algorithm(
+            agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=spec.budget.total_steps, device=device, seed=spec.seed)
+        )
         if job.resume is None:
             self.obs, _ = self.train_envs.reset(seed=spec.seed)
         else:
             try:
-                self.obs, self.state = _restore(job.resume, self.algo, self.train_envs, self.loop, self.result, spec, device)
+                self.obs, self.state = _restore(job.resume, self.algo, self.train_envs, self.counters, self.result, spec, device)
             except (KeyError, ValueError, RuntimeError, TypeError) as error:
                 self.error = ResumeError(f"cannot resume {spec.label} from its checkpoint: {type(error).__name__}: {error}")
                 self.error.__cause__ = error
@@ -436,7 +318,7 @@ class _SeedRun:
 
     def start_clock(self) -> None:
         """Wall time before a resume counts."""
-        self.started = time.perf_counter() - self.loop.train_seconds - self.loop.eval_seconds
+        self.started = time.perf_counter() - self.counters.train_seconds - self.counters.eval_seconds
 
     def collect(self, acted: Acted) -> None:
         """Step this seed's envs with ``acted``, store the transitions, log ended episodes."""
@@ -460,33 +342,37 @@ class _SeedRun:
             )
         )
         self.obs, self.obs_tensor = next_obs, next_obs_tensor
-        self.loop.step += self.config.num_envs
+        self.counters.step += self.config.num_envs
+        self.log_episodes(infos)
+
+    def _log_episodes(self, infos: dict[str, Any]) -> None:
         for episode_return, episode_length in finished_episodes(infos):
-            self.tracker.log_metrics({"train/episode_return": episode_return, "train/episode_length": episode_length}, self.loop.step)
-            self.loop.train_return_sum += episode_return
-            self.loop.train_episodes += 1
+            self.tracker.log_metrics({"train/episode_return": episode_return, "train/episode_length": episode_length}, self.counters.step)
+            self.counters.train_return_sum += episode_return
+            self.counters.train_episodes += 1
 
     def record_update(self, logs: dict[str, float]) -> None:
-        check_finite(logs, self.loop.step)
+        self.check_finite(logs, self.counters.step)
         for key, value in logs.items():
-            self.loop.update_logs.setdefault(key, []).append(value)
+            self.counters.update_logs.setdefault(key, []).append(value)
 
     def evaluation_due(self) -> bool:
-        return self.loop.step >= self.loop.next_eval or self.loop.step >= self.spec.budget.total_steps
+        return self.counters.step >= self.counters.next_eval or self.counters.step >= self.spec.budget.total_steps
 
     def evaluate_now(self) -> float:
         """Log the losses and evaluate; the seconds the evaluation took."""
-        loop, step = self.loop, self.loop.step
-        loop.train_seconds = time.perf_counter() - self.started - loop.eval_seconds
-        losses = {f"train/{key}": float(np.mean(values)) for key, values in loop.update_logs.items()}
-        self.tracker.log_metrics({**losses, "perf/steps_per_second": step / max(loop.train_seconds, 1e-9)}, step)
-        loop.update_logs.clear()
+        counters, step = self.counters, self.counters.step
+        counters.train_seconds = time.perf_counter() - self.started - counters.eval_seconds
+        losses = {f"train/{key}": float(np.mean(values)) for key, values in counters.update_logs.items()}
+        self.tracker.log_metrics({**losses, "perf/steps_per_second": step / max(counters.train_seconds, 1e-9)}, step)
+        counters.update_logs.clear()
         eval_started = time.perf_counter()
-        evaluation = evaluate(self.algo, self.eval_envs, self.train_envs, self.spec.seed + EVAL_SEED_OFFSET, self.device, step)
-        if loop.train_episodes:
-            evaluation.train_return_mean = loop.train_return_sum / loop.train_episodes
-            evaluation.train_episodes = loop.train_episodes
-        loop.train_return_sum, loop.train_episodes = 0.0, 0
+        with self.hooks.evaluating():
+            evaluation = evaluate(self.algo, self.eval_envs, self.train_envs, self.spec.seed + EVAL_SEED_OFFSET, self.device, step)
+        if counters.train_episodes:
+            evaluation.train_return_mean = counters.train_return_sum / counters.train_episodes
+            evaluation.train_episodes = counters.train_episodes
+        counters.train_return_sum, counters.train_episodes = 0.0, 0
         self.result.evaluations.append(evaluation)
         self.tracker.log_metrics(
             {
@@ -497,7 +383,7 @@ class _SeedRun:
             },
             step,
         )
-        loop.next_eval += self.spec.budget.eval_every
+        counters.next_eval += self.spec.budget.eval_every
         self.tracker.flush()
         return time.perf_counter() - eval_started
 
@@ -506,15 +392,15 @@ class _SeedRun:
             self.job.on_evaluation(self.result.evaluations[-1])
 
     def report_progress(self) -> None:
-        loop, total = self.loop, self.spec.budget.total_steps
-        if self.job.progress is not None and (loop.step >= loop.next_progress or loop.step >= total):
-            self.job.progress(loop.step, total, self.result.evaluations[-1].mean if self.result.evaluations else None)
-            loop.next_progress = loop.step + max(total // 100, 1)
+        counters, total = self.counters, self.spec.budget.total_steps
+        if self.job.progress is not None and (counters.step >= counters.next_progress or counters.step >= total):
+            self.job.progress(counters.step, total, self.result.evaluations[-1].mean if self.result.evaluations else None)
+            counters.next_progress = counters.step + max(total // 100, 1)
 
     def checkpoint_due(self) -> bool:
         interval = self.spec.checkpoint_interval
-        if self.run_dir is not None and interval and self.loop.step >= self.loop.next_checkpoint:
-            self.loop.next_checkpoint = self.loop.step + interval
+        if self.run_dir is not None and interval and self.counters.step >= self.counters.next_checkpoint:
+            self.counters.next_checkpoint = self.counters.step + interval
             return True
         return False
 
@@ -522,36 +408,36 @@ class _SeedRun:
         """Flush the metrics first: everything logged up to this step is stored before the
         checkpoint that a resume starts from exists."""
         assert self.run_dir is not None
-        spec, algo, loop = self.spec, self.algo, self.loop
+        spec, algo, counters = self.spec, self.algo, self.counters
         self.tracker.flush()
-        loop.train_seconds = time.perf_counter() - self.started - loop.eval_seconds
+        counters.train_seconds = time.perf_counter() - self.started - counters.eval_seconds
         env_state = vector_env_state(self.train_envs)
         payload = {
             "format": checkpoint.FORMAT,
             "spec": spec.to_dict(),
             "metadata": dict(self.job.checkpoint_metadata or {}),
-            "loop": dataclasses.asdict(loop),
+            "loop": dataclasses.asdict(counters),
             "evaluations": [dataclasses.asdict(evaluation) for evaluation in self.result.evaluations],
             "obs": torch.as_tensor(self.obs),
-            "recurrent_state": _to_cpu(self.state),
-            "algorithm": _own_storage(algo.state_dict()),
+            "recurrent_state": checkpoint.to_cpu(self.state),
+            "algorithm": checkpoint.own_storage(algo.state_dict()),
             "replay": algo.replay_state_dict() if spec.checkpoint_replay_buffer else None,
             "envs": env_state,
             # whether resuming from here continues exactly as if never stopped
             "exact": env_state is not None and (spec.checkpoint_replay_buffer or not algo.has_replay_buffer),
-            "normalization": _normalization_tensors(self.train_envs),
+            "normalization": checkpoint.normalization_tensors(self.train_envs),
             "rng": checkpoint.rng_state(),
         }
         return checkpoint.write_atomic(payload, self.run_dir / checkpoint.LATEST)
 
     def preempt(self) -> None:
         where = f"; checkpoint {self.save()}" if self.run_dir is not None else ""
-        raise Preempted(f"stopped by SIGTERM at env step {self.loop.step}{where}")
+        raise Preempted(f"stopped by SIGTERM at env step {self.counters.step}{where}")
 
     def finish(self, remove_latest_on_finish: bool) -> None:
-        final = policy_checkpoint(self.algo, self.train_envs, self.spec)
-        final["algorithm"] = _own_storage(final["algorithm"])
-        finish(self.result, self.loop, self.started, self.tracker, self.run_dir, final, remove_latest_on_finish)
+        final = checkpoint.policy_payload(self.algo, self.train_envs, self.spec)
+        final["algorithm"] = checkpoint.own_storage(final["algorithm"])
+        finish(self.result, self.counters, self.started, self.tracker, self.run_dir, final, remove_latest_on_finish)
 
     def close(self) -> None:
         for envs in ("train_envs", "eval_envs"):
@@ -559,54 +445,19 @@ class _SeedRun:
                 getattr(self, envs).close()
 
 
-def _own_storage(state: Any) -> Any:
-    """``state`` with every tensor copied into storage of its own: a batched member's
-    parameters are views of the whole batch's, which saving would otherwise write out whole."""
-    if isinstance(state, torch.Tensor):
-        return state.detach().clone() if state.untyped_storage().nbytes() > state.nbytes else state
-    if isinstance(state, dict):
-        return {key: _own_storage(value) for key, value in state.items()}
-    if isinstance(state, (list, tuple)):
-        return type(state)(_own_storage(value) for value in state)
-    return state
-
-
-def finish(
-    result: RunResult,
-    loop: Any,
-    started: float,
-    tracker: Tracker,
-    run_dir: Path | None,
-    final_payload: dict[str, Any],
-    remove_latest_on_finish: bool,
-) -> RunResult:
-    """A run's end: its timing, ``final.pt`` (and ``latest.pt`` removed unless the caller
-    removes it once the run is recorded), the metrics flushed."""
-    result.wall_seconds = time.perf_counter() - started
-    result.steps_per_second = loop.step / max(result.wall_seconds - loop.eval_seconds, 1e-9)
-    if run_dir is not None:
-        path = checkpoint.write_atomic(final_payload, run_dir / checkpoint.FINAL)
-        if remove_latest_on_finish:
-            (run_dir / checkpoint.LATEST).unlink(missing_ok=True)
-        result.checkpoint = str(path)
-        tracker.log_artifact(path, "checkpoints")
-    tracker.flush()
-    return result
-
-
 def _restore(
     payload: dict[str, Any],
     algo: Algorithm,
     train_envs: gym.vector.VectorEnv,
-    loop: _Loop,
+    counters: Counters,
     result: RunResult,
     spec: RunSpec,
     device: torch.device,
 ) -> tuple[np.ndarray, Any]:
     """Load a ``latest.pt`` payload into a freshly built run; the observation and recurrent
     state to act from next."""
-    restore_learner(payload, algo, loop, result, spec)
-    obs, state = payload["obs"].numpy(), _to_device(payload["recurrent_state"], device)
+    checkpoint.restore_learner(payload, algo, counters, result, spec)
+    obs, state = payload["obs"].numpy(), checkpoint.to_device(payload["recurrent_state"], device)
     if payload["envs"] is not None:
         load_vector_env_state(train_envs, payload["envs"])
     else:
@@ -614,88 +465,9 @@ def _restore(
         statistics = {name: {key: value.numpy() for key, value in stats.items()} for name, stats in payload["normalization"].items()}
         load_normalization_state(train_envs, statistics)
         algo.interrupt_episodes(torch.as_tensor(obs, dtype=torch.float32, device=device), state)
-        obs, _ = train_envs.reset(seed=spec.seed + loop.step)
+        obs, _ = train_envs.reset(seed=spec.seed + counters.step)
         state = None
     checkpoint.set_rng_state(payload["rng"])
     return obs, state
 
 
-def restore_learner(payload: dict[str, Any], algo: Any, loop: Any, result: RunResult, spec: RunSpec, kind: str | None = None) -> None:
-    """What every resume restores: after checking the payload's format (and ``kind``) and that
-    it belongs to ``spec``, the algorithm (with its replay buffer when saved), the loop's
-    counters and the evaluations so far."""
-    if payload.get("format") != checkpoint.FORMAT or payload.get("kind") != kind:
-        raise ValueError(f"checkpoint format {payload.get('format')!r} ({payload.get('kind') or 'online'}) is not {checkpoint.FORMAT} ({kind or 'online'})")
-    if payload["spec"].get("run_key") != spec.run_key:
-        raise ValueError(f"the checkpoint belongs to run key {payload['spec'].get('run_key')}, not {spec.run_key}")
-    algo.load_state_dict(payload["algorithm"])
-    if payload.get("replay") is not None:
-        algo.load_replay_state_dict(payload["replay"])
-    for name, value in payload["loop"].items():
-        setattr(loop, name, value)
-    result.evaluations = [Evaluation(**evaluation) for evaluation in payload["evaluations"]]
-
-
-def _to_cpu(state: Any) -> Any:
-    if isinstance(state, torch.Tensor):
-        return state.detach().cpu()
-    if isinstance(state, (tuple, list)):
-        return type(state)(_to_cpu(item) for item in state)
-    return state
-
-
-def _to_device(state: Any, device: torch.device) -> Any:
-    if isinstance(state, torch.Tensor):
-        return state.to(device)
-    if isinstance(state, (tuple, list)):
-        return type(state)(_to_device(item, device) for item in state)
-    return state
-
-
-def _normalization_tensors(train_envs: gym.vector.VectorEnv) -> dict[str, dict[str, Any]]:
-    return {
-        name: {key: torch.as_tensor(value) for key, value in stats.items()}
-        for name, stats in normalization_state(train_envs).items()
-    }
-
-
-def evaluate(
-    algo: Algorithm,
-    eval_envs: gym.vector.VectorEnv,
-    train_envs: gym.vector.VectorEnv,
-    seed: int,
-    device: torch.device,
-    step: int = 0,
-) -> Evaluation:
-    """One episode in each eval sub-env with the deterministic policy; unscaled returns.
-
-    Observation normalization uses the training envs' current statistics, frozen.
-    """
-    load_normalization_state(eval_envs, normalization_state(train_envs))
-    obs, _ = eval_envs.reset(seed=seed)
-    num_envs = eval_envs.num_envs
-    returns = np.zeros(num_envs)
-    lengths = np.zeros(num_envs, dtype=np.int64)
-    finished = np.zeros(num_envs, dtype=bool)
-    state: Any = None
-    while not finished.all():
-        acted = algo.act(torch.as_tensor(obs, dtype=torch.float32, device=device), state, deterministic=True)
-        obs, rewards, terminated, truncated, _ = eval_envs.step(acted.env_actions)
-        state = algo.reset_state(acted.state, torch.as_tensor(terminated | truncated, device=device))
-        running = ~finished
-        returns[running] += rewards[running]
-        lengths[running] += 1
-        finished |= terminated | truncated
-    return Evaluation(step=step, returns=returns.tolist(), lengths=lengths.tolist())
-
-
-def policy_checkpoint(algo: Any, train_envs: gym.vector.VectorEnv | None, spec: RunSpec) -> dict[str, Any]:
-    """The trained policy as ``final.pt`` holds it: algorithm state, normalization statistics
-    and the spec (tensors and primitives only)."""
-    normalization = _normalization_tensors(train_envs) if train_envs is not None else {}
-    return {"spec": spec.to_dict(), "algorithm": algo.state_dict(), "normalization": normalization}
-
-
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Read a checkpoint written by a run (no pickled objects are executed)."""
-    return checkpoint.load(path)

@@ -1,0 +1,137 @@
+"""The local executor: a spawned process pool on this machine, one worker per device slot.
+
+Workers are spawned (not forked), so no torch or MLflow thread state is copied into them.
+Only the launch handles Ctrl-C: workers ignore SIGINT, and on an interrupt the launch sends
+them SIGTERM (a training run writes its checkpoint, then stops). Workers die with the launch
+however it ends (even SIGKILL), so no orphan keeps training.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from multiprocessing.managers import SyncManager
+from typing import Any, Callable
+
+from benchmark.execution import devices
+from benchmark.execution.base import Executor, Submission, Task
+from benchmark.execution.messages import Message, drain
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def init_child_process(parent_pid: int) -> None:
+    """In each worker and the queue manager: ignore Ctrl-C (the parent stops its children
+    itself), and die with the parent however it ends (even SIGKILL), so that no orphan keeps
+    training: on Linux the kernel sends SIGTERM when the parent exits (a training run then
+    writes its checkpoint before it stops)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+class NotStarted(RuntimeError):
+    """A task the pool dropped because the invocation was interrupted before it started."""
+
+
+def run_in_slot(slots: Any, stopping: Any, task: Task, messages: Any) -> Any:
+    """A pool task: take a free device slot, make it the only visible device, run the task,
+    give the slot back. There are as many workers as slots, so one is always free. Once the
+    invocation is stopping (Ctrl-C), a task that had not started yet does not start."""
+    if stopping.is_set():
+        raise NotStarted("not started: the invocation was interrupted")
+    slot = devices.Slot(*slots.get())
+    try:
+        devices.enter_slot(slot)
+        return task(messages, slot.device, slot.describe())
+    finally:
+        slots.put(dataclasses.astuple(slot))
+
+
+class LocalExecutor(Executor):
+    """One worker process per slot (``benchmark.execution.devices``): a GPU run gets a fresh
+    process (CUDA must not have started before it picks its device); CPU workers are reused."""
+
+    name = "local"
+    interrupt_note = "interrupted: stopping workers (each running run writes its checkpoint first)"
+
+    def __init__(self, slots: list[devices.Slot]):
+        self.slots = slots
+
+    def submit(self, tasks: list[Task], log: Callable[[str], None]) -> Submission:
+        return _PoolSubmission(tasks, self.slots[: len(tasks)])
+
+
+class _PoolSubmission(Submission):
+    def __init__(self, tasks: list[Task], slots: list[devices.Slot]):
+        context = multiprocessing.get_context("spawn")
+        self._manager = SyncManager(ctx=context)
+        self._manager.start(initializer=init_child_process, initargs=(os.getpid(),))
+        self._pool = ProcessPoolExecutor(
+            max_workers=len(slots), mp_context=context, initializer=init_child_process, initargs=(os.getpid(),),
+            max_tasks_per_child=1 if any(slot.is_gpu for slot in slots) else None,
+        )
+        self._messages, free_slots, self._stopping = self._manager.Queue(), self._manager.Queue(), self._manager.Event()
+        for slot in slots:
+            free_slots.put(dataclasses.astuple(slot))
+        self._futures: dict[Future, int] = {
+            self._pool.submit(run_in_slot, free_slots, self._stopping, task, self._messages): index for index, task in enumerate(tasks)
+        }
+        self._pending = set(self._futures)
+
+    def wait(self, timeout: float) -> list[tuple[int, Any]]:
+        ended, self._pending = wait(self._pending, timeout=timeout, return_when=FIRST_COMPLETED)
+        return [(self._futures[future], _result_of(future)) for future in ended]
+
+    def messages(self) -> list[Message]:
+        return drain(self._messages)
+
+    @property
+    def done(self) -> bool:
+        return not self._pending
+
+    def cancel(self) -> None:
+        self._stopping.set()
+        _stop_workers(self._pool)
+
+    def close(self) -> None:
+        try:
+            if not self._pending:
+                self._pool.shutdown(wait=True)
+        finally:
+            self._manager.shutdown()
+
+
+def _result_of(future: Future) -> Any:
+    try:
+        return future.result()
+    except BaseException as error:  # noqa: BLE001 - the worker process died, or the task raised: its result
+        return error
+
+
+def _stop_workers(pool: ProcessPoolExecutor, grace_seconds: float = 30.0) -> None:
+    """Cancel queued runs and SIGTERM running ones, which checkpoint and stop (ProcessPoolExecutor
+    has no public terminate); whatever still lives after ``grace_seconds`` is killed."""
+    processes = getattr(pool, "_processes", None) or {}  # the live dict: replacement workers appear in it
+    pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + grace_seconds
+    while time.monotonic() < deadline:
+        alive = [process for process in list(processes.values()) if process.is_alive()]
+        if not alive:
+            return
+        for process in alive:
+            process.terminate()
+        time.sleep(0.2)
+    for process in list(processes.values()):
+        process.kill()

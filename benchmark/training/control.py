@@ -1,0 +1,123 @@
+"""Loop control shared by the training loop and the meta loop: seeding, devices, the stop
+signal, non-finite checks, the counters a checkpoint keeps, and a run's end."""
+
+from __future__ import annotations
+
+import math
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents.api import ConfigError
+from benchmark.training import checkpoint
+from benchmark.training.results import RunResult, Tracker
+
+
+class NonFiniteLoss(FloatingPointError):
+    """An update produced NaN or infinite losses: the run has diverged and is stopped."""
+
+
+class ResumeError(RuntimeError):
+    """A checkpoint could not be restored into this run (another format, other shapes)."""
+
+
+class Preempted(Exception):
+    """The run received SIGTERM: it wrote a checkpoint (when it has a checkpoint directory) and
+    stopped; re-launching the suite resumes it."""
+
+
+def check_finite(logs: dict[str, float], step: int) -> None:
+    """Raise NonFiniteLoss naming every non-finite value of one update's logs."""
+    bad = {key: value for key, value in logs.items() if not math.isfinite(value)}
+    if bad:
+        values = ", ".join(f"{key}={value}" for key, value in sorted(bad.items()))
+        raise NonFiniteLoss(f"non-finite update values at env step {step}: {values}")
+
+
+def resolve_device(requested: str) -> torch.device:
+    """'auto' -> the first CUDA device when one is present, else CPU; ConfigError for anything unusable."""
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(requested)
+    except RuntimeError:
+        raise ConfigError(f"unknown device {requested!r}; use auto, cpu, cuda or cuda:i") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"unsupported device {requested!r}; use auto, cpu, cuda or cuda:i")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {requested!r} requested but CUDA is not available here; use --device auto or cpu")
+    return device
+
+
+def seed_everything(seed: int) -> None:
+    """Python, NumPy and torch global RNGs (envs are seeded through reset)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class StopSignal:
+    """Turns SIGTERM into a flag the training loop checks after each step (main thread only)."""
+
+    def __init__(self) -> None:
+        self.received = False
+        self._previous: Any = None
+
+    def __enter__(self) -> "StopSignal":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = True
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+@dataclass
+class Counters:
+    """The training loop's own counters (env steps, seconds): checkpointed with the algorithm."""
+
+    step: int = 0
+    next_eval: int = 0
+    next_checkpoint: int = 0
+    next_progress: int = 0
+    train_seconds: float = 0.0
+    eval_seconds: float = 0.0
+    update_logs: dict[str, list[float]] = field(default_factory=dict)
+    train_return_sum: float = 0.0
+    """Of the training episodes that ended since the last evaluation (with train_episodes)."""
+    train_episodes: int = 0
+
+
+def finish(
+    result: RunResult,
+    counters: Counters,
+    started: float,
+    tracker: Tracker,
+    run_dir: Path | None,
+    final_payload: dict[str, Any],
+    remove_latest_on_finish: bool,
+) -> RunResult:
+    """A run's end: its timing, ``final.pt`` (and ``latest.pt`` removed unless the caller
+    removes it once the run is recorded), the metrics flushed. ``started`` is a
+    ``time.perf_counter()`` reading."""
+    result.wall_seconds = time.perf_counter() - started
+    result.steps_per_second = counters.step / max(result.wall_seconds - counters.eval_seconds, 1e-9)
+    if run_dir is not None:
+        path = checkpoint.write_atomic(final_payload, run_dir / checkpoint.FINAL)
+        if remove_latest_on_finish:
+            (run_dir / checkpoint.LATEST).unlink(missing_ok=True)
+        result.checkpoint = str(path)
+        tracker.log_artifact(path, "checkpoints")
+    tracker.flush()
+    return result

@@ -1,0 +1,152 @@
+"""The executor contract, once against each executor (local pool, Ray, Slurm through
+submitit's local executor): the same suite gives the same evaluations, Ctrl-C cancels cleanly,
+and the pieces that carry a worker's messages and options behave."""
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from test_cli import _kill_group, _start_long_suite, all_runs, run_cli
+
+from agents.api import ConfigError
+from benchmark.cli import app as cli
+from benchmark.execution.messages import FileSink, FileSource, Note, Progress, Started
+from benchmark.execution.slurm import SlurmOptions
+
+EXECUTORS = {
+    "local": [],
+    "ray": ["--executor", "ray"],
+    "slurm": ["--executor", "slurm", "--slurm-cluster", "local"],
+}
+
+
+def _needs(executor: str) -> None:
+    if executor == "ray":
+        pytest.importorskip("ray")
+    if executor == "slurm":
+        pytest.importorskip("submitit")
+
+
+def _evaluations_by_run_key(uri: str) -> dict[str, list[tuple[int, float]]]:
+    client, runs = all_runs(uri)
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert children and all(r.info.status == "FINISHED" for r in children)
+    return {
+        r.data.tags["run_key"]: [(m.step, m.value) for m in client.get_metric_history(r.info.run_id, "eval/return_mean")]
+        for r in children
+    }
+
+
+def test_every_executor_gives_the_same_evaluations(tiny_suite, tmp_path):
+    """A two-spec suite (PPO and SAC, seed 0) trains to bit-identical evaluations in a local
+    pool, on a local Ray instance and as Slurm jobs (submitit's local executor)."""
+    stores, outputs = {}, {}
+    for executor, options in EXECUTORS.items():
+        _needs(executor)
+        results = tmp_path / executor
+        completed = run_cli("run", "--suite", str(tiny_suite), "--seeds", "0", "--workers", "2", "--results-dir", str(results),
+                            *options, cwd=tmp_path)
+        assert completed.returncode == 0, completed.stderr
+        stores[executor], outputs[executor] = _evaluations_by_run_key(f"sqlite:///{results / 'mlflow.db'}"), completed.stdout
+    assert len(stores["local"]) == 2 and stores["ray"] == stores["local"] and stores["slurm"] == stores["local"]
+    assert "CPU (Ray)" in outputs["ray"] and "Slurm job" in outputs["slurm"]
+    jobs = list((tmp_path / "slurm" / "slurm").glob("*/*_result.pkl"))
+    assert len(jobs) == 2, "one Slurm job per run, its result kept in the shared folder"
+
+
+def _session_processes(session: int) -> list[int]:
+    """Live processes of a session (the launch's, started with start_new_session)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().split(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[3]) == session:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_ctrl_c_cancels_each_executor_cleanly(write_suite, tmp_path, executor):
+    """Ctrl-C while both runs of a long suite train: the launch exits 130, every run is KILLED
+    in MLflow, nothing of the launch keeps running, and where the executor can signal its
+    workers (the pool, Slurm) each run wrote a checkpoint to resume from."""
+    _needs(executor)
+    process, uri, _ = _start_long_suite(write_suite, tmp_path, *EXECUTORS[executor])
+    try:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=150) == cli.EXIT_INTERRUPTED, process.stderr.read()
+        deadline = time.monotonic() + 30
+        while _session_processes(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _session_processes(process.pid)
+    finally:
+        if process.poll() is None:
+            _kill_group(process)
+    _, runs = all_runs(uri)
+    assert len(runs) == 3 and all(r.info.status == "KILLED" for r in runs), [(r.info.run_name, r.info.status) for r in runs]
+    if executor != "ray":  # a cancelled Ray task stops where it is (no signal reaches the loop)
+        assert len(list((tmp_path / "results" / "checkpoints").glob("*/latest.pt"))) == 2
+
+
+def test_file_messages_round_trip_and_survive_a_torn_line(tmp_path):
+    """Slurm's messages: typed on both ends; a line still being written waits for the next read,
+    and a malformed one is skipped."""
+    path = tmp_path / "messages.jsonl"
+    sink, source = FileSink(path), FileSource(path)
+    assert source.read() == []
+    sent = [Started("k", "run", 0, "Slurm job 1"), Progress("k", 100, 1000, None), Note("k", "checkpoint kept aside")]
+    for message in sent:
+        sink.put(message)
+    partial = json.dumps({"kind": "Progress", "run_key": "k", "step": 200, "total": 1000, "last_eval": 9.5})
+    with path.open("a") as file:
+        file.write("not json\n" + partial[:20])
+    assert source.read() == sent
+    with path.open("a") as file:
+        file.write(partial[20:] + "\n")
+    assert source.read() == [Progress("k", 200, 1000, 9.5)]
+
+
+def test_slurm_options_come_from_the_suite_and_the_command_line(write_suite, tmp_path):
+    suite = write_suite(
+        "seeds: [0]\nbudget: {total_steps: 64, eval_every: 64, eval_episodes: 1}\n"
+        "slurm: {partition: gpu, time_minutes: 90, gpus: 1, account: rl}\n"
+        "experiments: [{algo: ppo, envs: [CartPole-v1]}]\n"
+    )
+    from benchmark.config import load_suite
+
+    loaded = load_suite(str(suite))
+    args = cli.build_parser().parse_args(["run", "--suite", str(suite), "--executor", "slurm", "--slurm-time", "30", "--slurm-constraint", "a100"])
+    options = cli.slurm_options(args, loaded.slurm)
+    assert options == SlurmOptions(partition="gpu", time_minutes=30, gpus=1, account="rl", constraint="a100")
+    parameters = options.parameters()
+    assert parameters["slurm_partition"] == "gpu" and parameters["timeout_min"] == 30 and parameters["gpus_per_node"] == 1
+    assert parameters["slurm_constraint"] == "a100" and parameters["slurm_account"] == "rl"
+    with pytest.raises(ConfigError, match="gpus must be 0 or 1"):
+        SlurmOptions(gpus=4).check()
+
+
+@pytest.mark.parametrize("text,message", [
+    ("slurm: {partition: 3}", "slurm.partition must be a string"),
+    ("slurm: {time: 30}", "unknown slurm key 'time'"),
+    ("slurm: {gpus: true}", "slurm.gpus must be an integer"),
+])
+def test_bad_slurm_suite_keys_are_named(write_suite, text, message):
+    from benchmark.config import load_suite
+
+    suite = write_suite(
+        "seeds: [0]\nbudget: {total_steps: 64, eval_every: 64, eval_episodes: 1}\n" + text + "\n"
+        "experiments: [{algo: ppo, envs: [CartPole-v1]}]\n"
+    )
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        load_suite(str(suite))
+
+
+def test_slurm_options_without_the_slurm_executor_are_a_clear_error(tiny_suite, tmp_path):
+    completed = run_cli("run", "--suite", str(tiny_suite), "--slurm-partition", "gpu", "--results-dir", str(tmp_path / "results"),
+                        cwd=tmp_path)
+    assert completed.returncode == 2 and "--slurm-partition is for --executor slurm" in completed.stderr
+    assert not (tmp_path / "results").exists()
