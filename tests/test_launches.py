@@ -198,9 +198,9 @@ def test_two_tune_launches_at_once_share_one_study_and_one_store(tmp_path):
         assert process.returncode == 0 and "Traceback" not in err, err
     import optuna
 
-    from benchmark.tuning import tune
+    from benchmark.tuning import storage as tuning_storage
 
-    study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tune.open_storage(tune.default_storage_url(results)))
+    study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tuning_storage.open_storage(tuning_storage.default_storage_url(results)))
     assert [trial.state.name for trial in study.trials] == ["COMPLETE"] * 4
     client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])

@@ -14,8 +14,11 @@ from mlflow.tracking import MlflowClient
 
 import agents
 from agents.api import ConfigError
+from benchmark import tracking
 from benchmark.config import Budget, load_suite
-from benchmark.tuning import tune
+from benchmark.tuning import objective as tuning_objective
+from benchmark.tuning import settings as tuning_settings
+from benchmark.tuning import storage as tuning_storage
 from benchmark.tuning.search_space import available_search_spaces, load_search_space
 
 
@@ -105,12 +108,12 @@ def test_unknown_algorithm_and_missing_space():
 # ------------------------------------------------------------------------------ the setting
 
 
-def settings(**changes) -> tune.StudySettings:
+def settings(**changes) -> tuning_settings.StudySettings:
     values = dict(
         algo="ppo", env_id="CartPole-v1", budget=Budget(1000, 100, 2), seeds_per_trial=3, base_suite=None,
         base_hyperparameters={}, space={}, random_score=20.0, reference_score=500.0, reference_source="test",
     )
-    return tune.StudySettings(**{**values, **changes})
+    return tuning_settings.StudySettings(**{**values, **changes})
 
 
 def test_normalized_score_and_trial_seeds():
@@ -120,30 +123,30 @@ def test_normalized_score_and_trial_seeds():
     assert seeds[2] == setting.trial_seeds(2) and len(seeds[2]) == 3  # fixed per trial number
     flat = [seed for trial in seeds for seed in trial]
     assert len(set(flat)) == len(flat)  # different across trials
-    assert min(flat) >= tune.TRIAL_SEED_BASE  # never the seeds a suite runs (0, 1, ...)
+    assert min(flat) >= tuning_settings.TRIAL_SEED_BASE  # never the seeds a suite runs (0, 1, ...)
     assert settings(seed=5).trial_seeds(0) != setting.trial_seeds(0)
 
 
 def test_settings_round_trip_and_resume_checks():
     setting = settings()
-    assert tune.StudySettings.from_dict(setting.to_dict()) == setting
-    assert tune.resumed_settings(setting, "ppo", "CartPole-v1", {"budget": None, "seed": 0}) == setting
+    assert tuning_settings.StudySettings.from_dict(setting.to_dict()) == setting
+    assert tuning_settings.resumed_settings(setting, "ppo", "CartPole-v1", {"budget": None, "seed": 0}) == setting
     with pytest.raises(ConfigError, match="tunes ppo on CartPole-v1, not sac on Pendulum-v1"):
-        tune.resumed_settings(setting, "sac", "Pendulum-v1", {})
+        tuning_settings.resumed_settings(setting, "sac", "Pendulum-v1", {})
     with pytest.raises(ConfigError, match="created with --budget 1000"):
-        tune.resumed_settings(setting, "ppo", "CartPole-v1", {"budget": 2000})
+        tuning_settings.resumed_settings(setting, "ppo", "CartPole-v1", {"budget": 2000})
 
 
 def test_base_setting_comes_from_the_suite_that_runs_the_pair():
-    name, budget, fixed = tune.base_setting("ppo", "CartPole-v1", None)
+    name, budget, fixed = tuning_settings.base_setting("ppo", "CartPole-v1", None)
     classic = next(s for s in load_suite("classic").specs if s.algo == "ppo" and s.env_id == "CartPole-v1")
     assert name == "classic" and budget == classic.budget and fixed == classic.overrides
-    assert tune.base_setting("ppo", "CartPole-v1", "none") == (None, None, {})
+    assert tuning_settings.base_setting("ppo", "CartPole-v1", "none") == (None, None, {})
     with pytest.raises(ConfigError, match="suite 'her' has no run of ppo on CartPole-v1"):
-        tune.base_setting("ppo", "CartPole-v1", "her")
+        tuning_settings.base_setting("ppo", "CartPole-v1", "her")
 
 
-@pytest.mark.parametrize("sampler", tune.SAMPLERS)
+@pytest.mark.parametrize("sampler", tuning_settings.SAMPLERS)
 def test_every_sampler_draws_from_a_space_and_repeats_itself_when_seeded(sampler):
     space = load_search_space("ppo")
 
@@ -151,7 +154,7 @@ def test_every_sampler_draws_from_a_space_and_repeats_itself_when_seeded(sampler
         study = optuna.create_study(direction="maximize")
         values = []
         for number in range(12):  # past TPE's and CMA-ES's random start
-            study.sampler = tune.make_sampler(sampler, tune.sampler_seed(0, number, 0))
+            study.sampler = tuning_objective.make_sampler(sampler, tuning_objective.sampler_seed(0, number, 0))
             trial = study.ask()
             values.append(space.sample(trial))
             study.tell(trial, float(values[-1]["learning_rate"]))
@@ -163,21 +166,21 @@ def test_every_sampler_draws_from_a_space_and_repeats_itself_when_seeded(sampler
 
 def test_pruners_are_built_from_the_setting():
     setting = settings()
-    assert isinstance(tune.make_pruner("median", setting), optuna.pruners.MedianPruner)
-    assert isinstance(tune.make_pruner("hyperband", setting), optuna.pruners.HyperbandPruner)
-    assert isinstance(tune.make_pruner("none", setting), optuna.pruners.NopPruner)
+    assert isinstance(tuning_objective.make_pruner("median", setting), optuna.pruners.MedianPruner)
+    assert isinstance(tuning_objective.make_pruner("hyperband", setting), optuna.pruners.HyperbandPruner)
+    assert isinstance(tuning_objective.make_pruner("none", setting), optuna.pruners.NopPruner)
     with pytest.raises(ConfigError, match="unknown pruner"):
-        tune.make_pruner("asha", setting)
+        tuning_objective.make_pruner("asha", setting)
 
 
 def test_sampler_seeds_differ_by_trial_and_worker():
-    seeds = {tune.sampler_seed(0, number, worker) for number in range(10) for worker in range(3)}
-    assert len(seeds) == 30 and tune.sampler_seed(0, 4, 1) == tune.sampler_seed(0, 4, 1)
+    seeds = {tuning_objective.sampler_seed(0, number, worker) for number in range(10) for worker in range(3)}
+    assert len(seeds) == 30 and tuning_objective.sampler_seed(0, 4, 1) == tuning_objective.sampler_seed(0, 4, 1)
 
 
 def test_redact_hides_passwords():
-    assert tune.redact("postgresql://user:secret@db:5432/optuna") == "postgresql://user:***@db:5432/optuna"
-    assert tune.redact("sqlite:////tmp/optuna.db") == "sqlite:////tmp/optuna.db"
+    assert tracking.redact("postgresql://user:secret@db:5432/optuna") == "postgresql://user:***@db:5432/optuna"
+    assert tracking.redact("sqlite:////tmp/optuna.db") == "sqlite:////tmp/optuna.db"
 
 
 # ---------------------------------------------------------------------------- the CLI, for real
@@ -198,14 +201,14 @@ def test_study_prunes_logs_every_trial_exports_a_suite_and_resumes(tmp_path):
     results = tmp_path / "results"
     first = run_cli("tune", *STUDY, "--trials", "6", "--seed", "3", "--results-dir", str(results), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    storage = tune.open_storage(tune.default_storage_url(results))
+    storage = tuning_storage.open_storage(tuning_storage.default_storage_url(results))
     study = optuna.load_study(study_name="ppo-CartPole-v1", storage=storage)
     states = [trial.state.name for trial in study.trials]
     assert len(states) == 6 and set(states) <= {"COMPLETE", "PRUNED"}, first.stderr
     assert "PRUNED" in states and "COMPLETE" in states, first.stderr
     assert "trial 0 " in first.stderr and "best: trial" in first.stdout
     assert "already reported" not in first.stderr  # one report per step, the final evaluation's included
-    assert study.metric_names == [tune.OBJECTIVE_NAME]  # optuna-dashboard names the objective
+    assert study.metric_names == [tuning_settings.OBJECTIVE_NAME]  # optuna-dashboard names the objective
     for trial in study.trials:  # and shows the decoded values of encoded parameters
         assert trial.user_attrs["num_steps"] == 2 ** trial.params["num_steps_log2"] and "num_steps" not in trial.params
 
@@ -262,7 +265,7 @@ def test_two_workers_share_one_sqlite_study(tmp_path):
     )
     assert completed.returncode == 0, completed.stderr
     assert "locked" not in completed.stderr.lower() and "Traceback" not in completed.stderr
-    study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tune.open_storage(tune.default_storage_url(results)))
+    study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tuning_storage.open_storage(tuning_storage.default_storage_url(results)))
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4
     assert len({tuple(sorted(t.params.items())) for t in study.trials}) == 4  # the workers drew different trials
 
@@ -278,7 +281,7 @@ def test_a_failing_trial_is_recorded_and_the_study_goes_on(tmp_path):
         "--trials", "4", "--pruner", "none", "--sampler", "random", "--results-dir", str(results), cwd=tmp_path,
     )
     assert completed.returncode == 0, completed.stderr
-    study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tune.open_storage(tune.default_storage_url(results)))
+    study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tuning_storage.open_storage(tuning_storage.default_storage_url(results)))
     by_choice = {t.params["num_minibatches"]: t.state.name for t in study.trials}
     assert by_choice == {1: "COMPLETE", 4096: "FAIL"}, completed.stderr
     failed = [t for t in study.trials if t.state.name == "FAIL"]
@@ -299,9 +302,9 @@ def test_a_non_finite_loss_fails_the_trial_and_its_mlflow_run(tmp_path, monkeypa
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     experiment = tracking.experiment_id(uri, "tune-x", tmp_path / "artifacts")
     parent = tracking.start_parent_run(uri, experiment, "x", {"kind": "study"})
-    objective = tune.Objective("x", settings(), load_search_space("ppo"), uri, experiment, parent.run_id, "cpu")
+    objective = tuning_objective.Objective("x", settings(), load_search_space("ppo"), uri, experiment, parent.run_id, "cpu")
     study = optuna.create_study(direction="maximize")
-    study.optimize(objective, n_trials=2, catch=(tune.TrialFailed,))
+    study.optimize(objective, n_trials=2, catch=(tuning_objective.TrialFailed,))
     assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"]
     assert "NonFiniteLoss" in study.trials[0].user_attrs["error"]
     child = MlflowClient(uri).get_run(study.trials[0].user_attrs["mlflow_run_id"])
@@ -329,7 +332,7 @@ def test_pruner_steps_are_the_scheduled_ones_for_every_seed(tmp_path, monkeypatc
     parent = tracking.start_parent_run(uri, experiment, "x", {"kind": "study"})
     setting = settings(budget=Budget(2048, 204, 2), seeds_per_trial=2)
     study = optuna.create_study(direction="maximize")
-    study.optimize(tune.Objective("x", setting, load_search_space("ppo"), uri, experiment, parent.run_id, "cpu"), n_trials=1)
+    study.optimize(tuning_objective.Objective("x", setting, load_search_space("ppo"), uri, experiment, parent.run_id, "cpu"), n_trials=1)
     scheduled = [204 * k for k in range(1, 11)] + [2048]
     assert sorted(study.trials[0].intermediate_values) == scheduled + [2048 + step for step in scheduled]
     final = setting.normalize(100.0 + 2048 / 100)
@@ -382,8 +385,8 @@ def test_reference_flag_tunes_an_env_without_a_published_score_and_show_needs_a_
         "--trials", "1", "--pruner", "none", "--results-dir", str(results), cwd=tmp_path,
     )
     assert completed.returncode == 0, completed.stderr
-    study = optuna.load_study(study_name="ppo-reprorl-CartPoleNoVel-v1", storage=tune.open_storage(tune.default_storage_url(results)))
-    setting = tune.study_settings(study)
+    study = optuna.load_study(study_name="ppo-reprorl-CartPoleNoVel-v1", storage=tuning_storage.open_storage(tuning_storage.default_storage_url(results)))
+    setting = tuning_storage.study_settings(study)
     assert setting.reference_score == 200.0 and setting.random_score == pytest.approx(23.68)
     trial = study.trials[0]
     assert trial.value == pytest.approx(setting.normalize(trial.user_attrs["final_returns"][0]))
@@ -401,7 +404,7 @@ def test_a_resumed_study_keeps_the_search_space_it_was_created_with(tmp_path):
     assert run_cli(*common, "--trials", "1", "--space", str(space), cwd=tmp_path).returncode == 0
     resumed = run_cli(*common, "--trials", "1", cwd=tmp_path)  # no --space: the study's own
     assert resumed.returncode == 0, resumed.stderr
-    study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tune.open_storage(tune.default_storage_url(results)))
+    study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tuning_storage.open_storage(tuning_storage.default_storage_url(results)))
     assert [set(t.params) for t in study.trials] == [{"num_epochs"}, {"num_epochs"}]
     space.write_text("algo: ppo\nparameters:\n  num_epochs: {choices: [1, 3]}\n")
     other = run_cli(*common, "--trials", "1", "--space", str(space), cwd=tmp_path)
@@ -412,8 +415,8 @@ def test_storage_opens_in_optuna_dashboard(tmp_path):
     from optuna_dashboard import wsgi
 
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
-    study = optuna.create_study(study_name="shown", storage=tune.open_storage(url), direction="maximize")
-    study.set_user_attr(tune.SETTINGS_ATTR, settings().to_dict())
+    study = optuna.create_study(study_name="shown", storage=tuning_storage.open_storage(url), direction="maximize")
+    study.set_user_attr(tuning_settings.SETTINGS_ATTR, settings().to_dict())
     study.add_trial(optuna.trial.create_trial(params={"x": 1.0}, distributions={"x": optuna.distributions.FloatDistribution(0, 2)}, value=0.5))
     from wsgiref.util import setup_testing_defaults
 
@@ -426,9 +429,9 @@ def test_storage_opens_in_optuna_dashboard(tmp_path):
 
 
 def test_journal_storage_url(tmp_path):
-    storage = tune.open_storage(f"journal:{tmp_path / 'optuna.log'}")
+    storage = tuning_storage.open_storage(f"journal:{tmp_path / 'optuna.log'}")
     optuna.create_study(study_name="j", storage=storage)
-    assert optuna.get_all_study_names(tune.open_storage(f"journal:{tmp_path / 'optuna.log'}")) == ["j"]
+    assert optuna.get_all_study_names(tuning_storage.open_storage(f"journal:{tmp_path / 'optuna.log'}")) == ["j"]
 
 
 def test_opening_a_database_server_another_process_is_creating_retries(tmp_path, monkeypatch):
@@ -451,16 +454,16 @@ def test_opening_a_database_server_another_process_is_creating_retries(tmp_path,
         def __init__(self, url, **kwargs):
             raise sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("disk I/O error"))
 
-    monkeypatch.setattr(tune.time, "sleep", lambda seconds: None)
-    monkeypatch.setattr(tune.stores, "sqlite_path", lambda url: None)  # as for postgresql://...
+    monkeypatch.setattr(tuning_storage.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(tuning_storage.stores, "sqlite_path", lambda url: None)  # as for postgresql://...
     monkeypatch.setattr(optuna.storages, "RDBStorage", Raced)
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
-    optuna.create_study(study_name="raced", storage=tune.open_storage(url))
+    optuna.create_study(study_name="raced", storage=tuning_storage.open_storage(url))
     assert len(calls) == 2 and optuna.get_all_study_names(real(url)) == ["raced"]
 
     monkeypatch.setattr(optuna.storages, "RDBStorage", Broken)
     with pytest.raises(ConfigError, match="cannot open the Optuna storage .*disk I/O error"):
-        tune.open_storage(url)
+        tuning_storage.open_storage(url)
 
 
 def start_study(tmp_path: Path, *arguments: str) -> tuple[subprocess.Popen, Path]:
@@ -485,7 +488,7 @@ def wait_for_running_trials(process: subprocess.Popen, results: Path, count: int
             pytest.fail(f"the invocation ended early ({process.returncode}): {process.communicate()[1]}")
         if (results / "optuna.db").exists():
             try:
-                study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tune.open_storage(tune.default_storage_url(results)))
+                study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tuning_storage.open_storage(tuning_storage.default_storage_url(results)))
                 running = [t for t in study.trials if t.state.name == "RUNNING" and "mlflow_run_id" in t.user_attrs]
             except (KeyError, optuna.exceptions.OptunaError):
                 pass  # the study is being created
@@ -505,12 +508,12 @@ def test_sigterm_stops_the_workers_and_marks_the_trials(tmp_path):
     process, results = start_study(tmp_path, "--trials", "3", "--workers", "2")
     wait_for_running_trials(process, results, 2)
     workers = worker_pids(process)
-    assert len(workers) == 2
+    assert len(workers) >= 2  # (and the pool's queue manager)
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 143, stderr
 
-    study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tune.open_storage(tune.default_storage_url(results)))
+    study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tuning_storage.open_storage(tuning_storage.default_storage_url(results)))
     assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"]  # the third trial never started
     client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
     for trial in study.trials:
@@ -527,13 +530,16 @@ def test_a_killed_worker_fails_its_trial_at_once(tmp_path):
     import signal
 
     process, results = start_study(tmp_path, "--trials", "1")
-    wait_for_running_trials(process, results, 1)
-    os.kill(worker_pids(process)[0], signal.SIGKILL)  # no chance to clean up: the invocation must notice
+    (running,) = wait_for_running_trials(process, results, 1)
+    client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
+    worker = int(client.get_run(running.user_attrs["mlflow_run_id"]).data.tags["pid"])
+    assert worker in worker_pids(process)
+    os.kill(worker, signal.SIGKILL)  # no chance to clean up: the invocation must notice
     stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 1 and "worker 0 exited with code -9" in stderr + stdout
+    assert process.returncode == 1 and "trial task 0: BrokenProcessPool" in stderr + stdout, stderr
 
-    trial = optuna.load_study(study_name="ppo-CartPole-v1", storage=tune.open_storage(tune.default_storage_url(results))).trials[0]
-    assert trial.state.name == "FAIL" and "worker process died" in trial.user_attrs["error"]
+    trial = optuna.load_study(study_name="ppo-CartPole-v1", storage=tuning_storage.open_storage(tuning_storage.default_storage_url(results))).trials[0]
+    assert trial.state.name == "FAIL" and "its worker ended" in trial.user_attrs["error"]
     run = MlflowClient(f"sqlite:///{results / 'mlflow.db'}").get_run(trial.user_attrs["mlflow_run_id"])
     assert run.info.status == "KILLED" and run.data.tags["trial_state"] == "FAIL"
 
@@ -559,7 +565,7 @@ def _batched_study(tmp_path, seeds_per_process: int, pruner=None):
     parent = tracking.start_parent_run(uri, experiment, "x", {"kind": "study"})
     setting = settings(budget=Budget(512, 256, 2), seeds_per_trial=3, base_hyperparameters=TINY_PPO)
     space = load_search_space("ppo", write_space(tmp_path, "learning_rate: {low: 1.0e-4, high: 1.0e-2, log: true}\n"))
-    objective = tune.Objective("x", setting, space, uri, experiment, parent.run_id, "cpu", seeds_per_process=seeds_per_process)
+    objective = tuning_objective.Objective("x", setting, space, uri, experiment, parent.run_id, "cpu", seeds_per_process=seeds_per_process)
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0), pruner=pruner)
     study.optimize(objective, n_trials=1)
     return study.trials[0], MlflowClient(uri), MlflowClient(uri).get_run(study.trials[0].user_attrs["mlflow_run_id"])

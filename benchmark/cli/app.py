@@ -168,6 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--seed", type=int, help="seed of the samplers and of the trials' seeds (default 0)")
     tune.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:i (as for run)")
     tune.add_argument("--runs-per-gpu", type=int, metavar="K", help="workers per GPU, at most (default: the workers spread over the GPUs)")
+    tune.add_argument("--executor", choices=("local", "ray", "slurm"), default="local",
+                      help="where trials run: local processes (default), Ray tasks or Slurm jobs; at most --workers at once")
+    tune.add_argument("--address", help="with --executor ray: the cluster to join ('auto': the running one); default: a local Ray")
+    add_slurm_arguments(tune)
     _add_store_arguments(tune)
     tune_commands = tune.add_subparsers(dest="tune_command")
     show_study = tune_commands.add_parser("show", help="best trials, parameter importances, plots (PNG) under results/tune/STUDY")
@@ -778,7 +782,8 @@ def command_reference(args: argparse.Namespace, console: Console) -> int:
 def command_tune(args: argparse.Namespace, console: Console) -> int:
     from agents.api import ConfigError
     from benchmark import stores, tracking
-    from benchmark.tuning import tune
+    from benchmark.tuning import storage as tuning_storage
+    from benchmark.tuning import study as tuning_study
 
     if args.tune_command == "show":
         return _tune_show(args, console)
@@ -791,23 +796,24 @@ def command_tune(args: argparse.Namespace, console: Console) -> int:
         pruner_startup_trials=args.pruner_startup_trials, pruner_warmup_steps=args.pruner_warmup_steps,
         timeout=args.timeout, device=args.device, runs_per_gpu=args.runs_per_gpu, seeds_per_process=args.seeds_per_process,
     )
-    tune.check_options(**options)
+    slots = tuning_study.check_options(**options, local=args.executor == "local")
+    executor = _tune_executor(args, slots)
     study_name = args.study or f"{args.algo}-{args.env.replace('/', '-')}"
     if not re.fullmatch(r"[\w.\-]+", study_name):
         raise ConfigError(f"study name {study_name!r}: use letters, digits, '.', '_' and '-' only")
-    default_url = tune.default_storage_url(args.results_dir)
+    default_url = tuning_storage.default_storage_url(args.results_dir)
     storage_url = args.storage or default_url
     given = {
         "budget": args.budget, "seeds_per_trial": args.seeds_per_trial, "suite": args.suite,
         "reference": args.reference, "random": args.random, "seed": args.seed,
     }
-    settings, _ = tune.prepare(args.algo, args.env, study_name, storage_url, default_url, given, args.space)
+    settings, _ = tuning_study.prepare(args.algo, args.env, study_name, storage_url, default_url, given, args.space)
     stores.check_writable_directory(args.results_dir, "results directory")
     tracking_uri = args.tracking_uri or tracking.default_tracking_uri(args.results_dir)
     tracking.ensure_store(tracking_uri, deep=True, writing=True)
-    result = tune.run_study(
+    result = tuning_study.run_study(
         settings, study_name=study_name, storage_url=storage_url, tracking_uri=tracking_uri, results_dir=args.results_dir,
-        **options,
+        executor=executor, **options,
     )
     counts = ", ".join(f"{count} {state.lower()}" for state, count in result.counts.items() if count)
     console.print(
@@ -828,13 +834,36 @@ def command_tune(args: argparse.Namespace, console: Console) -> int:
     return EXIT_RUNS_FAILED if result.worker_errors else 0
 
 
-def _tune_show(args: argparse.Namespace, console: Console) -> int:
-    from benchmark.tables import TableData
-    from benchmark.tuning import tune
+def _tune_executor(args: argparse.Namespace, slots: list):
+    """The executor the trials run on (``--executor``), at most ``--workers`` trials at once."""
+    from agents.api import ConfigError
+    from benchmark.execution.local import LocalExecutor
 
-    url, storage = tune.open_existing_storage(args.storage, args.results_dir)
-    study = tune.load_study(args.study, storage)
-    found = tune.summary(study, args.top)
+    if args.address and args.executor != "ray":
+        raise ConfigError("--address is for --executor ray")
+    given = [name for name in (*SLURM_ARGUMENTS, "slurm_cluster") if getattr(args, name, None) not in (None, "slurm")]
+    if given and args.executor != "slurm":
+        raise ConfigError(f"--{given[0].replace('_', '-')} is for --executor slurm")
+    if args.executor == "ray":
+        from benchmark.execution.ray import RayExecutor
+
+        return RayExecutor(args.device, args.workers, args.runs_per_gpu, args.address)
+    if args.executor == "slurm":
+        from benchmark.execution.slurm import SlurmExecutor
+
+        return SlurmExecutor(args.results_dir.resolve() / "slurm", slurm_options(args), args.device, args.slurm_cluster, max_jobs=args.workers)
+    return LocalExecutor(slots)
+
+
+def _tune_show(args: argparse.Namespace, console: Console) -> int:
+    from benchmark import tracking
+    from benchmark.tables import TableData
+    from benchmark.tuning import inspect as tuning_inspect
+    from benchmark.tuning import storage as tuning_storage
+
+    url, storage = tuning_storage.open_existing_storage(args.storage, args.results_dir)
+    study = tuning_storage.load_study(args.study, storage)
+    found = tuning_inspect.summary(study, args.top)
     settings = found["settings"]
     console.print(
         f"study {study.study_name!r}: {settings.algo} on {settings.env_id}, {settings.seeds_per_trial} seed(s) x "
@@ -852,7 +881,7 @@ def _tune_show(args: argparse.Namespace, console: Console) -> int:
         tuned = trial.user_attrs.get("tuned", trial.params)
         params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in tuned.items())
         table.add(trial.number, f"{trial.value:.3f}", returns, seconds, params)
-    weights = tune.importances(study)
+    weights = tuning_inspect.importances(study)
     if weights is not None:
         importance = TableData("parameter importances (fANOVA over the completed trials)", ["parameter", "importance"],
                                names={"parameter"}, right={"importance"})
@@ -862,19 +891,20 @@ def _tune_show(args: argparse.Namespace, console: Console) -> int:
     else:
         console.table(table)
         console.print("no parameter importances: they need at least two completed trials with different scores")
-    written = tune.write_plots(study, args.output or args.results_dir / "tune" / study.study_name, weights is not None)
+    written = tuning_inspect.write_plots(study, args.output or args.results_dir / "tune" / study.study_name, weights is not None)
     console.print("plots: " + ", ".join(str(path) for path in written), soft_wrap=True, markup=False, highlight=False)
-    console.print(f"browse it: optuna-dashboard {tune.redact(url)}", soft_wrap=True, markup=False, highlight=False)
+    console.print(f"browse it: optuna-dashboard {tracking.redact(url)}", soft_wrap=True, markup=False, highlight=False)
     return 0
 
 
 def _tune_export(args: argparse.Namespace, console: Console) -> int:
     from benchmark import config
-    from benchmark.tuning import tune
+    from benchmark.tuning import inspect as tuning_inspect
+    from benchmark.tuning import storage as tuning_storage
 
-    _, storage = tune.open_existing_storage(args.storage, args.results_dir)
-    study = tune.load_study(args.study, storage)
-    path, best = tune.export_suite(study, args.seeds, args.output, args.force)
+    _, storage = tuning_storage.open_existing_storage(args.storage, args.results_dir)
+    study = tuning_storage.load_study(args.study, storage)
+    path, best = tuning_inspect.export_suite(study, args.seeds, args.output, args.force)
     try:
         name = str(path.resolve().relative_to(config.SUITES_DIR).with_suffix(""))
         command = f"make bench SUITE={name}"

@@ -125,7 +125,7 @@ def _described(error: BaseException) -> str:
 
 
 def _show(message: Message, found: dict[str, RunOutcome], board: Board) -> None:
-    if message.run_key not in found:
+    if getattr(message, "run_key", None) not in found:
         return
     if isinstance(message, Started):
         found[message.run_key].run_id = message.run_id

@@ -46,8 +46,18 @@ class Note:
     text: str
 
 
-Message = Started | Progress | Note
-KINDS: dict[str, type] = {cls.__name__: cls for cls in (Started, Progress, Note)}
+@dataclass(frozen=True)
+class TrialStarted:
+    """Task ``task`` of a tuning invocation runs trial ``trial_number`` (so that the launch can
+    mark the trial FAIL if the worker dies)."""
+
+    task: int
+    trial_number: int
+    where: str
+
+
+Message = Started | Progress | Note | TrialStarted
+KINDS: dict[str, type] = {cls.__name__: cls for cls in (Started, Progress, Note, TrialStarted)}
 
 
 class Sink(Protocol):

@@ -50,7 +50,7 @@ def make_executor(
     if name == "slurm":
         from benchmark.execution.slurm import SlurmExecutor, SlurmOptions
 
-        return SlurmExecutor(results_dir / "slurm", slurm or SlurmOptions(), requested_device(specs), slurm_cluster,
+        return SlurmExecutor(results_dir.resolve() / "slurm", slurm or SlurmOptions(), requested_device(specs), slurm_cluster,
                              max_jobs=workers if slurm_cluster == "local" else None)
     raise ConfigError(f"unknown executor {name!r}; use {', '.join(EXECUTORS)}")
 
