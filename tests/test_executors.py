@@ -12,6 +12,7 @@ from test_cli import _kill_group, _start_long_suite, all_runs, run_cli
 
 from agents.api import ConfigError
 from benchmark.cli import app as cli
+from benchmark.cli.common import slurm_options
 from benchmark.execution.messages import FileSink, FileSource, Note, Progress, Started
 from benchmark.execution.slurm import SlurmOptions
 
@@ -120,7 +121,7 @@ def test_slurm_options_come_from_the_suite_and_the_command_line(write_suite, tmp
 
     loaded = load_suite(str(suite))
     args = cli.build_parser().parse_args(["run", "--suite", str(suite), "--executor", "slurm", "--slurm-time", "30", "--slurm-constraint", "a100"])
-    options = cli.slurm_options(args, loaded.slurm)
+    options = slurm_options(args, loaded.slurm)
     assert options == SlurmOptions(partition="gpu", time_minutes=30, gpus=1, account="rl", constraint="a100")
     parameters = options.parameters()
     assert parameters["slurm_partition"] == "gpu" and parameters["timeout_min"] == 30 and parameters["gpus_per_node"] == 1

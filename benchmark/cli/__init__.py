@@ -1,6 +1,7 @@
-"""The command line: ``python -m benchmark COMMAND`` (``reprorl``). ``app`` builds the parser
-and dispatches; the commands that move and judge results live in ``results``, ``parity``
-in ``parity``."""
+"""The command line: ``python -m benchmark COMMAND`` (``reprorl``). ``app`` lists the commands,
+builds the parser and dispatches; each command is a module of its own (``run``, ``report``,
+``regress``, ``reference``, ``tune``, ``perf``, ``ui``, ``results``, ``parity``, ``listing``)
+on ``common``'s options and exit codes."""
 
 from benchmark.cli.app import EXIT_CONFIG_ERROR, main
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from agents.api import ConfigError
+from benchmark.cli.common import add_format
 
 
-def add_parsers(commands: Any, add_format: Callable) -> None:
+def add_parser(commands: Any) -> None:
     from benchmark.analysis import parity_records
     from benchmark.perf import parity
 

@@ -1,6 +1,6 @@
 """The commands that move results between machines and judge them: export, import, merge, verdicts, record, calibrate.
 
-Each command adds its own sub-parser (``add_parsers``) and has one function; ``benchmark.cli.app``
+Each command adds its own sub-parser (``add_parser``) and has one function; ``benchmark.cli.app``
 registers them.
 """
 
@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agents.api import ConfigError
+from benchmark.cli.common import add_bundle_arguments, add_format, add_store_arguments, bundled_runs, existing_store, store_if_exists
 
 Command = Callable[[argparse.Namespace, Any], int]
 
 
-def add_parsers(commands: Any, add_store_arguments: Callable, add_bundle_arguments: Callable, add_format: Callable) -> None:
+def add_parser(commands: Any) -> None:
     """Add the sub-parsers of the commands in ``COMMANDS``."""
     export = commands.add_parser("export", help="write a suite's finished runs as a result bundle (default results/published/<suite>)")
     export.add_argument("--suite", required=True, help="suite name or path: its run keys decide which runs are exported")
@@ -58,7 +59,6 @@ def add_parsers(commands: Any, add_store_arguments: Callable, add_bundle_argumen
 def command_export(args: argparse.Namespace, console: Any) -> int:
     from benchmark import bundles, config
     from benchmark.analysis import bundle_store
-    from benchmark.cli.app import existing_store
 
     suite = config.load_suite(args.suite)
     tracking_uri = existing_store(args)
@@ -128,11 +128,10 @@ def command_verdicts(args: argparse.Namespace, console: Any) -> int:
     from benchmark import config
     from benchmark.analysis import records, verdicts
     from benchmark.analysis.report import group_records
-    from benchmark.cli.app import _bundled, _store_if_exists
 
     suite = config.load_suite(args.suite)
-    bundled = _bundled(args, suite.name)
-    tracking_uri = _store_if_exists(args)
+    bundled = bundled_runs(args, suite.name)
+    tracking_uri = store_if_exists(args)
     if tracking_uri is None and not bundled:
         raise ConfigError(f"no tracking store in {args.results_dir} and no result bundle of suite {suite.name!r}: "
                           "pass --results-dir, --tracking-uri or --from DIR")

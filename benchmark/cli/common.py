@@ -1,0 +1,149 @@
+"""What every command shares: exit codes, the one-line errors, the common options (formats,
+stores, bundles, seeds per process, Slurm) and finding the stores."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+EXIT_CONFIG_ERROR = 2
+EXIT_RUNS_FAILED = 1
+EXIT_REGRESSION = 1
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler or ``kill``), handled like Ctrl-C: workers stopped, runs marked KILLED."""
+
+
+def raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with its errors in one line (not the usage block), exit 2 like every bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        error_line(f"{self.prog}: {message} (see {self.prog} --help)")
+        sys.exit(EXIT_CONFIG_ERROR)
+
+
+def error_line(message: str) -> None:
+    """``error: message`` as exactly one line on stderr (rich markup in the message is not interpreted)."""
+    sys.stderr.write("error: " + " ".join(message.split()) + "\n")
+    sys.stderr.flush()
+
+
+def describe_failure(error: BaseException) -> str:
+    """One line for an error that ended a command while it ran."""
+    from benchmark import stores
+
+    if isinstance(error, stores.StoreBusy):
+        return str(error)
+    if stores.is_disk_full(error):
+        where = error.strerror if isinstance(error, stores.DiskFull) else getattr(error, "filename", None)
+        return (f"the disk is full{f' ({where})' if where else ''}: free some space and launch again; finished runs and "
+                "the last checkpoints are intact, and finished runs are not run again")
+    text = str(error)
+    for marker in ("database disk image is malformed", "file is not a database"):
+        if marker in text:
+            return f"the tracking store is corrupt (SQLite: {marker}): restore it from a copy or move it aside"
+    return f"{type(error).__name__}: {text} (set REPRORL_DEBUG=1 to see the traceback)"
+
+
+def add_format(parser: argparse.ArgumentParser) -> None:
+    from benchmark.tables import FORMATS
+
+    parser.add_argument(
+        "--format", choices=FORMATS, default="table",
+        help="table (default: for the terminal), md, csv or json: the bare table on stdout, other lines on stderr",
+    )
+
+
+def add_seeds_per_process(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--seeds-per-process", type=int, metavar="N",
+        help="train up to N seeds of one configuration in one process as one batched model "
+             "(PPO, SAC, TD3, DDPG, DQN...; overrides the suite's seeds_in_process; each seed stays its own MLflow run)",
+    )
+
+
+def add_bundle_arguments(parser: argparse.ArgumentParser, suite_default: bool = True) -> None:
+    parser.add_argument(
+        "--from", dest="from_dirs", type=Path, nargs="+", metavar="DIR",
+        help="result bundles to read as well as the tracking store (python -m benchmark export writes them)"
+             + ("; results/published/<suite> is read by default" if suite_default else ""),
+    )
+    if suite_default:
+        parser.add_argument("--no-published", action="store_true", help="do not read the suite's bundle under <results-dir>/published/")
+
+
+def add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results-dir", type=Path, default=Path("results"), help="MLflow store, artifacts, checkpoints, reports")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite in --results-dir)")
+
+
+def add_slurm_arguments(parser: argparse.ArgumentParser) -> None:
+    """The Slurm job options (with --executor slurm; each overrides the suite's ``slurm:`` key)."""
+    group = parser.add_argument_group("Slurm (--executor slurm; each option overrides the suite's slurm: key)")
+    group.add_argument("--slurm-partition", help="partition to submit to")
+    group.add_argument("--slurm-time", type=int, metavar="MINUTES", help="time limit per job (default 1440); a job that reaches it is requeued and resumes")
+    group.add_argument("--slurm-gpus", type=int, metavar="G", help="GPUs per job: 0 (CPU, the default) or 1")
+    group.add_argument("--slurm-cpus", type=int, metavar="C", help="CPUs per job (default 1)")
+    group.add_argument("--slurm-constraint", help="node features required (Slurm --constraint)")
+    group.add_argument("--slurm-account", help="account to charge")
+    group.add_argument("--slurm-memory", type=float, metavar="GB", help="memory per job in GB (default: the partition's)")
+    group.add_argument("--slurm-cluster", choices=("slurm", "local"), default="slurm",
+                       help="slurm (default), or local: submitit's local executor, each job a process on this machine (to try it out)")
+
+
+SLURM_ARGUMENTS = {"slurm_partition": "partition", "slurm_time": "time_minutes", "slurm_gpus": "gpus", "slurm_cpus": "cpus",
+                   "slurm_constraint": "constraint", "slurm_account": "account", "slurm_memory": "memory_gb"}
+
+
+def slurm_options(args: argparse.Namespace, suite_options: dict | None = None):
+    """The Slurm job options: the suite's ``slurm:`` key, overridden by the command line."""
+    from benchmark.execution.slurm import SlurmOptions
+
+    options = dict(suite_options or {})
+    options.update({key: getattr(args, name) for name, key in SLURM_ARGUMENTS.items() if getattr(args, name, None) is not None})
+    result = SlurmOptions(**options)
+    result.check()
+    return result
+
+
+def existing_store(args: argparse.Namespace) -> str:
+    """The tracking URI of a command that only reads results: refused (ConfigError, nothing
+    created) when its SQLite file does not exist, and checked when it does."""
+    from agents.api import ConfigError
+    from benchmark import stores, tracking
+
+    tracking_uri = store_if_exists(args)
+    if tracking_uri is None:
+        path = stores.sqlite_path(args.tracking_uri or tracking.default_tracking_uri(args.results_dir))
+        where = f"results directory {args.results_dir}" if args.tracking_uri is None else "--tracking-uri"
+        missing = "does not exist" if not path.parent.exists() else "holds no tracking store"
+        raise ConfigError(f"{where} {missing} ({path} not found): pass the --results-dir (or --tracking-uri) your runs were stored in")
+    return tracking_uri
+
+
+def bundled_runs(args: argparse.Namespace, suite_name: str) -> dict:
+    """Run key -> bundled run, from ``--from`` and (unless --no-published) the suite's published bundle."""
+    from benchmark.execution import plan
+
+    return plan.default_bundles(args.results_dir, suite_name, getattr(args, "from_dirs", None), not getattr(args, "no_published", False))
+
+
+def store_if_exists(args: argparse.Namespace) -> str | None:
+    """The tracking URI when its store exists (checked, never created); None for a SQLite file not there yet."""
+    from benchmark import stores, tracking
+
+    tracking_uri = args.tracking_uri or tracking.default_tracking_uri(args.results_dir)
+    path = stores.sqlite_path(tracking_uri)
+    if path is not None and not path.exists():
+        return None
+    tracking.ensure_store(tracking_uri, deep=True)
+    return tracking_uri

@@ -1,0 +1,100 @@
+"""``python -m benchmark report|reproduce``: a suite's report from the store and bundles; a
+recorded run trained again and compared."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from benchmark.cli.common import (
+    EXIT_RUNS_FAILED,
+    add_bundle_arguments,
+    add_store_arguments,
+    bundled_runs,
+    error_line,
+    existing_store,
+    store_if_exists,
+)
+
+
+def add_parser(commands: Any) -> None:
+    reproduce = commands.add_parser("reproduce", help="train a recorded MLflow run again from its config and compare the metrics")
+    reproduce.add_argument("run_id", help="MLflow run id of a finished child run, or a run key (or its MLflow run id) that a bundle holds")
+    add_store_arguments(reproduce)
+    add_bundle_arguments(reproduce, suite_default=False)
+
+    report = commands.add_parser("report", help="report of a suite's runs from MLflow: results/reports/<suite>/report.md and .html")
+    report.add_argument("--suite", required=True, help="suite name or path; its run keys decide which runs belong in the report")
+    report.add_argument("--output", type=Path, help="directory (default results/reports/<suite>)")
+    add_store_arguments(report)
+    add_bundle_arguments(report)
+
+
+def command_reproduce(args: argparse.Namespace, console: Console) -> int:
+    from benchmark import bundles
+    from benchmark.analysis import reproduce
+
+    published = args.results_dir / bundles.PUBLISHED_DIR
+    directories = list(args.from_dirs or []) + sorted(d for d in (published.iterdir() if published.is_dir() else []) if bundles.is_bundle(d))
+    bundled = reproduce.find_bundled(args.run_id, bundles.read_all(directories)) if directories else None
+    if bundled is not None:
+        console.print(f"reproducing run {args.run_id} from bundle {bundled.origin} ...")
+        result = reproduce.reproduce_bundled(bundled)
+    else:
+        tracking_uri = existing_store(args)
+        console.print(f"reproducing run {args.run_id} from its recorded config ...")
+        result = reproduce.reproduce(args.run_id, tracking_uri)
+    spec = result.spec
+    console.print(f"{spec.label}, {spec.budget.total_steps:,} steps, run key {spec.run_key}"
+                  + (f"; trained again in its batch of seeds {' '.join(map(str, result.batch_seeds))}" if result.batch_seeds else ""),
+                  highlight=False)
+    for name, (before, after) in result.environment_changes.items():
+        console.print(f"  differs from the recorded run: {name}: {before!r} -> {after!r}", highlight=False, markup=False)
+    if result.matches:
+        console.print(f"match: all {len(result.now)} evaluations are bit-identical to the recorded ones "
+                      f"(final {result.now[-1][1]:.4f})", highlight=False)
+        return 0
+    console.print(f"[red]differ:[/] {len(result.differences)} of {len(set(dict(result.recorded)) | set(dict(result.now)))} evaluations", highlight=False)
+    for line in result.differences:
+        console.print(f"  {line}", highlight=False, markup=False)
+    return 1
+
+
+def command_report(args: argparse.Namespace, console: Console) -> int:
+    from collections import Counter
+
+    from agents.api import ConfigError
+    from benchmark import config, stores, tracking
+    from benchmark.analysis import records, report
+
+    suite = config.load_suite(args.suite)
+    bundled = bundled_runs(args, suite.name)
+    tracking_uri = store_if_exists(args) if bundled else existing_store(args)
+    found = records.collect(suite, tracking_uri, bundled=bundled)
+    finished = sum(r.finished for r in found)
+    sources = ([tracking.describe_uri(tracking_uri, short=True)] if tracking_uri else []) + sorted({r.source for r in found if r.source})
+    if not finished:
+        states = Counter(r.status for r in found)
+        error_line(
+            f"suite {suite.name!r} has no finished run in {' or '.join(sources) or tracking.describe_uri(str(tracking_uri))} ("
+            + ", ".join(f"{count} {state.lower()}" for state, count in states.most_common())
+            + f" of {len(found)}): nothing to report; train it with: python -m benchmark run --suite {args.suite}"
+        )
+        return EXIT_RUNS_FAILED
+    out_dir = args.output or args.results_dir / "reports" / suite.name
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        stores.check_writable_directory(out_dir, "report directory")
+    except OSError as error:
+        if stores.is_disk_full(error):
+            raise
+        raise ConfigError(f"cannot write the report to {out_dir}: {error.strerror or error}; pass --output DIR") from None
+    path = report.write_report(suite, found, out_dir, " and ".join(sources))
+    console.print(f"report of suite {suite.name!r} ({finished}/{len(found)} runs finished): {path} and {path.with_suffix('.html')}")
+    return 0
+
+
+COMMANDS = {"reproduce": command_reproduce, "report": command_report}
