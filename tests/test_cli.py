@@ -12,7 +12,7 @@ import pytest
 from conftest import TINY_SUITE
 from mlflow.tracking import MlflowClient
 
-from benchmark import tracking
+from benchmark import provenance, tracking
 from benchmark.cli import app as cli
 from benchmark.config import load_suite
 from benchmark.execution import base, worker
@@ -385,7 +385,7 @@ def test_git_diff_records_uncommitted_changes(tmp_path):
     (tmp_path / "agent.py").write_text("learning_rate = 3e-4\n")
     git("add", "agent.py")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
-    assert tracking.git_diff(tmp_path) == ""
+    assert provenance.git_diff(tmp_path) == ""
     (tmp_path / "agent.py").write_text("learning_rate = 1e-3\n")
-    diff = tracking.git_diff(tmp_path)
+    diff = provenance.git_diff(tmp_path)
     assert "-learning_rate = 3e-4" in diff and "+learning_rate = 1e-3" in diff

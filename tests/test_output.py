@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from benchmark import tracking
+from benchmark import provenance, tracking
 from benchmark.analysis import summary
 from benchmark.cli import app as cli
 from benchmark.config import load_suite
@@ -97,8 +97,8 @@ def test_the_summary_keeps_grid_points_apart(write_suite):
 
 def test_the_command_tag_can_be_typed_again():
     benchmark_main = str(ROOT / "benchmark" / "__main__.py")
-    assert tracking.command_line([benchmark_main, "run", "--suite", "my suite.yaml"]) == "python -m benchmark run --suite 'my suite.yaml'"
-    assert tracking.command_line(["/venv/bin/reprorl", "report", "--suite", "smoke"]) == "reprorl report --suite smoke"
+    assert provenance.command_line([benchmark_main, "run", "--suite", "my suite.yaml"]) == "python -m benchmark run --suite 'my suite.yaml'"
+    assert provenance.command_line(["/venv/bin/reprorl", "report", "--suite", "smoke"]) == "reprorl report --suite smoke"
 
 
 def test_ui_prints_each_suites_runs_page_and_serves_with_one_worker(tmp_path, monkeypatch, capsys):

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from agents.api import ConfigError
-from benchmark import tracking
+from benchmark import provenance
 from benchmark.analysis import reference, stats
 from benchmark.analysis.records import RunRecord
 from benchmark.analysis.report import Group, group_records
@@ -65,8 +65,8 @@ def baseline_payload(suite_name: str, records: list[RunRecord], parent_run_id: s
         "format": BASELINE_FORMAT,
         "suite": suite_name,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "code": tracking.code_version(),
-        "versions": tracking.environment_tags(),
+        "code": provenance.code_version(),
+        "versions": provenance.environment_tags(),
         "mlflow_parent_run": parent_run_id,
         "groups": groups,
     }

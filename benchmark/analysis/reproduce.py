@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents.api import ConfigError
-from benchmark import tracking
+from benchmark import provenance, tracking
 from benchmark.analysis.records import EVAL_METRIC
 from benchmark.bundles import BundledRun
 from benchmark.config import RunSpec
@@ -112,7 +112,7 @@ def _train_again(run_id: str, spec: RunSpec, recorded: list[tuple[int, float]], 
     else:
         result = training_loop.run(spec)
     now = [(evaluation.step, evaluation.mean) for evaluation in result.evaluations]
-    current = {**tracking.code_version(), **tracking.environment_tags()}
+    current = {**provenance.code_version(), **provenance.environment_tags()}
     changes = {
         name: (tags.get(name, ""), str(current.get(name, "")))
         for name in sorted({*PROVENANCE_TAGS, *(t for t in tags if t.startswith("version."))})

@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from benchmark import config, tracking
+from benchmark import config, provenance
 from benchmark.execution.estimate import Throughput
 
 WARM_UP_KEYS = ("start_steps", "learning_starts")
@@ -55,7 +55,7 @@ def measure(algo: str, env_id: str, steps: int | None = None) -> Throughput:
     train_seconds = total / result.steps_per_second if result.steps_per_second else wall
     evaluated = sum(sum(evaluation.lengths) for evaluation in result.evaluations)
     eval_seconds = max(result.wall_seconds - train_seconds, 1e-3)
-    return Throughput(algo, env_id, result.steps_per_second, evaluated / eval_seconds, tracking.cpu_model(), torch.__version__,
+    return Throughput(algo, env_id, result.steps_per_second, evaluated / eval_seconds, provenance.cpu_model(), torch.__version__,
                       total, datetime.date.today().isoformat())
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmark import stores, tracking
+from benchmark import provenance, stores, tracking
 from benchmark.config import RunSpec
 from benchmark.execution import claims, outcomes
 from benchmark.execution.messages import Note, Progress, Sink, Started, send
@@ -41,7 +41,7 @@ class Launch:
     claims_dir: str | None = None
     finished_since_ms: int = 0
     """With claims: a run key with a FINISHED run started at or after this time is not trained again."""
-    command: str = field(default_factory=tracking.command_line)
+    command: str = field(default_factory=provenance.command_line)
 
 
 def train_group(specs: list[RunSpec], launch: Launch, messages: Sink | None = None, device: str | None = None, where: str = "") -> list[RunOutcome]:
@@ -126,7 +126,7 @@ class _ChildRun:
         self.tags = {
             "run_key": spec.run_key, "suite": spec.suite, "algo": spec.algo, "env_id": spec.env_id, "seed": spec.seed,
             "command": context.launch.command, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "unset"),
-            **tracking.source_tags(context.launch.command),  # the launch's command, not this worker's (Ray's)
+            **provenance.source_tags(context.launch.command),  # the launch's command, not this worker's (Ray's)
         }
         self.claims_id = claims.directory_id(context.claims_dir) if context.claims_dir is not None else ""
         if self.claims_id:
@@ -185,8 +185,8 @@ class _ChildRun:
         if self._claim is not None:  # nobody else trains this key: its earlier unfinished runs are over
             tracking.supersede_attempts(launch.tracking_uri, launch.experiment_id, spec.run_key, self.tracker.run_id, self.claims_id)
         self.tracker.log_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True), "config.json")
-        if tracking.code_version()["git_dirty"] == "true":
-            self.tracker.log_text(tracking.git_diff(), "git_diff.patch")
+        if provenance.code_version()["git_dirty"] == "true":
+            self.tracker.log_text(provenance.git_diff(), "git_diff.patch")
 
     def announce(self, batch_seeds: list[int]) -> None:
         """Tell the parent that training starts; a batched run records the seeds it trains with."""

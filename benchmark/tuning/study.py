@@ -35,7 +35,7 @@ from rich.markup import escape
 import agents
 from agents.api import ConfigError
 from agents.envs import check_env_id, env_spec
-from benchmark import config, tracking
+from benchmark import config, provenance, tracking
 from benchmark.execution import claims
 from benchmark.execution.base import Executor
 from benchmark.execution.local import LocalExecutor
@@ -346,7 +346,7 @@ def _parent_run(tracking_uri: str, experiment: str, study_name: str, settings: S
         run_id = found[0].info.run_id
         tracking.retry(lambda: client.update_run(run_id, status="RUNNING"))
         parent = tracking.MlflowTracker(tracking_uri, run_id)
-        parent.set_tags({"command": tracking.command_line(), "host": socket.gethostname(), "pid": os.getpid()})
+        parent.set_tags({"command": provenance.command_line(), "host": socket.gethostname(), "pid": os.getpid()})
         return parent
     parent = tracking.start_parent_run(tracking_uri, experiment, study_name, {"kind": "study", "study": study_name})
     params = {

@@ -1,0 +1,113 @@
+"""Where a result came from: the command that made it, the code (git sha, dirty flag, diff) and
+the machine (Python and package versions, CPU and GPU models), as MLflow tags."""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import importlib.metadata
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGES = ("torch", "numpy", "gymnasium", "mujoco", "mlflow", "optuna")
+"""The packages whose versions decide the numbers."""
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """The command that started this process, as one would type it again: ``python -m
+    benchmark run ...`` rather than the path of ``benchmark/__main__.py``."""
+    argv = list(sys.argv if argv is None else argv)
+    if not argv:
+        return ""
+    return " ".join([_program(argv[0]), *map(shlex.quote, argv[1:])])
+
+
+def _program(path: str) -> str:
+    program = Path(path)
+    if program.name == "__main__.py" and program.parent.name == "benchmark":
+        return "python -m benchmark"
+    if program.name == "reprorl":
+        return "reprorl"
+    return shlex.quote(path)
+
+
+@functools.lru_cache(maxsize=4)
+def source_tags(command: str | None = None) -> dict[str, str]:
+    """MLflow's standard source tags (what the UI shows as the run's source, user and commit) of
+    the launch's ``command`` (default: this process's), e.g. ``python -m benchmark run``."""
+    words = shlex.split(command if command is not None else command_line()) or ["reprorl"]
+    head = 4 if words[:3] == ["python", "-m", "benchmark"] else 2
+    tags = {"mlflow.source.type": "LOCAL", "mlflow.source.name": " ".join(words[:head])}
+    try:
+        tags["mlflow.user"] = getpass.getuser()
+    except (KeyError, OSError):
+        pass
+    sha = code_version()["git_sha"]
+    if sha != "unknown":
+        tags["mlflow.source.git.commit"] = sha
+    return tags
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> dict[str, str]:
+    """git sha and dirty flag of the working tree (``unknown`` outside a git checkout)."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+
+    try:
+        sha = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return {"git_sha": "unknown", "git_dirty": "unknown"}
+    return {"git_sha": sha, "git_dirty": str(dirty).lower()}
+
+
+def git_diff(root: Path | None = None) -> str:
+    """``git diff HEAD`` of the working tree (what a dirty run ran that the sha does not say);
+    untracked files are not code the run imported, and do not count as dirty either."""
+    root = root or Path(__file__).resolve().parent.parent
+    try:
+        return subprocess.run(["git", "diff", "HEAD"], cwd=root, capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux, platform.processor() elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def gpu_models() -> str:
+    """Names of the visible CUDA devices ('none' without CUDA); torch is imported only if loaded."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return "none"
+    return "; ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+
+
+@functools.lru_cache(maxsize=1)
+def environment_tags() -> dict[str, str]:
+    """Versions of Python and of the packages that decide the numbers, and the CPU/GPU models."""
+    tags = {
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_model": cpu_model(),
+        "gpu_model": gpu_models(),
+    }
+    for package in PACKAGES:
+        try:
+            tags[f"version.{package}"] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            tags[f"version.{package}"] = "not installed"
+    return tags
