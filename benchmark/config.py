@@ -47,8 +47,6 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 """The checkout: suites/, results/ (reference scores, baselines, throughput) are found from here."""
 SUITES_DIR = PROJECT_ROOT / "suites"
 RUN_KEY_VERSION = 1  # bump when the meaning of a RunSpec field changes
-TRAIN_RETURN_METRIC = "train/return_since_eval"
-"""Logged at each evaluation: the mean return of the training episodes that ended since the previous one."""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from benchmark import stores
+from benchmark import metric_names, stores
 from benchmark.provenance import code_version, command_line, environment_tags, source_tags
 
 DEFAULT_RESULTS_DIR = Path("results")
@@ -403,7 +403,7 @@ def training_returns(mlflow_client: Any, run_id: str, steps: list[int]) -> dict[
     runs made before the loop logged this itself at each evaluation."""
     import bisect
 
-    history = retry(lambda: mlflow_client.get_metric_history(run_id, "train/episode_return"))
+    history = retry(lambda: mlflow_client.get_metric_history(run_id, metric_names.TRAIN_EPISODE_RETURN))
     buckets: dict[int, list[float]] = {step: [] for step in steps}
     for metric in history:
         index = bisect.bisect_left(steps, int(metric.step))

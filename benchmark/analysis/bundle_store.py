@@ -17,12 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmark import bundles, tracking
-from benchmark.analysis.records import EVAL_METRIC, PRE_ADAPTATION_METRIC
+from benchmark import bundles, metric_names, tracking
 from benchmark.bundles import BundledRun, BundleError, Evaluation
-from benchmark.config import TRAIN_RETURN_METRIC, Suite
+from benchmark.config import Suite
 
-STD_METRIC = "eval/return_std"
+STD_METRIC = metric_names.EVAL_RETURN_STD
 IMPORTED_TAG = "imported_from"
 
 
@@ -51,15 +50,15 @@ def from_store(suite: Suite, tracking_uri: str) -> list[BundledRun]:
             if run is None:
                 continue
             metrics, tags = run.data.metrics, run.data.tags
-            final = metrics.get("final/eval_return_mean")
+            final = metrics.get(metric_names.FINAL_RETURN_MEAN)
             if final is None or not math.isfinite(final):
                 continue
             run_id = run.info.run_id
             curve = _curve(client, run_id, Path(scratch))
             runs.append(BundledRun(
-                spec, float(final), metrics.get("final/eval_return_std"), curve,
-                metrics.get(PRE_ADAPTATION_METRIC), metrics.get("final/wall_seconds"),
-                metrics.get("final/steps_per_second", metrics.get("perf/steps_per_second")), tags.get("device", ""),
+                spec, float(final), metrics.get(metric_names.FINAL_RETURN_STD), curve,
+                metrics.get(metric_names.PRE_ADAPTATION_RETURN), metrics.get(metric_names.FINAL_WALL_SECONDS),
+                metrics.get(metric_names.FINAL_STEPS_PER_SECOND, metrics.get(metric_names.STEPS_PER_SECOND)), tags.get("device", ""),
                 {name: tags.get(name, "") for name in bundles.PROVENANCE},
                 {name.split(".", 1)[1]: value for name, value in sorted(tags.items()) if name.startswith("version.")},
                 tuple(int(s) for s in tags.get("batch_seeds", "").split()) if len(tags.get("batch_seeds", "").split()) > 1 else (),
@@ -72,7 +71,7 @@ def _curve(client: Any, run_id: str, scratch: Path) -> tuple[Evaluation, ...]:
     """Each evaluation: mean and std as logged; each episode's return and length, and the
     training episodes since the previous evaluation, from the ``evaluations.json`` artifact
     (runs made before it held training returns: from the ``train/episode_return`` history)."""
-    means = {int(m.step): float(m.value) for m in tracking.retry(lambda: client.get_metric_history(run_id, EVAL_METRIC))}
+    means = {int(m.step): float(m.value) for m in tracking.retry(lambda: client.get_metric_history(run_id, metric_names.EVAL_RETURN_MEAN))}
     stds = {int(m.step): float(m.value) for m in tracking.retry(lambda: client.get_metric_history(run_id, STD_METRIC))}
     recorded: dict[int, dict[str, Any]] = {}
     try:
@@ -132,7 +131,7 @@ def import_bundle(bundle: bundles.Bundle, tracking_uri: str, results_dir: Path) 
         known = finished.get(key)
         if known is None:
             to_import.append(run)
-        elif known.data.metrics.get("final/eval_return_mean") != run.final_return:
+        elif known.data.metrics.get(metric_names.FINAL_RETURN_MEAN) != run.final_return:
             raise BundleError(
                 f"run key {key} ({run.spec.label}) has final evaluation {known.data.metrics.get('final/eval_return_mean')!r} in "
                 f"the tracking store (MLflow run {known.info.run_id}) and {run.final_return!r} in {run.describe()}: nothing imported"
@@ -167,13 +166,13 @@ def _import_run(tracking_uri: str, experiment: str, parent_run_id: str, run: Bun
         experiment, start_time=_ms(run.started), run_name=run.spec.label, tags={k: str(v) for k, v in tags.items()}))
     run_id = created.info.run_id
     ended = _ms(run.ended) or int(time.time() * 1000)
-    metrics = [Metric(EVAL_METRIC, e.mean, ended, e.step) for e in run.curve]
+    metrics = [Metric(metric_names.EVAL_RETURN_MEAN, e.mean, ended, e.step) for e in run.curve]
     metrics += [Metric(STD_METRIC, e.std, ended, e.step) for e in run.curve]
-    metrics += [Metric(TRAIN_RETURN_METRIC, e.train_return_mean, ended, e.step) for e in run.curve if e.train_return_mean is not None]
+    metrics += [Metric(metric_names.TRAIN_RETURN, e.train_return_mean, ended, e.step) for e in run.curve if e.train_return_mean is not None]
     last = run.curve[-1].step if run.curve else run.spec.budget.total_steps
-    finals = {"final/eval_return_mean": run.final_return, "final/eval_return_std": run.final_return_std,
-              "final/steps_per_second": run.steps_per_second, "final/wall_seconds": run.wall_seconds,
-              PRE_ADAPTATION_METRIC: run.pre_adaptation_return}
+    finals = {metric_names.FINAL_RETURN_MEAN: run.final_return, metric_names.FINAL_RETURN_STD: run.final_return_std,
+              metric_names.FINAL_STEPS_PER_SECOND: run.steps_per_second, metric_names.FINAL_WALL_SECONDS: run.wall_seconds,
+              metric_names.PRE_ADAPTATION_RETURN: run.pre_adaptation_return}
     metrics += [Metric(name, value, ended, last) for name, value in finals.items() if value is not None]
     params = [Param(k, str(v)[:6000]) for k, v in tracking.child_params(run.spec).items()]
     for start in range(0, len(metrics), 900):  # MLflow's log_batch takes at most 1000 metrics and 100 params

@@ -16,12 +16,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmark import tracking
+from benchmark import metric_names, tracking
 from benchmark.bundles import BundledRun
-from benchmark.config import TRAIN_RETURN_METRIC, RunSpec, Suite
+from benchmark.config import RunSpec, Suite
 
-EVAL_METRIC = "eval/return_mean"
-PRE_ADAPTATION_METRIC = "meta_test/pre_adaptation_return"
+metric_names.EVAL_RETURN_MEAN = metric_names.EVAL_RETURN_MEAN
+metric_names.PRE_ADAPTATION_RETURN = metric_names.PRE_ADAPTATION_RETURN
 
 
 @dataclass
@@ -114,19 +114,19 @@ def _from_store(suite: Suite, tracking_uri: str, with_curves: bool) -> list[RunR
         record.status = chosen.info.status
         if chosen is not candidates[0]:
             record.latest_status = candidates[0].info.status
-        record.final_return = metrics.get("final/eval_return_mean") if record.status == "FINISHED" else None
-        record.pre_adaptation_return = metrics.get(PRE_ADAPTATION_METRIC) if record.status == "FINISHED" else None
+        record.final_return = metrics.get(metric_names.FINAL_RETURN_MEAN) if record.status == "FINISHED" else None
+        record.pre_adaptation_return = metrics.get(metric_names.PRE_ADAPTATION_RETURN) if record.status == "FINISHED" else None
         mark_unusable(record)
-        record.steps_per_second = metrics.get("final/steps_per_second", metrics.get("perf/steps_per_second"))
-        record.wall_seconds = metrics.get("final/wall_seconds")
+        record.steps_per_second = metrics.get(metric_names.FINAL_STEPS_PER_SECOND, metrics.get(metric_names.STEPS_PER_SECOND))
+        record.wall_seconds = metrics.get(metric_names.FINAL_WALL_SECONDS)
         if record.wall_seconds is None and chosen.info.end_time and chosen.info.start_time:
             record.wall_seconds = (chosen.info.end_time - chosen.info.start_time) / 1000
         record.error = record.error or chosen.data.tags.get("error")
         record.git_sha = chosen.data.tags.get("git_sha")
         if record.status == "FINISHED":
-            record.final_train_return = metrics.get(TRAIN_RETURN_METRIC)
+            record.final_train_return = metrics.get(metric_names.TRAIN_RETURN)
         if with_curves:
-            history = tracking.retry(lambda: client.get_metric_history(chosen.info.run_id, EVAL_METRIC))
+            history = tracking.retry(lambda: client.get_metric_history(chosen.info.run_id, metric_names.EVAL_RETURN_MEAN))
             record.curve = sorted((int(m.step), float(m.value)) for m in history)
             if record.status == "FINISHED" and record.final_train_return is None and record.curve:  # made before it was logged
                 steps = [step for step, _ in record.curve]

@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents.api import ConfigError
-from benchmark import provenance, tracking
-from benchmark.analysis.records import EVAL_METRIC
+from benchmark import metric_names, provenance, tracking
 from benchmark.bundles import BundledRun
 from benchmark.config import RunSpec
 
@@ -81,7 +80,7 @@ def reproduce(run_id: str, tracking_uri: str) -> Reproduction:
         except Exception:  # noqa: BLE001
             raise ConfigError(f"run {run_id} has no config.json artifact: it is not a reprorl child run") from None
         spec = RunSpec.from_dict(json.loads(Path(config_path).read_text()))
-    recorded = sorted((int(m.step), float(m.value)) for m in tracking.retry(lambda: client.get_metric_history(run_id, EVAL_METRIC)))
+    recorded = sorted((int(m.step), float(m.value)) for m in tracking.retry(lambda: client.get_metric_history(run_id, metric_names.EVAL_RETURN_MEAN)))
     batch_seeds = [int(seed) for seed in run.data.tags.get("batch_seeds", "").split()]
     return _train_again(run_id, spec, recorded, batch_seeds, dict(run.data.tags))
 

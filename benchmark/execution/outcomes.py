@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmark.config import TRAIN_RETURN_METRIC, RunSpec
+from benchmark import metric_names
+from benchmark.config import RunSpec
 
 
 @dataclass
@@ -59,12 +60,12 @@ def of_finished(spec: RunSpec, run: Any) -> RunOutcome:
         spec,
         run_id=run.info.run_id,
         status="FINISHED",
-        final_return_mean=metrics.get("final/eval_return_mean"),
-        final_return_std=metrics.get("final/eval_return_std"),
-        steps_per_second=metrics.get("final/steps_per_second"),
+        final_return_mean=metrics.get(metric_names.FINAL_RETURN_MEAN),
+        final_return_std=metrics.get(metric_names.FINAL_RETURN_STD),
+        steps_per_second=metrics.get(metric_names.FINAL_STEPS_PER_SECOND),
         device=run.data.tags.get("device"),
         skipped=True,
-        final_train_return=metrics.get(TRAIN_RETURN_METRIC),
+        final_train_return=metrics.get(metric_names.TRAIN_RETURN),
     )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark import bundles, tracking
+from benchmark import bundles, metric_names, tracking
 from benchmark.bundles import BundledRun
 from benchmark.config import RunSpec, configurations
 from benchmark.execution import claims, estimate
@@ -85,7 +85,7 @@ def past_runs(tracking_uri: str | None, bundled: dict[str, BundledRun]) -> list[
 
 def _past_run(run: Any) -> estimate.PastRun | None:
     params, metrics, tags = run.data.params, run.data.metrics, run.data.tags
-    wall = metrics.get("final/wall_seconds")
+    wall = metrics.get(metric_names.FINAL_WALL_SECONDS)
     try:
         steps = int(params["budget.total_steps"])
     except (KeyError, ValueError):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmark import provenance, stores, tracking
+from benchmark import metric_names, provenance, stores, tracking
 from benchmark.config import RunSpec
 from benchmark.execution import claims, outcomes
 from benchmark.execution.messages import Note, Progress, Sink, Started, send
@@ -230,10 +230,10 @@ class _ChildRun:
             self.tracker.set_tags({"device": result.device})
             self.tracker.log_metrics(
                 {
-                    "final/eval_return_mean": final.mean,
-                    "final/eval_return_std": final.std,
-                    "final/steps_per_second": result.steps_per_second,
-                    "final/wall_seconds": result.wall_seconds,
+                    metric_names.FINAL_RETURN_MEAN: final.mean,
+                    metric_names.FINAL_RETURN_STD: final.std,
+                    metric_names.FINAL_STEPS_PER_SECOND: result.steps_per_second,
+                    metric_names.FINAL_WALL_SECONDS: result.wall_seconds,
                 },
                 final.step,
             )

@@ -36,7 +36,8 @@ from agents.envs import (
     make_vector_env,
     true_next_obs,
 )
-from benchmark.config import TRAIN_RETURN_METRIC, RunSpec
+from benchmark import metric_names
+from benchmark.config import RunSpec
 from benchmark.training import checkpoint
 from benchmark.training.control import (
     Counters,
@@ -347,7 +348,7 @@ class _SeedRun:
 
     def _log_episodes(self, infos: dict[str, Any]) -> None:
         for episode_return, episode_length in finished_episodes(infos):
-            self.tracker.log_metrics({"train/episode_return": episode_return, "train/episode_length": episode_length}, self.counters.step)
+            self.tracker.log_metrics({metric_names.TRAIN_EPISODE_RETURN: episode_return, metric_names.TRAIN_EPISODE_LENGTH: episode_length}, self.counters.step)
             self.counters.train_return_sum += episode_return
             self.counters.train_episodes += 1
 
@@ -364,7 +365,7 @@ class _SeedRun:
         counters, step = self.counters, self.counters.step
         counters.train_seconds = time.perf_counter() - self.started - counters.eval_seconds
         losses = {f"train/{key}": float(np.mean(values)) for key, values in counters.update_logs.items()}
-        self.tracker.log_metrics({**losses, "perf/steps_per_second": step / max(counters.train_seconds, 1e-9)}, step)
+        self.tracker.log_metrics({**losses, metric_names.STEPS_PER_SECOND: step / max(counters.train_seconds, 1e-9)}, step)
         counters.update_logs.clear()
         eval_started = time.perf_counter()
         with self.hooks.evaluating():
@@ -376,10 +377,10 @@ class _SeedRun:
         self.result.evaluations.append(evaluation)
         self.tracker.log_metrics(
             {
-                "eval/return_mean": evaluation.mean,
-                "eval/return_std": evaluation.std,
-                "eval/length_mean": float(np.mean(evaluation.lengths)),
-                **({TRAIN_RETURN_METRIC: evaluation.train_return_mean} if evaluation.train_episodes else {}),
+                metric_names.EVAL_RETURN_MEAN: evaluation.mean,
+                metric_names.EVAL_RETURN_STD: evaluation.std,
+                metric_names.EVAL_LENGTH_MEAN: float(np.mean(evaluation.lengths)),
+                **({metric_names.TRAIN_RETURN: evaluation.train_return_mean} if evaluation.train_episodes else {}),
             },
             step,
         )

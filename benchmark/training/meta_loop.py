@@ -30,6 +30,7 @@ import torch
 import agents
 from agents.envs import env_spec
 from agents.meta import MetaAlgorithm, TaskEnvs, TaskResult, meta_test
+from benchmark import metric_names
 from benchmark.config import RunSpec
 from benchmark.training import checkpoint
 from benchmark.training.control import Counters, Preempted, ResumeError, StopSignal, check_finite, finish, resolve_device, seed_everything
@@ -50,12 +51,12 @@ def meta_test_metrics(results: list[TaskResult]) -> dict[str, float]:
     pre = [r.pre_adaptation_return for r in results]
     post = [r.post_adaptation_return for r in results]
     metrics = {
-        "eval/return_mean": float(np.mean(post)),
-        "eval/return_std": float(np.std(post)),
-        "eval/length_mean": float(np.mean([r.post_adaptation_length for r in results])),
-        "meta_test/pre_adaptation_return": float(np.mean(pre)),
-        "meta_test/post_adaptation_return": float(np.mean(post)),
-        "meta_test/adaptation_gain": float(np.mean(post) - np.mean(pre)),
+        metric_names.EVAL_RETURN_MEAN: float(np.mean(post)),
+        metric_names.EVAL_RETURN_STD: float(np.std(post)),
+        metric_names.EVAL_LENGTH_MEAN: float(np.mean([r.post_adaptation_length for r in results])),
+        metric_names.PRE_ADAPTATION_RETURN: float(np.mean(pre)),
+        metric_names.POST_ADAPTATION_RETURN: float(np.mean(post)),
+        metric_names.ADAPTATION_GAIN: float(np.mean(post) - np.mean(pre)),
     }
     for i, result in enumerate(results):
         metrics[f"meta_test/task{i}/pre_adaptation_return"] = result.pre_adaptation_return
@@ -138,7 +139,7 @@ def run_meta(
                 loop.epoch += 1
                 loop.train_seconds = time.perf_counter() - started - loop.eval_seconds
                 tracker.log_metrics(
-                    {**{f"train/{k}": v for k, v in logs.items()}, "train/epoch": float(loop.epoch), "perf/steps_per_second": step / max(loop.train_seconds, 1e-9)},
+                    {**{f"train/{k}": v for k, v in logs.items()}, "train/epoch": float(loop.epoch), metric_names.STEPS_PER_SECOND: step / max(loop.train_seconds, 1e-9)},
                     step,
                 )
                 if step >= loop.next_eval or step >= budget.total_steps:

@@ -1,0 +1,25 @@
+"""The names of the metrics every run logs, in one place: the training loops write them, the
+launch, reports, regression checks and bundles read them back.
+
+Metrics are logged at the env step they describe; ``final/*`` at the last one."""
+
+EVAL_RETURN_MEAN = "eval/return_mean"
+"""Mean undiscounted return of one deterministic evaluation (its episodes, or a meta-test's tasks after adaptation)."""
+EVAL_RETURN_STD = "eval/return_std"
+EVAL_LENGTH_MEAN = "eval/length_mean"
+TRAIN_EPISODE_RETURN = "train/episode_return"
+"""Each training episode's return, as it ends (for normalized rewards: the unnormalized one)."""
+TRAIN_EPISODE_LENGTH = "train/episode_length"
+TRAIN_RETURN = "train/return_since_eval"
+"""Logged at each evaluation: the mean return of the training episodes that ended since the previous one."""
+STEPS_PER_SECOND = "perf/steps_per_second"
+"""Env steps per second of training so far (evaluation time excluded)."""
+FINAL_RETURN_MEAN = "final/eval_return_mean"
+"""The last evaluation's mean return, logged once the run has finished: a FINISHED run has it."""
+FINAL_RETURN_STD = "final/eval_return_std"
+FINAL_STEPS_PER_SECOND = "final/steps_per_second"
+FINAL_WALL_SECONDS = "final/wall_seconds"
+PRE_ADAPTATION_RETURN = "meta_test/pre_adaptation_return"
+"""Meta-RL: the meta-test's mean return before adaptation (EVAL_RETURN_MEAN is after)."""
+POST_ADAPTATION_RETURN = "meta_test/post_adaptation_return"
+ADAPTATION_GAIN = "meta_test/adaptation_gain"
