@@ -64,7 +64,7 @@ def test_no_wing_imports_a_wing_above_it():
 def test_every_module_belongs_to_a_wing_or_the_ground():
     """The ground is the few modules every wing needs: what to run and where results live."""
     ground = sorted(module for module in _benchmark_modules() if wing(module) == "ground")
-    assert ground == ["benchmark", "benchmark.bundles", "benchmark.config", "benchmark.metric_names", "benchmark.provenance", "benchmark.stores", "benchmark.tables",
+    assert ground == ["benchmark", "benchmark.bundles", "benchmark.config", "benchmark.metric_names", "benchmark.provenance", "benchmark.run_record", "benchmark.stores", "benchmark.tables",
                       "benchmark.tracking"]
 
 

@@ -16,7 +16,7 @@ from benchmark import provenance, tracking
 from benchmark.analysis import summary
 from benchmark.cli import app as cli
 from benchmark.config import load_suite
-from benchmark.execution.outcomes import RunOutcome
+from benchmark.run_record import RunRecord
 from benchmark.tables import TableData
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,9 +81,9 @@ def test_the_summary_keeps_grid_points_apart(write_suite):
           - {algo: sac, envs: [Pendulum-v1]}
         """
     )))
-    outcomes = [RunOutcome(spec, status="FINISHED", final_return_mean=float(index), steps_per_second=10.0)
+    outcomes = [RunRecord(spec, status="FINISHED", final_return=float(index), steps_per_second=10.0)
                 for index, spec in enumerate(suite.specs)]
-    outcomes[-1] = RunOutcome(suite.specs[-1], status="CLAIMED", claimed_by="pid 1 on h")
+    outcomes[-1] = RunRecord(suite.specs[-1], status="CLAIMED", claimed_by="pid 1 on h")
     rows = summary.summarize(outcomes)
     assert [(row.label, row.env_id, row.returns) for row in rows] == [
         ("ppo [learning_rate=0.001]", "CartPole-v1", [0.0, 1.0]),

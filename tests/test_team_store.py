@@ -12,7 +12,6 @@ pgserver = pytest.importorskip("pgserver")
 pytest.importorskip("psycopg")
 
 from mlflow.tracking import MlflowClient  # noqa: E402
-
 from test_cli import run_cli  # noqa: E402
 
 SUITE = """

@@ -21,7 +21,6 @@ from benchmark import bundles, metric_names, tracking
 from benchmark.bundles import BundledRun, BundleError, Evaluation
 from benchmark.config import Suite
 
-STD_METRIC = metric_names.EVAL_RETURN_STD
 IMPORTED_TAG = "imported_from"
 
 
@@ -72,7 +71,7 @@ def _curve(client: Any, run_id: str, scratch: Path) -> tuple[Evaluation, ...]:
     training episodes since the previous evaluation, from the ``evaluations.json`` artifact
     (runs made before it held training returns: from the ``train/episode_return`` history)."""
     means = {int(m.step): float(m.value) for m in tracking.retry(lambda: client.get_metric_history(run_id, metric_names.EVAL_RETURN_MEAN))}
-    stds = {int(m.step): float(m.value) for m in tracking.retry(lambda: client.get_metric_history(run_id, STD_METRIC))}
+    stds = {int(m.step): float(m.value) for m in tracking.retry(lambda: client.get_metric_history(run_id, metric_names.EVAL_RETURN_STD))}
     recorded: dict[int, dict[str, Any]] = {}
     try:
         path = client.download_artifacts(run_id, "evaluations.json", str(scratch / run_id))
@@ -167,7 +166,7 @@ def _import_run(tracking_uri: str, experiment: str, parent_run_id: str, run: Bun
     run_id = created.info.run_id
     ended = _ms(run.ended) or int(time.time() * 1000)
     metrics = [Metric(metric_names.EVAL_RETURN_MEAN, e.mean, ended, e.step) for e in run.curve]
-    metrics += [Metric(STD_METRIC, e.std, ended, e.step) for e in run.curve]
+    metrics += [Metric(metric_names.EVAL_RETURN_STD, e.std, ended, e.step) for e in run.curve]
     metrics += [Metric(metric_names.TRAIN_RETURN, e.train_return_mean, ended, e.step) for e in run.curve if e.train_return_mean is not None]
     last = run.curve[-1].step if run.curve else run.spec.budget.total_steps
     finals = {metric_names.FINAL_RETURN_MEAN: run.final_return, metric_names.FINAL_RETURN_STD: run.final_return_std,

@@ -11,71 +11,13 @@ store takes the bundle's run, whose record names the bundle in ``source``.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any
 
 from benchmark import metric_names, tracking
 from benchmark.bundles import BundledRun
-from benchmark.config import RunSpec, Suite
-
-metric_names.EVAL_RETURN_MEAN = metric_names.EVAL_RETURN_MEAN
-metric_names.PRE_ADAPTATION_RETURN = metric_names.PRE_ADAPTATION_RETURN
-
-
-@dataclass
-class RunRecord:
-    spec: RunSpec
-    status: str = "MISSING"  # FINISHED | RUNNING | FAILED | KILLED | MISSING
-    run_id: str | None = None
-    final_return: float | None = None
-    """Mean return of the final deterministic evaluation (finished runs only)."""
-    steps_per_second: float | None = None
-    wall_seconds: float | None = None
-    curve: list[tuple[int, float]] = field(default_factory=list)
-    """(env steps, mean evaluation return) of every evaluation logged so far."""
-    error: str | None = None
-    git_sha: str | None = None
-    attempts: int = 0
-    """MLflow runs with this run key (re-launches included)."""
-    latest_status: str | None = None
-    """Status of the most recent attempt, when it is not the one reported (a newer re-launch
-    that failed or is still going, say)."""
-    pre_adaptation_return: float | None = None
-    """Meta-RL runs: the final meta-test's return before adaptation (final_return is after)."""
-    source: str = ""
-    """Where the result comes from: '' for the tracking store, else the bundle's directory."""
-    final_train_return: float | None = None
-    """Mean return of the training episodes of the last evaluation interval (finished runs):
-    compared with sources that report training returns."""
-
-    @property
-    def finished(self) -> bool:
-        return self.status == "FINISHED" and self.final_return is not None
-
-
-def mark_unusable(record: RunRecord) -> None:
-    """A FINISHED run without a finite final return cannot be scored: it counts as FAILED."""
-    if record.status != "FINISHED":
-        return
-    if record.final_return is None:
-        record.status, record.error = "FAILED", "finished without a final evaluation"
-    elif not math.isfinite(record.final_return):
-        record.status, record.error = "FAILED", f"final evaluation return is {record.final_return}"
-        record.final_return = None
-
-
-def from_bundle(spec: RunSpec, run: BundledRun) -> RunRecord:
-    """The record of a bundled run (FINISHED by construction)."""
-    record = RunRecord(
-        spec, "FINISHED", run.mlflow_run_id, run.final_return, run.steps_per_second, run.wall_seconds,
-        [(e.step, e.mean) for e in run.curve], git_sha=run.provenance.get("git_sha") or None, attempts=1,
-        pre_adaptation_return=run.pre_adaptation_return, source=run.origin,
-        final_train_return=run.curve[-1].train_return_mean if run.curve else None,
-    )
-    mark_unusable(record)
-    return record
+from benchmark.config import Suite
+from benchmark.run_record import RunRecord, from_bundle, mark_unusable
 
 
 def collect(

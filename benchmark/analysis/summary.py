@@ -8,7 +8,7 @@ from typing import Iterable
 import numpy as np
 
 from benchmark.config import configurations
-from benchmark.execution.outcomes import RunOutcome
+from benchmark.run_record import RunRecord
 from benchmark.tables import TableData
 
 
@@ -46,7 +46,7 @@ class SummaryRow:
         return float(np.std(self.returns)) if self.returns else None
 
 
-def summarize(outcomes: Iterable[RunOutcome]) -> list[SummaryRow]:
+def summarize(outcomes: Iterable[RunRecord]) -> list[SummaryRow]:
     """One row per configuration (algorithm, environment, hyperparameters, budget: the grid points
     of one experiment stay apart, as in the report), seeds within a row, in first-seen order;
     failed seeds are counted, not averaged."""
@@ -62,8 +62,8 @@ def summarize(outcomes: Iterable[RunOutcome]) -> list[SummaryRow]:
                 label=label,
                 env_id=specs[0].env_id,
                 seeds=sorted(m.spec.seed for m in members),
-                returns=[m.final_return_mean for m in finished if m.final_return_mean is not None],
-                train_returns=[m.final_train_return for m in finished if m.final_return_mean is not None],
+                returns=[m.final_return for m in finished if m.final_return is not None],
+                train_returns=[m.final_train_return for m in finished if m.final_return is not None],
                 steps_per_second=float(np.mean(speeds)) if speeds else None,
                 failed=len(members) - len(finished) - elsewhere,
                 elsewhere=elsewhere,

@@ -15,7 +15,7 @@ from benchmark.cli.common import (
     add_seeds_per_process,
     add_store_arguments,
 )
-from benchmark.cli.run import check_run_arguments, execute_suite, records_of
+from benchmark.cli.run import check_run_arguments, execute_suite
 
 
 def add_parser(commands: Any) -> None:
@@ -52,7 +52,7 @@ def command_baseline(args: argparse.Namespace, console: Console) -> int:
     suite = config.load_suite(args.suite, seeds=args.seeds).with_seeds_in_process(args.seeds_per_process)
     output = args.output or regress.BASELINE_DIR / f"{suite.name}.json"
     execution = execute_suite(suite, args, console)
-    payload = regress.baseline_payload(suite.name, records_of(execution), execution.parent_run_id)
+    payload = regress.baseline_payload(suite.name, execution.records, execution.parent_run_id)
     regress.write_baseline(payload, output)
     console.print(f"baseline of suite {suite.name!r} at code version {payload['code']['git_sha'][:10]} written to {output}")
     return 0
@@ -101,7 +101,7 @@ def command_regress(args: argparse.Namespace, console: Console) -> int:
     suite = config.load_suite(args.suite, seeds=seeds).select(args.algos, args.envs).with_seeds_in_process(args.seeds_per_process)
     regress.compare(payload, [], args.alpha, args.min_effect)  # argument errors before any training
     execution = execute_suite(suite, args, console)
-    verdicts = regress.compare(payload, records_of(execution), args.alpha, args.min_effect, args.algos, args.envs)
+    verdicts = regress.compare(payload, execution.records, args.alpha, args.min_effect, args.algos, args.envs)
 
     table = TableData(
         f"regression check of suite {suite.name!r}: seeds {seeds} against the baseline of {payload['code']['git_sha'][:10]} ({payload['created']})",

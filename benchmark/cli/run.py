@@ -119,13 +119,13 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
     found = _plan(suite, args, bundled)  # reads the store when it exists (a bad URI fails here), creates nothing
     _confirm_cost(found, args, console, suite)
     execution = execute_suite(suite, args, console, force=args.force, bundled=bundled)
-    elsewhere = [o for o in execution.outcomes if o.status == "CLAIMED"]
+    elsewhere = [o for o in execution.records if o.status == "CLAIMED"]
     if elsewhere:
         console.print(
             f"{len(elsewhere)} run(s) left to the launch that is training them: " + ", ".join(o.spec.label for o in elsewhere),
             highlight=False, soft_wrap=True, markup=False,
         )
-    failed = [o for o in execution.outcomes if not o.ok and o.status != "CLAIMED"]
+    failed = [o for o in execution.records if not o.ok and o.status != "CLAIMED"]
     if not failed:
         return 0
     console.print(f"[red]{len(failed)} run(s) did not finish:[/] " + ", ".join(o.spec.label for o in failed), highlight=False, soft_wrap=True)
@@ -218,24 +218,24 @@ def execute_suite(suite, args: argparse.Namespace, console: Console, force: bool
         wait_for_others=not getattr(args, "no_wait", False),
         bundled=bundled,
     )
-    rows = summary.summarize(execution.outcomes)
+    rows = summary.summarize(execution.records)
     console.table(summary.table(rows, f"suite {suite.name} — final deterministic evaluation"))
     report_dir = results_dir / "reports"
     report_dir.mkdir(parents=True, exist_ok=True)
     report = report_dir / f"{suite.name}-{execution.parent_run_id[:8]}.md"
     report.write_text(f"# suite {suite.name}\n\nMLflow parent run `{execution.parent_run_id}`\n\n{summary.to_markdown(rows)}")
     tracking.MlflowTracker(tracking_uri, execution.parent_run_id).log_artifact(report)
-    for outcome in execution.outcomes:
+    for outcome in execution.records:
         if not outcome.ok and outcome.status != "CLAIMED":
             console.print(f"[red]{escape(outcome.spec.label)} {outcome.status}[/]: {escape(str(outcome.error))}", highlight=False)
-    from_bundles = sum(bool(o.source) for o in execution.outcomes)
+    from_bundles = sum(bool(o.source) for o in execution.records)
     earlier = execution.finished_before - from_bundles
-    meanwhile = sum(o.skipped for o in execution.outcomes) - execution.finished_before
+    meanwhile = sum(o.skipped for o in execution.records) - execution.finished_before
     by_others = [f"{from_bundles} of them held by result bundles"] if from_bundles else []
     by_others += [f"{earlier} of them in an earlier invocation"] if earlier else []
     by_others += [f"{meanwhile} by another launch meanwhile"] if meanwhile else []
     console.print(
-        f"{sum(o.ok for o in execution.outcomes)}/{len(execution.outcomes)} runs finished"
+        f"{sum(o.ok for o in execution.records)}/{len(execution.records)} runs finished"
         + (f" ({', '.join(by_others)})" if by_others else "")
         + " in "
         f"{time.perf_counter() - started:.0f} s; parent run {execution.parent_run_id}; table in {report}; "
@@ -243,26 +243,6 @@ def execute_suite(suite, args: argparse.Namespace, console: Console, force: bool
         soft_wrap=True,
     )
     return execution
-
-
-def records_of(execution) -> list:
-    """The runner's outcomes as report records (no MLflow round trip needed)."""
-    from benchmark.analysis.records import RunRecord, mark_unusable
-
-    records = [
-        RunRecord(
-            o.spec,
-            status=o.status,
-            run_id=o.run_id,
-            final_return=o.final_return_mean,
-            steps_per_second=o.steps_per_second,
-            error=o.error,
-        )
-        for o in execution.outcomes
-    ]
-    for record in records:
-        mark_unusable(record)
-    return records
 
 
 COMMANDS = {"run": command_run}

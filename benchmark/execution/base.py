@@ -23,9 +23,9 @@ from benchmark import tracking
 from benchmark.config import RunSpec
 from benchmark.execution import claims, outcomes
 from benchmark.execution.messages import Message, Note, Progress, Sink, Started
-from benchmark.execution.outcomes import RunOutcome
 from benchmark.execution.progress import Board
 from benchmark.execution.worker import Launch, train_group
+from benchmark.run_record import RunRecord
 
 Group = list[RunSpec]
 """Specs trained in one process: one, or seeds of one configuration batched."""
@@ -45,7 +45,7 @@ class GroupTask:
     group: Group
     launch: Launch
 
-    def __call__(self, messages: Sink | None, device: str, where: str) -> list[RunOutcome]:
+    def __call__(self, messages: Sink | None, device: str, where: str) -> list[RunRecord]:
         return train_group(self.group, self.launch, messages, device=device, where=where)
 
 
@@ -88,12 +88,12 @@ class Executor(abc.ABC):
         """Start running ``tasks``; ``log`` takes a line for the launch's log."""
 
 
-def drive(executor: Executor, groups: list[Group], launch: Launch, board: Board) -> list[RunOutcome]:
+def drive(executor: Executor, groups: list[Group], launch: Launch, board: Board) -> list[RunRecord]:
     """Run ``groups`` on ``executor`` with live progress on ``board``; one outcome per spec in
     order. On Ctrl-C the job is cancelled and every child run still open is marked KILLED;
     after the job, any child run a dead worker left RUNNING is marked FAILED."""
     specs = [spec for group in groups for spec in group]
-    found = {spec.run_key: RunOutcome(spec, error="the worker ended without reporting") for spec in specs}
+    found = {spec.run_key: RunRecord(spec, "FAILED", error="the worker ended without reporting") for spec in specs}
     submission = executor.submit([GroupTask(group, launch) for group in groups], board.log)
     try:
         while not submission.done:
@@ -124,7 +124,7 @@ def _described(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error).strip()[-500:]}"
 
 
-def _show(message: Message, found: dict[str, RunOutcome], board: Board) -> None:
+def _show(message: Message, found: dict[str, RunRecord], board: Board) -> None:
     if getattr(message, "run_key", None) not in found:
         return
     if isinstance(message, Started):
@@ -136,7 +136,7 @@ def _show(message: Message, found: dict[str, RunOutcome], board: Board) -> None:
         board.log(message.text)
 
 
-def _record(outcome: RunOutcome, found: dict[str, RunOutcome], board: Board) -> None:
+def _record(outcome: RunRecord, found: dict[str, RunRecord], board: Board) -> None:
     key = outcome.spec.run_key
     if outcome.run_id is None:  # a worker that died after it had started the run
         outcome.run_id = found[key].run_id

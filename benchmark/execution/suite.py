@@ -25,10 +25,11 @@ from benchmark import tracking
 from benchmark.config import RunSpec
 from benchmark.execution import claims, devices, outcomes
 from benchmark.execution.base import Executor, drive
-from benchmark.execution.outcomes import Execution, RunOutcome
+from benchmark.execution.outcomes import Execution
 from benchmark.execution.plan import plan_processes
 from benchmark.execution.progress import Board
 from benchmark.execution.worker import Launch
+from benchmark.run_record import RunRecord
 
 EXECUTORS = ("local", "ray", "slurm")
 
@@ -136,7 +137,7 @@ def execute(
             launch = Launch(tracking_uri, experiment, parent.run_id, str((results_dir / "checkpoints").resolve()), resume=not force,
                             claims_dir=str(claims_dir.resolve()), finished_since_ms=started_ms if force else 0)
 
-            def train(free: list[RunSpec], board: Board) -> list[RunOutcome]:
+            def train(free: list[RunSpec], board: Board) -> list[RunRecord]:
                 return drive(executor, plan_processes(free)[0], launch, board)
 
             trained = {}
@@ -150,17 +151,17 @@ def execute(
                 with board:
                     shared = _SharedWork(tracking_uri, experiment, claims_dir, started_ms if force else 0, board, console)
                     trained = shared.train_all(to_run, train, wait_for_others)
-            outcomes = [
+            records = [
                 trained.get(spec.run_key)
                 or (outcomes.of_finished(spec, finished[spec.run_key]) if spec.run_key in finished else outcomes.of_bundled(spec, held[spec.run_key]))
                 for spec in specs
             ]
-            execution.outcomes = outcomes
+            execution.records = records
             parent.log_metrics(
-                {"runs_finished": sum(o.ok for o in outcomes), "runs_failed": sum(not o.ok and o.status != "CLAIMED" for o in outcomes),
-                 "runs_elsewhere": sum(o.status == "CLAIMED" for o in outcomes)}, 0
+                {"runs_finished": sum(o.ok for o in records), "runs_failed": sum(not o.ok and o.status != "CLAIMED" for o in records),
+                 "runs_elsewhere": sum(o.status == "CLAIMED" for o in records)}, 0
             )
-            parent.finish("FINISHED" if all(o.ok or o.status == "CLAIMED" for o in outcomes) else "FAILED")
+            parent.finish("FINISHED" if all(o.ok or o.status == "CLAIMED" for o in records) else "FAILED")
         except BaseException as error:
             try:
                 parent.fail(error)
@@ -188,8 +189,8 @@ class _SharedWork:
         self.tracking_uri, self.experiment, self.claims_dir = tracking_uri, experiment, claims_dir
         self.finished_since_ms, self.board, self.console = finished_since_ms, board, console
 
-    def train_all(self, specs: list[RunSpec], train: Callable[[list[RunSpec], Board], list[RunOutcome]], wait_for_others: bool) -> dict[str, RunOutcome]:
-        outcomes: dict[str, RunOutcome] = {}
+    def train_all(self, specs: list[RunSpec], train: Callable[[list[RunSpec], Board], list[RunRecord]], wait_for_others: bool) -> dict[str, RunRecord]:
+        done: dict[str, RunRecord] = {}
         elsewhere: dict[str, str] = {}
         for spec in specs:
             holder = claims.holder(self.claims_dir, spec.run_key)
@@ -212,23 +213,23 @@ class _SharedWork:
                     if outcome.status == "CLAIMED":
                         elsewhere[outcome.spec.run_key] = outcome.claimed_by or "another launch"
                     else:
-                        outcomes[outcome.spec.run_key] = outcome
+                        done[outcome.spec.run_key] = outcome
             pending = [spec for spec in pending if spec.run_key in elsewhere]
             if not pending:
                 break
             if not wait_for_others:
                 for spec in pending:
-                    outcomes[spec.run_key] = RunOutcome(spec, status="CLAIMED", claimed_by=elsewhere[spec.run_key],
+                    done[spec.run_key] = RunRecord(spec, status="CLAIMED", claimed_by=elsewhere[spec.run_key],
                                                         error=f"being trained by another launch ({elsewhere[spec.run_key]})")
                 break
             for spec in self._released(pending):
                 del elsewhere[spec.run_key]
                 outcome = self._recorded_outcome(spec)
                 if outcome is not None:
-                    outcomes[spec.run_key] = outcome
+                    done[spec.run_key] = outcome
                     self.board.finished(spec.run_key, spec.label, outcome.ok, outcomes.line(outcome))
-            pending = [spec for spec in pending if spec.run_key not in outcomes]
-        return outcomes
+            pending = [spec for spec in pending if spec.run_key not in done]
+        return done
 
     def _released(self, pending: list[RunSpec]) -> list[RunSpec]:
         """Block until at least one of ``pending`` is no longer claimed; those specs."""
@@ -241,7 +242,7 @@ class _SharedWork:
                 self.board.refresh()
                 time.sleep(0.5)
 
-    def _recorded_outcome(self, spec: RunSpec) -> RunOutcome | None:
+    def _recorded_outcome(self, spec: RunSpec) -> RunRecord | None:
         """What the launch that held ``spec`` recorded: its FINISHED run, or its FAILED one; None
         when it left the run unfinished (then this launch trains it)."""
         finished = tracking.finished_child_runs(
@@ -252,7 +253,7 @@ class _SharedWork:
         latest = tracking.latest_child_run(self.tracking_uri, self.experiment, spec.run_key)
         if latest is not None and latest.info.status == "FAILED" and (latest.info.end_time or 0) >= self.board.started_ms:
             error = latest.data.tags.get("error", "failed")
-            return RunOutcome(spec, run_id=latest.info.run_id, status="FAILED", error=f"in another launch: {error}")
+            return RunRecord(spec, run_id=latest.info.run_id, status="FAILED", error=f"in another launch: {error}")
         return None
 
 

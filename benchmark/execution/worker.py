@@ -1,5 +1,5 @@
 """What runs inside a worker process, whatever the executor: train one process group (a run,
-or seeds batched) with one MLflow child run per spec, and return one ``RunOutcome`` per spec.
+or seeds batched) with one MLflow child run per spec, and return one ``RunRecord`` per spec.
 
     for each spec of the group:
         claim its run key (one live process per key); skip it when another process holds it
@@ -25,7 +25,7 @@ from benchmark import metric_names, provenance, stores, tracking
 from benchmark.config import RunSpec
 from benchmark.execution import claims, outcomes
 from benchmark.execution.messages import Note, Progress, Sink, Started, send
-from benchmark.execution.outcomes import RunOutcome
+from benchmark.run_record import RunRecord
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class Launch:
     command: str = field(default_factory=provenance.command_line)
 
 
-def train_group(specs: list[RunSpec], launch: Launch, messages: Sink | None = None, device: str | None = None, where: str = "") -> list[RunOutcome]:
+def train_group(specs: list[RunSpec], launch: Launch, messages: Sink | None = None, device: str | None = None, where: str = "") -> list[RunRecord]:
     """Train a process group inside a worker: one spec, or specs that differ only by seed
     trained as one batched model (``benchmark.training.loop.run_seeds``); each spec logs to its own
     MLflow child run, exactly as if it had trained alone, and gets its own outcome. ``device``
@@ -67,7 +67,7 @@ def train_group(specs: list[RunSpec], launch: Launch, messages: Sink | None = No
 
     context = _WorkerContext(launch, messages, device, where)
     children = [_ChildRun(spec, context) for spec in specs]
-    done: dict[str, RunOutcome] = {}
+    done: dict[str, RunRecord] = {}
     try:
         for child in children:
             settled = child.claim()
@@ -137,7 +137,7 @@ class _ChildRun:
         self.payload: dict[str, Any] | None = None
         self._claim: claims.Claim | None = None
 
-    def claim(self) -> RunOutcome | None:
+    def claim(self) -> RunRecord | None:
         """Take this run key's claim; the outcome when the run is not to be trained here (another
         live process holds the key, or it got a FINISHED run meanwhile), else None."""
         launch, claims_dir, key = self.context.launch, self.context.claims_dir, self.spec.run_key
@@ -146,7 +146,7 @@ class _ChildRun:
         self._claim = claims.take(claims_dir, key, claims.Holder.here(launch.parent_run_id, self.spec.label, self.spec.suite))
         if self._claim is None:
             holder = claims.holder(claims_dir, key)
-            return RunOutcome(self.spec, status="CLAIMED", claimed_by=holder.describe() if holder else "another launch")
+            return RunRecord(self.spec, status="CLAIMED", claimed_by=holder.describe() if holder else "another launch")
         done = tracking.finished_child_runs(
             launch.tracking_uri, None, {key}, experiment_id=launch.experiment_id, started_since_ms=launch.finished_since_ms
         ).get(key)
@@ -216,7 +216,7 @@ class _ChildRun:
         self.tracker, self.payload = None, None
         self._start()
 
-    def close(self, result: Any) -> RunOutcome:
+    def close(self, result: Any) -> RunRecord:
         """Record a finished run's results (or the exception that ended it) and close its MLflow run."""
         from benchmark.training.control import Preempted
 
@@ -224,7 +224,7 @@ class _ChildRun:
             status = "KILLED" if isinstance(result, (KeyboardInterrupt, Preempted)) else "FAILED"
             self.tracker.fail(result, status)
             error = "the disk is full" if stores.is_disk_full(result) else f"{type(result).__name__}: {result}"
-            return RunOutcome(self.spec, run_id=self.tracker.run_id, status=status, error=error)
+            return RunRecord(self.spec, status, self.tracker.run_id, error=error)
         try:
             final = result.evaluations[-1]
             self.tracker.set_tags({"device": result.device})
@@ -243,10 +243,7 @@ class _ChildRun:
             return self.close(error)
         if self.latest is not None:  # only now: a kill before this point resumes the run
             self.latest.unlink(missing_ok=True)
-        return RunOutcome(
-            self.spec, run_id=self.tracker.run_id, status="FINISHED", final_return_mean=final.mean, final_return_std=final.std,
-            final_train_return=final.train_return_mean, steps_per_second=result.steps_per_second, device=result.device,
-        )
+        return outcomes.trained(self.spec, self.tracker.run_id, result)
 
 
 def _batches_by_step(children: list[_ChildRun]) -> list[list[_ChildRun]]:

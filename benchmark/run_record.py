@@ -1,0 +1,79 @@
+"""The one record of a run's result (status, final evaluation, speed, device, run id, error),
+from the worker that trains it to the end-of-run table, reports, regression checks and bundles."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from benchmark.bundles import BundledRun
+from benchmark.config import RunSpec
+
+
+@dataclass
+class RunRecord:
+    """One run's result, wherever it was read: made by the worker that trained it, read back
+    from the tracking store, or from a result bundle."""
+
+    spec: RunSpec
+    status: str = "MISSING"  # FINISHED | RUNNING | FAILED | KILLED | CLAIMED (another live launch trains it) | MISSING
+    run_id: str | None = None
+    final_return: float | None = None
+    """Mean return of the final deterministic evaluation (finished runs only)."""
+    final_return_std: float | None = None
+    steps_per_second: float | None = None
+    """Env steps per second of training (evaluation time excluded)."""
+    device: str | None = None
+    wall_seconds: float | None = None
+    curve: list[tuple[int, float]] = field(default_factory=list)
+    """(env steps, mean evaluation return) of every evaluation logged so far."""
+    error: str | None = None
+    git_sha: str | None = None
+    attempts: int = 0
+    """MLflow runs with this run key (re-launches included)."""
+    latest_status: str | None = None
+    """Status of the most recent attempt, when it is not the one reported (a newer re-launch
+    that failed or is still going, say)."""
+    pre_adaptation_return: float | None = None
+    """Meta-RL runs: the final meta-test's return before adaptation (final_return is after)."""
+    source: str = ""
+    """Where the result comes from: '' for the tracking store, else the bundle's directory."""
+    final_train_return: float | None = None
+    """Mean return of the training episodes of the last evaluation interval (finished runs):
+    compared with sources that report training returns."""
+
+    skipped: bool = False
+    """Not trained by the launch that reports it: finished earlier, by another launch, or bundled."""
+    claimed_by: str | None = None
+    """CLAIMED: who trains it (host, pid, since when)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "FINISHED"
+
+    @property
+    def finished(self) -> bool:
+        return self.status == "FINISHED" and self.final_return is not None
+
+
+def mark_unusable(record: RunRecord) -> None:
+    """A FINISHED run without a finite final return cannot be scored: it counts as FAILED."""
+    if record.status != "FINISHED":
+        return
+    if record.final_return is None:
+        record.status, record.error = "FAILED", "finished without a final evaluation"
+    elif not math.isfinite(record.final_return):
+        record.status, record.error = "FAILED", f"final evaluation return is {record.final_return}"
+        record.final_return = None
+
+
+def from_bundle(spec: RunSpec, run: BundledRun) -> RunRecord:
+    """The record of a bundled run (FINISHED by construction)."""
+    record = RunRecord(
+        spec, "FINISHED", run.mlflow_run_id, run.final_return, run.final_return_std, run.steps_per_second, run.device or None,
+        run.wall_seconds, [(e.step, e.mean) for e in run.curve], git_sha=run.provenance.get("git_sha") or None, attempts=1,
+        pre_adaptation_return=run.pre_adaptation_return, source=run.origin,
+        final_train_return=run.curve[-1].train_return_mean if run.curve else None, skipped=True,
+    )
+    mark_unusable(record)
+    return record
