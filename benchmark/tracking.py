@@ -85,19 +85,34 @@ def ensure_store(tracking_uri: str, deep: bool = False, writing: bool = False) -
     elif scheme in ("http", "https"):
         _check_server(tracking_uri)
     elif scheme:  # a database server: connect now, so that a wrong URL fails before anything starts
-        from mlflow.tracking._tracking_service.utils import _get_store
-
-        try:
-            _get_store(tracking_uri)
-        except Exception as error:  # noqa: BLE001 - drivers raise many types
-            if stores.is_disk_full(error):
-                raise
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise stores.StoreError(f"cannot open the tracking store {describe_uri(tracking_uri)}: {first}") from None
+        _open_server_store(tracking_uri)
     _checked_stores.add((tracking_uri, deep, writing))
 
 
 TRACKING_SCHEMES = {"", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks"}
+
+
+def _open_server_store(tracking_uri: str, attempts: int = 6) -> None:
+    """Connect to a database server's store; MLflow creates its tables on first use. Launches
+    that start at once on a new database race to create them: the losers see a duplicate key
+    or an existing table, and try again once the winner is done."""
+    from mlflow.tracking._tracking_service.utils import _get_store
+
+    for attempt in range(attempts):
+        try:
+            _get_store(tracking_uri)
+            return
+        except Exception as error:  # noqa: BLE001 - drivers raise many types
+            if stores.is_disk_full(error):
+                raise
+            text = str(error)
+            racing = any(sign in text for sign in ("duplicate key", "already exists", "UniqueViolation", "Duplicate entry"))
+            if racing and attempt + 1 < attempts:
+                getattr(_get_store, "cache_clear", lambda: None)()
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+            raise stores.StoreError(f"cannot open the tracking store {describe_uri(tracking_uri)}: {first}") from None
 
 
 def _create_mlflow_db(path: Path) -> None:

@@ -153,16 +153,18 @@ def test_slurm_options_without_the_slurm_executor_are_a_clear_error(tiny_suite, 
     assert not (tmp_path / "results").exists()
 
 
-def test_a_study_gives_the_same_trials_on_every_executor(tmp_path):
-    """A tiny study (2 trials, one worker) on Ray and on Slurm (submitit's local executor)
-    draws and scores exactly the trials of the local one."""
+def test_a_study_gives_the_same_trials_on_ray_as_locally(tmp_path):
+    """A tiny study (2 trials, one worker) on a local Ray instance draws and scores exactly the
+    trials of the local one (trials are tasks like a suite's runs: the Slurm executor serves them
+    through the same contract, checked above)."""
     import optuna
 
     from benchmark.tuning import storage
 
     trials = {}
-    for executor, options in EXECUTORS.items():
+    for executor in ("local", "ray"):
         _needs(executor)
+        options = EXECUTORS[executor]
         results = tmp_path / executor
         completed = run_cli("tune", "--algo", "ppo", "--env", "CartPole-v1", "--budget", "1024", "--trials", "2", "--pruner", "none",
                             "--results-dir", str(results), *options, cwd=tmp_path)
@@ -170,4 +172,4 @@ def test_a_study_gives_the_same_trials_on_every_executor(tmp_path):
         assert "trial 1 COMPLETE" in completed.stderr
         study = optuna.load_study(study_name="ppo-CartPole-v1", storage=storage.open_storage(storage.default_storage_url(results)))
         trials[executor] = [(t.number, t.state.name, t.params, t.value) for t in study.trials]
-    assert len(trials["local"]) == 2 and trials["ray"] == trials["local"] and trials["slurm"] == trials["local"]
+    assert len(trials["local"]) == 2 and trials["ray"] == trials["local"]

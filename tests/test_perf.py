@@ -68,17 +68,23 @@ def test_both_libraries_get_the_same_setting(name):
         assert config.double_q is False  # SB3's DQN bootstraps from max_a Q'(s', a)
 
 
-def test_section_timers_count_exclusive_time():
+def test_section_timers_count_exclusive_time(monkeypatch):
+    clock = [100.0]  # a fake perf_counter: the work below advances it, so the sums are exact on any machine
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+
+    def work(seconds: float) -> None:
+        clock[0] += seconds
+
     timers = SectionTimers()
-    inner = timers.wrap("buffer", lambda: time.sleep(0.02))
+    inner = timers.wrap("buffer", lambda: work(0.02))
 
     def outer_work():
-        time.sleep(0.01)
+        work(0.01)
         inner()
 
     timers.wrap("update", outer_work)()
-    assert timers.seconds["buffer"] == pytest.approx(0.02, abs=0.015)
-    assert timers.seconds["update"] == pytest.approx(0.01, abs=0.015)  # the buffer's time is not counted twice
+    assert timers.seconds["buffer"] == pytest.approx(0.02)
+    assert timers.seconds["update"] == pytest.approx(0.01)  # the buffer's time is not counted twice
     assert timers.calls == {"update": 1, "buffer": 1}
     batches = list(timers.wrap_iterator("buffer", lambda: iter([1, 2, 3]))())
     assert batches == [1, 2, 3] and timers.calls["buffer"] == 5  # one per item, one for the end

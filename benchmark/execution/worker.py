@@ -63,6 +63,13 @@ def train_group(specs: list[RunSpec], launch: Launch, messages: Sink | None = No
     """
     import torch  # noqa: F401 - loaded before the tags are read, so that the GPU model is known
 
+    from benchmark.training.control import deferred_stop
+
+    with deferred_stop():  # a SIGTERM while runs are set up stops them at their first step, with a checkpoint
+        return _train_group(specs, launch, messages, device, where)
+
+
+def _train_group(specs: list[RunSpec], launch: Launch, messages: Sink | None, device: str | None, where: str) -> list[RunRecord]:
     from benchmark.training.control import ResumeError
 
     context = _WorkerContext(launch, messages, device, where)

@@ -405,7 +405,7 @@ def replay_memory(capacity: int = REPLAY_CAPACITY) -> dict[str, Any]:
 def machine() -> dict[str, Any]:
     import torch
 
-    from benchmark.tracking import code_version, cpu_model
+    from benchmark.provenance import code_version, cpu_model
 
     info = {
         "platform": platform.platform(),

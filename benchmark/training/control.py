@@ -3,6 +3,7 @@ signal, non-finite checks, the counters a checkpoint keeps, and a run's end."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import signal
@@ -10,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -64,23 +65,54 @@ def seed_everything(seed: int) -> None:
 
 
 class StopSignal:
-    """Turns SIGTERM into a flag the training loop checks after each step (main thread only)."""
+    """Turns SIGTERM into a flag the training loop checks after each step (main thread only).
+
+    A SIGTERM that arrived earlier, while ``deferred_stop`` held it (a worker setting a run up),
+    counts as received: the loop stops at its first step, with a checkpoint."""
+
+    pending = False
+    """Process-wide, inside ``deferred_stop``: a SIGTERM has arrived (there or in a loop)."""
+    deferring = False
 
     def __init__(self) -> None:
         self.received = False
         self._previous: Any = None
 
     def __enter__(self) -> "StopSignal":
+        self.received = StopSignal.pending
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._handle)
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        self.received = True
+        self.received = StopSignal.pending = True
 
     def __exit__(self, *exc: Any) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
+        if not StopSignal.deferring:
+            StopSignal.pending = False
+
+
+@contextlib.contextmanager
+def deferred_stop() -> Iterator[None]:
+    """Around a worker's task: a SIGTERM that arrives outside the training loop (while runs are
+    set up or recorded) is remembered instead of ending the process, so that the next loop stops
+    at once with a checkpoint and every run is recorded as stopped (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def remember(signum: int, frame: Any) -> None:
+        StopSignal.pending = True
+
+    StopSignal.pending, StopSignal.deferring = False, True
+    previous = signal.signal(signal.SIGTERM, remember)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        StopSignal.pending, StopSignal.deferring = False, False
 
 
 @dataclass
