@@ -81,3 +81,16 @@ def test_files_stay_readable_in_one_sitting():
     over = {name for name, lines in sizes.items() if lines > MAX_LINES}
     assert over <= LONG_FILES, f"new files over {MAX_LINES} lines: {sorted(over - LONG_FILES)}"
     assert not LONG_FILES - over, f"split already, remove from LONG_FILES: {sorted(LONG_FILES - over)}"
+
+
+def test_the_command_line_answers_help_without_loading_the_heavy_libraries():
+    """``--help`` and argument errors come before torch, MLflow, Optuna or Ray are imported (each
+    costs seconds): building the parser imports none of them."""
+    import subprocess
+    import sys
+
+    heavy = ("torch", "mlflow", "optuna", "ray", "submitit", "gymnasium", "scipy")
+    probe = f"import sys; from benchmark.cli import app; app.build_parser(); print(' '.join(m for m in {heavy!r} if m in sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == ""

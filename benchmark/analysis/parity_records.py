@@ -24,8 +24,6 @@ import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
-from agents.api import ConfigError
-
 PARITY_DIR = Path("results/parity")
 MARGIN = 0.2
 SIDES = ("ours", "peer")
@@ -82,6 +80,7 @@ def record_path(directory: Path, algo: str, env_id: str, steps: int) -> Path:
 
 def load_record(path: Path) -> dict[str, Any] | None:
     """A comparison file, or None when there is none; ConfigError naming a corrupt one."""
+    from agents.api import ConfigError  # here: agents imports torch; the CLI's parser reads this module
     if not path.exists():
         return None
     try:
@@ -96,6 +95,8 @@ def load_record(path: Path) -> dict[str, Any] | None:
 def save_run(path: Path, setting: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     """Add (or replace) one side's seed in the record at ``path`` under a lock, atomically."""
     from filelock import FileLock
+
+    from agents.api import ConfigError  # here: agents imports torch; the CLI's parser reads this module
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):

@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agents.api import ConfigError
 from benchmark.cli.common import add_format
 
 
@@ -38,6 +37,7 @@ def add_parser(commands: Any) -> None:
 
 
 def command_parity(args: argparse.Namespace, console: Any) -> int:
+    from agents.api import ConfigError  # here: importing agents starts torch, which --help need not wait for
     from benchmark.analysis import parity_records
     from benchmark.perf import parity
     from benchmark.tables import TableData

@@ -10,7 +10,6 @@ import argparse
 from pathlib import Path
 from typing import Any, Callable
 
-from agents.api import ConfigError
 from benchmark.cli.common import add_bundle_arguments, add_format, add_store_arguments, bundled_runs, existing_store, store_if_exists
 
 Command = Callable[[argparse.Namespace, Any], int]
@@ -57,6 +56,7 @@ def add_parser(commands: Any) -> None:
 
 
 def command_export(args: argparse.Namespace, console: Any) -> int:
+    from agents.api import ConfigError  # here: importing agents starts torch, which --help need not wait for
     from benchmark import bundles, config
     from benchmark.analysis import bundle_store
 
@@ -95,6 +95,7 @@ def command_import(args: argparse.Namespace, console: Any) -> int:
 
 
 def command_merge(args: argparse.Namespace, console: Any) -> int:
+    from agents.api import ConfigError  # here: importing agents starts torch, which --help need not wait for
     from benchmark import bundles
 
     loaded = [bundles.read(directory) for directory in args.bundles]
@@ -125,6 +126,7 @@ def verdict_table(suite_name: str, found: list) -> Any:
 
 
 def command_verdicts(args: argparse.Namespace, console: Any) -> int:
+    from agents.api import ConfigError  # here: importing agents starts torch, which --help need not wait for
     from benchmark import config
     from benchmark.analysis import records, verdicts
     from benchmark.analysis.report import group_records
@@ -147,6 +149,7 @@ def command_verdicts(args: argparse.Namespace, console: Any) -> int:
 
 
 def command_record(args: argparse.Namespace, console: Any) -> int:
+    from agents.api import ConfigError  # here: importing agents starts torch, which --help need not wait for
     from benchmark.analysis import record
 
     readme = None if args.no_readme else args.readme
@@ -168,6 +171,7 @@ def command_record(args: argparse.Namespace, console: Any) -> int:
 
 def command_calibrate(args: argparse.Namespace, console: Any) -> int:
     import agents
+    from agents.api import ConfigError  # here: importing agents starts torch, which --help need not wait for
     from benchmark import config
     from benchmark.execution import calibrate, estimate
     from benchmark.tables import TableData

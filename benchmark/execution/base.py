@@ -102,7 +102,7 @@ def drive(executor: Executor, groups: list[Group], launch: Launch, board: Board)
                 _show(message, found, board)
             for index, result in ended:
                 if isinstance(result, BaseException):  # the worker died, or could not even start the runs
-                    result = [outcomes.failed(spec, _described(result)) for spec in groups[index]]
+                    result = [outcomes.failed(spec, result) for spec in groups[index]]
                 for outcome in result:
                     _record(outcome, found, board)
             board.refresh()
@@ -118,10 +118,6 @@ def drive(executor: Executor, groups: list[Group], launch: Launch, board: Board)
     close_unfinished_children(launch.tracking_uri, launch.parent_run_id, "FAILED", f"{executor.name} worker exited without reporting",
                               launch.claims_dir)
     return [found[spec.run_key] for spec in specs]
-
-
-def _described(error: BaseException) -> str:
-    return f"{type(error).__name__}: {str(error).strip()[-500:]}"
 
 
 def _show(message: Message, found: dict[str, RunRecord], board: Board) -> None:

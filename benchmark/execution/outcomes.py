@@ -8,7 +8,7 @@ from typing import Any
 
 from benchmark import metric_names, provenance
 from benchmark.config import RunSpec
-from benchmark.run_record import RunRecord, from_bundle, mark_unusable
+from benchmark.run_record import RunRecord, mark_unusable
 
 
 @dataclass
@@ -23,8 +23,10 @@ class Execution:
 
 
 def failed(spec: RunSpec, error: BaseException | str, status: str = "FAILED") -> RunRecord:
-    """The record of a spec whose worker failed (or never started) before the run reported."""
-    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    """The record of a spec whose worker failed (or never started) before the run reported;
+    an exception is described by its type and the end of its message (a worker's traceback
+    text can be long)."""
+    text = error if isinstance(error, str) else f"{type(error).__name__}: {str(error).strip()[-500:]}"
     return RunRecord(spec, status=status, error=text)
 
 
@@ -59,11 +61,6 @@ def of_finished(spec: RunSpec, run: Any) -> RunRecord:
     )
     mark_unusable(record)
     return record
-
-
-def of_bundled(spec: RunSpec, run: Any) -> RunRecord:
-    """The record of a run a result bundle holds (``bundles.BundledRun``)."""
-    return from_bundle(spec, run)
 
 
 def line(record: RunRecord) -> str:

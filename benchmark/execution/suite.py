@@ -21,7 +21,7 @@ from typing import Any, Callable
 from rich.console import Console
 
 from agents.api import ConfigError
-from benchmark import tracking
+from benchmark import run_record, tracking
 from benchmark.config import RunSpec
 from benchmark.execution import claims, devices, outcomes
 from benchmark.execution.base import Executor, drive
@@ -153,7 +153,7 @@ def execute(
                     trained = shared.train_all(to_run, train, wait_for_others)
             records = [
                 trained.get(spec.run_key)
-                or (outcomes.of_finished(spec, finished[spec.run_key]) if spec.run_key in finished else outcomes.of_bundled(spec, held[spec.run_key]))
+                or (outcomes.of_finished(spec, finished[spec.run_key]) if spec.run_key in finished else run_record.from_bundle(spec, held[spec.run_key]))
                 for spec in specs
             ]
             execution.records = records
