@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from agents.nets import mlp
 from agents.nets.stacked import StackedMLP
 from agents.optim import adam, clip_gradients
 
+ROOT = Path(__file__).resolve().parent.parent
 SEEDS = (0, 1, 2)
 
 
@@ -369,46 +371,28 @@ def test_a_divergent_seed_fails_alone_in_the_tracking_store(tmp_path, monkeypatc
         assert (tmp_path / "checkpoints" / specs[seed].run_key / "final.pt").exists()
 
 
-# RL Zoo's tuned PPO CartPole setting of the ci suite, which solves the task within the budget
-# on nearly every seed
-TEN_SEEDS = """
-name: tenseeds
-seeds: 10
-budget: {total_steps: 100000, eval_every: 20000, eval_episodes: 10}
-experiments:
-  - algo: ppo
-    envs: [CartPole-v1]
-    hyperparameters: {num_envs: 8, num_steps: 32, num_minibatches: 1, num_epochs: 10, learning_rate: 1.0e-3, gamma: 0.98,
-                      gae_lambda: 0.8, normalize_observations: false, normalize_rewards: false}
-"""
-
-
 @pytest.mark.learning
-def test_ten_batched_seeds_are_not_distinguishable_from_ten_separate_runs(write_suite, tmp_path):
-    """Ten separate runs (seeds 0-9, one process each) stored as the baseline; ten batched runs
-    on other seeds (100-109, five to a process) checked against it by `regress`: neither a
-    regression nor an improvement, the check's verdict both ways."""
-    import json
+def test_ten_batched_seeds_are_not_distinguishable_from_the_separate_runs_of_the_baseline(tmp_path):
+    """Ten batched runs (seeds 100-109, five to a process) of the ci suite's PPO on CartPole-v1
+    (RL Zoo's tuned setting, 100k steps) checked by `regress` against the committed baseline,
+    whose five seeds trained as separate processes: neither a regression nor an improvement,
+    the check's verdict both ways. (The baseline was trained on this repository's VM; `make
+    regress` compares separate runs on CI's CPU against the same file.)"""
     import subprocess
     import sys
 
-    path = write_suite(TEN_SEEDS)
-    results, baseline = tmp_path / "results", tmp_path / "baseline.json"
-
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "benchmark", *args, "--results-dir", str(results)],
-                              cwd=tmp_path, capture_output=True, text=True, timeout=1200)
-
-    stored = cli("baseline", "--suite", str(path), "--output", str(baseline), "--workers", "2")
-    assert stored.returncode == 0, stored.stdout + stored.stderr
-    checked = cli("regress", "--suite", str(path), "--baseline", str(baseline), "--workers", "2", "--seeds-per-process", "5")
+    baseline = ROOT / "results" / "baselines" / "ci.json"
+    checked = subprocess.run(
+        [sys.executable, "-m", "benchmark", "regress", "--suite", "ci", "--baseline", str(baseline), "--algos", "ppo",
+         "--envs", "CartPole-v1", "--seeds", *map(str, range(100, 110)), "--workers", "2", "--seeds-per-process", "5",
+         "--results-dir", str(tmp_path / "results")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=1200,
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "10 runs to train in 2 processes" in checked.stdout
     assert "no regression in 1 configurations" in checked.stdout
     row = next(line for line in checked.stdout.splitlines() if "ppo @ CartPole-v1" in line)
     assert row.rstrip(" │").endswith("ok"), row  # not "improved" either
-    scores = json.loads(baseline.read_text())["groups"][0]["scores"]
-    assert len(scores) == 10
 
 
 RESUMED_BATCH = """\

@@ -8,12 +8,9 @@ however it ends (even SIGKILL), so no orphan keeps training.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import multiprocessing
 import os
-import signal
-import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing.managers import SyncManager
@@ -21,35 +18,8 @@ from typing import Any, Callable
 
 from benchmark.execution import devices
 from benchmark.execution.base import Executor, Submission, Task
+from benchmark.execution.child import exit_if_orphaned, init_child_process
 from benchmark.execution.messages import Message, drain
-
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-_parent_pid: int | None = None  # set in each child by init_child_process
-
-
-def init_child_process(parent_pid: int) -> None:
-    """In each worker and the queue manager: ignore Ctrl-C (the parent stops its children
-    itself), and die with the parent however it ends (even SIGKILL), so that no orphan keeps
-    training: on Linux the kernel sends SIGTERM when the parent exits (a training run then
-    writes its checkpoint before it stops)."""
-    global _parent_pid
-    _parent_pid = parent_pid
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        except (OSError, AttributeError):
-            pass
-    _exit_if_orphaned()
-
-
-def _exit_if_orphaned() -> None:
-    """Exit at once if the launch that started this child is gone. A worker that was training
-    when the launch died took the kernel's SIGTERM as a stop request (its run checkpoints and
-    stops) and would then wait for more work forever: the pool's queues never reach end of
-    file, since every worker holds their other ends too."""
-    if _parent_pid is not None and os.getppid() != _parent_pid:
-        os._exit(1)
 
 
 class NotStarted(RuntimeError):
@@ -67,7 +37,7 @@ def run_in_slot(slots: Any, stopping: Any, task: Task, messages: Any) -> Any:
         devices.enter_slot(slot)
         return task(messages, slot.device, slot.describe())
     finally:
-        _exit_if_orphaned()  # before touching the dead launch's queues, which can block
+        exit_if_orphaned()  # before touching the dead launch's queues, which can block
         slots.put(dataclasses.astuple(slot))
 
 
