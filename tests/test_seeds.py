@@ -382,6 +382,7 @@ def test_ten_batched_seeds_are_not_distinguishable_from_the_separate_runs_of_the
     import sys
 
     baseline = ROOT / "results" / "baselines" / "ci.json"
+    (tmp_path / "results").mkdir()
     checked = subprocess.run(
         [sys.executable, "-m", "benchmark", "regress", "--suite", "ci", "--baseline", str(baseline), "--algos", "ppo",
          "--envs", "CartPole-v1", "--seeds", *map(str, range(100, 110)), "--workers", "2", "--seeds-per-process", "5",
