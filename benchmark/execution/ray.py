@@ -92,10 +92,17 @@ class _RaySubmission(Submission):
     def done(self) -> bool:
         return not self._pending
 
-    def cancel(self) -> None:
-        for reference in self._references:
+    def cancel(self, grace_seconds: float = 30.0) -> None:
+        """Interrupt every task; kill the workers of those still running after ``grace_seconds``,
+        so that none is alive (holding its run's claim) when the launch closes its open runs."""
+        references = list(self._references)
+        for reference in references:
             self._ray.cancel(reference, force=False)
-        self._ray.wait(list(self._references), num_returns=len(self._references), timeout=30)
+        _, running = self._ray.wait(references, num_returns=len(references), timeout=grace_seconds)
+        for reference in running:
+            self._ray.cancel(reference, force=True)
+        if running:
+            self._ray.wait(running, num_returns=len(running), timeout=grace_seconds)
 
     def close(self) -> None:
         try:
