@@ -24,6 +24,9 @@ import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
+# ConfigError (agents.api) is imported in the functions that raise it: importing agents starts torch,
+# and the command line's parser reads this module (--help must not wait for torch).
+
 PARITY_DIR = Path("results/parity")
 MARGIN = 0.2
 SIDES = ("ours", "peer")
@@ -80,7 +83,7 @@ def record_path(directory: Path, algo: str, env_id: str, steps: int) -> Path:
 
 def load_record(path: Path) -> dict[str, Any] | None:
     """A comparison file, or None when there is none; ConfigError naming a corrupt one."""
-    from agents.api import ConfigError  # here: agents imports torch; the CLI's parser reads this module
+    from agents.api import ConfigError
     if not path.exists():
         return None
     try:
@@ -96,7 +99,7 @@ def save_run(path: Path, setting: dict[str, Any], run: dict[str, Any]) -> dict[s
     """Add (or replace) one side's seed in the record at ``path`` under a lock, atomically."""
     from filelock import FileLock
 
-    from agents.api import ConfigError  # here: agents imports torch; the CLI's parser reads this module
+    from agents.api import ConfigError
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):

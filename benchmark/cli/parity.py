@@ -12,6 +12,9 @@ from typing import Any
 
 from benchmark.cli.common import add_format
 
+# ConfigError (agents.api) is imported in the functions that raise it: importing agents starts torch,
+# and the command line's parser reads this module (--help must not wait for torch).
+
 
 def add_parser(commands: Any) -> None:
     from benchmark.analysis import parity_records
@@ -37,7 +40,7 @@ def add_parser(commands: Any) -> None:
 
 
 def command_parity(args: argparse.Namespace, console: Any) -> int:
-    from agents.api import ConfigError  # here: importing agents starts torch, which --help need not wait for
+    from agents.api import ConfigError
     from benchmark.analysis import parity_records
     from benchmark.perf import parity
     from benchmark.tables import TableData

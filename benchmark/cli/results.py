@@ -12,6 +12,9 @@ from typing import Any, Callable
 
 from benchmark.cli.common import add_bundle_arguments, add_format, add_store_arguments, bundled_runs, existing_store, store_if_exists
 
+# ConfigError (agents.api) is imported in the functions that raise it: importing agents starts torch,
+# and the command line's parser reads this module (--help must not wait for torch).
+
 Command = Callable[[argparse.Namespace, Any], int]
 
 
@@ -56,7 +59,7 @@ def add_parser(commands: Any) -> None:
 
 
 def command_export(args: argparse.Namespace, console: Any) -> int:
-    from agents.api import ConfigError  # here: importing agents starts torch, which --help need not wait for
+    from agents.api import ConfigError
     from benchmark import bundles, config
     from benchmark.analysis import bundle_store
 
@@ -95,7 +98,7 @@ def command_import(args: argparse.Namespace, console: Any) -> int:
 
 
 def command_merge(args: argparse.Namespace, console: Any) -> int:
-    from agents.api import ConfigError  # here: importing agents starts torch, which --help need not wait for
+    from agents.api import ConfigError
     from benchmark import bundles
 
     loaded = [bundles.read(directory) for directory in args.bundles]
@@ -126,7 +129,7 @@ def verdict_table(suite_name: str, found: list) -> Any:
 
 
 def command_verdicts(args: argparse.Namespace, console: Any) -> int:
-    from agents.api import ConfigError  # here: importing agents starts torch, which --help need not wait for
+    from agents.api import ConfigError
     from benchmark import config
     from benchmark.analysis import records, verdicts
     from benchmark.analysis.report import group_records
@@ -149,7 +152,7 @@ def command_verdicts(args: argparse.Namespace, console: Any) -> int:
 
 
 def command_record(args: argparse.Namespace, console: Any) -> int:
-    from agents.api import ConfigError  # here: importing agents starts torch, which --help need not wait for
+    from agents.api import ConfigError
     from benchmark.analysis import record
 
     readme = None if args.no_readme else args.readme
@@ -171,7 +174,7 @@ def command_record(args: argparse.Namespace, console: Any) -> int:
 
 def command_calibrate(args: argparse.Namespace, console: Any) -> int:
     import agents
-    from agents.api import ConfigError  # here: importing agents starts torch, which --help need not wait for
+    from agents.api import ConfigError
     from benchmark import config
     from benchmark.execution import calibrate, estimate
     from benchmark.tables import TableData

@@ -30,6 +30,9 @@ from benchmark.analysis.parity_records import (
     save_run,
 )
 
+# ConfigError (agents.api) is imported in the functions that raise it: importing agents starts torch,
+# and the command line's parser reads this module (--help must not wait for torch).
+
 EPISODES = 10
 
 
@@ -139,7 +142,7 @@ def _setting_record(setting: Setting, env_id: str, steps: int, episodes: int) ->
 
 def check_arguments(algo: str, env_id: str | None, steps: int | None, seeds: Sequence[int], episodes: int, margin: float, workers: int) -> None:
     """ConfigError naming the first bad argument."""
-    from agents.api import ConfigError  # here: agents imports torch; the CLI's parser reads this module
+    from agents.api import ConfigError
     from agents.envs import check_env_id
 
     if algo not in SETTINGS:
@@ -160,7 +163,7 @@ def check_arguments(algo: str, env_id: str | None, steps: int | None, seeds: Seq
 
 def check_peer(algo: str) -> str:
     """The peer library's version; ConfigError when it is not installed."""
-    from agents.api import ConfigError  # here: agents imports torch; the CLI's parser reads this module
+    from agents.api import ConfigError
     from benchmark.perf.parity_worker import PEERS, _version
 
     module, _ = PEERS[algo]
@@ -198,7 +201,7 @@ def run(
 ) -> tuple[Path, dict[str, Any]]:
     """Train both sides on every seed not yet in the record (all with ``force``), ``workers``
     processes at once; each finished side is saved as it ends. The record's path and content."""
-    from agents.api import ConfigError  # here: agents imports torch; the CLI's parser reads this module
+    from agents.api import ConfigError
     from benchmark.perf.throughput import machine, now
 
     setting = SETTINGS[algo]
