@@ -14,11 +14,14 @@ SQLite wants a local disk: for launches on several machines use a database serve
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import shutil
 import sqlite3
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -174,10 +177,65 @@ def _check_length(path: Path, size: int, header: bytes) -> None:
         raise StoreError(f"{path} is truncated ({size:,} of {pages * page_size:,} bytes): restore it from a copy or move it aside")
 
 
-def create_once(path: Path, what: str, required_tables: set[str], create: Callable[[Path], None], deep: bool = False) -> bool:
-    """Check the store at ``path`` (``deep``: every page), or create it with ``create(temporary_path)``
-    when it does not exist; True when this call created it. Concurrent callers wait on
-    ``<path>.lock``: one creates, the others then check what it made."""
+@dataclass(frozen=True)
+class Template:
+    """How to make a new store by copying an empty one instead of setting its schema up: a
+    schema set up by migrations takes seconds (MLflow's runs every alembic migration since its
+    first), a copy milliseconds. ``key`` names the library and version that made the copy (kept
+    in the user's cache: ``$XDG_CACHE_HOME/reprorl``); ``adopt`` rewrites in a copy what the
+    original tied to its place (paths, times). A cache that cannot be read or written, or holds
+    a damaged copy, only costs that time: the library then makes the store as before."""
+
+    key: str
+    adopt: Callable[[sqlite3.Connection], None]
+
+    @property
+    def path(self) -> Path | None:
+        try:
+            return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "reprorl" / f"{self.key}.db"
+        except RuntimeError:  # no home directory
+            return None
+
+    def copy_to(self, target: Path, what: str, required_tables: set[str]) -> bool:
+        """Whether ``target`` (which must not exist) is now a checked, adopted copy."""
+        if self.path is None or not self.path.is_file():
+            return False
+        try:
+            shutil.copyfile(self.path, target)
+            check_sqlite_store(target, what, required_tables, deep=True)
+            with contextlib.closing(sqlite3.connect(target)) as connection, connection:
+                self.adopt(connection)
+            return True
+        except (OSError, sqlite3.Error, StoreError) as error:
+            if is_disk_full(error):
+                raise
+            target.unlink(missing_ok=True)
+            return False
+
+    def keep(self, store: Path) -> None:
+        """Keep a copy of the new, still empty ``store`` for next time (atomically: a racing
+        launch reads the old copy or this one, whole)."""
+        if self.path is None:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
+            os.close(handle)
+            try:
+                shutil.copyfile(store, name)
+                os.replace(name, self.path)
+            finally:
+                Path(name).unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def create_once(
+    path: Path, what: str, required_tables: set[str], create: Callable[[Path], None], deep: bool = False, template: Template | None = None,
+) -> bool:
+    """Check the store at ``path`` (``deep``: every page), or create it when it does not exist: a
+    copy of ``template``, else ``create(temporary_path)``; True when this call created it.
+    Concurrent callers wait on ``<path>.lock``: one creates, the others then check what it made."""
     if path.exists():
         check_sqlite_store(path, what, required_tables, deep)
         return False
@@ -199,8 +257,11 @@ def create_once(path: Path, what: str, required_tables: set[str], create: Callab
         temporary = Path(name)
         temporary.unlink()  # the libraries create their database themselves
         try:
-            create(temporary)
-            check_sqlite_store(temporary, what, required_tables)
+            if not (template and template.copy_to(temporary, what, required_tables)):
+                create(temporary)
+                check_sqlite_store(temporary, what, required_tables)
+                if template:
+                    template.keep(temporary)
             os.replace(temporary, path)
         except OSError as error:
             if is_disk_full(error):

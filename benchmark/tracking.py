@@ -8,6 +8,8 @@ worker processes can log to their own child runs. Metrics are buffered and sent 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.metadata
 import logging
 import os
 import socket
@@ -80,7 +82,8 @@ def ensure_store(tracking_uri: str, deep: bool = False, writing: bool = False) -
         )
     path = stores.sqlite_path(tracking_uri)
     if path is not None:
-        if not stores.create_once(path, "an MLflow tracking store", MLFLOW_TABLES, _create_mlflow_db, deep) and writing:
+        template = stores.Template(f"mlflow-{importlib.metadata.version('mlflow')}", functools.partial(_adopt_mlflow_db, path))
+        if not stores.create_once(path, "an MLflow tracking store", MLFLOW_TABLES, _create_mlflow_db, deep, template) and writing:
             stores.check_writable_file(path, "the MLflow tracking store")
     elif scheme in ("http", "https"):
         _check_server(tracking_uri)
@@ -119,16 +122,19 @@ def _create_mlflow_db(path: Path) -> None:
     """MLflow's schema in a new SQLite file at ``path`` (its engine closed again afterwards)."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-    uri = f"sqlite:///{path}"
-    logger = logging.getLogger("mlflow.store.db.utils")
-    level = logger.level
-    logger.setLevel(logging.WARNING)  # not "Creating initial MLflow database tables..." on every new store
-    try:
-        store = SqlAlchemyStore(uri, str(path.parent / "mlartifacts"))
-    finally:
-        logger.setLevel(level)
+    uri = f"sqlite:///{path}"  # (its "Creating initial MLflow database tables..." is silenced above)
+    store = SqlAlchemyStore(uri, str(path.parent / "mlartifacts"))
     store.engine.dispose()
     getattr(SqlAlchemyStore, "_engine_map", {}).pop(uri, None)
+
+
+def _adopt_mlflow_db(path: Path, connection: Any) -> None:
+    """In a copy of an empty store: the default experiment as MLflow would have made it here."""
+    now = int(time.time() * 1000)
+    connection.execute(
+        "UPDATE experiments SET artifact_location = ?, creation_time = ?, last_update_time = ? WHERE experiment_id = 0",
+        ((Path.cwd() / path.parent / "mlartifacts" / "0").as_posix(), now, now),
+    )
 
 
 def _check_server(tracking_uri: str, timeout: float = 10.0) -> None:

@@ -1,4 +1,9 @@
+import contextlib
+import io
 import os
+import signal
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -60,3 +65,51 @@ def pytest_collection_modifyitems(config, items):
     are the short ones, so both CI cores stay busy to the end instead of one waiting on a
     learning test that started last."""
     items.sort(key=lambda item: item.get_closest_marker("learning") is None)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli_in_process(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """``python -m benchmark ARGS`` run by this process, as a fresh process would run it: in
+    ``cwd``, with its own ``sys.argv``, its output captured and its exit code returned, and none
+    of what a process keeps between commands (stores it has checked, MLflow's open engines)
+    carried over to the next call. It saves the 5-10 s of imports of each new interpreter, and
+    the local pool's fork server started by the first launch serves the later ones. The tests
+    of what only a separate process shows (signals, kills, the terminal, every line it writes
+    to stderr) start the real command."""
+    from benchmark import tracking
+    from benchmark.cli import app
+
+    out, err = io.StringIO(), io.StringIO()
+    directory, argv, handler = os.getcwd(), sys.argv, signal.getsignal(signal.SIGTERM)
+    try:
+        os.chdir(cwd)
+        sys.argv = [str(ROOT / "benchmark" / "__main__.py"), *args]
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = app.main(list(args))
+            except SystemExit as exit:  # argparse's refusals
+                code = exit.code if isinstance(exit.code, int) else 1
+    finally:
+        os.chdir(directory)
+        sys.argv = argv
+        signal.signal(signal.SIGTERM, handler)
+        _forget_stores(tracking)
+    return subprocess.CompletedProcess(["python", "-m", "benchmark", *args], code, out.getvalue(), err.getvalue())
+
+
+def run_cli_subprocess(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """``python -m benchmark ARGS`` in a new interpreter."""
+    return subprocess.run([sys.executable, "-m", "benchmark", *args], cwd=cwd, capture_output=True, text=True, timeout=900)
+
+
+def _forget_stores(tracking) -> None:
+    tracking._checked_stores.clear()
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.tracking._tracking_service import utils
+
+    for engine in SqlAlchemyStore._engine_map.values():
+        engine.dispose()
+    SqlAlchemyStore._engine_map.clear()
+    type(utils._tracking_store_registry)._get_store_with_resolved_uri.cache_clear()

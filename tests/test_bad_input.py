@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import TINY_SUITE
 
-from benchmark import tracking
+from benchmark import stores, tracking
 from benchmark.cli import app as cli
 from benchmark.training import checkpoint
 
@@ -242,13 +242,20 @@ def test_a_checkpoint_write_that_finds_the_disk_full_leaves_the_previous_one(tmp
     assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == [checkpoint.LATEST]
 
 
-def test_a_full_disk_when_the_store_is_created_is_one_line(tmp_path, tiny, capsys, monkeypatch):
-    """(The unprivileged twin of the tmpfs test: the store's creation hits ENOSPC.)"""
+@pytest.mark.parametrize("made_by", ["mlflow", "copy"])
+def test_a_full_disk_when_the_store_is_created_is_one_line(tmp_path, tiny, capsys, monkeypatch, made_by):
+    """(The unprivileged twin of the tmpfs test: the store's creation hits ENOSPC, whether MLflow
+    sets its schema up or a cached empty store is copied.)"""
 
-    def full(path):
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device", str(args[-1]))
 
-    monkeypatch.setattr(tracking, "_create_mlflow_db", full)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    if made_by == "mlflow":
+        monkeypatch.setattr(tracking, "_create_mlflow_db", full)
+    else:
+        tracking.ensure_store(f"sqlite:///{tmp_path / 'first.db'}")  # leaves its empty store in the cache
+        monkeypatch.setattr(stores.shutil, "copyfile", full)
     code = cli.main(["run", "--suite", str(tiny), "--results-dir", str(tmp_path / "results")])
     err = capsys.readouterr().err
     assert code == cli.EXIT_RUNS_FAILED and err.count("\n") == 1 and "the disk is full" in err

@@ -4,12 +4,11 @@ bundles as first-class results through the real CLI (report, run, import, export
 import gzip
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_cli_in_process as run_cli
 
 from benchmark import bundles
 from benchmark.bundles import Bundle, BundledRun, BundleError, Evaluation
@@ -31,10 +30,6 @@ experiments:
     seeds: [0]
     hyperparameters: {learning_starts: 100, buffer_size: 1000, hidden_sizes: [16, 16]}
 """
-
-
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchmark", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
 def fake_run(seed: int, final: float = 1.5, algo: str = "ppo", evaluations: int = 3, episodes: int = 2, steps: int = 300) -> BundledRun:

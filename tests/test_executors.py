@@ -3,12 +3,15 @@ submitit's local executor): the same suite gives the same evaluations, Ctrl-C ca
 and the pieces that carry a worker's messages and options behave."""
 
 import json
+import os
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_cli import _kill_group, _start_long_suite, all_runs, run_cli
+from conftest import run_cli_subprocess as run_cli  # Ray in the test's own process starts slowly
+from test_cli import _kill_group, _start_long_suite, all_runs
 
 from agents.api import ConfigError
 from benchmark.cli import app as cli
@@ -91,6 +94,39 @@ def test_ctrl_c_cancels_each_executor_cleanly(write_suite, tmp_path, executor):
     assert len(runs) == 3 and all(r.info.status == "KILLED" for r in runs), [(r.info.run_name, r.info.status) for r in runs]
     if executor != "ray":  # a cancelled Ray task stops where it is (no signal reaches the loop)
         assert len(list((tmp_path / "results" / "checkpoints").glob("*/latest.pt"))) == 2
+
+
+@dataclass(frozen=True)
+class _Probe:
+    """A task that tells what its worker sees."""
+
+    variable: str
+
+    def __call__(self, messages, device: str, where: str) -> tuple:
+        return os.environ.get(self.variable), os.getcwd(), device
+
+
+def test_local_workers_take_the_launchs_environment_and_directory_as_they_are_at_submission(tmp_path, monkeypatch):
+    """Pool workers are forked from a server the process's first launch starts, which later
+    launches reuse; each launch's workers still see its environment and working directory as
+    they are when it submits, as spawned workers would."""
+    from benchmark.execution import devices
+    from benchmark.execution.local import LocalExecutor
+
+    seen = []
+    for value in ("first", "second"):
+        (tmp_path / value).mkdir()
+        monkeypatch.chdir(tmp_path / value)
+        monkeypatch.setenv("REPRORL_PROBE", value)
+        submission = LocalExecutor([devices.CPU]).submit([_Probe("REPRORL_PROBE")], log=print)
+        try:
+            ended = []
+            while not submission.done:
+                ended += submission.wait(timeout=1.0)
+        finally:
+            submission.close()
+        seen += [result for _, result in ended]
+    assert seen == [("first", str(tmp_path / "first"), "cpu"), ("second", str(tmp_path / "second"), "cpu")]
 
 
 def test_file_messages_round_trip_and_survive_a_torn_line(tmp_path):

@@ -2,12 +2,11 @@
 variant against a stored baseline while passing the unbroken code on new seeds."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_cli_in_process as run_cli
 
 from benchmark.analysis import regress
 from benchmark.analysis.records import RunRecord
@@ -181,10 +180,6 @@ experiments:
       normalize_rewards: true
       learning_rate: {learning_rate}
 """
-
-
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchmark", *args], cwd=cwd, capture_output=True, text=True, timeout=900)
 
 
 def test_missing_baseline_is_a_clear_error(tmp_path, write_suite):

@@ -2,13 +2,12 @@
 
 import base64
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import matplotlib.image
 import numpy as np
 import pytest
+from conftest import run_cli_in_process as run_cli
 from mlflow.tracking import MlflowClient
 
 from benchmark.analysis import report
@@ -30,10 +29,6 @@ experiments:
     envs: [CartPole-v1]
     hyperparameters: {num_envs: 2, hidden_sizes: [16, 16]}
 """
-
-
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchmark", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
 def test_report_of_a_small_suite_contains_every_run_and_plot(write_suite, tmp_path):

@@ -1,5 +1,6 @@
 """Store files checked before use and created whole under a lock; run-key claims held by live processes only."""
 
+import importlib.metadata
 import multiprocessing
 import os
 import signal
@@ -72,6 +73,39 @@ def test_a_creation_killed_midway_leaves_no_store(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         stores.create_once(path, "a store", TABLES, crash)
     assert not path.exists() and [p.name for p in tmp_path.iterdir()] == ["mlflow.db.lock"]
+
+
+def _schema(path: Path) -> list[tuple]:
+    with sqlite3.connect(path) as connection:
+        return sorted(connection.execute("select type, name, sql from sqlite_master").fetchall(), key=str)
+
+
+def test_a_new_store_is_a_copy_of_the_cached_empty_one_fitted_to_its_place(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first, second = tmp_path / "one" / "mlflow.db", tmp_path / "two" / "mlflow.db"
+    first.parent.mkdir(), second.parent.mkdir()
+    make_store(first)  # MLflow sets the schema up; its empty store is kept
+    assert [p.name for p in (tmp_path / "cache" / "reprorl").iterdir()] == [f"mlflow-{importlib.metadata.version('mlflow')}.db"]
+    monkeypatch.setattr(tracking, "_create_mlflow_db", lambda path: pytest.fail("a cached copy exists: MLflow must not be asked"))
+    make_store(second)
+    assert _schema(second) == _schema(first)
+    with sqlite3.connect(second) as connection:
+        assert connection.execute("select artifact_location from experiments").fetchall() == [(f"{second.parent}/mlartifacts/0",)]
+    client = tracking.client(f"sqlite:///{second}")
+    run = client.create_run(client.create_experiment("copied"))
+    client.log_metric(run.info.run_id, "x", 1.0)
+    assert client.get_run(run.info.run_id).data.metrics == {"x": 1.0}
+
+
+def test_a_damaged_cached_store_is_made_again_by_mlflow(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    template = tmp_path / "cache" / "reprorl" / f"mlflow-{importlib.metadata.version('mlflow')}.db"
+    template.parent.mkdir(parents=True)
+    template.write_bytes(b"SQLite format 3\x00" + bytes(5000))
+    make_store(tmp_path / "mlflow.db")
+    stores.check_sqlite_store(tmp_path / "mlflow.db", "a store", TABLES, deep=True)
+    stores.check_sqlite_store(template, "the copy", TABLES, deep=True)  # replaced by the new store's
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
 def _create_in_process(path: str, barrier) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from conftest import run_cli_in_process as run_cli
 from mlflow.tracking import MlflowClient
 
 import agents
@@ -20,10 +21,6 @@ from benchmark.tuning import objective as tuning_objective
 from benchmark.tuning import settings as tuning_settings
 from benchmark.tuning import storage as tuning_storage
 from benchmark.tuning.search_space import available_search_spaces, load_search_space
-
-
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchmark", *args], cwd=cwd, capture_output=True, text=True, timeout=900)
 
 
 def write_space(tmp_path: Path, parameters: str, algo: str = "ppo") -> Path:
@@ -497,9 +494,19 @@ def wait_for_running_trials(process: subprocess.Popen, results: Path, count: int
 
 
 def worker_pids(process: subprocess.Popen) -> list[int]:
-    """The invocation's worker processes (not multiprocessing's resource tracker)."""
-    children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
-    return [int(pid) for pid in children if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()]
+    """The invocation's worker processes and queue manager (not multiprocessing's resource
+    tracker, nor the fork server the workers are forked from, which ends after the invocation)."""
+    def children(pid: int) -> list[int]:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+    found = []
+    for child in children(process.pid):
+        command = Path(f"/proc/{child}/cmdline").read_text()
+        if "spawn_main" in command:
+            found.append(child)
+        elif "forkserver" in command:
+            found += children(child)
+    return found
 
 
 def test_sigterm_stops_the_workers_and_marks_the_trials(tmp_path):
@@ -508,7 +515,7 @@ def test_sigterm_stops_the_workers_and_marks_the_trials(tmp_path):
     process, results = start_study(tmp_path, "--trials", "3", "--workers", "2")
     wait_for_running_trials(process, results, 2)
     workers = worker_pids(process)
-    assert len(workers) >= 2  # (and the pool's queue manager)
+    assert len(workers) >= 3  # two workers and the pool's queue manager
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 143, stderr

@@ -36,7 +36,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from benchmark.analysis import reference
 from benchmark.analysis.records import RunRecord
@@ -146,6 +145,8 @@ def judge(scores: np.ndarray, budget_steps: int, env_id: str, published: Referen
         notes.append("source: read off a plot")
     if published.approximate and published.protocol != "approx_plot":
         notes.append("source value approximate")
+    from scipy import stats as scipy_stats  # 2 s of imports, wanted only once a score is comparable
+
     spread = _spread_over_seeds(published)
     if spread is not None:
         test_name = "Welch t-test"

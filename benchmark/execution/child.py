@@ -8,33 +8,72 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 import signal
 import sys
+import threading
+import time
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-_parent_pid: int | None = None  # set in each child by init_child_process
+_launch_pid: int | None = None  # set in each child by init_child_process
+_launch_handle: int | None = None  # a pidfd of the launch (Linux), readable once it has ended
+_parent_pid: int | None = None
 
 
-def init_child_process(parent_pid: int) -> None:
-    """In each worker and the queue manager: ignore Ctrl-C (the parent stops its children
-    itself), and die with the parent however it ends (even SIGKILL), so that no orphan keeps
-    training: on Linux the kernel sends SIGTERM when the parent exits (a training run then
-    writes its checkpoint before it stops)."""
-    global _parent_pid
-    _parent_pid = parent_pid
+def init_child_process(launch_pid: int, environ: dict[str, str] | None = None) -> None:
+    """In each worker and the queue manager: ignore Ctrl-C (the launch stops its children
+    itself), and die with the launch however it ends (even SIGKILL), so that no orphan keeps
+    training: the child gets SIGTERM when the launch exits (a training run then writes its
+    checkpoint before it stops). The kernel sends it when the parent exits; a worker forked by
+    the launch's fork server (which lives on while its children do) watches the launch itself.
+    ``environ``: the launch's environment now, which a worker forked from a server started
+    earlier takes over (as a spawned one would have)."""
+    global _launch_pid, _launch_handle, _parent_pid
+    if environ is not None and environ != dict(os.environ):
+        os.environ.clear()
+        os.environ.update(environ)
+    _launch_pid, _parent_pid = launch_pid, os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         except (OSError, AttributeError):
             pass
+    try:
+        _launch_handle = os.pidfd_open(launch_pid)
+    except (AttributeError, OSError):  # not Linux 5.3+, or the launch is already gone (checked below)
+        _launch_handle = None
     exit_if_orphaned()
+    if _parent_pid != launch_pid:
+        threading.Thread(target=_terminate_when_the_launch_ends, name="launch-watch", daemon=True).start()
 
 
 def exit_if_orphaned() -> None:
     """Exit at once if the launch that started this child is gone. A worker that was training
-    when the launch died took the kernel's SIGTERM as a stop request (its run checkpoints and
-    stops) and would then wait for more work forever: the pool's queues never reach end of
-    file, since every worker holds their other ends too."""
-    if _parent_pid is not None and os.getppid() != _parent_pid:
+    when the launch died took SIGTERM as a stop request (its run checkpoints and stops) and
+    would then wait for more work forever: the pool's queues never reach end of file, since
+    every worker holds their other ends too."""
+    if _launch_pid is not None and (os.getppid() != _parent_pid or _launch_ended(timeout=0)):
         os._exit(1)
+
+
+def _launch_ended(timeout: float | None) -> bool:
+    """Whether the launch has ended, waiting up to ``timeout`` seconds (None: until it does)."""
+    if _launch_handle is not None:
+        return bool(select.select([_launch_handle], [], [], timeout)[0])
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        try:
+            os.kill(_launch_pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(1.0)
+
+
+def _terminate_when_the_launch_ends() -> None:
+    if _launch_ended(timeout=None):
+        os.kill(os.getpid(), signal.SIGTERM)

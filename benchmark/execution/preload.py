@@ -1,0 +1,19 @@
+"""What the local pool's fork server imports once per launch, so that the workers it forks
+start with it loaded instead of importing it each (about 10 s of CPU per worker here: torch,
+the training loop, MLflow's SQL store, TorchDynamo).
+
+Nothing here runs an operation: the server only imports, so no CUDA context, OpenMP pool or
+open database is copied into a worker (torch and pyarrow start a helper thread at import,
+neither holding state a forked child needs; Python 3.12+ would warn about them at each fork).
+"""
+
+import warnings
+
+warnings.filterwarnings("ignore", message=r".*multi-threaded, use of fork\(\) may lead to deadlocks", category=DeprecationWarning)
+
+import mlflow.store.tracking.sqlalchemy_store  # noqa: E402,F401 - the worker's MLflow client opens the SQL store
+import torch._dynamo  # noqa: E402,F401 - torch.optim imports it on an optimizer's first use (4 s)
+
+import benchmark.execution.local  # noqa: E402,F401 - the pool's task, the devices, agents
+import benchmark.execution.worker  # noqa: E402,F401
+import benchmark.training.loop  # noqa: E402,F401
