@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY_SUITE
+from conftest import TINY_SUITE, run_cli_in_process
 from mlflow.tracking import MlflowClient
 
 from benchmark import stores, tracking
@@ -44,6 +44,13 @@ def finish(process: subprocess.Popen, timeout: float = 600) -> tuple[str, str]:
     return out, err
 
 
+def run_here(suite: Path, results: Path, *extra: str) -> tuple[str, str]:
+    """A launch that runs alone, in this process (``launch`` starts one beside others)."""
+    completed = run_cli_in_process("run", "--suite", str(suite), "--results-dir", str(results), *extra)
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout, completed.stderr
+
+
 def statuses(results: Path) -> tuple[dict[str, list[str]], list[str]]:
     """run key -> the statuses of its child runs; and the statuses of the suite invocations."""
     uri = f"sqlite:///{results / 'mlflow.db'}"
@@ -73,7 +80,7 @@ def assert_each_key_finished_once(results: Path, suite: Path) -> dict[str, list[
 
 def assert_relaunch_trains_nothing(suite: Path, results: Path) -> None:
     before, _ = statuses(results)
-    out, _ = finish(launch(suite, results))
+    out, _ = run_here(suite, results)
     count = len(load_suite(str(suite)).specs)
     assert f"{count} of {count} runs already finished" in out
     assert statuses(results)[0] == before
@@ -83,7 +90,7 @@ def assert_relaunch_trains_nothing(suite: Path, results: Path) -> None:
 def test_two_launches_at_once_train_each_run_key_once(write_suite, tmp_path, first_seeds):
     suite, results = write_suite(TINY_SUITE, "tiny.yaml"), tmp_path / "results"
     if first_seeds:
-        finish(launch(suite, results, "--seeds", *first_seeds))  # 2 of the 3 runs finished, one not
+        run_here(suite, results, "--seeds", *first_seeds)  # 2 of the 3 runs finished, one not
     first, second = launch(suite, results), launch(suite, results)
     (out1, err1), (out2, err2) = finish(first), finish(second)
     assert "Traceback" not in err1 + err2
@@ -121,7 +128,7 @@ def test_no_wait_leaves_a_live_launchs_runs_to_it(write_suite, tmp_path):
     a = launch(suite, results)
     try:
         wait_for(lambda: running_children(results) >= 1, a)
-        out, err = finish(launch(suite, results, "--no-wait"))
+        out, err = run_here(suite, results, "--no-wait")
         assert "left to the launch that is training them: ppo/CartPole-v1/seed0" in out and not err
         assert statuses(results)[0][load_suite(str(suite)).specs[0].run_key] == ["RUNNING"]  # A's, untouched
         assert a.poll() is None
@@ -173,7 +180,7 @@ def test_a_run_restarted_from_scratch_closes_its_earlier_attempt(write_suite, tm
             path.write_bytes(path.read_bytes()[:1000])
     children, _ = statuses(results)
     assert all(found == ["RUNNING"] for found in children.values())  # nobody was left to close them
-    out, err = finish(launch(suite, results, "--workers", "2"))
+    out, err = run_here(suite, results, "--workers", "2")
     children = assert_each_key_finished_once(results, suite)
     assert all(sorted(found) == ["FINISHED", "KILLED"] for found in children.values())
     client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
@@ -251,14 +258,14 @@ def test_a_forced_launch_killed_as_a_whole_leaves_no_running_run(write_suite, tm
     child runs whose keys a later plain `run` skips (they finished before). The next launch
     closes them with their dead parent."""
     suite, results = write_suite(SLOW_PPO.replace("seeds: [0, 1]", "seeds: [0]"), "slow.yaml"), tmp_path / "results"
-    finish(launch(suite, results))
+    run_here(suite, results)
     forced = launch(suite, results, "--force")
     try:
         wait_for(lambda: running_children(results) == 1, forced)
     finally:
         os.killpg(forced.pid, signal.SIGKILL)
         forced.wait()
-    out, _ = finish(launch(suite, results))
+    out, _ = run_here(suite, results)
     assert "1 of 1 runs already finished" in out and "marked KILLED" in out
     children, parents = statuses(results)
     (found,) = children.values()

@@ -310,8 +310,8 @@ def test_a_batched_suite_logs_each_seed_as_its_own_mlflow_run_and_reproduces_it(
     """Seeds 0-2 train in one process, seed 3 alone; each seed is a child run with its own run
     key, the evaluations of its run alone (to float tolerance), and reproduces bit for bit."""
     import subprocess
-    import sys
 
+    from conftest import run_cli_in_process
     from mlflow.tracking import MlflowClient
 
     from benchmark.config import load_suite
@@ -322,7 +322,7 @@ def test_a_batched_suite_logs_each_seed_as_its_own_mlflow_run_and_reproduces_it(
     results = tmp_path / "results"
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "benchmark", *args], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        return run_cli_in_process(*args, cwd=tmp_path)
 
     completed = cli("run", "--suite", str(path), "--workers", "2", "--results-dir", str(results))
     assert completed.returncode == 0, completed.stdout + completed.stderr
@@ -419,6 +419,7 @@ def test_a_killed_batch_resumes_each_seed_in_its_mlflow_run(write_suite, tmp_pat
     import sys
     import time
 
+    from conftest import run_cli_in_process
     from mlflow.tracking import MlflowClient
 
     from benchmark.config import load_suite
@@ -445,7 +446,7 @@ def test_a_killed_batch_resumes_each_seed_in_its_mlflow_run(write_suite, tmp_pat
         process.wait(timeout=30)
     steps = {checkpoint.load(path)["loop"]["step"] for path in latest}
     assert len(steps) == 1  # the seeds of a batch checkpoint together
-    completed = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    completed = run_cli_in_process(*argv[3:], cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr
     assert "3 of 3 runs to train have a checkpoint" in completed.stdout
     assert completed.stdout.count(f"from its checkpoint at env step {steps.pop():,}") == 3
