@@ -198,10 +198,11 @@ class Template:
 
     def copy_to(self, target: Path, what: str, required_tables: set[str]) -> bool:
         """Whether ``target`` (which must not exist) is now a checked, adopted copy."""
-        if self.path is None or not self.path.is_file():
+        source = self.path
+        if source is None or not source.is_file():
             return False
         try:
-            shutil.copyfile(self.path, target)
+            shutil.copyfile(source, target)
             check_sqlite_store(target, what, required_tables, deep=True)
             with contextlib.closing(sqlite3.connect(target)) as connection, connection:
                 self.adopt(connection)
@@ -215,15 +216,16 @@ class Template:
     def keep(self, store: Path) -> None:
         """Keep a copy of the new, still empty ``store`` for next time (atomically: a racing
         launch reads the old copy or this one, whole)."""
-        if self.path is None:
+        kept = self.path
+        if kept is None:
             return
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            handle, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            handle, name = tempfile.mkstemp(dir=kept.parent, prefix=f".{kept.name}.")
             os.close(handle)
             try:
                 shutil.copyfile(store, name)
-                os.replace(name, self.path)
+                os.replace(name, kept)
             finally:
                 Path(name).unlink(missing_ok=True)
         except OSError:

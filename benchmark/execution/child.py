@@ -29,7 +29,7 @@ def init_child_process(launch_pid: int, environ: dict[str, str] | None = None) -
     ``environ``: the launch's environment now, which a worker forked from a server started
     earlier takes over (as a spawned one would have)."""
     global _launch_pid, _launch_handle, _parent_pid
-    if environ is not None and environ != dict(os.environ):
+    if environ is not None:
         os.environ.clear()
         os.environ.update(environ)
     _launch_pid, _parent_pid = launch_pid, os.getppid()
