@@ -28,7 +28,7 @@ COMPARE_STAMP := $(VENV)/.compare-installed
 PERF_FACTOR ?= 150%
 PERF_BASELINE := results/perf/baseline
 
-.PHONY: install bench test perf perf-micro perf-baseline perf-regress report report-check baseline regress tune dashboard ui list clean-results
+.PHONY: install bench test test-all perf perf-micro perf-baseline perf-regress report report-check baseline regress tune dashboard ui list clean-results
 
 install: $(STAMP)
 
@@ -44,6 +44,10 @@ bench: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
+
+# make test and the learning tests it leaves out (the `extended` marker: tests/test_learning.py)
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -m "extended or not extended" $(ARGS)
 
 # throughput side by side with Stable-Baselines3 (installs the compare extra first): PPO, SAC, TD3
 # on HalfCheetah-v5 and DQN on CartPole-v1, beside the env-only and update-floor bounds; the table

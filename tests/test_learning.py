@@ -1,8 +1,8 @@
 """One learning test per algorithm: a suite's own settings reach a score on a small task.
 
 Budgets (seed 0, one CPU core): PPO on CartPole-v1, 100k steps (smoke suite, ~25 s; see LATE_OSCILLATION); DQN on
-CartPole-v1, 50k steps (classic, ~60 s; see LATE_OSCILLATION); DDPG, TD3, SAC and MPO on Pendulum-v1, 20k steps
-of which the first 1k uniformly random (classic, ~60-150 s each). Thresholds are on the final
+CartPole-v1, 50k steps (classic, ~60 s; see LATE_OSCILLATION); DDPG, TD3, SAC and MPO on Pendulum-v1, the first
+12k steps of the classic suite's 20k (see SHORTER), of which the first 1k uniformly random (~40-120 s each). Thresholds are on the final
 deterministic evaluation over 10 episodes: 475 is CartPole's "solved" level, -300 on Pendulum
 is a swing-up (random policies score about -1200, good ones -150 to -200).
 HER: DQN on 10-bit flipping (her suite, 20k steps) solves it with hindsight relabeling and
@@ -10,11 +10,14 @@ not without it within that budget (as in Andrychowicz et al. 2017, Fig. 1).
 On-policy family (classic suite, seed 0): every algorithm solves CartPole-v1 (final evaluation
 >= 475 of 500) in 100k steps (A2C 200k), and the continuous versions balance
 InvertedPendulum-v5 (>= 950 of 1000; a random policy lasts about 5 steps) in 50k steps (VPG and
-REINFORCE 100k; REINFORCE see LATE_OSCILLATION).
+REINFORCE 100k; REINFORCE see LATE_OSCILLATION); `make test` trains one of the two tasks per algorithm
+(see EXTENDED), `make test-all` both.
 Memory (memory suite): PPO with a GRU, on sequences of 16 steps, learns CartPole without velocities
 (final evaluation >= 300 in 100k steps; over seeds 0-3 it ended at 476, 500, 500 and 500); the same
 agent without memory, which cannot tell which way the pole moves, stays below 100.
 """
+
+import dataclasses
 
 import pytest
 
@@ -29,9 +32,23 @@ THRESHOLDS = {
     ("classic", "td3", "Pendulum-v1"): -300.0,
     ("classic", "sac", "Pendulum-v1"): -300.0,
     ("classic", "mpo", "Pendulum-v1"): -300.0,
-    **{("classic", algo, "CartPole-v1"): 475.0 for algo in ON_POLICY},
+    # the classic suite's PPO on CartPole is the smoke suite's run (same settings, same run key)
+    **{("classic", algo, "CartPole-v1"): 475.0 for algo in ON_POLICY if algo != "ppo"},
     **{("classic", algo, "InvertedPendulum-v5"): 950.0 for algo in ON_POLICY},
 }
+
+# `make test` (and CI) leaves some of these to `make test-all` (the `extended` marker):
+# - the second task of an on-policy algorithm: both action types stay covered, discrete by VPG,
+#   REINFORCE, PPO-KL and the surrogate, continuous by PPO and TRPO (the family shares its rollout,
+#   advantages and update; the algorithms differ in the loss, not in the action type);
+# - what CI's `make regress` trains anyway, on five seeds against the committed baseline
+#   (suites/ci.yaml): PPO and DQN on CartPole-v1 with these settings, A2C on InvertedPendulum-v5,
+#   SAC on Pendulum-v1.
+EXTENDED = {("classic", "vpg", "InvertedPendulum-v5"), ("classic", "reinforce", "InvertedPendulum-v5"),
+            ("classic", "a2c", "CartPole-v1"), ("classic", "ppo_kl", "InvertedPendulum-v5"),
+            ("classic", "surrogate_pg", "InvertedPendulum-v5"), ("classic", "trpo", "CartPole-v1"),
+            ("smoke", "ppo", "CartPole-v1"), ("classic", "dqn", "CartPole-v1"), ("classic", "a2c", "InvertedPendulum-v5"),
+            ("classic", "sac", "Pendulum-v1")}
 
 
 # Some settings reach the threshold but do not stay there, so a float-level change (fused Adam;
@@ -58,7 +75,6 @@ THRESHOLDS = {
 #   CPU's kernels had seed 0 end at 500.
 LATE_OSCILLATION: dict[tuple[str, str, str], float | None] = {
     ("smoke", "ppo", "CartPole-v1"): 200.0,
-    ("classic", "ppo", "CartPole-v1"): 200.0,
     ("classic", "dqn", "CartPole-v1"): 100.0,
     ("classic", "surrogate_pg", "CartPole-v1"): 200.0,
     ("classic", "trpo", "CartPole-v1"): 300.0,
@@ -66,12 +82,28 @@ LATE_OSCILLATION: dict[tuple[str, str, str], float | None] = {
 }
 
 
+# Where a suite's budget runs far past the score, the test trains only the start of the run.
+# SAC, TD3, DDPG and MPO schedule nothing on the total number of steps, so 12k steps are the first
+# 12k of the suite's 20k-step run; in the committed classic bundle (results/published/classic,
+# seeds 0-4) every seed scored -200 or better at 12k, with -300 first passed at 4k-10k (the last
+# dips before 12k: SAC seed 4 at 8k, -519; TD3 seed 2 at 10k, -523; DDPG seed 4 at 8k, -866).
+SHORTER: dict[tuple[str, str, str], int] = {("classic", algo, "Pendulum-v1"): 12_000 for algo in ("ddpg", "td3", "sac", "mpo")}
+
+
 def suite_specs(suite: str, algo: str, env_id: str):
-    return [s for s in load_suite(suite, seeds=[0], device="cpu").specs if (s.algo, s.env_id) == (algo, env_id)]
+    specs = [s for s in load_suite(suite, seeds=[0], device="cpu").specs if (s.algo, s.env_id) == (algo, env_id)]
+    steps = SHORTER.get((suite, algo, env_id))
+    if steps is not None:
+        specs = [dataclasses.replace(s, budget=dataclasses.replace(s.budget, total_steps=steps)) for s in specs]
+    return specs
 
 
 @pytest.mark.learning
-@pytest.mark.parametrize("suite,algo,env_id", sorted(THRESHOLDS), ids=lambda x: str(x))
+@pytest.mark.parametrize(
+    "suite,algo,env_id",
+    [pytest.param(*key, marks=[pytest.mark.extended] if key in EXTENDED else []) for key in sorted(THRESHOLDS)],
+    ids=lambda x: str(x),
+)
 def test_learns(suite, algo, env_id):
     specs = suite_specs(suite, algo, env_id)
     assert len(specs) == 1
