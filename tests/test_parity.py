@@ -47,7 +47,7 @@ def test_means_carry_student_t_intervals():
 
 
 def test_every_setting_is_a_valid_configuration_of_ours_and_names_the_same_sizes():
-    """Each of our settings resolves; the network sizes and learning rates match the peer's."""
+    """Each of our settings resolves; the network sizes, learning rates and value-loss weights match the peer's."""
     for name, setting in parity.SETTINGS.items():
         config = agents.resolve_config(name, setting.ours)
         arch = setting.peer["policy_kwargs"]["net_arch"]
@@ -57,6 +57,8 @@ def test_every_setting_is_a_valid_configuration_of_ours_and_names_the_same_sizes
         assert all(getattr(config, key) == rate for key in ("learning_rate", "actor_lr", "critic_lr") if hasattr(config, key)), name
         assert config.gamma == setting.peer["gamma"], name
         assert config.normalize_observations == setting.peer.get("normalize", False), name
+        if "vf_coef" in setting.peer:  # the same weight on the value loss, written in each library's scale
+            assert config.value_coef == parity.VALUE_COEF_PER_SB3_VF_COEF * setting.peer["vf_coef"], name
 
 
 def _stub_sides(monkeypatch, returns):

@@ -53,6 +53,9 @@ class Setting:
     """Where the setting comes from."""
 
 
+# Our value loss is 0.5 (V - R)^2 (as baselines' ppo2 and CleanRL write it); SB3's is F.mse_loss, (V - R)^2:
+# SB3's vf_coef 0.5 is our value_coef 1.0 (the weight matters through the joint gradient-norm clip).
+VALUE_COEF_PER_SB3_VF_COEF = 2.0
 _ON_POLICY_NORMALIZED = dict(normalize_observations=True, normalize_rewards=True, clip_observations=10.0, clip_rewards=10.0)
 _TANH_64 = dict(hidden_sizes=(64, 64), activation="tanh", initial_log_std=0.0, shared_network=False)
 _SB3_TANH_64 = dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn="tanh", log_std_init=0.0)
@@ -61,7 +64,7 @@ SETTINGS: dict[str, Setting] = {
     "ppo": Setting(
         "ppo", "Hopper-v5", 500_000,
         ours=dict(num_envs=1, num_steps=2048, num_minibatches=32, num_epochs=10, learning_rate=3e-4, anneal_lr=False,
-                  gamma=0.99, gae_lambda=0.95, clip_range=0.2, value_clip_range=None, value_coef=0.5, max_grad_norm=0.5,
+                  gamma=0.99, gae_lambda=0.95, clip_range=0.2, value_clip_range=None, value_coef=1.0, max_grad_norm=0.5,
                   entropy_method="no_entropy", policy_ent_coeff=0.0, center_adv=True, **_TANH_64, **_ON_POLICY_NORMALIZED),
         peer=dict(n_envs=1, normalize=True, n_steps=2048, batch_size=64, n_epochs=10, learning_rate=3e-4, gamma=0.99,
                   gae_lambda=0.95, clip_range=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, policy_kwargs=_SB3_TANH_64),
@@ -70,7 +73,7 @@ SETTINGS: dict[str, Setting] = {
     "a2c": Setting(
         "a2c", "Hopper-v5", 500_000,
         ours=dict(num_envs=16, num_steps=5, learning_rate=7e-4, anneal_lr=False, optimizer="rmsprop", rmsprop_alpha=0.99,
-                  rmsprop_eps=1e-5, gamma=0.99, gae_lambda=1.0, center_adv=False, value_coef=0.5, max_grad_norm=0.5,
+                  rmsprop_eps=1e-5, gamma=0.99, gae_lambda=1.0, center_adv=False, value_coef=1.0, max_grad_norm=0.5,
                   entropy_method="no_entropy", policy_ent_coeff=0.0, **_TANH_64, **_ON_POLICY_NORMALIZED),
         peer=dict(n_envs=16, normalize=True, n_steps=5, learning_rate=7e-4, rms_prop_eps=1e-5, use_rms_prop=True, gamma=0.99,
                   gae_lambda=1.0, normalize_advantage=False, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, policy_kwargs=_SB3_TANH_64),
