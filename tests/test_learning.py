@@ -1,4 +1,5 @@
-"""One learning test per algorithm: a suite's own settings reach a score on a small task.
+"""Learning tests: a suite's own settings reach a score on a small task, at least one per algorithm
+(`make test` leaves out the ones marked `extended`: see EXTENDED; `make test-all` runs them all).
 
 Budgets (seed 0, one CPU core): PPO on CartPole-v1, 100k steps (smoke suite, ~25 s; see LATE_OSCILLATION); DQN on
 CartPole-v1, 50k steps (classic, ~60 s; see LATE_OSCILLATION); DDPG, TD3, SAC and MPO on Pendulum-v1, the first
