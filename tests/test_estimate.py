@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli_in_process
 
 from benchmark.config import Budget, RunSpec, load_suite
 from benchmark.execution import claims, estimate, plan
@@ -91,26 +92,26 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_an_invocation_above_max_hours_is_refused_without_a_terminal_and_yes(tiny_suite, tmp_path):
     results = tmp_path / "results"
-    first = run_cli("run", "--suite", str(tiny_suite), "--seeds", "0", "--algos", "ppo", "--results-dir", str(results), cwd=tmp_path)
+    first = run_cli_in_process("run", "--suite", str(tiny_suite), "--seeds", "0", "--algos", "ppo", "--results-dir", str(results), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     before = sorted(p.name for p in results.rglob("*"))
     args = ["run", "--suite", str(tiny_suite), "--seeds", "0", "1", "--algos", "ppo", "--results-dir", str(results)]
-    dry = run_cli(*args, "--dry-run", cwd=tmp_path)
+    dry = run_cli_in_process(*args, "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert "1 finished (store)" not in dry.stdout and "2 runs: 1 finished, 1 to train" in dry.stdout
     assert "1 finished run(s) of this configuration" in dry.stdout
-    refused = run_cli(*args, "--max-hours", "0.0000001", cwd=tmp_path)
+    refused = run_cli(*args, "--max-hours", "0.0000001", cwd=tmp_path)  # a real process with no terminal: its whole stderr
     assert refused.returncode == 2
     lines = refused.stderr.splitlines()
     assert len(lines) == 1 and re.match(r"error: suite 'tiny' is estimated at \d+ s of wall time with 1 worker, above --max-hours 1e-07: pass --yes", lines[0])
     assert sorted(p.name for p in results.rglob("*")) == before, "a refused invocation changed the results"
-    started = run_cli(*args, "--max-hours", "0.0000001", "--yes", cwd=tmp_path)
+    started = run_cli_in_process(*args, "--max-hours", "0.0000001", "--yes", cwd=tmp_path)
     assert started.returncode == 0, started.stderr
     assert re.findall(r"^started (\S+)", started.stdout, re.M) == ["ppo/CartPole-v1/seed1"]
 
 
 def test_the_mujoco_dry_run_prints_the_estimate_and_the_state_of_every_run():
-    completed = run_cli("run", "--suite", "mujoco", "--dry-run", "--workers", "2", "--no-published", "--results-dir", "/nonexistent-results",
+    completed = run_cli_in_process("run", "--suite", "mujoco", "--dry-run", "--workers", "2", "--no-published", "--results-dir", "/nonexistent-results",
                         cwd=Path(__file__).resolve().parent.parent)
     assert completed.returncode == 0, completed.stderr
     out = completed.stdout
