@@ -11,8 +11,7 @@ not without it within that budget (as in Andrychowicz et al. 2017, Fig. 1).
 On-policy family (classic suite, seed 0): every algorithm solves CartPole-v1 (final evaluation
 >= 475 of 500) in 100k steps (A2C 200k), and the continuous versions balance
 InvertedPendulum-v5 (>= 950 of 1000; a random policy lasts about 5 steps) in 50k steps (VPG and
-REINFORCE 100k; REINFORCE see LATE_OSCILLATION); `make test` trains one of the two tasks per algorithm
-(see EXTENDED), `make test-all` both.
+REINFORCE 100k; REINFORCE see LATE_OSCILLATION); which of them `make test` trains: see EXTENDED.
 Memory (memory suite): PPO with a GRU, on sequences of 16 steps, learns CartPole without velocities
 (final evaluation >= 300 in 100k steps; over seeds 0-3 it ended at 476, 500, 500 and 500); the same
 agent without memory, which cannot tell which way the pole moves, stays below 100.
