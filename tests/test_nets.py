@@ -2,9 +2,11 @@
 
 import math
 
+import pytest
 import torch
 
-from agents.nets import Categorical, DiagGaussian, TanhGaussian, mlp, polyak_update
+from agents.nets import Categorical, DiagGaussian, RecurrentEncoder, TanhGaussian, mlp, polyak_update
+from agents.nets.recurrent import unroll
 
 
 def test_tanh_gaussian_log_prob_matches_change_of_variables():
@@ -113,3 +115,63 @@ def test_policy_and_value_is_forward_with_the_log_std_broadcast():
         assert (a is None) == (b is None)
         if a is not None:
             torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+@pytest.mark.parametrize("extractor", [(), (5,)])
+def test_stacked_unroll_equals_stepping_each_cell_with_resets(kind, extractor):
+    """Two memories unrolled as one stacked cell give the states, gradients and second
+    derivatives of stepping each torch cell on its own, zeroing the state where an episode
+    starts (a GRU's hand-written backward pass included)."""
+    torch.manual_seed(0)
+    memories = [RecurrentEncoder(3, extractor, "tanh", kind, 4).double() for _ in range(2)]
+    steps, batch = 6, 5
+    obs = torch.randn(steps, batch, 3, dtype=torch.float64)
+    resets = torch.zeros(steps, batch, dtype=torch.bool)
+    resets[2, 1] = resets[4, 0] = resets[4, 3] = True
+    hidden = torch.randn(2, batch, memories[0].state_size, dtype=torch.float64)
+
+    parameters = [p for m in memories for p in m.parameters()]
+    hidden.requires_grad_(True)
+    direction = [torch.randn_like(p) for p in [*parameters, hidden]]
+
+    def derivatives(states: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+        """First derivatives of a loss, and the second along ``direction`` (a Hessian-vector
+        product, as TRPO's Fisher-vector products take), w.r.t. the parameters and the initial state."""
+        loss = (states.square() * torch.linspace(0.5, 1.5, states.shape[-1], dtype=states.dtype)).sum()
+        first = torch.autograd.grad(loss, [*parameters, hidden], create_graph=True)
+        second = torch.autograd.grad(sum((g * v).sum() for g, v in zip(first, direction)), [*parameters, hidden])
+        return first, second
+
+    stacked = unroll(memories, obs, hidden, resets)  # (L, K, B, S)
+    stacked_grads = derivatives(stacked)
+    # the plain backward pass (no second derivative to follow) gives the same first derivatives
+    plain = torch.autograd.grad(unroll(memories, obs, hidden, resets).square().mul(torch.linspace(0.5, 1.5, stacked.shape[-1],
+                                dtype=stacked.dtype)).sum(), [*parameters, hidden])
+
+    stepped = []
+    for memory, state in zip(memories, hidden):
+        states = []
+        for t in range(steps):
+            state = torch.where(resets[t, :, None], 0.0, state)
+            state = memory.step(obs[t], state)[1]
+            states.append(state)
+        stepped.append(torch.stack(states))
+    reference = torch.stack(stepped, dim=1)
+    reference_grads = derivatives(reference)
+
+    torch.testing.assert_close(stacked, reference)
+    for got, expected in zip(stacked_grads, reference_grads):
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e)
+    for g, e in zip(plain, reference_grads[0]):
+        torch.testing.assert_close(g, e)
+    # the state is really zeroed at a reset: the step after it matches a fresh start
+    fresh = memories[0].step(obs[2, 1:2], torch.zeros(1, memories[0].state_size, dtype=torch.float64))[1]
+    stacked = stacked.detach()
+    torch.testing.assert_close(stacked[2, 0, 1:2], fresh)
+
+
+def test_unroll_refuses_memories_of_different_kinds():
+    with pytest.raises(ValueError, match="kind and size"):
+        unroll([RecurrentEncoder(3, (), "tanh", "gru", 4), RecurrentEncoder(3, (), "tanh", "lstm", 4)], torch.zeros(2, 1, 3), torch.zeros(2, 1, 8), torch.zeros(2, 1, dtype=torch.bool))

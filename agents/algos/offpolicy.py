@@ -36,7 +36,8 @@ from agents.buffers import HindsightRelabeler, PrioritizedSampler, RecentExperie
 from agents.buffers.recent import ANNEAL_SCHEDULES
 from agents.envs import EnvSpec, goal_functions
 from agents.nets import polyak_update
-from agents.nets.offpolicy import NetworkShape, RecurrentEncoder
+from agents.nets.offpolicy import NetworkShape
+from agents.nets.recurrent import RecurrentEncoder
 
 
 @dataclass

@@ -10,11 +10,11 @@ from agents.nets.offpolicy import (
     DiscreteQ,
     GaussianActor,
     NetworkShape,
-    RecurrentEncoder,
     SquashedGaussianActor,
     make_critics,
 )
 from agents.nets.policies import ActorCritic
+from agents.nets.recurrent import RecurrentEncoder
 
 __all__ = [
     "ActorCritic",

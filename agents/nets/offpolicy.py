@@ -10,9 +10,9 @@ An extractor with no sizes is the identity. Each network owns its extractors (no
 shared), so critics and actors learn their own features. ``Critics`` stacks N independent
 Q-functions and returns (N, B) or (N, B, num_actions).
 
-Recurrent agents put a ``RecurrentEncoder`` (observation extractor, then a GRU or LSTM cell)
-in front of the heads; its hidden state is what the actor stores with each step and what
-replayed sequences burn in.
+Recurrent agents put a ``RecurrentEncoder`` (``agents.nets.recurrent``: observation extractor,
+then a GRU or LSTM cell) in front of the heads; its hidden state is what the actor stores with
+each step and what replayed sequences burn in.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from agents.nets.distributions import Categorical, TanhGaussian
-from agents.nets.mlp import ACTIVATIONS, MLP, mlp
+from agents.nets.mlp import mlp
+from agents.nets.recurrent import extract, feature_extractor
 
 
 @dataclass(frozen=True)
@@ -36,22 +37,6 @@ class NetworkShape:
     activation: str = "relu"
     obs_extractor_sizes: tuple[int, ...] = ()
     act_extractor_sizes: tuple[int, ...] = ()
-
-
-def feature_extractor(in_features: int, sizes: Sequence[int], activation: str) -> tuple[nn.Module, int]:
-    """Linear -> activation per size (the identity for no sizes) and its output width."""
-    if not sizes:
-        return nn.Identity(), in_features
-    layers: list[nn.Module] = []
-    for fan_in, fan_out in zip([in_features, *sizes[:-1]], sizes):
-        layers += [nn.Linear(fan_in, fan_out), ACTIVATIONS[activation]()]
-    return MLP(*layers), sizes[-1]
-
-
-def extract(extractor: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
-    """``extractor(inputs)``, skipping the call of an identity (a module call per network per
-    batch adds up on the hot path)."""
-    return inputs if isinstance(extractor, nn.Identity) else extractor(inputs)
 
 
 class ContinuousQ(nn.Module):
@@ -165,47 +150,3 @@ class GaussianActor(_ActorBase):
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean, pre_std = self.features(obs).split(self.action_dim, dim=-1)
         return torch.tanh(mean), F.softplus(pre_std) + self.min_std
-
-
-class RecurrentEncoder(nn.Module):
-    """Observation extractor followed by a GRU or LSTM cell: features of the history so far.
-
-    The hidden state is one flat tensor (B, state_size): h for a GRU, cat(h, c) for an LSTM,
-    so buffers store it as they store any other per-step tensor. Features are h (B, size).
-    """
-
-    def __init__(self, obs_dim: int, extractor_sizes: Sequence[int], activation: str, kind: str, size: int):
-        super().__init__()
-        if kind not in ("gru", "lstm"):
-            raise ValueError(f"recurrent kind must be gru or lstm, got {kind!r}")
-        self.obs_extractor, features = feature_extractor(obs_dim, extractor_sizes, activation)
-        self.kind, self.size = kind, size
-        self.cell: nn.GRUCell | nn.LSTMCell = nn.GRUCell(features, size) if kind == "gru" else nn.LSTMCell(features, size)
-        self.state_size = size if kind == "gru" else 2 * size
-
-    def initial_state(self, batch_size: int, device: torch.device | str) -> torch.Tensor:
-        return torch.zeros(batch_size, self.state_size, device=device)
-
-    def _cell(self, inputs: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-        if self.kind == "gru":
-            return self.cell(inputs, hidden)
-        h, c = self.cell(inputs, (hidden[:, : self.size], hidden[:, self.size :]))
-        return torch.cat([h, c], dim=-1)
-
-    def step(self, obs: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step: obs (B, *obs_shape), hidden (B, state_size) -> features (B, size), next hidden."""
-        hidden = self._cell(self.obs_extractor(obs.flatten(1)), hidden)
-        return hidden[:, : self.size], hidden
-
-    def unroll(self, obs: torch.Tensor, hidden: torch.Tensor, resets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run a sequence: obs (L, B, *obs_shape) from hidden (B, state_size); where resets (L, B)
-        is true the state is zeroed before that step (a new episode). Returns the features
-        (L, B, size) and the hidden state after every step (L, B, state_size)."""
-        inputs = self.obs_extractor(obs.flatten(2))
-        states = []
-        for t in range(obs.shape[0]):
-            hidden = torch.where(resets[t, :, None], torch.zeros_like(hidden), hidden)
-            hidden = self._cell(inputs[t], hidden)
-            states.append(hidden)
-        stacked = torch.stack(states)
-        return stacked[..., : self.size], stacked

@@ -22,7 +22,7 @@ from torch import nn
 from agents.envs import EnvSpec
 from agents.nets.distributions import Categorical, DiagGaussian, MultiCategorical
 from agents.nets.mlp import hidden_layers, linear, mlp
-from agents.nets.offpolicy import RecurrentEncoder
+from agents.nets.recurrent import RecurrentEncoder, unroll
 
 PolicyDistribution = Categorical | MultiCategorical | DiagGaussian
 
@@ -162,18 +162,17 @@ class ActorCritic(nn.Module):
             return flat, flat, None
         if state is None:
             state = self.initial_state(obs.shape[1] if sequence else obs.shape[0], obs.device)
-        states = list(state.split(self._state_sizes, dim=-1))
-        features, next_states = [], []
-        for memory, memory_state in zip((self.actor_memory, self.critic_memory), states):
-            if memory is None:
-                continue
-            if sequence:
-                outputs, hidden = memory.unroll(obs, memory_state, episode_starts)
-                outputs, hidden = outputs.flatten(0, 1), hidden[-1]
-            else:
-                outputs, hidden = memory.step(obs, memory_state)
-            features.append(outputs)
-            next_states.append(hidden)
+        memories = [m for m in (self.actor_memory, self.critic_memory) if m is not None]
+        states = state.split(self._state_sizes, dim=-1)
+        if sequence:
+            # both memories read the same observations: one stacked cell (agents.nets.recurrent)
+            assert episode_starts is not None
+            unrolled = unroll(memories, obs, torch.stack(states), episode_starts)  # (L, K, B, S)
+            features = [unrolled[:, k, :, : m.size].flatten(0, 1) for k, m in enumerate(memories)]
+            next_states = list(unrolled[-1].unbind(0))
+        else:
+            stepped = [m.step(obs, s) for m, s in zip(memories, states)]
+            features, next_states = [f for f, _ in stepped], [h for _, h in stepped]
         actor_features = features[0]
         critic_features = features[1] if len(features) > 1 else actor_features
         return actor_features, critic_features, torch.cat(next_states, dim=-1)
