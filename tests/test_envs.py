@@ -82,3 +82,18 @@ def test_final_observations_are_normalized_like_the_others():
     final = true_next_obs(obs, infos)
     assert truncated.all() and np.abs(final).max() <= 5.0
     assert final.dtype == np.float32
+
+
+def test_cartpole_without_velocities_observes_only_position_and_angle():
+    """The memory task: same dynamics as CartPole-v1, the two velocities hidden from the agent."""
+    import agents.classic_envs  # noqa: F401 - registers the reprorl/ environments
+
+    hidden, full = gym.make("reprorl/CartPoleNoVel-v1"), gym.make("CartPole-v1")
+    assert hidden.observation_space.shape == (2,) and hidden.spec.max_episode_steps == full.spec.max_episode_steps
+    observed, _ = hidden.reset(seed=3)
+    state, _ = full.reset(seed=3)
+    for action in [0, 1, 1, 0, 1, 1, 1]:
+        np.testing.assert_array_equal(observed, state[[0, 2]].astype(np.float32))
+        observed, *_ = hidden.step(action)
+        state, *_ = full.step(action)
+    assert abs(state[1]) > 0 and abs(state[3]) > 0  # the velocities it hides are not trivially zero

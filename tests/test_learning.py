@@ -137,8 +137,12 @@ def test_dqn_solves_10_bit_flipping_with_hindsight_replay_only(strategy, solves)
         assert rate <= 0.2, final.returns
 
 
+# The feed-forward row is the control: it shows the task needs memory (velocities hidden), so a
+# GRU whose state were lost between steps would fail the first row. That is a property of the
+# task (tests/test_envs.py checks the observation drops the velocities), not of the code each
+# change touches, so `make test` trains the GRU row and leaves the control to `make test-all`.
 @pytest.mark.learning
-@pytest.mark.parametrize("recurrent,solves", [("gru", True), (None, False)])
+@pytest.mark.parametrize("recurrent,solves", [("gru", True), pytest.param(None, False, marks=pytest.mark.extended)])
 def test_only_recurrent_ppo_solves_cartpole_without_velocities(recurrent, solves):
     (spec,) = [s for s in suite_specs("memory", "ppo", "reprorl/CartPoleNoVel-v1") if s.hyperparameters["recurrent"] == recurrent]
     result = run(spec)

@@ -167,7 +167,7 @@ def test_bad_arguments(write_suite):
 # with its learning rate at 1e-9 the policy stays at its initialization and drops in ~25 steps.
 A2C_SUITE = """
 name: regsuite
-seeds: 5
+seeds: 3
 budget: {{total_steps: 30000, eval_every: 30000, eval_episodes: 5}}
 experiments:
   - algo: a2c
@@ -192,8 +192,9 @@ def test_missing_baseline_is_a_clear_error(tmp_path, write_suite):
 
 @pytest.mark.learning
 def test_broken_variant_is_flagged_by_name(write_suite, tmp_path):
-    """Baseline: A2C on InvertedPendulum, 5 seeds. The same configuration with its learning
-    rate set to effectively zero (1e-9) fails on 3 new seeds, named. (That unbroken code on new
+    """Baseline: A2C on InvertedPendulum, 3 seeds. The same configuration with its learning
+    rate set to effectively zero (1e-9) fails on 2 new seeds, named (healthy seeds score about
+    1,000, broken ones about 5: a handful of seeds tells them apart). (That unbroken code on new
     seeds passes is what ``make regress`` checks in CI, against the committed ci baseline.)"""
     healthy = write_suite(A2C_SUITE.format(learning_rate=7e-4), "healthy.yaml")
     broken = write_suite(A2C_SUITE.format(learning_rate=1e-9), "broken.yaml")
@@ -204,9 +205,9 @@ def test_broken_variant_is_flagged_by_name(write_suite, tmp_path):
     assert completed.returncode == 0, completed.stderr + completed.stdout
     stored = json.loads(baseline.read_text())
     (group,) = stored["groups"]
-    assert group["seeds"] == [0, 1, 2, 3, 4] and stored["code"]["git_sha"] and np.mean(group["scores"]) > 900  # random: ~5
+    assert group["seeds"] == [0, 1, 2] and stored["code"]["git_sha"] and np.mean(group["scores"]) > 900  # random: ~5
 
-    completed = run_cli("regress", "--suite", str(broken), "--baseline", str(baseline), "--seeds", "100", "101", "102", *common, cwd=tmp_path)
+    completed = run_cli("regress", "--suite", str(broken), "--baseline", str(baseline), "--seeds", "100", "101", *common, cwd=tmp_path)
     assert completed.returncode == 1, completed.stdout + completed.stderr
     assert "REGRESSION a2c @ InvertedPendulum-v5" in completed.stdout
     assert "learning_rate 0.0007 -> 1e-09" in completed.stdout
