@@ -13,8 +13,10 @@ Each run's time comes, best first, from:
 3. the same algorithm on other environments in the table (marked rough).
 
 A run with none of these is "unknown" and named, so the user can calibrate it. The wall time
-deals the runs (longest first) to ``parallel`` slots, as the local pool does; seeds batched in
-one process count as one job of their summed time.
+deals the runs longest first to ``parallel`` slots, each to the first slot free; the local pool
+takes them in suite order instead, so a suite that lists its longest runs first (as the ci
+suite does) ends close to this figure. Seeds batched in one process count as one job of their
+summed time.
 """
 
 from __future__ import annotations
