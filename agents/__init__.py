@@ -2,60 +2,54 @@
 
     spec = agents.envs.env_spec("Pendulum-v1")
     algo = agents.make("sac", spec, {"learning_starts": 1000}, total_steps=20_000, seed=0)
+
+The names below load on first use (PEP 562), so that ``import agents`` and ``ConfigError``
+cost no torch import: a command that refuses bad input answers before the deep-learning stack
+is loaded. ``agents.<submodule>`` imports that submodule on first use too.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING, Any
 
-import torch
+from agents.errors import ConfigError
 
-from agents.algos import A2C, BC, DDPG, DQN, MAMLPPO, MAMLTRPO, MAMLVPG, MPO, PEARL, PPO, REINFORCE, SAC, TD3, TRPO, VPG, PPOAdaptiveKL, SurrogatePG
-from agents.api import Acted, Algorithm, ConfigError, Hyperparameters, Learner, Transitions, suggest
-from agents.meta import MetaAlgorithm
-from agents.envs import EnvSpec
-
-#: every algorithm by its registry name
-ALGORITHMS: dict[str, type[Learner]] = {
-    cls.name: cls
-    for cls in (VPG, REINFORCE, A2C, PPO, PPOAdaptiveKL, SurrogatePG, TRPO, DDPG, TD3, SAC, DQN, MPO, BC, MAMLVPG, MAMLPPO, MAMLTRPO, PEARL)
+_HOMES = {
+    "ALGORITHMS": "agents.registry",
+    "algorithm_class": "agents.registry",
+    "is_meta": "agents.registry",
+    "make": "agents.registry",
+    "resolve_config": "agents.registry",
+    "Acted": "agents.api",
+    "Algorithm": "agents.api",
+    "Hyperparameters": "agents.api",
+    "Learner": "agents.api",
+    "Transitions": "agents.api",
+    "MetaAlgorithm": "agents.meta",
+    "EnvSpec": "agents.envs",
 }
+"""Where each name of the package's face is defined."""
 
 
-def is_meta(name: str) -> bool:
-    """Whether algorithm ``name`` is a meta-learner (trained by epochs over tasks)."""
-    return issubclass(algorithm_class(name), MetaAlgorithm)
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is not None:
+        value = getattr(importlib.import_module(home), name)
+    elif importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
-def algorithm_class(name: str) -> type[Learner]:
-    """The class registered as ``name``; ConfigError naming the choices otherwise."""
-    try:
-        return ALGORITHMS[name]
-    except KeyError:
-        raise ConfigError(
-            f"unknown algorithm {name!r}{suggest(name, ALGORITHMS)}; available: {', '.join(sorted(ALGORITHMS))}"
-        ) from None
-
-
-def resolve_config(name: str, overrides: Mapping[str, Any] | None = None) -> Hyperparameters:
-    """The algorithm's published defaults with ``overrides`` applied and validated."""
-    return algorithm_class(name).Config.from_dict(overrides)
-
-
-def make(
-    name: str,
-    env_spec: EnvSpec,
-    hyperparameters: Mapping[str, Any] | Hyperparameters | None = None,
-    *,
-    total_steps: int,
-    device: torch.device | str = "cpu",
-    seed: int = 0,
-) -> Learner:
-    """Build algorithm ``name`` for ``env_spec``; ``total_steps`` sizes schedules (e.g. LR annealing)."""
-    cls = algorithm_class(name)
-    config = hyperparameters if isinstance(hyperparameters, cls.Config) else cls.Config.from_dict(hyperparameters)
-    return cls(env_spec, config, total_steps=total_steps, device=device, seed=seed)
-
+if TYPE_CHECKING:
+    from agents.api import Acted, Algorithm, Hyperparameters, Learner, Transitions
+    from agents.envs import EnvSpec
+    from agents.meta import MetaAlgorithm
+    from agents.registry import ALGORITHMS, algorithm_class, is_meta, make, resolve_config
 
 __all__ = [
     "ALGORITHMS",

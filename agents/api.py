@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import difflib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -17,16 +16,7 @@ from typing import Any, ClassVar, Mapping
 
 import torch
 
-
-class ConfigError(ValueError):
-    """A configuration problem a user can fix: unknown name, bad type, value out of range."""
-
-
-def suggest(name: str, choices: typing.Iterable[str]) -> str:
-    """' (did you mean X?)' when a close match exists, else ''."""
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
+from agents.errors import ConfigError, suggest  # noqa: F401 - re-exported: the package's face
 
 # --------------------------------------------------------------------------------------------
 # Hyperparameters

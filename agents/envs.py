@@ -22,8 +22,8 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers.utils import RunningMeanStd
 
-from agents.api import ConfigError, suggest
 from agents.classic_envs import register_classic_envs
+from agents.errors import ConfigError, suggest
 from agents.goal_envs import register_goal_envs
 from agents.tasks import is_task_family, register_task_envs
 

@@ -36,7 +36,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agents.api import ConfigError
+from agents.errors import ConfigError
 
 Task = dict[str, Any]
 

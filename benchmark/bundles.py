@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
-from agents.api import ConfigError
+from agents.errors import ConfigError
 from benchmark.config import Budget, RunSpec
 
 FORMAT = "reprorl-bundle"

@@ -40,8 +40,8 @@ from typing import Any
 import yaml
 
 import agents
-from agents.api import ConfigError, suggest
 from agents.envs import check_env_id, env_spec
+from agents.errors import ConfigError, suggest
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 """The checkout: suites/, results/ (reference scores, baselines, throughput) are found from here."""

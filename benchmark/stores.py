@@ -27,7 +27,7 @@ from typing import Callable
 
 from filelock import FileLock
 
-from agents.api import ConfigError
+from agents.errors import ConfigError
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 LOCK_WAIT_SECONDS = 600.0  # creating a store takes a second or two; this only bounds a stuck lock

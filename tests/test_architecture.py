@@ -94,3 +94,26 @@ def test_the_command_line_answers_help_without_loading_the_heavy_libraries():
     loaded = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.strip() == ""
+
+
+def test_refusals_before_a_suite_is_read_answer_without_torch(tmp_path):
+    """``import agents`` and its ``ConfigError`` load no torch (the package's face loads on first
+    use), so a command refusing a results directory or a suite name answers in a fraction of a
+    second; the registry still resolves on first use."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, runpy; import agents; from agents import ConfigError; from agents.errors import suggest; "
+        "assert ConfigError is __import__('agents.errors').errors.ConfigError; before = 'torch' in sys.modules; "
+        "sys.argv = ['benchmark', *sys.argv[1:]]\n"
+        "try:\n    runpy.run_module('benchmark', run_name='__main__')\n"
+        "except SystemExit as end:\n    print(before, 'torch' in sys.modules, end.code)"
+    )
+    for command in (["run", "--suite", "no-such-suite"], ["regress", "--results-dir", str(tmp_path / "nowhere")],
+                    ["tune", "show", "ppo-CartPole-v1", "--results-dir", str(tmp_path / "nowhere")]):
+        refused = subprocess.run([sys.executable, "-c", probe, *command], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert refused.stdout.split() == ["False", "False", "2"], (command, refused.stdout, refused.stderr)
+    face = "import agents; print(agents.make.__module__, agents.ALGORITHMS['ppo'].__name__, agents.envs.__name__)"
+    loaded = subprocess.run([sys.executable, "-c", face], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert loaded.stdout.split() == ["agents.registry", "PPO", "agents.envs"], loaded.stderr

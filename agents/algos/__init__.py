@@ -5,8 +5,8 @@ from agents.algos.ddpg import DDPG, TD3, DDPGConfig, TD3Config
 from agents.algos.dqn import DQN, DQNConfig
 from agents.algos.maml import MAML, MAMLPPO, MAMLTRPO, MAMLVPG, MAMLPPOConfig, MAMLTRPOConfig, MAMLVPGConfig
 from agents.algos.mpo import MPO, MPOConfig
-from agents.algos.pearl import PEARL, PEARLConfig
 from agents.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
+from agents.algos.pearl import PEARL, PEARLConfig
 from agents.algos.ppo import PPO, PPOAdaptiveKL, PPOAdaptiveKLConfig, PPOConfig, SurrogateConfig, SurrogatePG
 from agents.algos.sac import SAC, SACConfig
 from agents.algos.trpo import TRPO, TRPOConfig

@@ -83,7 +83,7 @@ def record_path(directory: Path, algo: str, env_id: str, steps: int) -> Path:
 
 def load_record(path: Path) -> dict[str, Any] | None:
     """A comparison file, or None when there is none; ConfigError naming a corrupt one."""
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
     if not path.exists():
         return None
     try:
@@ -99,7 +99,7 @@ def save_run(path: Path, setting: dict[str, Any], run: dict[str, Any]) -> dict[s
     """Add (or replace) one side's seed in the record at ``path`` under a lock, atomically."""
     from filelock import FileLock
 
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.api import ConfigError
+from agents.errors import ConfigError
 
 RECORD_SUITES = ("mujoco", "mujoco_300k")
 RECORD_DIR = Path("results/record")

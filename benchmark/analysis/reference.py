@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.api import ConfigError
+from agents.errors import ConfigError
 from benchmark.config import PROJECT_ROOT
 
 REFERENCE_DIR = PROJECT_ROOT / "results" / "reference"

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.api import ConfigError
+from agents.errors import ConfigError
 from benchmark import provenance
 from benchmark.analysis import reference, stats
 from benchmark.analysis.records import RunRecord

@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agents.api import ConfigError
+from agents.errors import ConfigError
 from benchmark import metric_names, provenance, tracking
 from benchmark.bundles import BundledRun
 from benchmark.config import RunSpec

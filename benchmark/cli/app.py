@@ -42,7 +42,7 @@ def build_parser() -> Parser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no download bars in our output
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
     from benchmark.tables import Output
 
     console = Output(getattr(args, "format", "table"))

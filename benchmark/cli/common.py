@@ -118,7 +118,7 @@ def slurm_options(args: argparse.Namespace, suite_options: dict | None = None):
 def existing_store(args: argparse.Namespace) -> str:
     """The tracking URI of a command that only reads results: refused (ConfigError, nothing
     created) when its SQLite file does not exist, and checked when it does."""
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
     from benchmark import stores, tracking
 
     tracking_uri = store_if_exists(args)

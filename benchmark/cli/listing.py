@@ -23,8 +23,8 @@ def command_list(args: argparse.Namespace, console: Console) -> int:
     import dataclasses
 
     import agents
-    from agents.api import ConfigError, suggest
     from agents.buffers import BUFFERS
+    from agents.errors import ConfigError, suggest
     from benchmark import config
     from benchmark.tables import TableData
 

@@ -40,7 +40,7 @@ def add_parser(commands: Any) -> None:
 
 
 def command_parity(args: argparse.Namespace, console: Any) -> int:
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
     from benchmark.analysis import parity_records
     from benchmark.perf import parity
     from benchmark.tables import TableData

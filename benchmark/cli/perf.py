@@ -37,7 +37,7 @@ def add_parser(commands: Any) -> None:
 
 
 def command_perf(args: argparse.Namespace, console: Console) -> int:
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
     from benchmark.perf import throughput as perf
 
     cases = args.cases or list(perf.CASES)

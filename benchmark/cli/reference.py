@@ -34,7 +34,7 @@ def command_reference(args: argparse.Namespace, console: Console) -> int:
     if args.reference_command == "build":
         source = args.source or reference.SHARED_SCORES
         if not source.exists():
-            from agents.api import ConfigError
+            from agents.errors import ConfigError
 
             raise ConfigError(f"published scores not found at {source}; pass --source PATH")
         count = reference.build(source)

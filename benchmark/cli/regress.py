@@ -63,7 +63,7 @@ def _bundle_baseline(args: argparse.Namespace) -> dict:
     without one are left out; unfinished seeds are not counted)."""
     from collections import Counter
 
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
     from benchmark import bundles, config
     from benchmark.analysis import records, regress
 
@@ -82,7 +82,7 @@ def _bundle_baseline(args: argparse.Namespace) -> dict:
 def command_regress(args: argparse.Namespace, console: Console) -> int:
     from rich.markup import escape
 
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
     from benchmark import config
     from benchmark.analysis import regress
     from benchmark.tables import TableData

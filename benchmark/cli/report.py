@@ -66,7 +66,7 @@ def command_reproduce(args: argparse.Namespace, console: Console) -> int:
 def command_report(args: argparse.Namespace, console: Console) -> int:
     from collections import Counter
 
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
     from benchmark import config, stores, tracking
     from benchmark.analysis import records, report
 

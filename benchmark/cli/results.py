@@ -59,7 +59,7 @@ def add_parser(commands: Any) -> None:
 
 
 def command_export(args: argparse.Namespace, console: Any) -> int:
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
     from benchmark import bundles, config
     from benchmark.analysis import bundle_store
 
@@ -98,7 +98,7 @@ def command_import(args: argparse.Namespace, console: Any) -> int:
 
 
 def command_merge(args: argparse.Namespace, console: Any) -> int:
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
     from benchmark import bundles
 
     loaded = [bundles.read(directory) for directory in args.bundles]
@@ -129,7 +129,7 @@ def verdict_table(suite_name: str, found: list) -> Any:
 
 
 def command_verdicts(args: argparse.Namespace, console: Any) -> int:
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
     from benchmark import config
     from benchmark.analysis import records, verdicts
     from benchmark.analysis.report import group_records
@@ -152,7 +152,7 @@ def command_verdicts(args: argparse.Namespace, console: Any) -> int:
 
 
 def command_record(args: argparse.Namespace, console: Any) -> int:
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
     from benchmark.analysis import record
 
     readme = None if args.no_readme else args.readme
@@ -174,7 +174,7 @@ def command_record(args: argparse.Namespace, console: Any) -> int:
 
 def command_calibrate(args: argparse.Namespace, console: Any) -> int:
     import agents
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
     from benchmark import config
     from benchmark.execution import calibrate, estimate
     from benchmark.tables import TableData

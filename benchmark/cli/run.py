@@ -72,7 +72,7 @@ def add_parser(commands: Any) -> None:
 
 
 def check_run_arguments(args: argparse.Namespace) -> None:
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
 
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
@@ -158,7 +158,7 @@ def _plan(suite, args: argparse.Namespace, bundled: dict):
 
 def _confirm_cost(found, args: argparse.Namespace, console, suite) -> None:
     """Print what the invocation will cost; above --max-hours, ask on a terminal, else refuse without --yes."""
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
     from benchmark.execution import estimate
     from benchmark.execution import plan as planning
 

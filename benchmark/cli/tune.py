@@ -75,7 +75,7 @@ def add_parser(commands: Any) -> None:
 
 
 def command_tune(args: argparse.Namespace, console: Console) -> int:
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
     from benchmark import stores, tracking
     from benchmark.tuning import storage as tuning_storage
     from benchmark.tuning import study as tuning_study
@@ -131,7 +131,7 @@ def command_tune(args: argparse.Namespace, console: Console) -> int:
 
 def _tune_executor(args: argparse.Namespace, slots: list):
     """The executor the trials run on (``--executor``), at most ``--workers`` trials at once."""
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
     from benchmark.execution.local import LocalExecutor
 
     if args.address and args.executor != "ray":

@@ -25,7 +25,7 @@ def add_parser(commands: Any) -> None:
 
 def command_ui(args: argparse.Namespace, console: Console) -> int:
     """Print where each suite's runs are, then become ``mlflow ui`` (one worker: it starts in seconds)."""
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
     from benchmark import tracking
 
     port = args.port if args.port is not None else int(os.environ.get("PORT") or 5000)

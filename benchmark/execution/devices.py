@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from agents.api import ConfigError
+from agents.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from agents.api import ConfigError
+from agents.errors import ConfigError
 from benchmark.config import PROJECT_ROOT, RunSpec
 
 THROUGHPUT_FILE = PROJECT_ROOT / "results" / "perf" / "throughput.csv"

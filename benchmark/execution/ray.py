@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-from agents.api import ConfigError
+from agents.errors import ConfigError
 from benchmark.execution import devices
 from benchmark.execution.base import Executor, Submission, Task
 from benchmark.execution.messages import Message, drain

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from agents.api import ConfigError
+from agents.errors import ConfigError
 from benchmark.execution.base import Executor, Submission, Task
 from benchmark.execution.messages import FileSink, FileSource, Message
 

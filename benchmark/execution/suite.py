@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from rich.console import Console
 
-from agents.api import ConfigError
+from agents.errors import ConfigError
 from benchmark import run_record, tracking
 from benchmark.config import RunSpec
 from benchmark.execution import claims, devices, outcomes

@@ -145,8 +145,8 @@ def _setting_record(setting: Setting, env_id: str, steps: int, episodes: int) ->
 
 def check_arguments(algo: str, env_id: str | None, steps: int | None, seeds: Sequence[int], episodes: int, margin: float, workers: int) -> None:
     """ConfigError naming the first bad argument."""
-    from agents.api import ConfigError
     from agents.envs import check_env_id
+    from agents.errors import ConfigError
 
     if algo not in SETTINGS:
         raise ConfigError(f"parity has no setting for {algo!r}; choose from {', '.join(SETTINGS)}")
@@ -166,7 +166,7 @@ def check_arguments(algo: str, env_id: str | None, steps: int | None, seeds: Seq
 
 def check_peer(algo: str) -> str:
     """The peer library's version; ConfigError when it is not installed."""
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
     from benchmark.perf.parity_worker import PEERS, _version
 
     module, _ = PEERS[algo]
@@ -204,7 +204,7 @@ def run(
 ) -> tuple[Path, dict[str, Any]]:
     """Train both sides on every seed not yet in the record (all with ``force``), ``workers``
     processes at once; each finished side is saved as it ends. The record's path and content."""
-    from agents.api import ConfigError
+    from agents.errors import ConfigError
     from benchmark.perf.throughput import machine, now
 
     setting = SETTINGS[algo]

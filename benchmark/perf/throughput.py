@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from agents.api import ConfigError
+from agents.errors import ConfigError
 
 HALF_CHEETAH, CARTPOLE = "HalfCheetah-v5", "CartPole-v1"
 PAIRS_DEFAULT = 3

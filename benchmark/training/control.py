@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from agents.api import ConfigError
+from agents.errors import ConfigError
 from benchmark.training import checkpoint
 from benchmark.training.results import RunResult, Tracker
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from agents.api import ConfigError
+from agents.errors import ConfigError
 from benchmark import config
 from benchmark.tuning.settings import TUNED_DIR
 from benchmark.tuning.storage import study_settings

@@ -18,8 +18,8 @@ from typing import Any, Callable
 import numpy as np
 
 import agents
-from agents.api import ConfigError
 from agents.envs import env_spec
+from agents.errors import ConfigError
 from benchmark import tracking
 from benchmark.config import RunSpec
 from benchmark.tuning.search_space import SearchSpace

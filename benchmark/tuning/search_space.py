@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import agents
-from agents.api import ConfigError, suggest
+from agents.errors import ConfigError, suggest
 from benchmark.config import PROJECT_ROOT, check_keys, read_yaml
 
 SEARCH_DIR = PROJECT_ROOT / "suites" / "search"

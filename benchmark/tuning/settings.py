@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import agents
-from agents.api import ConfigError
 from agents.envs import check_env_id, env_spec
+from agents.errors import ConfigError
 from benchmark import config
 from benchmark.analysis import reference
 from benchmark.config import Budget

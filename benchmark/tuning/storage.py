@@ -8,7 +8,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from agents.api import ConfigError, suggest
+from agents.errors import ConfigError, suggest
 from benchmark import stores
 from benchmark.tracking import redact
 from benchmark.tuning.settings import SETTINGS_ATTR, StudySettings

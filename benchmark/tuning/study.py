@@ -33,8 +33,8 @@ from rich.console import Console
 from rich.markup import escape
 
 import agents
-from agents.api import ConfigError
 from agents.envs import check_env_id, env_spec
+from agents.errors import ConfigError
 from benchmark import config, provenance, tracking
 from benchmark.execution import claims
 from benchmark.execution.base import Executor
