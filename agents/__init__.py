@@ -10,7 +10,6 @@ is loaded. ``agents.<submodule>`` imports that submodule on first use too.
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 from typing import TYPE_CHECKING, Any
 

@@ -9,8 +9,9 @@ from typing import Any, Mapping
 import torch
 
 from agents.algos import A2C, BC, DDPG, DQN, MAMLPPO, MAMLTRPO, MAMLVPG, MPO, PEARL, PPO, REINFORCE, SAC, TD3, TRPO, VPG, PPOAdaptiveKL, SurrogatePG
-from agents.api import ConfigError, Hyperparameters, Learner, suggest
+from agents.api import Hyperparameters, Learner
 from agents.envs import EnvSpec
+from agents.errors import ConfigError, suggest
 from agents.meta import MetaAlgorithm
 
 #: every algorithm by its registry name
