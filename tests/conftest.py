@@ -70,20 +70,22 @@ def pytest_collection_modifyitems(config, items):
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_cli_in_process(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+def run_cli_in_process(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``python -m benchmark ARGS`` run by this process, as a fresh process would run it: in
     ``cwd``, with its own ``sys.argv``, its output captured and its exit code returned, and none
     of what a process keeps between commands (stores it has checked, MLflow's open engines)
     carried over to the next call. It saves the 5-10 s of imports of each new interpreter, and
     the local pool's fork server started by the first launch serves the later ones. The tests
     of what only a separate process shows (signals, kills, the terminal, every line it writes
-    to stderr) start the real command."""
+    to stderr) start the real command. ``env`` sets environment variables for the call only."""
     from benchmark import tracking
     from benchmark.cli import app
 
     out, err = io.StringIO(), io.StringIO()
     directory, argv, handler = os.getcwd(), sys.argv, signal.getsignal(signal.SIGTERM)
+    saved = {name: os.environ.get(name) for name in env or {}}
     try:
+        os.environ.update(env or {})
         os.chdir(cwd)
         sys.argv = [str(ROOT / "benchmark" / "__main__.py"), *args]
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -92,6 +94,11 @@ def run_cli_in_process(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProc
             except SystemExit as exit:  # argparse's refusals
                 code = exit.code if isinstance(exit.code, int) else 1
     finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         os.chdir(directory)
         sys.argv = argv
         signal.signal(signal.SIGTERM, handler)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import run_cli_subprocess as run_cli  # Ray in the test's own process starts slowly
+from conftest import run_cli_in_process, run_cli_subprocess
 from test_cli import _kill_group, _start_long_suite, all_runs
 
 from agents.api import ConfigError
@@ -24,6 +24,14 @@ EXECUTORS = {
     "ray": ["--executor", "ray"],
     "slurm": ["--executor", "slurm", "--slurm-cluster", "local"],
 }
+
+
+def run_cli(*args: str, cwd: Path):
+    """The command in this process (its local pool's fork server and imports are the test
+    process's: ~15 s of a CI core less per launch), except with Ray, which a test process
+    starts slowly and keeps running."""
+    runner = run_cli_subprocess if "ray" in args else run_cli_in_process
+    return runner(*args, cwd=cwd)
 
 
 def _needs(executor: str) -> None:

@@ -128,6 +128,7 @@ def test_no_wait_leaves_a_live_launchs_runs_to_it(write_suite, tmp_path):
     a = launch(suite, results)
     try:
         wait_for(lambda: running_children(results) >= 1, a)
+        os.killpg(a.pid, signal.SIGSTOP)  # paused: alive and holding its claim, not training beside the check
         out, err = run_here(suite, results, "--no-wait")
         assert "left to the launch that is training them: ppo/CartPole-v1/seed0" in out and not err
         assert statuses(results)[0][load_suite(str(suite)).specs[0].run_key] == ["RUNNING"]  # A's, untouched
@@ -223,6 +224,9 @@ def test_launches_sharing_a_store_but_not_a_results_directory_leave_each_others_
     a = launch(suite, tmp_path / "a", "--tracking-uri", uri)
     try:
         wait_for(lambda: running_in(uri) >= 1, a)
+        # A is paused from here on: alive, its claim and its invocation's lock held (a stopped
+        # process keeps its locks), its run RUNNING, but not training on a core B and C start on
+        os.killpg(a.pid, signal.SIGSTOP)
         b = launch(suite, tmp_path / "b", "--tracking-uri", uri)
         wait_for(lambda: running_in(uri) >= 2, b)  # B started its own run and closed nothing of A's
         os.killpg(b.pid, signal.SIGKILL)

@@ -6,10 +6,10 @@ import io
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli_in_process
 from rich.console import Console
 
 from benchmark import provenance, tracking
@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_cli(*args: str, columns: int | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, **({"COLUMNS": str(columns)} if columns else {})}
-    return subprocess.run([sys.executable, "-m", "benchmark", *args], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    """The command as a pipe sees it (no terminal), in this process: its tables take their width
+    from COLUMNS as in a new one."""
+    return run_cli_in_process(*args, env={"COLUMNS": str(columns)} if columns else None)
 
 
 def render(table: TableData, width: int) -> list[str]:
