@@ -97,12 +97,13 @@ def test_bad_arguments_exit_2_and_create_no_run(tmp_path, capsys, args, message)
 def test_bad_suite_exits_2_without_touching_existing_results(write_suite, tmp_path):
     results = tmp_path / "results"
     results.mkdir()
-    (results / "mlflow.db").write_bytes(b"stored results")
+    tracking.experiment_id(f"sqlite:///{results / 'mlflow.db'}", "existing", results / "mlartifacts")
+    stored = (results / "mlflow.db").read_bytes()
     bad = write_suite("seeds: [0]\nbudget: {total_steps: 10, eval_every: 5}\nexperiments: [{algo: dqnn, envs: [CartPole-v1]}]\n")
     completed = run_cli("run", "--suite", str(bad), "--results-dir", str(results), cwd=tmp_path)
     assert completed.returncode == 2
     assert "unknown algorithm 'dqnn'" in completed.stderr and "Traceback" not in completed.stderr
-    assert (results / "mlflow.db").read_bytes() == b"stored results"
+    assert (results / "mlflow.db").read_bytes() == stored
 
 
 def test_failing_run_is_marked_failed_with_its_error(tiny_suite, tmp_path, monkeypatch):

@@ -137,6 +137,17 @@ def bundled_runs(args: argparse.Namespace, suite_name: str) -> dict:
     return plan.default_bundles(args.results_dir, suite_name, getattr(args, "from_dirs", None), not getattr(args, "no_published", False))
 
 
+def check_local_store_first(args: argparse.Namespace) -> None:
+    """Check an existing SQLite store before anything slow (a suite's algorithms import torch:
+    seconds), so that a damaged one is named at once; a server store is checked where it is used."""
+    from benchmark import stores, tracking
+
+    tracking_uri = args.tracking_uri or tracking.default_tracking_uri(args.results_dir)
+    path = stores.sqlite_path(tracking_uri)
+    if path is not None and path.exists():
+        tracking.ensure_store(tracking_uri, deep=True)
+
+
 def store_if_exists(args: argparse.Namespace) -> str | None:
     """The tracking URI when its store exists (checked, never created); None for a SQLite file not there yet."""
     from benchmark import stores, tracking

@@ -14,6 +14,7 @@ from benchmark.cli.common import (
     add_bundle_arguments,
     add_store_arguments,
     bundled_runs,
+    check_local_store_first,
     error_line,
     existing_store,
     store_if_exists,
@@ -70,6 +71,7 @@ def command_report(args: argparse.Namespace, console: Console) -> int:
     from benchmark import config, stores, tracking
     from benchmark.analysis import records, report
 
+    check_local_store_first(args)
     suite = config.load_suite(args.suite)
     bundled = bundled_runs(args, suite.name)
     tracking_uri = store_if_exists(args) if bundled else existing_store(args)
