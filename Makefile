@@ -36,7 +36,7 @@ install: $(STAMP)
 # cores); COMPILE does it on every core instead. Like pip it skips a file this Python cannot
 # compile (torch ships a 3.12-only test helper), and it leaves the packages' own test suites out.
 PIP_INSTALL = $(BIN)/pip install --quiet --no-compile
-COMPILE = $(BIN)/python -m compileall -qq -j 0 -x '/tests/' $(VENV)/lib || true
+COMPILE = $(BIN)/python -m compileall -qq -j 0 -x 'site-packages/.+/tests/' $(VENV)/lib || true
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
