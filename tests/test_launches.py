@@ -5,6 +5,7 @@ relaunch trains nothing more."""
 import collections
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -101,24 +102,25 @@ def test_two_launches_at_once_train_each_run_key_once(write_suite, tmp_path, fir
 
 def test_a_second_launch_shares_the_grid_and_takes_over_what_a_killed_one_left(write_suite, tmp_path):
     """Launch A trains; launch B joins: B trains only keys nobody holds and waits for A's. A is
-    killed with SIGKILL mid-run: B takes A's run over (its orphan closed as KILLED) and ends with
-    every key finished once."""
-    suite = write_suite(SLOW_PPO.replace("seeds: [0, 1]", "seeds: [0, 1, 2]").replace("12000", "60000").replace("6000,", "20000,"), "slow.yaml")
+    killed with SIGKILL mid-run: B takes A's run over from A's checkpoint, in A's MLflow run, and
+    ends with every key finished once. (A is paused from its first checkpoint until it is killed,
+    so the order of events does not depend on how fast the machine trains.)"""
+    suite = write_suite(SLOW_PPO.replace("seeds: [0, 1]", "seeds: [0, 1, 2]").replace("6000,", "2000,"), "slow.yaml")
     results = tmp_path / "results"
-    a = launch(suite, results)
+    first = results / "checkpoints" / load_suite(str(suite)).specs[0].run_key / checkpoint.LATEST
+    a = launch(suite, results, "--workers", "1")
     try:
-        wait_for(lambda: running_children(results) >= 1, a)
+        wait_for(first.exists, a)  # A trains seed 0 and has checkpointed it
+        pause(a, results / "mlflow.db")
         b = launch(suite, results)
-        wait_for(lambda: running_children(results) >= 2, b)
+        wait_for(lambda: running_children(results) >= 2, b)  # B planned around A's claim and started a run of its own
     finally:
         os.killpg(a.pid, signal.SIGKILL)
         a.wait()
     out, err = finish(b)
-    assert "is being trained by another launch" in out and "Traceback" not in err
-    children = assert_each_key_finished_once(results, suite)
-    # B took over A's run: continued from its checkpoint in A's MLflow run, or (no checkpoint yet) started
-    # over, A's run closed as KILLED
-    assert "from its checkpoint" in out or sum(found.count("KILLED") for found in children.values()) >= 1
+    assert "ppo/CartPole-v1/seed0 is being trained by another launch" in out and "Traceback" not in err
+    assert "resuming ppo/CartPole-v1/seed0 from its checkpoint" in out
+    assert_each_key_finished_once(results, suite)
     assert_relaunch_trains_nothing(suite, results)
 
 
@@ -128,7 +130,7 @@ def test_no_wait_leaves_a_live_launchs_runs_to_it(write_suite, tmp_path):
     a = launch(suite, results)
     try:
         wait_for(lambda: running_children(results) >= 1, a)
-        os.killpg(a.pid, signal.SIGSTOP)  # paused: alive and holding its claim, not training beside the check
+        pause(a, results / "mlflow.db")  # alive and holding its claim, not training beside the check
         out, err = run_here(suite, results, "--no-wait")
         assert "left to the launch that is training them: ppo/CartPole-v1/seed0" in out and not err
         assert statuses(results)[0][load_suite(str(suite)).specs[0].run_key] == ["RUNNING"]  # A's, untouched
@@ -146,6 +148,25 @@ def running_children(results: Path) -> int:
     except Exception:  # noqa: BLE001 - the store is being created or written this instant
         return 0
     return sum(found.count("RUNNING") for found in children.values())
+
+
+def pause(process: subprocess.Popen, store: Path) -> None:
+    """SIGSTOP a launch's whole process group at a moment none of it holds a lock on the SQLite
+    ``store`` (a process stopped inside a read or a write would block every other writer): the
+    launch stays alive, holding its claims, and stops using a core."""
+    for _ in range(100):
+        os.killpg(process.pid, signal.SIGSTOP)
+        connection = sqlite3.connect(store, timeout=0)
+        try:
+            connection.execute("BEGIN EXCLUSIVE")  # fails while anyone holds a lock on the file
+            connection.rollback()
+            return
+        except sqlite3.OperationalError:
+            os.killpg(process.pid, signal.SIGCONT)
+            time.sleep(0.05)
+        finally:
+            connection.close()
+    pytest.fail(f"{store} stayed locked")
 
 
 def wait_for(condition, process: subprocess.Popen, seconds: float = 180) -> None:
@@ -226,7 +247,7 @@ def test_launches_sharing_a_store_but_not_a_results_directory_leave_each_others_
         wait_for(lambda: running_in(uri) >= 1, a)
         # A is paused from here on: alive, its claim and its invocation's lock held (a stopped
         # process keeps its locks), its run RUNNING, but not training on a core B and C start on
-        os.killpg(a.pid, signal.SIGSTOP)
+        pause(a, tmp_path / "shared.db")
         b = launch(suite, tmp_path / "b", "--tracking-uri", uri)
         wait_for(lambda: running_in(uri) >= 2, b)  # B started its own run and closed nothing of A's
         os.killpg(b.pid, signal.SIGKILL)
