@@ -137,24 +137,15 @@ def bundled_runs(args: argparse.Namespace, suite_name: str) -> dict:
     return plan.default_bundles(args.results_dir, suite_name, getattr(args, "from_dirs", None), not getattr(args, "no_published", False))
 
 
-def check_local_store_first(args: argparse.Namespace) -> None:
-    """Check an existing SQLite store before anything slow (a suite's algorithms import torch:
-    seconds), so that a damaged one is named at once; a server store is checked where it is used."""
+def store_if_exists(args: argparse.Namespace, local_only: bool = False) -> str | None:
+    """The tracking URI when its store exists (checked, never created); None for a SQLite file not
+    there yet. ``local_only``: only a SQLite file is checked (None for a server), a check cheap
+    enough to come before anything slow, so that a damaged store is named at once."""
     from benchmark import stores, tracking
 
     tracking_uri = args.tracking_uri or tracking.default_tracking_uri(args.results_dir)
     path = stores.sqlite_path(tracking_uri)
-    if path is not None and path.exists():
-        tracking.ensure_store(tracking_uri, deep=True)
-
-
-def store_if_exists(args: argparse.Namespace) -> str | None:
-    """The tracking URI when its store exists (checked, never created); None for a SQLite file not there yet."""
-    from benchmark import stores, tracking
-
-    tracking_uri = args.tracking_uri or tracking.default_tracking_uri(args.results_dir)
-    path = stores.sqlite_path(tracking_uri)
-    if path is not None and not path.exists():
+    if (path is None and local_only) or (path is not None and not path.exists()):
         return None
     tracking.ensure_store(tracking_uri, deep=True)
     return tracking_uri

@@ -14,7 +14,6 @@ from benchmark.cli.common import (
     add_bundle_arguments,
     add_store_arguments,
     bundled_runs,
-    check_local_store_first,
     error_line,
     existing_store,
     store_if_exists,
@@ -71,7 +70,7 @@ def command_report(args: argparse.Namespace, console: Console) -> int:
     from benchmark import config, stores, tracking
     from benchmark.analysis import records, report
 
-    check_local_store_first(args)
+    store_if_exists(args, local_only=True)  # before the suite's algorithms load (torch: seconds)
     suite = config.load_suite(args.suite)
     bundled = bundled_runs(args, suite.name)
     tracking_uri = store_if_exists(args) if bundled else existing_store(args)

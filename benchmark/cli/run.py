@@ -19,7 +19,6 @@ from benchmark.cli.common import (
     add_seeds_per_process,
     add_slurm_arguments,
     bundled_runs,
-    check_local_store_first,
     slurm_options,
     store_if_exists,
 )
@@ -98,7 +97,7 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
     from benchmark import config
 
     check_run_arguments(args)
-    check_local_store_first(args)
+    store_if_exists(args, local_only=True)  # before the suite's algorithms load (torch: seconds)
     suite = config.load_suite(args.suite, seeds=args.seeds, device=args.device).select(args.algos, args.envs)
     suite = suite.with_checkpointing(args.checkpoint_every, args.checkpoint_replay_buffer or None)
     suite = suite.with_seeds_in_process(args.seeds_per_process)
