@@ -18,12 +18,15 @@ from agents.errors import ConfigError
 _HOMES = {
     "ALGORITHMS": "agents.registry",
     "algorithm_class": "agents.registry",
+    "check_config": "agents.registry",
+    "check_env_spec": "agents.registry",
+    "config_class": "agents.registry",
     "is_meta": "agents.registry",
     "make": "agents.registry",
     "resolve_config": "agents.registry",
     "Acted": "agents.api",
     "Algorithm": "agents.api",
-    "Hyperparameters": "agents.api",
+    "Hyperparameters": "agents.hyperparameters",
     "Learner": "agents.api",
     "Transitions": "agents.api",
     "MetaAlgorithm": "agents.meta",
@@ -45,10 +48,11 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from agents.api import Acted, Algorithm, Hyperparameters, Learner, Transitions
+    from agents.api import Acted, Algorithm, Learner, Transitions
     from agents.envs import EnvSpec
+    from agents.hyperparameters import Hyperparameters
     from agents.meta import MetaAlgorithm
-    from agents.registry import ALGORITHMS, algorithm_class, is_meta, make, resolve_config
+    from agents.registry import ALGORITHMS, algorithm_class, check_config, check_env_spec, config_class, is_meta, make, resolve_config
 
 __all__ = [
     "ALGORITHMS",
@@ -61,6 +65,9 @@ __all__ = [
     "MetaAlgorithm",
     "Transitions",
     "algorithm_class",
+    "check_config",
+    "check_env_spec",
+    "config_class",
     "is_meta",
     "make",
     "resolve_config",

@@ -8,151 +8,13 @@ travel with ``get_weights``/``set_weights``. The local path is ``update()``, whi
 from __future__ import annotations
 
 import abc
-import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
 import torch
 
 from agents.errors import ConfigError, suggest  # noqa: F401 - re-exported: the package's face
-
-# --------------------------------------------------------------------------------------------
-# Hyperparameters
-# --------------------------------------------------------------------------------------------
-
-
-def hp(
-    default: Any,
-    *,
-    gt: float | None = None,
-    ge: float | None = None,
-    lt: float | None = None,
-    le: float | None = None,
-    choices: tuple[Any, ...] | None = None,
-) -> Any:
-    """A hyperparameter field with its default and the range it must lie in."""
-    bounds = {"gt": gt, "ge": ge, "lt": lt, "le": le, "choices": choices}
-    metadata = {k: v for k, v in bounds.items() if v is not None}
-    if isinstance(default, (list, tuple)):
-        return field(default_factory=lambda: tuple(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
-
-
-def _coerce(name: str, value: Any, annotation: Any) -> Any:
-    """Convert a YAML/CLI value to the annotated type, or raise ConfigError."""
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _coerce(name, value, inner[0])
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"hyperparameter {name!r} must be a list, got {value!r}")
-        item_type = args[0] if args else Any
-        return tuple(_coerce(name, v, item_type) for v in value)
-    if annotation is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"hyperparameter {name!r} must be true or false, got {value!r}")
-    if annotation is int:
-        if isinstance(value, bool):
-            raise ConfigError(f"hyperparameter {name!r} must be an integer, got {value!r}")
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                raise ConfigError(f"hyperparameter {name!r} must be an integer, got {value!r}") from None
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, int):
-            return value
-        raise ConfigError(f"hyperparameter {name!r} must be an integer, got {value!r}")
-    if annotation is float:
-        if isinstance(value, bool):
-            raise ConfigError(f"hyperparameter {name!r} must be a number, got {value!r}")
-        try:
-            return float(value)  # accepts YAML's "3e-4", which PyYAML reads as a string
-        except (TypeError, ValueError):
-            raise ConfigError(f"hyperparameter {name!r} must be a number, got {value!r}") from None
-    if annotation is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"hyperparameter {name!r} must be a string, got {value!r}")
-    return value
-
-
-@dataclass
-class Hyperparameters:
-    """Base of every algorithm's hyperparameter dataclass.
-
-    Fields shared by all algorithms come first; each algorithm adds its own. Every field is
-    declared with ``hp(default, ...)`` so its range is checked on construction.
-    """
-
-    num_envs: int = hp(1, ge=1)
-    """Parallel environments collecting experience (gymnasium sync vector env)."""
-    gamma: float = hp(0.99, ge=0.0, le=1.0)
-    """Discount factor."""
-    normalize_observations: bool = hp(False)
-    """Running mean/std observation normalization (statistics saved with checkpoints)."""
-    normalize_rewards: bool = hp(False)
-    """Scale rewards by the running std of the discounted return."""
-    clip_observations: float = hp(10.0, gt=0.0)
-    """Clip normalized observations to [-c, c] (only with normalize_observations)."""
-    clip_rewards: float = hp(10.0, gt=0.0)
-    """Clip scaled rewards to [-c, c] (only with normalize_rewards)."""
-
-    def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
-            value = _coerce(f.name, getattr(self, f.name), hints[f.name])
-            object.__setattr__(self, f.name, value)
-            _check_range(f.name, value, f.metadata)
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any] | None = None) -> "Hyperparameters":
-        """Build from a mapping, naming any unknown key and the valid ones."""
-        values = dict(values or {})
-        names = [f.name for f in dataclasses.fields(cls)]
-        for key in values:
-            if key not in names:
-                raise ConfigError(
-                    f"unknown hyperparameter {key!r} for {cls.__name__}{suggest(key, names)}; "
-                    f"valid: {', '.join(sorted(names))}"
-                )
-        return cls(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain values (tuples become lists) for YAML, JSON and MLflow."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
-
-    def replace(self, **changes: Any) -> "Hyperparameters":
-        """A validated copy with some fields changed."""
-        return type(self).from_dict({**dataclasses.asdict(self), **changes})
-
-
-def _check_range(name: str, value: Any, bounds: Mapping[str, Any]) -> None:
-    if value is None:
-        return
-    items = value if isinstance(value, tuple) else (value,)
-    for item in items:
-        if "choices" in bounds and item not in bounds["choices"]:
-            raise ConfigError(f"hyperparameter {name!r} must be one of {list(bounds['choices'])}, got {item!r}")
-        if isinstance(item, bool) or not isinstance(item, (int, float)):
-            continue
-        for op, ok, word in (
-            ("gt", lambda a, b: a > b, ">"),
-            ("ge", lambda a, b: a >= b, ">="),
-            ("lt", lambda a, b: a < b, "<"),
-            ("le", lambda a, b: a <= b, "<="),
-        ):
-            if op in bounds and not ok(item, bounds[op]):
-                raise ConfigError(f"hyperparameter {name!r} must be {word} {bounds[op]}, got {item!r}")
-
+from agents.hyperparameters import Hyperparameters, hp  # noqa: F401 - re-exported: the package's face
 
 # --------------------------------------------------------------------------------------------
 # The algorithm interface
@@ -195,7 +57,8 @@ class Learner(abc.ABC):
     application (so they can travel between processes), weights, live hyperparameter updates
     and checkpointable state.
 
-    Subclasses set ``name`` and ``Config`` (their Hyperparameters dataclass) and take
+    Subclasses set ``name`` and ``Config`` (their Hyperparameters dataclass, in ``agents.configs``:
+    published defaults, ranges and the environments the algorithm accepts) and take
     ``(env_spec, config, total_steps, device, seed)`` in their constructor.
     """
 
@@ -207,11 +70,6 @@ class Learner(abc.ABC):
     #: whether it learns from a replay buffer (which checkpoints hold only when asked to)
     has_replay_buffer: ClassVar[bool] = False
 
-    #: which action spaces the algorithm handles
-    supports_discrete: ClassVar[bool] = True
-    supports_continuous: ClassVar[bool] = True
-    supports_multi_discrete: ClassVar[bool] = False
-
     #: the ``agents.algos.seeds.SeedBatch`` that trains N seeds of it as one batched model, if any
     seed_batch: ClassVar[type | None] = None
 
@@ -219,20 +77,13 @@ class Learner(abc.ABC):
 
     @classmethod
     def check_env_spec(cls, spec: Any) -> None:
-        """ConfigError if this algorithm cannot act in an environment of this spec."""
-        if spec.multi_discrete and not cls.supports_multi_discrete:
-            raise ConfigError(
-                f"{cls.name} cannot act in {spec.env_id}'s {spec.action_space_name} action space; "
-                "the on-policy algorithms (vpg, reinforce, a2c, ppo, ppo_kl, surrogate_pg, trpo) can"
-            )
-        if spec.discrete and not cls.supports_discrete:
-            raise ConfigError(f"{cls.name} needs continuous (Box) actions; {spec.env_id} has {spec.action_space_name}")
-        if not spec.discrete and not cls.supports_continuous:
-            raise ConfigError(f"{cls.name} needs discrete actions; {spec.env_id} has {spec.action_space_name}")
+        """ConfigError if this algorithm cannot act in an environment of this spec (its Config says)."""
+        cls.Config.check_env_spec(spec, cls.name)
 
     @classmethod
-    def check_config(cls, config: Any, spec: Any) -> None:
+    def check_config(cls, config: Hyperparameters, spec: Any) -> None:
         """ConfigError if ``config`` cannot run on an env of this spec (checked before any run starts)."""
+        config.check_settings(spec, cls.name)
 
     @abc.abstractmethod
     def act(self, obs: torch.Tensor, state: Any = None, deterministic: bool = False) -> Acted:

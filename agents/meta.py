@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from agents.api import ConfigError, Learner
-from agents.envs import EnvSpec, check_env_id, route_mujoco_warnings
-from agents.tasks import TASK_FAMILIES, Task, TaskSampler
+from agents.api import Learner
+from agents.envs import check_env_id, route_mujoco_warnings
+from agents.tasks import Task, TaskSampler
 
 
 class Policy(Protocol):
@@ -224,17 +224,6 @@ class MetaAlgorithm(Learner):
     meta_test_deterministic: bool = False
     #: sub-envs a collection uses (more would step unrecorded)
     collection_envs: int = 1
-
-    @classmethod
-    def check_env_spec(cls, spec: EnvSpec) -> None:
-        super().check_env_spec(spec)
-        if not spec.task_family:
-            raise ConfigError(
-                f"{cls.name} is a meta-RL algorithm and needs a task family; {spec.env_id} has no tasks "
-                f"(task families: {', '.join(TASK_FAMILIES)})"
-            )
-        if spec.max_episode_steps is None:
-            raise ConfigError(f"{spec.env_id} has no episode horizon (max_episode_steps); meta-RL collects whole episodes")
 
     @abc.abstractmethod
     def train_epoch(self, task_envs: TaskEnvs) -> dict[str, float]:

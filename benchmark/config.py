@@ -349,7 +349,7 @@ def _expand_experiment(
     if "algo" not in experiment or "envs" not in experiment:
         raise ConfigError("each experiment needs 'algo' and 'envs'")
     algo = str(experiment["algo"])
-    algo_class = agents.algorithm_class(algo)
+    agents.config_class(algo)  # an unknown algorithm is named first
     envs = experiment["envs"]
     if isinstance(envs, str):
         envs = [envs]
@@ -374,11 +374,11 @@ def _expand_experiment(
     specs = []
     for env_id in envs:
         check_env_id(str(env_id))
-        algo_class.check_env_spec(env_spec(str(env_id)))
+        agents.check_env_spec(algo, env_spec(str(env_id)))
         for combination in combinations:
             overrides = {**fixed, **combination}
             config = agents.resolve_config(algo, overrides)
-            algo_class.check_config(config, env_spec(str(env_id)))
+            agents.check_config(algo, config, env_spec(str(env_id)))
             for seed in seeds:
                 specs.append(
                     RunSpec(suite_name, algo, str(env_id), seed, config.to_dict(), budget, device, 1, overrides, seeds_in_process=seeds_in_process)

@@ -70,7 +70,7 @@ CASES = [
     pytest.param(name, env_id, {}, id=f"{name}-{env_id}")
     for name, cls in sorted(ONLINE.items())
     for env_id in ("CartPole-v1", "Pendulum-v1")
-    if (cls.supports_discrete if env_spec(env_id).discrete else cls.supports_continuous)
+    if (cls.Config.supports_discrete if env_spec(env_id).discrete else cls.Config.supports_continuous)
 ] + [pytest.param(*variant, id=label) for label, variant in VARIANTS.items()]
 
 
@@ -262,9 +262,23 @@ def test_dqn_refuses_continuous_actions():
         agents.make("dqn", env_spec("Pendulum-v1"), total_steps=10)
 
 
+def test_the_registry_names_each_learner_with_its_own_config():
+    """The torch-free table (name -> Config, ``module:Class``) agrees with the learner classes it
+    points to, and a Config's capabilities are what its learner refuses by."""
+    from agents.registry import REGISTRY
+
+    assert len(REGISTRY) == len(agents.ALGORITHMS) == 17
+    for name, (config_class, _) in REGISTRY.items():
+        cls = agents.algorithm_class(name)
+        assert cls.name == name and cls.Config is config_class is agents.config_class(name), name
+        assert agents.is_meta(name) == issubclass(cls, agents.MetaAlgorithm), name
+
+
 def test_unknown_algorithm_lists_choices():
     with pytest.raises(ConfigError, match="unknown algorithm 'ppo2'.*available: a2c, bc, ddpg, dqn, maml_ppo, maml_trpo, maml_vpg, mpo, pearl, ppo, ppo_kl, reinforce"):
         agents.algorithm_class("ppo2")
+    with pytest.raises(ConfigError, match="unknown algorithm 'ppo2'.*did you mean"):
+        agents.config_class("ppo2")
 
 
 @pytest.mark.parametrize(

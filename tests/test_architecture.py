@@ -96,10 +96,18 @@ def test_the_command_line_answers_help_without_loading_the_heavy_libraries():
     assert loaded.stdout.strip() == ""
 
 
-def test_refusals_before_a_suite_is_read_answer_without_torch(tmp_path):
+def bad_suite(tmp_path: Path) -> Path:
+    path = tmp_path / "typo.yaml"
+    path.write_text("seeds: 1\nbudget: {total_steps: 1000, eval_every: 500}\nexperiments:\n"
+                    "  - {algo: ppo, envs: [CartPole-v1], hyperparameters: {clip_rang: 0.1}}\n")
+    return path
+
+
+def test_suites_are_checked_and_planned_without_torch(tmp_path):
     """``import agents`` and its ``ConfigError`` load no torch (the package's face loads on first
-    use), so a command refusing a results directory or a suite name answers in a fraction of a
-    second; the registry still resolves on first use."""
+    use), and the registry, the Config classes and a suite's validation are torch-free: a command
+    refusing a results directory, a suite name or a suite's hyperparameter, and a dry run's plan on
+    a fresh results directory, answer in a fraction of a second; the learners resolve on first use."""
     import subprocess
     import sys
 
@@ -114,6 +122,11 @@ def test_refusals_before_a_suite_is_read_answer_without_torch(tmp_path):
                     ["tune", "show", "ppo-CartPole-v1", "--results-dir", str(tmp_path / "nowhere")]):
         refused = subprocess.run([sys.executable, "-c", probe, *command], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert refused.stdout.split() == ["False", "False", "2"], (command, refused.stdout, refused.stderr)
+    for command in (["run", "--suite", "smoke", "--dry-run", "--results-dir", str(tmp_path / "fresh")],
+                    ["run", "--suite", str(bad_suite(tmp_path)), "--results-dir", str(tmp_path / "fresh")]):
+        planned = subprocess.run([sys.executable, "-c", probe, *command], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert planned.stdout.split()[-3:] == ["False", "False", "0" if "--dry-run" in command else "2"], (command, planned.stdout, planned.stderr)
+    assert "clip_range" in planned.stderr and "did you mean 'clip_range'" in planned.stderr
     face = "import agents; print(agents.make.__module__, agents.ALGORITHMS['ppo'].__name__, agents.envs.__name__)"
     loaded = subprocess.run([sys.executable, "-c", face], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert loaded.stdout.split() == ["agents.registry", "PPO", "agents.envs"], loaded.stderr

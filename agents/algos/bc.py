@@ -26,51 +26,21 @@ from __future__ import annotations
 
 import math
 import zipfile
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 import numpy as np
 import torch
 from torch import nn
 
-from agents.api import Acted, Algorithm, ConfigError, Hyperparameters, Learner, Transitions, hp, set_gradients
+from agents.api import Acted, Algorithm, ConfigError, Learner, Transitions, set_gradients
+from agents.configs.bc import OPTIMIZER_NAMES, BCConfig
 from agents.envs import EnvSpec, env_spec
 from agents.nets.distributions import Categorical, DiagGaussian
 from agents.nets.mlp import mlp
 from agents.optim import adam
 
 OPTIMIZERS = {"adam": adam, "sgd": torch.optim.SGD, "rmsprop": torch.optim.RMSprop}
-
-
-@dataclass
-class BCConfig(Hyperparameters):
-    """Behavioral cloning; garage's BC defaults."""
-
-    expert: str | None = hp(None)
-    """A policy checkpoint of this suite (.pt), a dataset (.npz) or minari:<dataset id>."""
-    loss: str = hp("log_prob", choices=("log_prob", "mse"))
-    """log_prob: maximize the learner's likelihood of the expert's actions; mse: regress them."""
-    policy: str = hp("stochastic", choices=("stochastic", "deterministic"))
-    """stochastic: categorical or Gaussian (state-independent log-std); deterministic: an MLP
-    giving the action (continuous actions only)."""
-    batch_size: int = hp(1000, ge=1)
-    """Expert transitions per epoch."""
-    minibatches_per_epoch: int = hp(16, ge=1)
-    """Optimizer steps per epoch, each on a 1/minibatches_per_epoch share of the batch."""
-    optimizer: str = hp("adam", choices=tuple(OPTIMIZERS))
-    """The policy's optimizer."""
-    learning_rate: float = hp(1e-3, gt=0.0, le=1.0)
-    """Its step size."""
-    hidden_sizes: tuple[int, ...] = hp((64, 64), ge=1)
-    """Learner hidden layers."""
-    activation: str = hp("tanh", choices=("tanh", "relu", "elu", "gelu"))
-    """Learner hidden activation."""
-    initial_log_std: float = hp(0.0)
-    """Initial log-std of a Gaussian learner."""
-    expert_deterministic: bool = hp(True)
-    """An expert policy acts with its deterministic action (the behaviour it is scored on)."""
-
+assert tuple(OPTIMIZERS) == OPTIMIZER_NAMES, "BCConfig offers the optimizers built here"
 
 class LearnerNetwork(nn.Module):
     """The cloned policy: logits, a Gaussian mean with a state-independent log-std, or an action."""
@@ -211,6 +181,14 @@ def _is_dataset(source: str) -> bool:
     return source.startswith("minari:") or source.endswith(".npz")
 
 
+def check_expert(source: str, spec: EnvSpec) -> None:
+    """ConfigError unless ``source`` (a checkpoint, a dataset or a minari id) holds an expert for ``spec``."""
+    if _is_dataset(source):
+        check_dataset(source, spec)
+    else:
+        load_expert_checkpoint(source, spec)
+
+
 class BC(Algorithm):
     """Behavioral cloning of an expert policy (acting in the training envs) or a dataset."""
 
@@ -218,29 +196,6 @@ class BC(Algorithm):
     Config: ClassVar[type[BCConfig]] = BCConfig
     tunable_parameters = ("learning_rate",)
     config: BCConfig
-
-    @classmethod
-    def check_config(cls, config: Any, spec: Any) -> None:
-        if config.expert is None:
-            raise ConfigError("bc needs an expert: a policy checkpoint (.pt) of this suite, a dataset (.npz) or minari:<dataset id>")
-        if not config.expert.startswith("minari:") and not Path(config.expert).is_file():
-            raise ConfigError(f"bc expert {config.expert!r} does not exist")
-        if not config.expert.startswith("minari:") and not config.expert.endswith((".pt", ".npz")):
-            raise ConfigError(f"bc expert {config.expert!r} is neither a checkpoint (.pt) nor a dataset (.npz)")
-        if config.loss == "log_prob" and config.policy == "deterministic":
-            raise ConfigError("loss log_prob needs a stochastic learner (policy: stochastic); a deterministic one clones with loss mse")
-        if spec.discrete and (config.loss == "mse" or config.policy == "deterministic"):
-            raise ConfigError(f"{spec.env_id} has discrete actions: bc clones them with policy stochastic and loss log_prob")
-        if spec.multi_discrete:
-            raise ConfigError(f"bc cannot clone {spec.env_id}'s {spec.action_space_name} actions")
-        if config.normalize_observations or config.normalize_rewards:
-            raise ConfigError("bc learns on raw observations (an expert normalizes with its own statistics): set normalize_observations and normalize_rewards to false")
-        if config.minibatches_per_epoch > config.batch_size:
-            raise ConfigError(f"minibatches_per_epoch {config.minibatches_per_epoch} exceeds batch_size {config.batch_size}")
-        if _is_dataset(config.expert):
-            check_dataset(config.expert, spec)
-        else:
-            load_expert_checkpoint(config.expert, spec)
 
     def __init__(self, spec: EnvSpec, config: BCConfig, total_steps: int, device: torch.device | str = "cpu", seed: int = 0):
         self.check_env_spec(spec)

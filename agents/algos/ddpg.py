@@ -32,69 +32,19 @@ sigma~ 0.2, c 0.5, d 2, 25,000 initial random steps).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import torch
 
-from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, OffPolicySeedBatch, per_seed_weighted_mse, weighted_mse
+from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, per_seed_weighted_mse, weighted_mse
 from agents.algos.seeds import stacked_noise
-from agents.api import Transitions, hp, parameters_of
+from agents.api import Transitions, parameters_of
+from agents.configs.ddpg import DDPGConfig, TD3Config
 from agents.nets import polyak_update
 from agents.nets.distributions import standard_normal
-from agents.nets.offpolicy import DeterministicActor, make_critics
+from agents.nets.offpolicy import DeterministicActor, NetworkShape, make_critics
 from agents.nets.stacked import StackedActorTrunk, StackedCritics
 from agents.optim import adam
-
-
-@dataclass
-class DDPGConfig(OffPolicyConfig):
-    """DDPG hyperparameters; defaults from Lillicrap et al. (2016) Sec. 7."""
-
-    batch_size: int = hp(64, ge=1)
-    learning_starts: int = hp(64, ge=0)
-    hidden_sizes: tuple[int, ...] = hp((400, 300), ge=1)
-    actor_lr: float = hp(1e-4, gt=0.0, le=1.0)
-    """Adam step size of the actor."""
-    critic_lr: float = hp(1e-3, gt=0.0, le=1.0)
-    """Adam step size of the critics."""
-    critic_weight_decay: float = hp(1e-2, ge=0.0)
-    """L2 penalty on the critic weights (Adam weight_decay)."""
-    tau: float = hp(0.001, gt=0.0, le=1.0)
-    """Polyak coefficient of the target networks."""
-    exploration_noise: str = hp("ou", choices=("ou", "gaussian"))
-    """Ornstein-Uhlenbeck (temporally correlated) or independent Gaussian action noise."""
-    noise_sigma: float = hp(0.2, ge=0.0)
-    """Noise scale, in units of half the action range."""
-    ou_theta: float = hp(0.15, ge=0.0)
-    """Mean reversion rate of the OU process."""
-    num_critics: int = hp(1, ge=1)
-    """Q-functions; targets use their minimum."""
-    policy_delay: int = hp(1, ge=1)
-    """Critic steps per actor (and target) step."""
-    target_policy_noise: float = hp(0.0, ge=0.0)
-    """Std of the Gaussian noise on target actions (TD3's smoothing; 0 disables it)."""
-    target_noise_clip: float = hp(0.5, ge=0.0)
-    """Clip of the target action noise."""
-
-
-@dataclass
-class TD3Config(DDPGConfig):
-    """TD3 hyperparameters; defaults from Fujimoto et al.'s reference implementation."""
-
-    batch_size: int = hp(256, ge=1)
-    start_steps: int = hp(25_000, ge=0)
-    learning_starts: int = hp(25_000, ge=0)
-    hidden_sizes: tuple[int, ...] = hp((256, 256), ge=1)
-    actor_lr: float = hp(3e-4, gt=0.0, le=1.0)
-    critic_lr: float = hp(3e-4, gt=0.0, le=1.0)
-    critic_weight_decay: float = hp(0.0, ge=0.0)
-    tau: float = hp(0.005, gt=0.0, le=1.0)
-    exploration_noise: str = hp("gaussian", choices=("ou", "gaussian"))
-    noise_sigma: float = hp(0.1, ge=0.0)
-    num_critics: int = hp(2, ge=1)
-    policy_delay: int = hp(2, ge=1)
-    target_policy_noise: float = hp(0.2, ge=0.0)
 
 
 class DDPG(OffPolicyAlgorithm):
@@ -103,12 +53,11 @@ class DDPG(OffPolicyAlgorithm):
     name = "ddpg"
     Config = DDPGConfig
     config: DDPGConfig
-    supports_discrete = False
     tunable_parameters = ("actor_lr", "critic_lr", "tau", "noise_sigma", "batch_size", "gradient_steps")
 
     def __init__(self, env_spec, config: DDPGConfig, total_steps: int, device: torch.device | str = "cpu", seed: int = 0):
         super().__init__(env_spec, config, total_steps, device, seed)
-        shape = config.network_shape()
+        shape = NetworkShape.of(config)
         self.actor = DeterministicActor(self.obs_dim, env_spec.num_actions, shape).to(self.device)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic = make_critics(self.obs_dim, False, env_spec.num_actions, shape, config.num_critics).to(self.device)

@@ -22,49 +22,19 @@ al. 2019, without its value rescaling).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, OffPolicySeedBatch
+from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch
 from agents.algos.seeds import clip_per_seed
-from agents.api import hp, parameters_of
+from agents.api import parameters_of
+from agents.configs.dqn import DQNConfig
 from agents.nets import polyak_update
 from agents.nets.offpolicy import DiscreteQ
 from agents.nets.stacked import StackedDiscreteQ
 from agents.optim import adam, clip_gradients
-
-
-@dataclass
-class DQNConfig(OffPolicyConfig):
-    """DQN hyperparameters; defaults from Mnih et al. (2015) and SB3 (see module docstring)."""
-
-    batch_size: int = hp(32, ge=1)
-    learning_starts: int = hp(50_000, ge=0)
-    update_every: int = hp(4, ge=1)
-    hidden_sizes: tuple[int, ...] = hp((64, 64), ge=1)
-    learning_rate: float = hp(1e-4, gt=0.0, le=1.0)
-    """Adam step size."""
-    double_q: bool = hp(True)
-    """Double DQN: the online network picks the next action, the target network values it."""
-    dueling: bool = hp(False)
-    """Dueling value/advantage head."""
-    huber: bool = hp(True)
-    """Huber (smooth L1) loss instead of squared error."""
-    max_grad_norm: float | None = hp(10.0, gt=0.0)
-    """Clip the global gradient norm (None: no clipping)."""
-    target_update_every: int = hp(10_000, ge=1)
-    """Gradient steps between target network updates."""
-    tau: float = hp(1.0, gt=0.0, le=1.0)
-    """Target update coefficient: 1 copies the online network (hard update), < 1 is Polyak averaging."""
-    epsilon_start: float = hp(1.0, ge=0.0, le=1.0)
-    """Exploration rate at the start of training."""
-    epsilon_final: float = hp(0.05, ge=0.0, le=1.0)
-    """Exploration rate after the decay."""
-    exploration_fraction: float = hp(0.1, gt=0.0, le=1.0)
-    """Fraction of the training budget over which epsilon decays linearly."""
 
 
 class DQN(OffPolicyAlgorithm):
@@ -73,8 +43,6 @@ class DQN(OffPolicyAlgorithm):
     name = "dqn"
     Config = DQNConfig
     config: DQNConfig
-    supports_continuous = False
-    supports_recurrent = True
     tunable_parameters = ("learning_rate", "batch_size", "gradient_steps", "epsilon_final", "target_update_every")
 
     def __init__(self, env_spec, config: DQNConfig, total_steps: int, device: torch.device | str = "cpu", seed: int = 0):

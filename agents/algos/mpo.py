@@ -30,51 +30,16 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
 import torch.nn.functional as F
 
-from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, weighted_mse
-from agents.api import hp, parameters_of
-from agents.nets.offpolicy import GaussianActor, make_critics
+from agents.algos.offpolicy import OffPolicyAlgorithm, weighted_mse
+from agents.api import parameters_of
+from agents.configs.mpo import MPOConfig
+from agents.nets.offpolicy import GaussianActor, NetworkShape, make_critics
 from agents.optim import adam, clip_gradients
-
-
-@dataclass
-class MPOConfig(OffPolicyConfig):
-    """MPO hyperparameters; defaults from Acme's MPO agent (see module docstring)."""
-
-    learning_starts: int = hp(1_000, ge=0)
-    actor_lr: float = hp(1e-4, gt=0.0, le=1.0)
-    """Adam step size of the policy."""
-    critic_lr: float = hp(1e-4, gt=0.0, le=1.0)
-    """Adam step size of the critic."""
-    dual_lr: float = hp(1e-2, gt=0.0, le=1.0)
-    """Adam step size of the temperature and the Lagrange multipliers."""
-    epsilon: float = hp(0.1, gt=0.0)
-    """E-step KL bound between the improved non-parametric policy and the old policy."""
-    epsilon_mean: float = hp(2.5e-3, gt=0.0)
-    """M-step KL bound on the change of the mean."""
-    epsilon_stddev: float = hp(1e-6, gt=0.0)
-    """M-step KL bound on the change of the standard deviation."""
-    num_action_samples: int = hp(20, ge=1)
-    """Actions sampled per state for the E-step and the critic target."""
-    initial_temperature: float = hp(1.3133, gt=0.0)
-    """Starting eta (Acme: softplus(1))."""
-    initial_alpha_mean: float = hp(1.3133, gt=0.0)
-    """Starting Lagrange multiplier of the mean constraint (Acme: softplus(1))."""
-    initial_alpha_stddev: float = hp(10.0, gt=0.0)
-    """Starting Lagrange multiplier of the std constraint."""
-    per_dim_constraints: bool = hp(True)
-    """One multiplier (and KL bound) per action dimension instead of one for the sum."""
-    target_update_every: int = hp(100, ge=1)
-    """Gradient steps between copies into the target policy and critic."""
-    num_critics: int = hp(1, ge=1)
-    """Q-functions; targets use their minimum."""
-    max_grad_norm: float | None = hp(40.0, gt=0.0)
-    """Clip each network's gradient norm (None: no clipping)."""
 
 
 def _inverse_softplus(x: float) -> float:
@@ -111,12 +76,11 @@ class MPO(OffPolicyAlgorithm):
     name = "mpo"
     Config = MPOConfig
     config: MPOConfig
-    supports_discrete = False
     tunable_parameters = ("actor_lr", "critic_lr", "dual_lr", "batch_size", "gradient_steps")
 
     def __init__(self, env_spec, config: MPOConfig, total_steps: int, device: torch.device | str = "cpu", seed: int = 0):
         super().__init__(env_spec, config, total_steps, device, seed)
-        shape, action_dim = config.network_shape(), env_spec.num_actions
+        shape, action_dim = NetworkShape.of(config), env_spec.num_actions
         self.actor = GaussianActor(self.obs_dim, action_dim, shape).to(self.device)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic = make_critics(self.obs_dim, False, action_dim, shape, config.num_critics).to(self.device)

@@ -11,7 +11,7 @@ Step counts are env steps summed over parallel envs, so the ratio of gradient st
 collected transitions does not depend on num_envs. Subclasses implement the policy
 (``policy_actions``), the losses (``compute_gradients``) and the optimizer step.
 
-Recurrent variants (``recurrent: gru | lstm``, for algorithms with ``supports_recurrent``) put
+Recurrent variants (``recurrent: gru | lstm``, for algorithms whose Config ``supports_recurrent``) put
 a ``RecurrentEncoder`` in front of every head: the actor acts on its features and stores its
 hidden state with each step; updates sample sequences, burn in the stored state over the
 first ``burn_in`` steps without gradients (R2D2), and train on the rest. Losses read three
@@ -24,83 +24,20 @@ from __future__ import annotations
 
 import abc
 import copy
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from agents.algos.seeds import SeedBatch, per_seed_logs, stack_batches
-from agents.api import Acted, Algorithm, ConfigError, Hyperparameters, Transitions, hp, set_gradients
+from agents.api import Acted, Algorithm, Transitions, set_gradients
 from agents.buffers import HindsightRelabeler, PrioritizedSampler, RecentExperience, ReplayBuffer, SequenceReplayBuffer
-from agents.buffers.recent import ANNEAL_SCHEDULES
+from agents.configs.offpolicy import OffPolicyConfig
 from agents.envs import EnvSpec, goal_functions
 from agents.nets import polyak_update
 from agents.nets.offpolicy import NetworkShape
 from agents.nets.recurrent import RecurrentEncoder
-
-
-@dataclass
-class OffPolicyConfig(Hyperparameters):
-    """Replay, warm-up and network settings shared by DDPG, TD3, SAC, DQN and MPO."""
-
-    buffer_size: int = hp(1_000_000, ge=1)
-    """Replay capacity in transitions."""
-    batch_size: int = hp(256, ge=1)
-    """Transitions per gradient step."""
-    start_steps: int = hp(0, ge=0)
-    """Env steps of uniform-random actions at the start of training."""
-    learning_starts: int = hp(0, ge=0)
-    """Env steps collected before the first gradient step (warm-up)."""
-    update_every: int = hp(1, ge=1)
-    """Env steps between updates."""
-    gradient_steps: int = hp(1, ge=1)
-    """Gradient steps per update (per update_every env steps)."""
-    reward_scale: float = hp(1.0, gt=0.0)
-    """Rewards are multiplied by this before storage."""
-    n_step: int = hp(1, ge=1)
-    """Length of multi-step returns (cut at episode ends)."""
-    prioritized: bool = hp(False)
-    """Prioritized experience replay (Schaul et al. 2016)."""
-    per_alpha: float = hp(0.6, ge=0.0)
-    """How much prioritization is used (0 = uniform)."""
-    per_beta: float = hp(0.4, ge=0.0, le=1.0)
-    """Initial importance-sampling exponent, annealed to 1 over training."""
-    per_eps: float = hp(1e-6, gt=0.0)
-    """Added to |TD error| so no transition gets zero priority."""
-    emphasize_recent: bool = hp(False)
-    """Emphasizing recent experience (Wang & Ross 2019)."""
-    ere_eta: float = hp(0.996, gt=0.0, le=1.0)
-    """ERE's initial eta (1 = uniform)."""
-    ere_c_min: int = hp(5_000, ge=1)
-    """ERE's smallest window, in transitions."""
-    ere_anneal: str = hp("performance", choices=ANNEAL_SCHEDULES)
-    """How eta moves toward 1: by recent improvement, linearly in time, or not at all."""
-    her_strategy: str = hp("none", choices=("none", "future", "final", "episode"))
-    """Hindsight relabeling of goals (goal envs only); none disables it."""
-    her_k: int = hp(4, ge=0)
-    """HER relabel ratio: k relabeled transitions per original one (fraction k / (k + 1))."""
-    hidden_sizes: tuple[int, ...] = hp((256, 256), ge=1)
-    """Widths of the common trunk of every network."""
-    activation: str = hp("relu", choices=("tanh", "relu", "elu", "gelu"))
-    """Hidden activation."""
-    obs_extractor_sizes: tuple[int, ...] = hp((), ge=1)
-    """Observation feature extractor widths (empty: identity)."""
-    act_extractor_sizes: tuple[int, ...] = hp((), ge=1)
-    """Action feature extractor widths of the critics (empty: identity)."""
-    recurrent: str = hp("none", choices=("none", "gru", "lstm"))
-    """Recurrent encoder in front of every network (dqn and sac); none for feed-forward."""
-    recurrent_size: int = hp(128, ge=1)
-    """Hidden units of the recurrent cell."""
-    sequence_length: int = hp(80, ge=1)
-    """Steps per replayed sequence that the loss covers (R2D2: 80)."""
-    burn_in: int = hp(40, ge=0)
-    """Steps before each sequence that only recompute the hidden state (R2D2: 40)."""
-    sequence_overlap: float = hp(0.5, ge=0.0, lt=1.0)
-    """Fraction of a sequence shared with the next one of the same env (R2D2: 0.5)."""
-
-    def network_shape(self) -> NetworkShape:
-        return NetworkShape(self.hidden_sizes, self.activation, self.obs_extractor_sizes, self.act_extractor_sizes)
 
 
 class OffPolicyAlgorithm(Algorithm):
@@ -108,8 +45,6 @@ class OffPolicyAlgorithm(Algorithm):
 
     Config: ClassVar[type[OffPolicyConfig]]
     config: OffPolicyConfig
-    #: whether ``recurrent: gru | lstm`` is implemented
-    supports_recurrent: ClassVar[bool] = False
     has_replay_buffer: ClassVar[bool] = True
 
     def __init__(
@@ -152,7 +87,7 @@ class OffPolicyAlgorithm(Algorithm):
 
     def head_shape(self) -> NetworkShape:
         """Layer sizes of the networks after the encoder (its extractor is the encoder's when recurrent)."""
-        shape = self.config.network_shape()
+        shape = NetworkShape.of(self.config)
         return replace(shape, obs_extractor_sizes=()) if self.recurrent else shape
 
     def encoder_modules(self) -> dict[str, torch.nn.Module]:
@@ -203,28 +138,6 @@ class OffPolicyAlgorithm(Algorithm):
             recent=recent,
             relabeler=relabeler,
         )
-
-    @classmethod
-    def check_config(cls, config: OffPolicyConfig, spec: EnvSpec) -> None:
-        """The replay options must fit the env and each other."""
-        if config.her_strategy != "none":
-            if spec.goal is None:
-                raise ConfigError(f"her_strategy={config.her_strategy!r} needs a goal env; {spec.env_id} has no desired_goal")
-            if config.n_step > 1:
-                raise ConfigError("her_strategy cannot be combined with n_step > 1 (relabeling recomputes one-step rewards)")
-            if config.normalize_observations or config.normalize_rewards:
-                raise ConfigError("her_strategy needs raw observations and rewards: set normalize_observations and normalize_rewards to false")
-        if config.recurrent != "none":
-            if not cls.supports_recurrent:
-                raise ConfigError(f"{cls.name} has no recurrent variant; recurrent={config.recurrent!r} works with dqn and sac")
-            combined = [name for name, on in (
-                ("prioritized", config.prioritized),
-                ("emphasize_recent", config.emphasize_recent),
-                ("her_strategy", config.her_strategy != "none"),
-                ("n_step > 1", config.n_step > 1),
-            ) if on]
-            if combined:
-                raise ConfigError(f"recurrent sequence replay cannot be combined with {', '.join(combined)}")
 
     # -- acting and collecting --------------------------------------------------------------
 

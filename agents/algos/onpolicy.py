@@ -18,7 +18,6 @@ they were acted from, with the state zeroed where an episode began.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
 from typing import Any, ClassVar, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -26,8 +25,9 @@ import torch
 import torch.nn.functional as F
 
 from agents.algos.seeds import SeedBatch, clip_per_seed, stack_batches, stacked_noise
-from agents.api import Acted, Algorithm, ConfigError, Hyperparameters, Transitions, hp, parameters_of, set_gradients
+from agents.api import Acted, Algorithm, Transitions, parameters_of, set_gradients
 from agents.buffers import RolloutStorage
+from agents.configs.onpolicy import OnPolicyConfig, PolicyGradientOptions
 from agents.envs import EnvSpec
 from agents.nets import ActorCritic
 from agents.nets.distributions import DiagGaussian
@@ -35,111 +35,34 @@ from agents.nets.policies import PolicyDistribution
 from agents.nets.stacked import StackedActorCritic
 from agents.optim import adam, clip_gradients
 
-ENTROPY_METHODS = ("no_entropy", "regularized", "max")
 PARTS = ("policy", "value")
 
 
-@dataclass
-class PolicyGradientOptions(Hyperparameters):
-    """The advantage and entropy options of garage's policy-gradient family, shared by the
-    on-policy algorithms and MAML, with the transformations they name."""
-
-    gae_lambda: float = hp(0.95, ge=0.0, le=1.0)
-    """GAE lambda (1: Monte-Carlo returns minus the baseline; 0: one-step TD errors)."""
-    center_adv: bool = hp(True)
-    """Standardize advantages to mean 0, std 1 over the batch the loss sees."""
-    positive_adv: bool = hp(False)
-    """Shift advantages to be positive (after centering, if both)."""
-    entropy_method: str = hp("no_entropy", choices=ENTROPY_METHODS)
-    """no_entropy; regularized: entropy bonus in the objective; max: entropy added to every reward."""
-    policy_ent_coeff: float = hp(0.0, ge=0.0)
-    """Weight of the policy entropy under regularized or max."""
-    use_softplus_entropy: bool = hp(False)
-    """Pass the entropy through softplus, so the bonus never turns negative (Gaussian policies)."""
-    stop_entropy_gradient: bool = hp(False)
-    """Treat the regularized entropy bonus as a constant (no gradient through it)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.entropy_method == "no_entropy" and self.policy_ent_coeff > 0:
-            raise ConfigError(
-                f"policy_ent_coeff is {self.policy_ent_coeff} but entropy_method is 'no_entropy'; "
-                "set entropy_method to 'regularized' or 'max', or policy_ent_coeff to 0"
-            )
-
-    def process_advantages(self, advantages: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-        """center_adv, then positive_adv: over all elements, or along ``dim`` (each seed's
-        batch on its own, in a batch of seeds)."""
-        over = {} if dim is None else {"dim": dim, "keepdim": True}
-        if self.center_adv and (advantages.numel() if dim is None else advantages.shape[dim]) > 1:
-            advantages = (advantages - advantages.mean(**over)) / (advantages.std(**over) + 1e-8)
-        if self.positive_adv:
-            advantages = advantages - (advantages.min() if dim is None else advantages.min(dim=dim, keepdim=True).values) + 1e-8
-        return advantages
-
-    def entropy_transform(self, entropy: torch.Tensor) -> torch.Tensor:
-        """softplus(H) under use_softplus_entropy, else H."""
-        return F.softplus(entropy) if self.use_softplus_entropy else entropy
-
-    def entropy_bonus(self, entropy: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-        """The objective's entropy term (B,) -> scalar: policy_ent_coeff * mean H under
-        'regularized', else 0; with ``dim``, the mean along it (one term per seed)."""
-        if self.entropy_method != "regularized":
-            return entropy.new_zeros(())
-        entropy = self.entropy_transform(entropy)
-        if self.stop_entropy_gradient:
-            entropy = entropy.detach()
-        return self.policy_ent_coeff * (entropy.mean() if dim is None else entropy.mean(dim=dim))
+def process_advantages(options: PolicyGradientOptions, advantages: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """center_adv, then positive_adv: over all elements, or along ``dim`` (each seed's batch on
+    its own, in a batch of seeds)."""
+    over = {} if dim is None else {"dim": dim, "keepdim": True}
+    if options.center_adv and (advantages.numel() if dim is None else advantages.shape[dim]) > 1:
+        advantages = (advantages - advantages.mean(**over)) / (advantages.std(**over) + 1e-8)
+    if options.positive_adv:
+        advantages = advantages - (advantages.min() if dim is None else advantages.min(dim=dim, keepdim=True).values) + 1e-8
+    return advantages
 
 
-@dataclass
-class OnPolicyConfig(PolicyGradientOptions):
-    """Options every on-policy algorithm accepts; each algorithm sets its published defaults."""
+def entropy_transform(options: PolicyGradientOptions, entropy: torch.Tensor) -> torch.Tensor:
+    """softplus(H) under use_softplus_entropy, else H."""
+    return F.softplus(entropy) if options.use_softplus_entropy else entropy
 
-    num_steps: int = hp(2048, ge=1)
-    """Steps collected per env between updates (the horizon T)."""
-    learning_rate: float = hp(3e-4, gt=0.0, le=1.0)
-    """Step size of the policy optimizer (of the value function's for TRPO)."""
-    anneal_lr: bool = hp(False)
-    """Decay the learning rates linearly to 0 over the run."""
-    value_coef: float = hp(0.5, ge=0.0)
-    """Weight of the value loss where policy and value are optimized as one loss."""
-    value_clip_range: float | None = hp(None, gt=0.0)
-    """Clip the value update to old value +- this (ppo2); None: plain squared error."""
-    max_grad_norm: float | None = hp(None, gt=0.0)
-    """Clip the global gradient norm of each optimizer's parameters (None: no clipping)."""
-    shared_network: bool = hp(False)
-    """One trunk with policy and value heads, instead of two networks."""
-    hidden_sizes: tuple[int, ...] = hp((64, 64), ge=1)
-    """Hidden layer widths."""
-    activation: str = hp("tanh", choices=("tanh", "relu", "elu", "gelu"))
-    """Hidden activation."""
-    initial_log_std: float = hp(0.0)
-    """Initial log standard deviation of the Gaussian policy (Box actions)."""
-    recurrent: str | None = hp(None, choices=("gru", "lstm"))
-    """A GRU or LSTM cell in front of each network (None: feed-forward)."""
-    recurrent_size: int = hp(64, ge=1)
-    """Width of the recurrent state (per network)."""
-    sequence_length: int | None = hp(None, ge=1)
-    """Length of the replayed sequences of a recurrent policy; must divide num_steps (None: num_steps)."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.sequence_length is not None and self.num_steps % self.sequence_length:
-            raise ConfigError(f"sequence_length {self.sequence_length} must divide num_steps {self.num_steps}")
-
-    @property
-    def num_sequences(self) -> int:
-        """Sequences per rollout for a recurrent policy."""
-        return self.num_envs * (self.num_steps // (self.sequence_length or self.num_steps))
-
-    def check_minibatches(self, name: str, count: int) -> None:
-        """ConfigError if a rollout cannot be split into ``count`` minibatches."""
-        available = self.num_sequences if self.recurrent else self.num_envs * self.num_steps
-        unit = "sequences (num_envs x num_steps / sequence_length)" if self.recurrent else "samples (num_envs x num_steps)"
-        if count > available:
-            raise ConfigError(f"{name} is {count} but a rollout has only {available} {unit}")
-
+def entropy_bonus(options: PolicyGradientOptions, entropy: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """The objective's entropy term (B,) -> scalar: policy_ent_coeff * mean H under 'regularized',
+    else 0; with ``dim``, the mean along it (one term per seed)."""
+    if options.entropy_method != "regularized":
+        return entropy.new_zeros(())
+    entropy = entropy_transform(options, entropy)
+    if options.stop_entropy_gradient:
+        entropy = entropy.detach()
+    return options.policy_ent_coeff * (entropy.mean() if dim is None else entropy.mean(dim=dim))
 
 class OnPolicyAlgorithm(Algorithm):
     """Acting, rollout storage, returns and the shared losses; subclasses write ``_optimize``.
@@ -150,7 +73,6 @@ class OnPolicyAlgorithm(Algorithm):
     """
 
     Config: ClassVar[type[OnPolicyConfig]] = OnPolicyConfig
-    supports_multi_discrete = True
     tunable_parameters: ClassVar[tuple[str, ...]] = (
         "learning_rate",
         "policy_ent_coeff",
@@ -206,11 +128,6 @@ class OnPolicyAlgorithm(Algorithm):
         if not env_spec.discrete:
             self._action_low = np.asarray(env_spec.action_low, dtype=np.float32)
             self._action_high = np.asarray(env_spec.action_high, dtype=np.float32)
-
-    @classmethod
-    def check_config(cls, config: Any, spec: Any) -> None:
-        if config.recurrent is None and config.sequence_length is not None:
-            raise ConfigError("sequence_length applies only to recurrent policies; set recurrent to gru or lstm")
 
     # -- optimizers and schedules -----------------------------------------------------------
 
@@ -340,7 +257,7 @@ class OnPolicyAlgorithm(Algorithm):
     def _finish_rollout(self) -> dict[str, float]:
         config, logs = self.config, {}
         if config.entropy_method == "max":
-            bonus = config.policy_ent_coeff * self.config.entropy_transform(self.storage.entropies)
+            bonus = config.policy_ent_coeff * entropy_transform(self.config, self.storage.entropies)
             self.storage.rewards += bonus
             logs["entropy_reward"] = float(bonus.mean())
         if self.actor_critic.separate_feed_forward:
@@ -374,11 +291,11 @@ class OnPolicyAlgorithm(Algorithm):
 
     def process_advantages(self, advantages: torch.Tensor) -> torch.Tensor:
         """center_adv, then positive_adv."""
-        return self.config.process_advantages(advantages)
+        return process_advantages(self.config, advantages)
 
     def entropy_bonus(self, entropy: torch.Tensor) -> torch.Tensor:
         """policy_ent_coeff * mean H under 'regularized', else 0."""
-        return self.config.entropy_bonus(entropy)
+        return entropy_bonus(self.config, entropy)
 
     @property
     def value_clip_range(self) -> float | None:
@@ -585,11 +502,11 @@ class OnPolicySeedBatch(SeedBatch):
             dist: PolicyDistribution = DiagGaussian(outputs, self.network.log_std.unsqueeze(1))
         else:
             dist = self.distribution(outputs)
-        advantages = config.process_advantages(batch["advantages"], dim=-1)
+        advantages = process_advantages(config, batch["advantages"], dim=-1)
         policy_loss, info = self._policy_loss(dist, batch, advantages)
         entropy = dist.entropy()
         value_loss = first.value_loss(values, batch["values"], batch["returns"], dim=-1)
-        loss = policy_loss - config.entropy_bonus(entropy, dim=-1) + config.value_coef * value_loss
+        loss = policy_loss - entropy_bonus(config, entropy, dim=-1) + config.value_coef * value_loss
         info.update(policy_loss=policy_loss.detach(), entropy=entropy.detach().mean(dim=-1), value_loss=value_loss.detach())
         return loss, info
 

@@ -27,44 +27,20 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, OffPolicySeedBatch, per_seed_weighted_mse, weighted_mse
+from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, per_seed_weighted_mse, weighted_mse
 from agents.algos.seeds import stacked_noise
-from agents.api import hp, parameters_of
+from agents.api import parameters_of
+from agents.configs.sac import SACConfig
 from agents.nets import polyak_update
 from agents.nets.distributions import Categorical, TanhGaussian
 from agents.nets.offpolicy import CategoricalActor, SquashedGaussianActor, make_critics
 from agents.nets.stacked import StackedActorTrunk, StackedCritics, stack_parameters
 from agents.optim import adam
-
-
-@dataclass
-class SACConfig(OffPolicyConfig):
-    """SAC hyperparameters; defaults from Haarnoja et al. (2018b) Table 1."""
-
-    start_steps: int = hp(5_000, ge=0)
-    learning_starts: int = hp(5_000, ge=0)
-    actor_lr: float = hp(3e-4, gt=0.0, le=1.0)
-    """Adam step size of the actor."""
-    critic_lr: float = hp(3e-4, gt=0.0, le=1.0)
-    """Adam step size of the critics."""
-    alpha_lr: float = hp(3e-4, gt=0.0, le=1.0)
-    """Adam step size of log(alpha) when tuned automatically."""
-    tau: float = hp(0.005, gt=0.0, le=1.0)
-    """Polyak coefficient of the target critics."""
-    alpha: float | None = hp(None, gt=0.0)
-    """Fixed entropy temperature; None tunes it automatically toward target_entropy."""
-    initial_alpha: float = hp(1.0, gt=0.0)
-    """Starting temperature when tuned automatically."""
-    target_entropy: float | None = hp(None)
-    """Entropy target; None means -dim(A) (Box) or 0.98 log |A| (Discrete, Christodoulou 2019)."""
-    num_critics: int = hp(2, ge=1)
-    """Q-functions; targets and the actor use their minimum (clipped double Q)."""
 
 
 class SAC(OffPolicyAlgorithm):
@@ -73,7 +49,6 @@ class SAC(OffPolicyAlgorithm):
     name = "sac"
     Config = SACConfig
     config: SACConfig
-    supports_recurrent = True
     tunable_parameters = ("actor_lr", "critic_lr", "alpha_lr", "tau", "batch_size", "gradient_steps")
 
     def __init__(self, env_spec, config: SACConfig, total_steps: int, device: torch.device | str = "cpu", seed: int = 0):

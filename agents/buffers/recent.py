@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-ANNEAL_SCHEDULES = ("performance", "linear", "none")
+from agents.configs.offpolicy import ANNEAL_SCHEDULES
 
 
 class RecentExperience:

@@ -18,7 +18,7 @@ each step and what replayed sequences burn in.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +37,11 @@ class NetworkShape:
     activation: str = "relu"
     obs_extractor_sizes: tuple[int, ...] = ()
     act_extractor_sizes: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, config: Any) -> "NetworkShape":
+        """The shape an off-policy config sets (``agents.configs.offpolicy.OffPolicyConfig``)."""
+        return cls(config.hidden_sizes, config.activation, config.obs_extractor_sizes, config.act_extractor_sizes)
 
 
 class ContinuousQ(nn.Module):

@@ -34,11 +34,11 @@ def command_list(args: argparse.Namespace, console: Console) -> int:
         if what not in agents.ALGORITHMS:
             choices = [*sections, *sorted(agents.ALGORITHMS)]
             raise ConfigError(f"nothing to list as {what!r}{suggest(what, choices)}; list one of {', '.join(sections)} or an algorithm")
-        cls = agents.ALGORITHMS[what]
+        config_class = agents.config_class(what)
         table = TableData(f"{what}: hyperparameters", ["hyperparameter", "default"], names={"hyperparameter"},
-                          caption=f"defaults: {' '.join((cls.Config.__doc__ or '').split())}")
-        defaults = cls.Config()
-        for field in dataclasses.fields(cls.Config):
+                          caption=f"defaults: {' '.join((config_class.__doc__ or '').split())}")
+        defaults = config_class()
+        for field in dataclasses.fields(config_class):
             table.add(field.name, getattr(defaults, field.name))
         console.table(table)
         return 0
@@ -46,8 +46,8 @@ def command_list(args: argparse.Namespace, console: Console) -> int:
     if what in (None, "algorithms"):
         table = TableData("algorithms (list ALGO: its hyperparameters)", ["name", "actions", "what it is"], names={"name"})
         for name, cls in sorted(agents.ALGORITHMS.items()):
-            kinds = [kind for kind, ok in (("discrete", cls.supports_discrete), ("multi-discrete", cls.supports_multi_discrete),
-                                           ("box", cls.supports_continuous)) if ok]
+            kinds = [kind for kind, ok in (("discrete", cls.Config.supports_discrete), ("multi-discrete", cls.Config.supports_multi_discrete),
+                                           ("box", cls.Config.supports_continuous)) if ok]
             table.add(name, ", ".join(kinds), (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else "")
         tables.append(table)
     if what in (None, "buffers"):

@@ -22,7 +22,6 @@ from benchmark.bundles import BundledRun
 from benchmark.config import RunSpec, configurations
 from benchmark.execution import claims, estimate
 from benchmark.tables import TableData
-from benchmark.training import checkpoint
 
 
 @dataclass(frozen=True)
@@ -53,13 +52,23 @@ def run_states(specs: list[RunSpec], tracking_uri: str | None, suite_name: str, 
         elif claims_dir.is_dir() and (holder := claims.holder(claims_dir, key)) is not None:
             states.append(RunState(spec, "claimed", holder.describe()))
         else:
-            latest = checkpoint.run_directory(results_dir / "checkpoints", key) / checkpoint.LATEST
-            step = checkpoint.step_of(latest) if latest.exists() and not force else None
+            step = None if force else _checkpoint_step(results_dir / "checkpoints", key)
             if step:
                 states.append(RunState(spec, "resumes", f"from step {step:,}", step))
             else:
                 states.append(RunState(spec, "to train"))
     return states
+
+
+def _checkpoint_step(checkpoints: Path, run_key: str) -> int | None:
+    """The env step of the run's latest checkpoint, if it has one (reading one loads torch, so a
+    results directory without checkpoints answers without it)."""
+    if not checkpoints.is_dir():
+        return None
+    from benchmark.training import checkpoint
+
+    latest = checkpoint.run_directory(checkpoints, run_key) / checkpoint.LATEST
+    return checkpoint.step_of(latest) if latest.exists() else None
 
 
 def past_runs(tracking_uri: str | None, bundled: dict[str, BundledRun]) -> list[estimate.PastRun]:
@@ -201,14 +210,14 @@ def plan_processes(specs: list[RunSpec]) -> tuple[list[list[RunSpec]], list[str]
     ``seeds_in_process`` N > 1 go N at a time (trained as one batched model); every other spec
     alone. Also one notice per configuration that asked for batching but cannot have it (its
     seeds then train one per process)."""
-    from benchmark.training import loop as training_loop
-
     groups: list[list[RunSpec]] = []
     filling: dict[str, list[RunSpec]] = {}
     reasons: dict[str, str | None] = {}
     notices: list[str] = []
     for spec in specs:
         if spec.seeds_in_process > 1:
+            from benchmark.training import loop as training_loop  # whether a learner batches seeds: torch
+
             key = training_loop.batch_key(spec)
             if key not in reasons:
                 reasons[key] = training_loop.batchable(spec)

@@ -86,7 +86,7 @@ class Objective:
         params.update({f"budget.{key}": value for key, value in dataclasses.asdict(settings.budget).items()})
         try:
             hyperparameters = agents.resolve_config(settings.algo, overrides)
-            agents.algorithm_class(settings.algo).check_config(hyperparameters, env_spec(settings.env_id))
+            agents.check_config(settings.algo, hyperparameters, env_spec(settings.env_id))
         except ConfigError as error:
             hyperparameters = None
             infeasible = error

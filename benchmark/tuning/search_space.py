@@ -162,7 +162,7 @@ def available_search_spaces() -> list[str]:
 def load_search_space(algo: str, path: Path | None = None) -> SearchSpace:
     """The search space of ``algo`` (``suites/search/<algo>.yaml``, or the file at ``path``),
     validated against the algorithm's hyperparameters; ConfigError naming the problem."""
-    agents.algorithm_class(algo)  # an unknown algorithm is named as such first
+    agents.config_class(algo)  # an unknown algorithm is named as such first
     if path is None:
         path = SEARCH_DIR / f"{algo}.yaml"
         if not path.exists():
@@ -268,7 +268,7 @@ def _parse_distribution(name: str, spec: Any) -> Distribution:
 def _check_names(space: SearchSpace) -> None:
     """Every parameter and fixed value is a hyperparameter of the algorithm, and each
     condition names a parameter sampled before it."""
-    names = [field.name for field in dataclasses.fields(agents.algorithm_class(space.algo).Config)]
+    names = [field.name for field in dataclasses.fields(agents.config_class(space.algo))]
     for name in [*space.fixed, *(parameter.name for parameter in space.parameters)]:
         if name not in names:
             raise ConfigError(f"unknown hyperparameter {name!r} for {space.algo}{suggest(name, names)}; valid: {', '.join(sorted(names))}")

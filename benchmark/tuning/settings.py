@@ -94,7 +94,7 @@ def make_settings(
     validated before anything is written; ConfigError naming the problem (unknown
     environment, a budget or seed out of range, no reference score)."""
     check_env_id(env_id)
-    agents.algorithm_class(algo).check_env_spec(env_spec(env_id))
+    agents.check_env_spec(algo, env_spec(env_id))
     if seeds_per_trial < 1:
         raise ConfigError(f"--seeds-per-trial must be >= 1, got {seeds_per_trial}")
     if seed < 0:
@@ -106,7 +106,7 @@ def make_settings(
         budget = Budget(budget_steps, max(budget_steps // 10, 1), budget.eval_episodes if budget else 10)
     if budget is None:
         raise ConfigError(f"no suite runs {algo} on {env_id} to take a budget from; pass --budget STEPS")
-    agents.algorithm_class(algo).check_config(agents.resolve_config(algo, {**fixed, **space.fixed}), env_spec(env_id))
+    agents.check_config(algo, agents.resolve_config(algo, {**fixed, **space.fixed}), env_spec(env_id))
 
     normalizer = reference.normalizer(env_id)
     if reference_score is None:

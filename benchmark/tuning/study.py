@@ -59,7 +59,7 @@ def prepare(
 
     space = load_search_space(algo, space_path)  # (an unknown algorithm is named first)
     check_env_id(env_id)
-    agents.algorithm_class(algo).check_env_spec(env_spec(env_id))
+    agents.check_env_spec(algo, env_spec(env_id))
     if given.get("suite") not in (None, "none"):
         given = {**given, "suite": config.load_suite(given["suite"]).name}
     if study_exists(storage_url, study_name, default_url):
