@@ -1,5 +1,6 @@
 import contextlib
 import io
+import json
 import os
 import signal
 import subprocess
@@ -60,11 +61,30 @@ def tiny_suite(write_suite) -> Path:
     return write_suite(TINY_SUITE, "tiny.yaml")
 
 
+DURATIONS = Path(__file__).with_name("durations.json")
+"""Seconds each long test took in a full run (setup, call and teardown), longest first: a
+scheduling hint, never an assertion. ``WRITE_TEST_DURATIONS=1 make test`` rewrites it."""
+_measured: dict[str, float] = {}
+
+
 def pytest_collection_modifyitems(config, items):
-    """The minutes-long learning tests first: with pytest-xdist the last tests handed out then
-    are the short ones, so both CI cores stay busy to the end instead of one waiting on a
-    learning test that started last."""
-    items.sort(key=lambda item: item.get_closest_marker("learning") is None)
+    """The longest tests first (as measured; a learning test not measured yet counts as long):
+    pytest-xdist's worksteal hands each worker a contiguous share and lets an idle worker take
+    the tail of a busy one's, so the last tests to run are short ones and both CI cores stay
+    busy to the end instead of one waiting on a long test that started last."""
+    expected = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    items.sort(key=lambda item: -expected.get(item.nodeid, 60 if item.get_closest_marker("learning") else 0))
+
+
+def pytest_runtest_logreport(report):
+    if os.environ.get("WRITE_TEST_DURATIONS"):
+        _measured[report.nodeid] = _measured.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get("WRITE_TEST_DURATIONS") and os.environ.get("PYTEST_XDIST_WORKER") is None and exitstatus == 0:
+        long = {nodeid: round(seconds) for nodeid, seconds in sorted(_measured.items(), key=lambda kv: -kv[1]) if seconds >= 3}
+        DURATIONS.write_text(json.dumps(long, indent=0) + "\n")
 
 
 ROOT = Path(__file__).resolve().parent.parent
