@@ -55,6 +55,25 @@ def test_visible_gpus_follow_the_parents_cuda_visible_devices():
     assert visible_gpus(1, {"CUDA_VISIBLE_DEVICES": "GPU-1234abcd"}) == ["GPU-1234abcd"]
 
 
+def test_a_gpu_driver_is_found_by_its_device_files(tmp_path):
+    assert not devices.gpu_driver_present(tmp_path)
+    for name in ("nvidia0", "kfd", "dxg"):
+        (tmp_path / name).touch()
+        assert devices.gpu_driver_present(tmp_path), name
+        (tmp_path / name).unlink()
+    (tmp_path / "nvidiactl").touch()  # the control device alone is no GPU
+    assert not devices.gpu_driver_present(tmp_path)
+
+
+def test_without_a_gpu_driver_counting_gpus_loads_no_torch(monkeypatch):
+    """A launch's parent counts GPUs to plan its slots; on a machine without a driver it must not
+    pay torch's import for it (its runs train in other processes)."""
+    monkeypatch.setattr(devices.sys, "platform", "linux")
+    monkeypatch.setattr(devices, "gpu_driver_present", lambda: False)
+    monkeypatch.setitem(__import__("sys").modules, "torch", None)  # importing torch now raises
+    assert devices.gpu_count() == 0
+
+
 def test_entering_a_slot_sets_the_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     devices.enter_slot(Slot("2", "cuda:0"))

@@ -11,7 +11,9 @@ alone, as ``cuda:0``; CPU slots hide every GPU.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping
 
 from agents.errors import ConfigError
@@ -49,10 +51,20 @@ def visible_gpus(count: int, environ: Mapping[str, str] | None = None) -> list[s
 
 
 def gpu_count() -> int:
-    """CUDA devices visible to this process (0 without CUDA)."""
+    """CUDA devices visible to this process (0 without CUDA). On Linux without a GPU driver's
+    device files the answer is 0 without importing torch, which would cost a launch seconds
+    when its runs train in other processes anyway."""
+    if sys.platform == "linux" and not gpu_driver_present():
+        return 0
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def gpu_driver_present(dev: Path = Path("/dev")) -> bool:
+    """Whether a GPU torch could use has its driver's device files here: NVIDIA's
+    (``/dev/nvidia0``...), ROCm's (``/dev/kfd``) or WSL's (``/dev/dxg``)."""
+    return any(dev.glob("nvidia[0-9]*")) or (dev / "kfd").exists() or (dev / "dxg").exists()
 
 
 def plan_slots(requested: str, gpus: list[str], runs_per_gpu: int | None = None, workers: int = 1) -> list[Slot]:
