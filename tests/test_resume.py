@@ -226,7 +226,7 @@ def test_sigterm_writes_a_checkpoint_and_stops_the_run(tmp_path):
 
 RESUME_SUITE = """\
 seeds: [0]
-budget: {total_steps: 16000, eval_every: 2000, eval_episodes: 2}
+budget: {total_steps: 10000, eval_every: 2000, eval_episodes: 2}
 checkpoint: {every: 3000}
 experiments:
   - algo: ppo
@@ -251,12 +251,12 @@ def test_a_run_killed_with_sigkill_resumes_in_its_mlflow_run(write_suite, tmp_pa
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            if latest.exists() and checkpoint.load(latest)["loop"]["step"] >= 6000:
+            if latest.exists() and checkpoint.load(latest)["loop"]["step"] >= 3000:
                 break
             assert process.poll() is None, "the run ended before it could be killed"
             time.sleep(0.2)
         else:
-            pytest.fail("no checkpoint past step 6000")
+            pytest.fail("no checkpoint past step 3000")
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
@@ -282,7 +282,7 @@ def test_a_run_killed_with_sigkill_resumes_in_its_mlflow_run(write_suite, tmp_pa
         steps = [m.step for m in client.get_metric_history(resumed.info.run_id, key)]
         assert len(steps) == len(set(steps)), f"{key} logged a step twice"  # one env: at most one value per step
     evaluations = client.get_metric_history(resumed.info.run_id, "eval/return_mean")
-    assert sorted(m.step for m in evaluations) == list(range(2000, 16001, 2000))
+    assert sorted(m.step for m in evaluations) == list(range(2000, 10001, 2000))
 
     uninterrupted = training_loop.run(spec)
     by_step = {m.step: m.value for m in evaluations}

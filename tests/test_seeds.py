@@ -407,7 +407,7 @@ RESUMED_BATCH = """\
 name: resumedbatch
 seeds: [0, 1, 2]
 seeds_in_process: 3
-budget: {total_steps: 8000, eval_every: 1000, eval_episodes: 2}
+budget: {total_steps: 6000, eval_every: 1000, eval_episodes: 2}
 checkpoint: {every: 1500}
 experiments:
   - algo: ppo
