@@ -83,7 +83,9 @@ class Hyperparameters:
     """Base of every algorithm's hyperparameter dataclass.
 
     Fields shared by all algorithms come first; each algorithm adds its own. Every field is
-    declared with ``hp(default, ...)`` so its range is checked on construction.
+    declared with ``hp(default, ...)`` so its range is checked on construction. A Config also
+    says what its algorithm accepts of an environment (the ``supports_*`` flags,
+    ``meta_learning``, ``check_settings``), so a suite is checked without the algorithm's code.
     """
 
     num_envs: int = hp(1, ge=1)
