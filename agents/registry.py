@@ -9,7 +9,7 @@ without importing this module until one is used: see ``agents/__init__.py``.
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from agents.configs.bc import BCConfig
@@ -59,8 +59,7 @@ class _Learners(Mapping[str, "type[Learner]"]):
     def __getitem__(self, name: str) -> type[Learner]:
         if name not in REGISTRY:
             raise KeyError(name)
-        module, _, attribute = REGISTRY[name][1].partition(":")
-        return getattr(importlib.import_module(module), attribute)
+        return pkgutil.resolve_name(REGISTRY[name][1])
 
     def __iter__(self) -> Iterator[str]:
         return iter(REGISTRY)

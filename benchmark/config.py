@@ -374,11 +374,12 @@ def _expand_experiment(
     specs = []
     for env_id in envs:
         check_env_id(str(env_id))
-        agents.check_env_spec(algo, env_spec(str(env_id)))
+        spec_of_env = env_spec(str(env_id))
+        agents.check_env_spec(algo, spec_of_env)
         for combination in combinations:
             overrides = {**fixed, **combination}
             config = agents.resolve_config(algo, overrides)
-            agents.check_config(algo, config, env_spec(str(env_id)))
+            agents.check_config(algo, config, spec_of_env)
             for seed in seeds:
                 specs.append(
                     RunSpec(suite_name, algo, str(env_id), seed, config.to_dict(), budget, device, 1, overrides, seeds_in_process=seeds_in_process)

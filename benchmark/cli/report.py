@@ -70,7 +70,7 @@ def command_report(args: argparse.Namespace, console: Console) -> int:
     from benchmark import config, stores, tracking
     from benchmark.analysis import records, report
 
-    store_if_exists(args, local_only=True)  # before the suite's algorithms load (torch: seconds)
+    store_if_exists(args, local_only=True)  # a damaged store is named before the suite is read
     suite = config.load_suite(args.suite)
     bundled = bundled_runs(args, suite.name)
     tracking_uri = store_if_exists(args) if bundled else existing_store(args)

@@ -97,7 +97,7 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
     from benchmark import config
 
     check_run_arguments(args)
-    store_if_exists(args, local_only=True)  # before the suite's algorithms load (torch: seconds)
+    store_if_exists(args, local_only=True)  # a damaged store is named before the suite is read
     suite = config.load_suite(args.suite, seeds=args.seeds, device=args.device).select(args.algos, args.envs)
     suite = suite.with_checkpointing(args.checkpoint_every, args.checkpoint_replay_buffer or None)
     suite = suite.with_seeds_in_process(args.seeds_per_process)
