@@ -130,3 +130,21 @@ def test_suites_are_checked_and_planned_without_torch(tmp_path):
     face = "import agents; print(agents.make.__module__, agents.ALGORITHMS['ppo'].__name__, agents.envs.__name__)"
     loaded = subprocess.run([sys.executable, "-c", face], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert loaded.stdout.split() == ["agents.registry", "PPO", "agents.envs"], loaded.stderr
+
+
+def test_a_launching_process_asks_which_runs_resume_without_torch(tmp_path):
+    """The process that launches a suite plans, creates the store and hands runs to the workers;
+    telling which runs have a checkpoint to resume from is a file check, so it never loads torch
+    (the workers do)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from pathlib import Path; from benchmark.config import load_suite; "
+        "from benchmark.execution import plan, suite; spec = load_suite('smoke').specs[0]; results = Path(sys.argv[1]); "
+        "(results / 'checkpoints' / spec.run_key).mkdir(parents=True); "
+        "print(suite._has_resumable_checkpoint(results, spec), plan._checkpoint_step(results / 'checkpoints', spec.run_key), "
+        "'torch' in sys.modules)"
+    )
+    answered = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert answered.stdout.split() == ["False", "None", "False"], answered.stderr

@@ -22,6 +22,7 @@ from benchmark.bundles import BundledRun
 from benchmark.config import RunSpec, configurations
 from benchmark.execution import claims, estimate
 from benchmark.tables import TableData
+from benchmark.training import checkpoint_paths
 
 
 @dataclass(frozen=True)
@@ -62,13 +63,13 @@ def run_states(specs: list[RunSpec], tracking_uri: str | None, suite_name: str, 
 
 def _checkpoint_step(checkpoints: Path, run_key: str) -> int | None:
     """The env step of the run's latest checkpoint, if it has one (reading one loads torch, so a
-    results directory without checkpoints answers without it)."""
-    if not checkpoints.is_dir():
+    run without a checkpoint answers without it)."""
+    latest = checkpoint_paths.latest(checkpoints, run_key)
+    if not latest.exists():
         return None
     from benchmark.training import checkpoint
 
-    latest = checkpoint.run_directory(checkpoints, run_key) / checkpoint.LATEST
-    return checkpoint.step_of(latest) if latest.exists() else None
+    return checkpoint.step_of(latest)
 
 
 def past_runs(tracking_uri: str | None, bundled: dict[str, BundledRun]) -> list[estimate.PastRun]:

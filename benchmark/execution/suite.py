@@ -30,6 +30,7 @@ from benchmark.execution.plan import plan_processes
 from benchmark.execution.progress import Board
 from benchmark.execution.worker import Launch
 from benchmark.run_record import RunRecord
+from benchmark.training import checkpoint_paths
 
 EXECUTORS = ("local", "ray", "slurm")
 
@@ -302,6 +303,4 @@ def requested_device(specs: list[RunSpec]) -> str:
 
 
 def _has_resumable_checkpoint(results_dir: Path, spec: RunSpec) -> bool:
-    from benchmark.training import checkpoint
-
-    return (checkpoint.run_directory(results_dir / "checkpoints", spec.run_key) / checkpoint.LATEST).exists()
+    return checkpoint_paths.latest(results_dir / "checkpoints", spec.run_key).exists()

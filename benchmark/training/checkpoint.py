@@ -1,6 +1,6 @@
 """Checkpoint files: written atomically, read without executing code.
 
-A run keeps ``<checkpoint_dir>/<run_key>/latest.pt`` while it trains (replaced every
+A run keeps ``<checkpoint_dir>/<run_key>/latest.pt`` (``checkpoint_paths``) while it trains (replaced every
 ``checkpoint_every`` env steps and when the run is stopped by SIGTERM) and ``final.pt`` when it
 finishes. Payloads hold tensors and primitives only, so ``torch.load(weights_only=True)``
 reads them: a checkpoint file never runs code.
@@ -20,16 +20,10 @@ import torch
 
 from agents.envs import normalization_state
 from benchmark.config import RunSpec
+from benchmark.training.checkpoint_paths import FINAL, LATEST, run_directory  # noqa: F401 - the file names, re-exported
 from benchmark.training.results import Evaluation, RunResult
 
-LATEST = "latest.pt"
-FINAL = "final.pt"
 FORMAT = 1
-
-
-def run_directory(checkpoint_dir: Path, run_key: str) -> Path:
-    """Where one run's checkpoints live."""
-    return Path(checkpoint_dir) / run_key
 
 
 def remove_partial_writes(directory: Path) -> None:
