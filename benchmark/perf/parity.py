@@ -57,6 +57,18 @@ class Setting:
 # SB3's vf_coef 0.5 is our value_coef 1.0 (the weight matters through the joint gradient-norm clip).
 VALUE_COEF_PER_SB3_VF_COEF = 2.0
 _ON_POLICY_NORMALIZED = dict(normalize_observations=True, normalize_rewards=True, clip_observations=10.0, clip_rewards=10.0)
+
+PEERS = {
+    "ppo": ("stable_baselines3", "PPO"),
+    "a2c": ("stable_baselines3", "A2C"),
+    "trpo": ("sb3_contrib", "TRPO"),
+    "sac": ("stable_baselines3", "SAC"),
+    "td3": ("stable_baselines3", "TD3"),
+    "ddpg": ("stable_baselines3", "DDPG"),
+    "dqn": ("stable_baselines3", "DQN"),
+}
+"""Our algorithm -> the peer library's module and class."""
+
 _TANH_64 = dict(hidden_sizes=(64, 64), activation="tanh", initial_log_std=0.0, shared_network=False)
 _SB3_TANH_64 = dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn="tanh", log_std_init=0.0)
 
@@ -166,15 +178,18 @@ def check_arguments(algo: str, env_id: str | None, steps: int | None, seeds: Seq
 
 def check_peer(algo: str) -> str:
     """The peer library's version; ConfigError when it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+    from importlib.util import find_spec
+
     from agents.errors import ConfigError
-    from benchmark.perf.parity_worker import PEERS, _version
 
     module, _ = PEERS[algo]
-    try:
-        __import__(module)
-    except ImportError:
+    try:  # found, not imported: it loads torch, which the training processes do
+        if find_spec(module) is None:
+            raise ModuleNotFoundError(module)
+        return f"{module.replace('_', '-')} {version(module.replace('_', '-'))}"
+    except (ImportError, PackageNotFoundError):
         raise ConfigError(f"{module} is not installed: pip install -e '.[compare]' (make install and make perf add it)") from None
-    return f"{module.replace('_', '-')} {_version(module.replace('_', '-'))}"
 
 
 def run_side(job: dict[str, Any], timeout: float = 12 * 3600) -> dict[str, Any]:

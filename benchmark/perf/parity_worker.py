@@ -18,16 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-PEERS = {
-    "ppo": ("stable_baselines3", "PPO"),
-    "a2c": ("stable_baselines3", "A2C"),
-    "trpo": ("sb3_contrib", "TRPO"),
-    "sac": ("stable_baselines3", "SAC"),
-    "td3": ("stable_baselines3", "TD3"),
-    "ddpg": ("stable_baselines3", "DDPG"),
-    "dqn": ("stable_baselines3", "DQN"),
-}
-"""Our algorithm -> the peer library's module and class."""
+from benchmark.perf.parity import PEERS
 
 
 def train_ours(job: dict[str, Any]) -> dict[str, Any]:

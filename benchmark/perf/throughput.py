@@ -403,7 +403,9 @@ def replay_memory(capacity: int = REPLAY_CAPACITY) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    import torch
+    """The machine and the versions a measurement ran with (read from the installed packages'
+    metadata: importing torch here would cost the measuring parent seconds)."""
+    from importlib.metadata import PackageNotFoundError, version
 
     from benchmark.provenance import code_version, cpu_model
 
@@ -412,14 +414,12 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "processor": cpu_model(),
         "cpus": os.cpu_count(),
-        "torch": torch.__version__,
+        "torch": version("torch"),
         **code_version(),
     }
     try:
-        import stable_baselines3
-
-        info["stable_baselines3"] = stable_baselines3.__version__
-    except ImportError:
+        info["stable_baselines3"] = version("stable_baselines3")
+    except PackageNotFoundError:
         pass
     return info
 

@@ -195,7 +195,6 @@ def check_options(
     """ConfigError for any option out of range (before anything is written); the device slots
     of the local workers (see benchmark.execution.devices; none for an executor elsewhere)."""
     from benchmark.execution import devices
-    from benchmark.training.control import resolve_device
 
     if trials < 1 or workers < 1:
         raise ConfigError(f"--trials and --workers must be >= 1, got {trials} and {workers}")
@@ -209,7 +208,7 @@ def check_options(
         raise ConfigError(f"--seeds-per-process must be >= 1, got {seeds_per_process}")
     if not local:
         return []
-    resolve_device(device)
+    # plan_slots checks the device's name too, without torch (the trials load it in the workers)
     slots = devices.plan_slots(device, devices.visible_gpus(devices.gpu_count()) if device != "cpu" else [], runs_per_gpu, workers)
     if len(slots) < workers:
         raise ConfigError(f"--workers {workers} is more than the GPUs times --runs-per-gpu ({len(slots)} slots)")
