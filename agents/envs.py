@@ -134,10 +134,20 @@ _HARMLESS_MUJOCO_WARNINGS = (
 )
 
 
+def route_mujoco_warnings(env_id: str) -> None:
+    """Before ``env_id`` is made: send MuJoCo's warnings to Python's ``warnings`` (instead of
+    stderr and MUJOCO_LOG.TXT in the working directory), dropping known-harmless ones. Only
+    for an env that may load MuJoCo (its entry point names MuJoCo, or is a callable), so that
+    the other envs' processes skip importing it (a quarter of a second)."""
+    entry_point = gym.spec(env_id).entry_point
+    if isinstance(entry_point, str) and "mujoco" not in entry_point.lower():
+        return
+    _route_mujoco_warnings()
+
+
 @functools.lru_cache(maxsize=1)
-def route_mujoco_warnings() -> None:
-    """Send MuJoCo's warnings to Python's ``warnings`` (instead of stderr and MUJOCO_LOG.TXT in
-    the working directory), dropping known-harmless ones. Once per process."""
+def _route_mujoco_warnings() -> None:
+    """Once per process."""
     try:
         import mujoco
     except ImportError:
@@ -176,7 +186,7 @@ def _register_optional_suites() -> None:
 def env_spec(env_id: str) -> EnvSpec:
     """The EnvSpec of a registered gymnasium environment (built once per process)."""
     check_env_id(env_id)
-    route_mujoco_warnings()
+    route_mujoco_warnings(env_id)
     env = gym.make(env_id)
     try:
         spec = EnvSpec.from_spaces(env_id, env.observation_space, env.action_space, env.spec.max_episode_steps)
@@ -210,7 +220,7 @@ def make_vector_env(
     Seed it with ``envs.reset(seed=s)``: sub-env i gets seed s + i.
     """
     check_env_id(env_id)
-    route_mujoco_warnings()
+    route_mujoco_warnings(env_id)
     wrappers = [gym.wrappers.FlattenObservation] if env_spec(env_id).goal is not None else None
     envs = gym.make_vec(
         env_id,

@@ -110,7 +110,7 @@ class TaskEnvs:
 
     def __init__(self, env_id: str, num_envs: int, seed: int, device: torch.device | str = "cpu"):
         check_env_id(env_id)
-        route_mujoco_warnings()
+        route_mujoco_warnings(env_id)
         self.sampler = TaskSampler(env_id)
         self.env_id, self.num_envs, self.seed, self.device = env_id, num_envs, seed, torch.device(device)
         self.envs = gym.make_vec(

@@ -97,3 +97,23 @@ def test_cartpole_without_velocities_observes_only_position_and_angle():
         observed, *_ = hidden.step(action)
         state, *_ = full.step(action)
     assert abs(state[1]) > 0 and abs(state[3]) > 0  # the velocities it hides are not trivially zero
+
+
+def test_mujoco_warnings_are_routed_for_mujoco_envs_only(tmp_path):
+    """A classic-control env's process never imports MuJoCo; a MuJoCo env's warnings reach
+    Python's ``warnings`` (the known-harmless ones dropped: HalfCheetah's XML sets a deprecated attribute), not stderr or a MUJOCO_LOG.TXT in
+    the working directory."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = (
+        "import sys; from agents.envs import env_spec, make_vector_env; env_spec('CartPole-v1'); make_vector_env('Pendulum-v1', 1); "
+        "print('mujoco' in sys.modules); make_vector_env('HalfCheetah-v5', 1).reset(seed=0); print('mujoco' in sys.modules)"
+    )
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.stdout.split() == ["False", "True"], done.stderr
+    assert "settotalmass" not in done.stderr and not (tmp_path / "MUJOCO_LOG.TXT").exists()
