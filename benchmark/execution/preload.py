@@ -2,11 +2,17 @@
 start with it loaded instead of importing it each (about 10 s of CPU per worker here: torch,
 the training loop, MLflow's SQL store, TorchDynamo).
 
+Then everything imported is frozen (``gc.freeze``, what the gc docs advise before fork without
+exec): the workers' collections never scan it (nor copy its pages to write reference counts),
+and the server's own exit, when its launch ends, skips collecting it (2-3 s with torch loaded,
+which a caller reading the launch's output until EOF would wait for).
+
 Nothing here runs an operation: the server only imports, so no CUDA context, OpenMP pool or
 open database is copied into a worker (torch and pyarrow start a helper thread at import,
 neither holding state a forked child needs; Python 3.12+ would warn about them at each fork).
 """
 
+import gc
 import warnings
 
 warnings.filterwarnings("ignore", message=r".*multi-threaded, use of fork\(\) may lead to deadlocks", category=DeprecationWarning)
@@ -17,3 +23,5 @@ import torch._dynamo  # noqa: E402,F401 - torch.optim imports it on an optimizer
 import benchmark.execution.local  # noqa: E402,F401 - the pool's task, the devices, agents
 import benchmark.execution.worker  # noqa: E402,F401
 import benchmark.training.loop  # noqa: E402,F401
+
+gc.freeze()
