@@ -9,6 +9,7 @@ observations normalized with the training statistics frozen, unscaled returns.
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import time
@@ -120,4 +121,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    gc.freeze()  # the result is written: the exit need not collect torch's heap (seconds)
+    sys.exit(code)

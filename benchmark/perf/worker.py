@@ -18,6 +18,7 @@ import contextlib
 import copy
 import cProfile
 import dataclasses
+import gc
 import io
 import json
 import pstats
@@ -423,4 +424,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    gc.freeze()  # the result is written: the exit need not collect torch's heap (seconds)
+    sys.exit(code)
