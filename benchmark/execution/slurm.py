@@ -16,6 +16,7 @@ process on this machine): how the tests and a laptop exercise it.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import time
@@ -107,7 +108,10 @@ class _Job:
             f", GPU {os.environ.get('CUDA_VISIBLE_DEVICES', '?')}" if uses_gpu else "")
         if not uses_gpu:
             os.environ["CUDA_VISIBLE_DEVICES"] = ""
-        return task(FileSink(messages), "cuda:0" if uses_gpu else "cpu", where)
+        try:
+            return task(FileSink(messages), "cuda:0" if uses_gpu else "cpu", where)
+        finally:
+            gc.freeze()  # the process ends with this job: its exit need not collect torch's heap (seconds)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         import submitit
