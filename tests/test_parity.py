@@ -61,6 +61,63 @@ def test_every_setting_is_a_valid_configuration_of_ours_and_names_the_same_sizes
             assert config.value_coef == parity.VALUE_COEF_PER_SB3_VF_COEF * setting.peer["vf_coef"], name
 
 
+def test_trpo_takes_sb3_contribs_step_on_the_same_data_and_weights():
+    """One TRPO update of sb3-contrib on Hopper-v5 (3 action dimensions; a 2048-step rollout, no
+    normalization) and ours from the same weights on the same batch, with the parity setting for
+    Hopper (max KL and damping times 3: sb3-contrib averages the KL over action dimensions):
+    the same policy step. At the paper's values (0.01, 0.1) ours is a different step."""
+    import copy
+
+    import torch
+    sb3_contrib = pytest.importorskip("sb3_contrib")
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from agents.envs import env_spec
+
+    setting = parity.SETTINGS["trpo"]
+    peer = {key: value for key, value in setting.peer.items() if key not in ("n_envs", "normalize", "policy_kwargs")}
+    policy_kwargs = {**setting.peer["policy_kwargs"], "activation_fn": torch.nn.Tanh}
+    model = sb3_contrib.TRPO("MlpPolicy", make_vec_env("Hopper-v5", n_envs=1, seed=0), seed=0, device="cpu", policy_kwargs=policy_kwargs, **peer)
+    seen = {}
+    train = model.train
+
+    def train_once():
+        buffer = model.rollout_buffer
+        seen["before"] = copy.deepcopy(model.policy.state_dict())
+        seen["batch"] = {key: torch.as_tensor(getattr(buffer, field), dtype=torch.float32).flatten(0, 1) for key, field in
+                         (("obs", "observations"), ("actions", "actions"), ("log_probs", "log_probs"), ("advantages", "advantages"))}
+        train()
+        seen["after"] = model.policy.state_dict()
+
+    model.train = train_once
+    model.learn(total_timesteps=2048)
+    prefixes = {"actor.0": "mlp_extractor.policy_net.0", "actor.2": "mlp_extractor.policy_net.2", "actor.4": "action_net"}
+
+    def peer_name(name: str) -> str:
+        prefix, _, leaf = name.rpartition(".")
+        return name if name == "log_std" else f"{prefixes[prefix]}.{leaf}"
+
+    policy = [name for name in dict(agents.make("trpo", env_spec("Hopper-v5"), setting.ours, total_steps=1).actor_critic.named_parameters())
+              if not name.startswith("critic")]
+
+    def our_step(settings: dict) -> torch.Tensor:
+        ours = agents.make("trpo", env_spec("Hopper-v5"), {**settings, "normalize_observations": False, "normalize_rewards": False}, total_steps=2048)
+        named = dict(ours.actor_critic.named_parameters())
+        with torch.no_grad():
+            for name in policy:
+                named[name].copy_(seen["before"][peer_name(name)])
+            dist_params = ours.actor_critic.policy_params(seen["batch"]["obs"])
+        batch = {**seen["batch"], "dist_params": dist_params}
+        full_step, surrogate, _ = ours.search_direction(batch)
+        step, _ = ours.line_search(batch, full_step, surrogate)
+        return step
+
+    theirs = torch.cat([(seen["after"][peer_name(name)] - seen["before"][peer_name(name)]).flatten() for name in policy])
+    matched, paper = our_step(setting.ours_for("Hopper-v5")), our_step(setting.ours)
+    assert torch.allclose(matched, theirs, rtol=1e-3, atol=1e-5), float((matched - theirs).abs().max())
+    assert float(torch.nn.functional.cosine_similarity(paper, theirs, dim=0)) < 0.99
+
+
 def _stub_sides(monkeypatch, returns):
     calls = []
 

@@ -51,6 +51,21 @@ class Setting:
     """The peer's constructor arguments, plus ``n_envs`` and ``normalize`` (VecNormalize)."""
     source: str
     """Where the setting comes from."""
+    per_action_dimension: tuple[str, ...] = ()
+    """Our hyperparameters that the peer states per action dimension of a Box action space:
+    ours is the value here times the env's action dimensions (see ``ours_for``)."""
+
+    def ours_for(self, env_id: str) -> dict[str, Any]:
+        """Our hyperparameters on ``env_id``: ``ours`` with each ``per_action_dimension`` entry
+        multiplied by the env's action dimensions (by 1 for discrete actions, whose KL the peer
+        takes whole)."""
+        if not self.per_action_dimension:
+            return dict(self.ours)
+        from agents.envs import env_spec
+
+        spec = env_spec(env_id)
+        dimensions = 1 if spec.discrete else spec.num_actions
+        return {name: round(value * dimensions, 12) if name in self.per_action_dimension else value for name, value in self.ours.items()}
 
 
 # Our value loss is 0.5 (V - R)^2 (as baselines' ppo2 and CleanRL write it); SB3's is F.mse_loss, (V - R)^2:
@@ -101,6 +116,11 @@ SETTINGS: dict[str, Setting] = {
                   cg_max_steps=15, cg_damping=0.1, line_search_shrinking_factor=0.8, line_search_max_iter=10, gamma=0.99,
                   gae_lambda=0.95, normalize_advantage=True, policy_kwargs=_SB3_TANH_64),
         source="sb3-contrib TRPO defaults (Schulman et al. 2015, max KL 0.01) with VecNormalize, as RL Zoo runs MuJoCo",
+        # sb3-contrib's KL of a Gaussian policy (and so its Fisher matrix) is averaged over the
+        # action dimensions where ours, the paper's, is the whole action distribution's (summed
+        # over them): its target_kl and cg_damping are ours divided by the action dimensions, and
+        # with both scaled up our step equals its step on the same data (tests/test_parity.py)
+        per_action_dimension=("max_kl", "cg_damping"),
     ),
     "sac": Setting(
         "sac", "Hopper-v5", 100_000,
@@ -149,7 +169,7 @@ SETTINGS: dict[str, Setting] = {
 def _setting_record(setting: Setting, env_id: str, steps: int, episodes: int) -> dict[str, Any]:
     """The setting as a record stores it (tuples as lists)."""
     return json.loads(json.dumps({"algo": setting.algo, "env_id": env_id, "steps": steps, "episodes": episodes,
-                                  "source": setting.source, "ours": setting.ours, "peer": setting.peer}))
+                                  "source": setting.source, "ours": setting.ours_for(env_id), "peer": setting.peer}))
 
 
 # ---------------------------------------------------------------- running
@@ -231,7 +251,7 @@ def run(
         raise ConfigError(f"{path} holds another setting of {algo} on {env_id} (the code's setting changed); move it away to start over")
     done = set() if force or record is None else {(r["side"], r["seed"]) for r in record["runs"]}
     jobs = [{"side": side, "algo": algo, "env_id": env_id, "steps": steps, "episodes": episodes, "seed": seed, "threads": 1,
-             "settings": setting.ours if side == "ours" else setting.peer}
+             "settings": setting.ours_for(env_id) if side == "ours" else setting.peer}
             for seed in seeds for side in SIDES if (side, seed) not in done]
     host = machine()
     failures = []
