@@ -198,18 +198,24 @@ def check_arguments(algo: str, env_id: str | None, steps: int | None, seeds: Seq
 
 def check_peer(algo: str) -> str:
     """The peer library's version; ConfigError when it is not installed."""
-    from importlib.metadata import PackageNotFoundError, version
     from importlib.util import find_spec
 
     from agents.errors import ConfigError
 
     module, _ = PEERS[algo]
-    try:  # found, not imported: it loads torch, which the training processes do
-        if find_spec(module) is None:
-            raise ModuleNotFoundError(module)
-        return f"{module.replace('_', '-')} {version(module.replace('_', '-'))}"
-    except (ImportError, PackageNotFoundError):
-        raise ConfigError(f"{module} is not installed: pip install -e '.[compare]' (make install and make perf add it)") from None
+    if find_spec(module) is None:  # found, not imported: it loads torch, which the training processes do
+        raise ConfigError(f"{module} is not installed: pip install -e '.[compare]' (make install and make perf add it)")
+    return f"{module.replace('_', '-')} {installed_version(module.replace('_', '-'))}"
+
+
+def installed_version(distribution: str) -> str:
+    """An installed distribution's version from its metadata (without importing it), or 'unknown'."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def run_side(job: dict[str, Any], timeout: float = 12 * 3600) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmark.perf.parity import PEERS
+from benchmark.perf.parity import PEERS, installed_version
 
 
 def train_ours(job: dict[str, Any]) -> dict[str, Any]:
@@ -38,7 +38,7 @@ def train_ours(job: dict[str, Any]) -> dict[str, Any]:
     result = training_loop.run(spec)
     final = result.evaluations[-1]
     return {"returns": list(final.returns), "lengths": list(final.lengths), "seconds": time.perf_counter() - started,
-            "version": _version("reprorl")}
+            "version": installed_version("reprorl")}
 
 
 def train_peer(job: dict[str, Any]) -> dict[str, Any]:
@@ -74,7 +74,7 @@ def train_peer(job: dict[str, Any]) -> dict[str, Any]:
     normalizer = envs if normalize else None
     returns, lengths = evaluate_peer(model, normalizer, job["env_id"], int(job["episodes"]), seed)
     return {"returns": returns, "lengths": lengths, "seconds": seconds,
-            "version": f"{module.replace('_', '-')} {_version(module.replace('_', '-'))}"}
+            "version": f"{module.replace('_', '-')} {installed_version(module.replace('_', '-'))}"}
 
 
 def evaluate_peer(model: Any, normalizer: Any, env_id: str, episodes: int, seed: int) -> tuple[list[float], list[int]]:
@@ -99,15 +99,6 @@ def evaluate_peer(model: Any, normalizer: Any, env_id: str, episodes: int, seed:
         finished |= terminated | truncated
     envs.close()
     return returns.tolist(), lengths.tolist()
-
-
-def _version(distribution: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(distribution)
-    except PackageNotFoundError:
-        return "unknown"
 
 
 SIDES = {"ours": train_ours, "peer": train_peer}
