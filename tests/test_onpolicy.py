@@ -10,6 +10,8 @@ import torch.nn.functional as F
 
 import agents
 from agents.algos import PPOAdaptiveKL
+from agents.algos.onpolicy import OneSeed, process_advantages
+from agents.algos.seeds import per_seed_logs
 from agents.api import Transitions
 from agents.envs import env_spec, make_vector_env, true_next_obs
 from agents.nets.distributions import MultiCategorical
@@ -250,13 +252,28 @@ def test_reinforce_advantages_are_discounted_returns_to_go():
 
 
 def test_center_and_positive_advantages():
-    algo = build("vpg", center_adv=True, positive_adv=True)
-    advantages = algo.process_advantages(torch.tensor([1.0, 2.0, 3.0, 6.0]))
+    options = build("vpg", center_adv=True, positive_adv=True).config
+    advantages = process_advantages(options, torch.tensor([1.0, 2.0, 3.0, 6.0]))
     centered = (torch.tensor([1.0, 2.0, 3.0, 6.0]) - 3.0) / torch.tensor([1.0, 2.0, 3.0, 6.0]).std()
     torch.testing.assert_close(advantages, centered - centered.min() + 1e-8)
     assert advantages.min() > 0
-    raw = build("vpg", center_adv=False).process_advantages(torch.tensor([1.0, -2.0]))
+    raw = process_advantages(build("vpg", center_adv=False).config, torch.tensor([1.0, -2.0]))
     torch.testing.assert_close(raw, torch.tensor([1.0, -2.0]))
+
+
+def test_advantages_are_processed_per_seed_and_over_the_counted_steps_only():
+    """Each seed's row on its own; with a mask, the statistics of the counted steps alone and
+    0 elsewhere (REINFORCE's unfinished episodes), as if the counted steps were all there were."""
+    options = build("vpg", center_adv=True, positive_adv=True).config
+    rows = torch.tensor([[1.0, 2.0, 3.0, 6.0], [4.0, -1.0, 0.5, 2.0]])
+    together = process_advantages(options, rows)
+    for row, processed in zip(rows, together):
+        torch.testing.assert_close(processed, process_advantages(options, row))
+    counted = torch.tensor([[True, False, True, True], [False, False, True, False]])
+    masked = process_advantages(options, rows, counted)
+    torch.testing.assert_close(masked[0, [0, 2, 3]], process_advantages(options, rows[0, [0, 2, 3]]))
+    assert masked[0, 1] == 0 and masked[1, [0, 1, 3]].eq(0).all()
+    torch.testing.assert_close(masked[1, 2], torch.tensor(1e-8))  # one counted step: nothing to center, then made positive
 
 
 def test_vpg_takes_one_policy_step_and_fits_the_value_function_with_its_own_optimizer():
@@ -266,7 +283,7 @@ def test_vpg_takes_one_policy_step_and_fits_the_value_function_with_its_own_opti
     batch = rollout_batch(algo)
     _, values_before, flat = algo.evaluate(batch)
     error_before = (values_before - flat["returns"]).pow(2).mean()
-    logs = algo._optimize()
+    logs = per_seed_logs(algo._optimize(OneSeed(algo)), 1)[0]
     _, values_after, _ = algo.evaluate(batch)
     assert (values_after - flat["returns"]).pow(2).mean() < 0.5 * error_before
     assert algo.optimizers["policy"].state[algo.actor_critic.policy_parameters()[0]]["step"] == 1

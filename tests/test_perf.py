@@ -104,7 +104,7 @@ def test_update_floor_runs(algo):
 
 def test_unknown_case_and_bad_counts_exit_2(capsys):
     assert main(["perf", "--cases", "ppo", "a2c", "--no-compare"]) == EXIT_CONFIG_ERROR
-    assert "unknown perf case(s) a2c" in capsys.readouterr().err
+    assert "unknown perf case(s) a2c; choose from ppo, sac, td3, dqn (a2c: batched rows only, with --batched-only)" in capsys.readouterr().err
     assert main(["perf", "--pairs", "0", "--no-compare"]) == EXIT_CONFIG_ERROR
     assert "--pairs must be >= 1" in capsys.readouterr().err
 
@@ -145,7 +145,7 @@ def test_batched_rows_compare_one_process_with_separate_processes(tmp_path):
     """The real command at a tiny scale: DQN, N = 1 and 3 on 2 cores: separate runs (1, then 2
     processes at once), 3 seeds in one batched process and dealt over 2 batched processes."""
     output = tmp_path / "batched.json"
-    completed = run_cli_in_process("perf", "--batched-only", "--cases", "dqn", "--batched-seeds", "1", "3",
+    completed = run_cli_in_process("perf", "--batched-only", "--cases", "dqn", "a2c", "--batched-seeds", "1", "3",
                                    "--scale", "0.03", "--output", str(output))
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert "N seeds: aggregate env steps/s" in completed.stdout
@@ -158,6 +158,8 @@ def test_batched_rows_compare_one_process_with_separate_processes(tmp_path):
     if cores < 3:
         assert three["per_core"]["seeds_per_process"] == [len(group) for group in perf.split_seeds([0, 1, 2], cores)]
     assert all(row["steps"] == 300 for row in (one, three))
+    # a case of the batched rows only, at its defaults, over whole rollouts (16 envs x 5 steps)
+    assert data["cases"]["a2c"]["env_id"] == "HalfCheetah-v5" and [row["steps"] for row in data["cases"]["a2c"]["rows"]] == [240, 240]
 
 
 def test_batched_arguments_are_checked(capsys):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import agents
-from agents.algos.seeds import StackedAdam, clip_per_seed
+from agents.algos.seeds import StackedOptimizer, clip_per_seed
 from agents.api import Acted, ConfigError, Transitions
 from agents.envs import env_spec, make_vector_env, true_next_obs
 from agents.nets import mlp
@@ -90,7 +90,17 @@ CASES = {
     "ppo": ("CartPole-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "num_minibatches": 4, "num_epochs": 2}),
     "ppo-box": ("Pendulum-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "num_minibatches": 4, "num_epochs": 2,
                                 "shared_network": True, "anneal_clip_range": True}),
+    # newly batched by the one on-policy loss: RMSprop, split optimizers and the value fit,
+    # REINFORCE's per-seed counted steps, PPO-KL's per-seed penalty coefficient
+    "a2c": ("CartPole-v1", {"hidden_sizes": [32, 32], "num_steps": 8, "num_envs": 2}),
+    "a2c-box": ("Pendulum-v1", {"hidden_sizes": [32, 32], "num_steps": 8, "num_envs": 2, "normalize_observations": True}),
+    "vpg": ("Pendulum-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "value_epochs": 2, "value_num_minibatches": 2}),
+    "reinforce": ("CartPole-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2}),
+    "ppo_kl": ("Pendulum-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "num_minibatches": 4, "num_epochs": 2,
+                               "kl_target": 0.001}),
+    "surrogate_pg": ("CartPole-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "num_minibatches": 2, "num_epochs": 2}),
 }
+ON_POLICY = ("ppo", "ppo_kl", "surrogate_pg", "a2c", "vpg", "reinforce")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -98,7 +108,7 @@ def test_first_updates_of_a_batch_match_separate_runs(case):
     """Same data, same losses, same parameters after each update, for three seeds."""
     algo = case.split("-")[0]
     env_id, overrides = CASES[case]
-    steps = 6 * 64 if algo == "ppo" else 60
+    steps = 6 * 64 if algo in ON_POLICY else 60
     separate, _ = train(algo, env_id, overrides, steps, batched=False)
     batched, members = train(algo, env_id, overrides, steps, batched=True)
     assert len(separate) == len(batched) >= 5
@@ -152,7 +162,7 @@ def test_stacked_adam_exports_each_members_state_and_imports_it_back():
         mine.load_state_dict(theirs.state_dict())
     alone_optimizers = [adam(copy.parameters(), lr=1e-2) for copy in alone]
     stacked = StackedMLP(copies)
-    stacked_optimizer = StackedAdam(optimizers, list(stacked.parameters()))
+    stacked_optimizer = StackedOptimizer(optimizers, list(stacked.parameters()))
     inputs = torch.randn(3, 6, 2)
     for _ in range(3):
         for parameter, gradient in zip(stacked.parameters(), torch.autograd.grad(stacked(inputs).pow(2).sum(), list(stacked.parameters()))):
@@ -171,7 +181,7 @@ def test_stacked_adam_exports_each_members_state_and_imports_it_back():
             for key in ("step", "exp_avg", "exp_avg_sq"):
                 torch.testing.assert_close(exported["state"][index][key], state[key])
     # a new stack over the members continues from their moments
-    again = StackedAdam(optimizers, list(StackedMLP(copies).parameters()))
+    again = StackedOptimizer(optimizers, list(StackedMLP(copies).parameters()))
     for home in again.parameters:
         assert float(again.optimizer.state[home]["step"]) == 3
 
@@ -183,7 +193,10 @@ def test_batching_refuses_what_it_cannot_batch():
     mixed = [build("dqn", "CartPole-v1", 0, {}, 1000)[0], build("dqn", "CartPole-v1", 1, {"learning_rate": 1e-3}, 1000)[0]]
     with pytest.raises(ValueError, match="one configuration"):
         type(mixed[0]).seed_batch(mixed)
-    assert agents.algorithm_class("ppo_kl").seed_batch is None and agents.algorithm_class("a2c").seed_batch is None
+    assert agents.algorithm_class("trpo").seed_batch is None
+    early = [build("ppo", "CartPole-v1", seed, {"target_kl": 0.01}, 1000)[0] for seed in (0, 1)]
+    with pytest.raises(ConfigError, match="target_kl"):
+        type(early[0]).seed_batch(early)
 
 
 def _specs(algo: str, env_id: str, overrides: dict, total: int, every: int):
@@ -193,7 +206,7 @@ def _specs(algo: str, env_id: str, overrides: dict, total: int, every: int):
     return [RunSpec("t", algo, env_id, seed, config, Budget(total, every, 2), device="cpu") for seed in SEEDS]
 
 
-@pytest.mark.parametrize("algo", ["dqn", "ppo"])
+@pytest.mark.parametrize("algo", ["dqn", "ppo", "a2c"])
 def test_run_seeds_batched_evaluates_as_the_separate_runs(algo):
     """The whole loop (envs, updates, evaluations): a batch of three seeds gives each seed's
     evaluations of its run alone."""
@@ -251,8 +264,8 @@ def test_run_seeds_refuses_runs_that_differ_beyond_the_seed():
     other = _specs("dqn", "CartPole-v1", {**CASES["dqn"][1], "learning_rate": 1e-3}, 100, 100)
     with pytest.raises(ConfigError, match="differ only by seed"):
         training_loop.run_seeds([training_loop.SeedJob(specs[0]), training_loop.SeedJob(other[1])])
-    with pytest.raises(ConfigError, match="ppo_kl has no batched training"):
-        training_loop.run_seeds([training_loop.SeedJob(spec) for spec in _specs("ppo_kl", "CartPole-v1", {}, 100, 100)])
+    with pytest.raises(ConfigError, match="trpo has no batched training"):
+        training_loop.run_seeds([training_loop.SeedJob(spec) for spec in _specs("trpo", "CartPole-v1", {}, 100, 100)])
 
 
 # ---------------------------------------------------------------- through the runner, the CLI, tune
@@ -303,7 +316,7 @@ def test_the_runner_batches_seeds_of_one_configuration_n_at_a_time(write_suite):
         [("dqn", "CartPole-v1", 1e-4, 0)],  # the experiment's own seeds_in_process: 1
         [("dqn", "CartPole-v1", 1e-4, 1)],
     ]
-    assert notices == ["trpo on CartPole-v1: one seed per process (trpo has no batched training of seeds (it has: ddpg, dqn, ppo, sac, surrogate_pg, td3))"]
+    assert notices == ["trpo on CartPole-v1: one seed per process (trpo has no batched training of seeds (it has: a2c, ddpg, dqn, ppo, ppo_kl, reinforce, sac, surrogate_pg, td3, vpg))"]
 
 
 def test_a_batched_suite_logs_each_seed_as_its_own_mlflow_run_and_reproduces_it(write_suite, tmp_path):

@@ -13,24 +13,29 @@ policy_ent_coeff, use_softplus_entropy, stop_entropy_gradient, entropy_method; L
 arXiv:1805.00909, for "max"). The discount is ``gamma``, as for every algorithm in the suite.
 Recurrent policies replay whole sequences of ``sequence_length`` steps from the recurrent state
 they were acted from, with the state zeroed where an episode began.
+
+Every loss is written once, over a leading seed dimension: batches are (S, M, ...), losses and
+logs (S,). A run's own update sees itself as S = 1 (``OneSeed``: its networks, its optimizers);
+N seeds trained as one batched model are S = N (``OnPolicySeedBatch``: stacked networks and
+optimizers). Each algorithm's ``_optimize(seeds)`` (epochs, minibatches, value fitting) runs
+unchanged on either, through the ``Seeds`` protocol.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agents.algos.seeds import SeedBatch, clip_per_seed, stack_batches, stacked_noise
+from agents.algos.seeds import SeedBatch, clip_per_seed, per_seed_logs, stack_batches, stacked_noise
 from agents.api import Acted, Algorithm, Transitions, parameters_of, set_gradients
 from agents.buffers import RolloutStorage
 from agents.configs.onpolicy import OnPolicyConfig, PolicyGradientOptions
 from agents.envs import EnvSpec
 from agents.nets import ActorCritic
-from agents.nets.distributions import DiagGaussian
 from agents.nets.policies import PolicyDistribution
 from agents.nets.stacked import StackedActorCritic
 from agents.optim import adam, clip_gradients
@@ -38,15 +43,27 @@ from agents.optim import adam, clip_gradients
 PARTS = ("policy", "value")
 
 
-def process_advantages(options: PolicyGradientOptions, advantages: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """center_adv, then positive_adv: over all elements, or along ``dim`` (each seed's batch on
-    its own, in a batch of seeds)."""
-    over = {} if dim is None else {"dim": dim, "keepdim": True}
-    if options.center_adv and (advantages.numel() if dim is None else advantages.shape[dim]) > 1:
-        advantages = (advantages - advantages.mean(**over)) / (advantages.std(**over) + 1e-8)
+def process_advantages(options: PolicyGradientOptions, advantages: torch.Tensor, counted: torch.Tensor | None = None) -> torch.Tensor:
+    """center_adv, then positive_adv, over the last dimension (one seed's samples): (..., M).
+
+    With ``counted`` (bool, same shape) only those samples enter the statistics, and the others
+    get advantage 0."""
+    if counted is None:
+        if options.center_adv and advantages.shape[-1] > 1:
+            advantages = (advantages - advantages.mean(dim=-1, keepdim=True)) / (advantages.std(dim=-1, keepdim=True) + 1e-8)
+        if options.positive_adv:
+            advantages = advantages - advantages.min(dim=-1, keepdim=True).values + 1e-8
+        return advantages
+    weights = counted.to(advantages.dtype)
+    count = weights.sum(dim=-1, keepdim=True)
+    if options.center_adv:
+        mean = (advantages * weights).sum(dim=-1, keepdim=True) / count.clamp_min(1)
+        std = (((advantages - mean).pow(2) * weights).sum(dim=-1, keepdim=True) / (count - 1).clamp_min(1)).sqrt()
+        advantages = torch.where(count > 1, (advantages - mean) / (std + 1e-8), advantages)
     if options.positive_adv:
-        advantages = advantages - (advantages.min() if dim is None else advantages.min(dim=dim, keepdim=True).values) + 1e-8
-    return advantages
+        lowest = torch.where(counted, advantages, torch.full_like(advantages, torch.inf)).min(dim=-1, keepdim=True).values
+        advantages = advantages - lowest + 1e-8
+    return torch.where(counted, advantages, torch.zeros_like(advantages))
 
 
 def entropy_transform(options: PolicyGradientOptions, entropy: torch.Tensor) -> torch.Tensor:
@@ -54,15 +71,44 @@ def entropy_transform(options: PolicyGradientOptions, entropy: torch.Tensor) -> 
     return F.softplus(entropy) if options.use_softplus_entropy else entropy
 
 
-def entropy_bonus(options: PolicyGradientOptions, entropy: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """The objective's entropy term (B,) -> scalar: policy_ent_coeff * mean H under 'regularized',
-    else 0; with ``dim``, the mean along it (one term per seed)."""
+def entropy_bonus(options: PolicyGradientOptions, entropy: torch.Tensor) -> torch.Tensor:
+    """The objective's entropy term, per seed: H (..., M) -> policy_ent_coeff * mean H (...,)
+    under 'regularized', else 0."""
     if options.entropy_method != "regularized":
-        return entropy.new_zeros(())
+        return entropy.new_zeros(entropy.shape[:-1])
     entropy = entropy_transform(options, entropy)
     if options.stop_entropy_gradient:
         entropy = entropy.detach()
-    return options.policy_ent_coeff * (entropy.mean() if dim is None else entropy.mean(dim=dim))
+    return options.policy_ent_coeff * entropy.mean(dim=-1)
+
+
+def seed_axis(batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """One run's batch as a batch of one seed: a leading dimension of size 1 on every tensor."""
+    return {key: tensor.unsqueeze(0) for key, tensor in batch.items()}
+
+
+class Seeds(Protocol):
+    """What an on-policy optimization works on: the seeds it updates, one (a run, ``OneSeed``)
+    or N (``OnPolicySeedBatch``), with their network, data and optimizer steps. Batches carry
+    a leading seed dimension (S, M, ...); losses and logs are per seed (S,)."""
+
+    members: Sequence["OnPolicyAlgorithm"]
+    num_seeds: int
+
+    @property
+    def network(self) -> Any:
+        """``seeded(obs, states=None, episode_starts=None) -> (distribution (S, M), values (S, M))``."""
+
+    def full_batch(self) -> dict[str, torch.Tensor]:
+        """Every seed's whole rollout (S, T * E, ...) (sequences (S, L, B, ...) when recurrent)."""
+
+    def minibatches(self, num_minibatches: int) -> Iterator[dict[str, torch.Tensor]]:
+        """One shuffled epoch of every seed's rollout, each seed in its own order."""
+
+    def step(self, loss: torch.Tensor) -> None:
+        """Differentiate the per-seed losses (S,) and step every optimizer that got gradients,
+        each seed's gradient norm clipped on its own."""
+
 
 class OnPolicyAlgorithm(Algorithm):
     """Acting, rollout storage, returns and the shared losses; subclasses write ``_optimize``.
@@ -227,7 +273,7 @@ class OnPolicyAlgorithm(Algorithm):
     def update(self) -> dict[str, float]:
         """Returns and advantages for the full rollout, then the algorithm's optimization."""
         logs = self._begin_update()
-        logs.update(self._optimize())
+        logs.update(per_seed_logs(self._optimize(OneSeed(self)), 1)[0])
         return self._end_update(logs)
 
     def _begin_update(self) -> dict[str, float]:
@@ -248,11 +294,13 @@ class OnPolicyAlgorithm(Algorithm):
         self.num_updates += 1
         return logs
 
-    def _optimize(self) -> dict[str, float]:
-        """One gradient step on the whole rollout (VPG, A2C); subclasses override."""
-        gradients, info = self.compute_gradients(self.storage.full_batch(self._sequence_length_or_none()))
-        self.apply_gradients(gradients)
-        return info
+    def _optimize(self, seeds: Seeds) -> dict[str, torch.Tensor]:
+        """The algorithm's optimization of every seed in ``seeds`` (this run's alone, or a
+        batch's, this member standing for all: they share the configuration and schedules);
+        each log per seed (S,). Here one gradient step on the whole rollout (VPG, A2C)."""
+        loss, logs = self.seeds_loss(seeds.network, seeds.full_batch())
+        seeds.step(loss)
+        return logs
 
     def _finish_rollout(self) -> dict[str, float]:
         config, logs = self.config, {}
@@ -276,10 +324,93 @@ class OnPolicyAlgorithm(Algorithm):
             return self.storage.sequence_minibatches(num_minibatches, self.sequence_length, self.generator)
         return self.storage.minibatches(num_minibatches, self.generator)
 
-    # -- losses -----------------------------------------------------------------------------
+    # -- losses: written once, over a leading seed dimension -------------------------------
+
+    def evaluate_seeds(
+        self, network: Any, batch: Mapping[str, torch.Tensor]
+    ) -> tuple[PolicyDistribution, torch.Tensor, dict[str, torch.Tensor]]:
+        """Every seed's current policy and values on its batch (S, M), and the batch's per-step
+        tensors flattened to (S, M, ...): recurrent sequences are unrolled from their states."""
+        if self.config.recurrent:
+            dist, values = network.seeded(batch["obs"], batch["states"], batch["episode_starts"])
+            flat = {key: tensor.flatten(1, 2) for key, tensor in batch.items() if key not in ("states", "episode_starts")}
+            return dist, values, flat
+        dist, values = network.seeded(batch["obs"])
+        return dist, values, dict(batch)
+
+    @property
+    def value_clip_range(self) -> float | None:
+        """The value clipping range in force now."""
+        return self.config.value_clip_range
+
+    def value_loss(self, values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
+        """0.5 (V - R)^2, or with value_clip_range the max with the clipped update's error
+        (ppo2), averaged over the last dimension: (..., M) -> (...,)."""
+        errors = (values - returns).pow(2)
+        clip = self.value_clip_range
+        if clip is not None:
+            clipped_values = old_values + (values - old_values).clamp(-clip, clip)
+            errors = torch.max(errors, (clipped_values - returns).pow(2))
+        return 0.5 * errors.mean(dim=-1)
+
+    def _policy_loss(
+        self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor], advantages: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The algorithm's policy loss per seed (S,) and its logs (S,); here the vanilla policy
+        gradient -mean(log pi(a|s) A)."""
+        return -(dist.log_prob(batch["actions"]) * advantages).mean(dim=-1), {}
+
+    def _policy_advantages(self, flat: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | float]:
+        """Processed advantages (S, M) and the weight (S,) that turns the loss's mean into the
+        mean over the steps that count. Without a baseline there is no value to bootstrap an
+        unfinished episode from, so only steps of episodes that ended within the rollout count
+        (their returns-to-go are exact); the rest get advantage 0, as if whole episodes had
+        been sampled."""
+        advantages = flat["advantages"]
+        if self.learns_value:
+            return process_advantages(self.config, advantages), 1.0
+        complete = flat["complete"]
+        counted = process_advantages(self.config, advantages, complete)
+        return counted, advantages.shape[-1] / complete.sum(dim=-1).clamp_min(1)
+
+    def seeds_loss(
+        self, network: Any, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """policy loss - entropy bonus + value_coef * value loss (the parts asked for), per
+        seed (S,), on a batch (S, M, ...); each log (S,)."""
+        dist, values, flat = self.evaluate_seeds(network, batch)
+        terms: list[torch.Tensor] = []
+        info: dict[str, torch.Tensor] = {}
+        if "policy" in parts:
+            advantages, weight = self._policy_advantages(flat)
+            policy_loss, info = self._policy_loss(dist, flat, advantages)
+            policy_loss = weight * policy_loss
+            entropy = dist.entropy()
+            terms.append(policy_loss)
+            if self.config.entropy_method == "regularized":
+                terms.append(-entropy_bonus(self.config, entropy))
+            info.update(policy_loss=policy_loss.detach(), entropy=entropy.detach().mean(dim=-1))
+        if "value" in parts and self.learns_value:
+            value_loss = self.value_loss(values, flat["values"], flat["returns"])
+            terms.append(self.config.value_coef * value_loss)
+            info["value_loss"] = value_loss.detach()
+        loss = sum(terms[1:], terms[0]) if terms else values.new_zeros(values.shape[:1])
+        return loss, info
+
+    def fit_value(self, seeds: Seeds, epochs: int, num_minibatches: int) -> dict[str, torch.Tensor]:
+        """Regress V on the returns: ``epochs`` passes of ``num_minibatches`` steps."""
+        losses = []
+        for _ in range(epochs):
+            for batch in seeds.minibatches(num_minibatches):
+                loss, info = self.seeds_loss(seeds.network, batch, parts=("value",))
+                seeds.step(loss)
+                losses.append(info["value_loss"])
+        return {"value_loss": torch.stack(losses).mean(dim=0)} if losses else {}
+
+    # -- one run's view of the losses (the seeds' Algorithm interface) ----------------------
 
     def evaluate(self, batch: Mapping[str, torch.Tensor]) -> tuple[PolicyDistribution, torch.Tensor, dict[str, torch.Tensor]]:
-        """The current policy and values on a batch, and the batch's per-step tensors flattened
+        """The current policy and values on one run's batch, and its per-step tensors flattened
         to (M, ...): a recurrent batch of sequences is unrolled from its initial states."""
         if self.config.recurrent:
             dist, values, _ = self.actor_critic.policy_and_value(batch["obs"], batch["states"], batch["episode_starts"])
@@ -289,67 +420,10 @@ class OnPolicyAlgorithm(Algorithm):
             flat = dict(batch)
         return dist, values, flat
 
-    def process_advantages(self, advantages: torch.Tensor) -> torch.Tensor:
-        """center_adv, then positive_adv."""
-        return process_advantages(self.config, advantages)
-
-    def entropy_bonus(self, entropy: torch.Tensor) -> torch.Tensor:
-        """policy_ent_coeff * mean H under 'regularized', else 0."""
-        return entropy_bonus(self.config, entropy)
-
-    @property
-    def value_clip_range(self) -> float | None:
-        """The value clipping range in force now."""
-        return self.config.value_clip_range
-
-    def value_loss(self, values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-        """0.5 (V - R)^2, or with value_clip_range the max with the clipped update's error
-        (ppo2), averaged (along ``dim`` only, when given)."""
-        errors = (values - returns).pow(2)
-        clip = self.value_clip_range
-        if clip is not None:
-            clipped_values = old_values + (values - old_values).clamp(-clip, clip)
-            errors = torch.max(errors, (clipped_values - returns).pow(2))
-        return 0.5 * (errors.mean() if dim is None else errors.mean(dim=dim))
-
-    def _policy_loss(
-        self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor], advantages: torch.Tensor
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        """Vanilla policy gradient: -mean(log pi(a|s) A)."""
-        return -(dist.log_prob(batch["actions"]) * advantages).mean(), {}
-
-    def _policy_advantages(self, flat: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, float]:
-        """Processed advantages and the weight that turns the loss's mean into the mean over the
-        steps that count. Without a baseline there is no value to bootstrap an unfinished episode
-        from, so only steps of episodes that ended within the rollout count (their returns-to-go
-        are exact); the rest get advantage 0, as if whole episodes had been sampled."""
-        advantages = flat["advantages"]
-        if self.learns_value:
-            return self.process_advantages(advantages), 1.0
-        complete = flat["complete"]
-        count = int(complete.sum())
-        counted = torch.zeros_like(advantages)
-        if count:
-            counted[complete] = self.process_advantages(advantages[complete])
-        return counted, advantages.numel() / max(count, 1)
-
     def loss(self, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS) -> tuple[torch.Tensor, dict[str, float]]:
-        """policy loss - entropy bonus + value_coef * value loss (the parts asked for)."""
-        dist, values, flat = self.evaluate(batch)
-        loss = values.new_zeros(())
-        info: dict[str, float] = {}
-        if "policy" in parts:
-            advantages, weight = self._policy_advantages(flat)
-            policy_loss, info = self._policy_loss(dist, flat, advantages)
-            policy_loss = weight * policy_loss
-            entropy = dist.entropy()
-            loss = loss + policy_loss - self.entropy_bonus(entropy)
-            info.update(policy_loss=policy_loss.item(), entropy=entropy.mean().item())
-        if "value" in parts and self.learns_value:
-            value_loss = self.value_loss(values, flat["values"], flat["returns"])
-            loss = loss + self.config.value_coef * value_loss
-            info["value_loss"] = value_loss.item()
-        return loss, info
+        """``seeds_loss`` on one run's batch: the scalar loss and its logs."""
+        loss, info = self.seeds_loss(self.actor_critic, seed_axis(batch), parts)
+        return loss[0], per_seed_logs(info, 1)[0]
 
     def compute_gradients(
         self, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS
@@ -372,16 +446,6 @@ class OnPolicyAlgorithm(Algorithm):
             optimizer.step()
         for parameter in self.parameters:
             parameter.grad = None
-
-    def fit_value(self, epochs: int, num_minibatches: int) -> dict[str, float]:
-        """Regress V on the returns: ``epochs`` passes of ``num_minibatches`` steps."""
-        losses = []
-        for _ in range(epochs):
-            for batch in self.minibatches(num_minibatches):
-                gradients, info = self.compute_gradients(batch, parts=("value",))
-                self.apply_gradients(gradients)
-                losses.append(info["value_loss"])
-        return {"value_loss": float(np.mean(losses))} if losses else {}
 
     # -- weights and state ------------------------------------------------------------------
 
@@ -429,10 +493,33 @@ class OnPolicyAlgorithm(Algorithm):
         self.storage.truncate_last_step(values if values is not None else torch.zeros(self.storage.num_envs, device=self.device))
 
 
+class OneSeed:
+    """A run's own seed as the ``Seeds`` of its optimization: its network, its rollout with a
+    seed dimension of 1, its optimizers."""
+
+    num_seeds = 1
+
+    def __init__(self, algorithm: OnPolicyAlgorithm):
+        self.algorithm = algorithm
+        self.members = [algorithm]
+        self.network = algorithm.actor_critic
+
+    def full_batch(self) -> dict[str, torch.Tensor]:
+        algorithm = self.algorithm
+        return seed_axis(algorithm.storage.full_batch(algorithm._sequence_length_or_none()))
+
+    def minibatches(self, num_minibatches: int) -> Iterator[dict[str, torch.Tensor]]:
+        return (seed_axis(batch) for batch in self.algorithm.minibatches(num_minibatches))
+
+    def step(self, loss: torch.Tensor) -> None:
+        algorithm = self.algorithm
+        algorithm.apply_gradients(list(torch.autograd.grad(loss.sum(), algorithm.parameters, allow_unused=True)))
+
+
 class OnPolicySeedBatch(SeedBatch):
     """N seeds of one feed-forward on-policy configuration: one forward acts for every seed;
-    each seed keeps its rollout, advantages and schedules; subclasses write the optimization
-    with the per-seed loss ``loss`` (``OnPolicyAlgorithm.loss`` with every mean taken per seed)."""
+    each seed keeps its rollout, advantages and schedules; the optimization is the algorithm's
+    own ``_optimize``, run once on this batch as its ``Seeds`` (stacked network and optimizers)."""
 
     members: list[OnPolicyAlgorithm]  # type: ignore[assignment]
 
@@ -440,17 +527,18 @@ class OnPolicySeedBatch(SeedBatch):
         super().__init__(members)
         first = self.members[0]
         self.network = StackedActorCritic([member.actor_critic for member in self.members])
-        self.distribution = first.actor_critic.distribution  # works on (N, B, P) parameters as on (B, P)
         self.separate_feed_forward = first.actor_critic.separate_feed_forward
-        stacked = list(self.network.parameters())
+        self.stacked_parameters = list(self.network.parameters())
         self.optimizers = self._stack_optimizers(
-            {name: ([member.optimizers[name] for member in self.members], stacked) for name in first.optimizers}
+            {name: ([member.optimizers[name] for member in self.members], self.stacked_parameters) for name in first.optimizers}
         )
 
     @classmethod
     def unsupported(cls, algorithm: type[Algorithm], config: Any) -> str | None:
         if config.recurrent is not None:
             return f"{algorithm.name} with recurrent={config.recurrent!r} has no batched training of seeds; use one seed per process"
+        if getattr(config, "target_kl", None) is not None:
+            return f"{algorithm.name} with target_kl stops each seed's epochs at its own point; batched training of seeds needs target_kl: null"
         return None
 
     def act(self, obs: Sequence[torch.Tensor]) -> list[Acted]:
@@ -462,7 +550,7 @@ class OnPolicySeedBatch(SeedBatch):
             else:
                 outputs, values = self.network.heads(stacked_obs)
             params = self.network.dist_params(outputs)
-            dist = self.distribution(params)
+            dist = self.network.distribution(params)
             noise = stacked_noise(dist.draw, dist.noise_shape[1:], self.generators, self.device)
             actions, log_probs = dist.sample_with_log_prob(noise)
             entropies = dist.entropy() if self.config.entropy_method == "max" else None
@@ -481,50 +569,32 @@ class OnPolicySeedBatch(SeedBatch):
         logs = [member._begin_update() for member in members]
         for name, optimizer in self.optimizers.items():
             optimizer.lr = members[0].optimizers[name].param_groups[0]["lr"]
-        for seed_logs, optimized in zip(logs, self._optimize()):
+        for seed_logs, optimized in zip(logs, per_seed_logs(members[0]._optimize(self), self.num_seeds)):
             seed_logs.update(optimized)
         return [member._end_update(seed_logs) for member, seed_logs in zip(members, logs)]
 
-    @abc.abstractmethod
-    def _optimize(self) -> list[dict[str, float]]:
-        """The algorithm's optimization on every seed's rollout; each seed's logs."""
+    # -- the Seeds protocol ---------------------------------------------------------------
 
-    def stacked_minibatches(self, num_minibatches: int) -> Iterator[dict[str, torch.Tensor]]:
-        """One shuffled epoch of every seed's rollout, each in its own order: (N, M, ...) minibatches."""
+    def full_batch(self) -> dict[str, torch.Tensor]:
+        return stack_batches([member.storage.full_batch(None) for member in self.members])
+
+    def minibatches(self, num_minibatches: int) -> Iterator[dict[str, torch.Tensor]]:
         for minibatches in zip(*(member.minibatches(num_minibatches) for member in self.members), strict=True):
             yield stack_batches(minibatches)
 
-    def loss(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """policy loss - entropy bonus + value_coef * value loss, per seed (N,), on a batch (N, M, ...)."""
-        first, config = self.members[0], self.config
-        outputs, values = self.network.heads(batch["obs"])
-        if self.network.log_std is not None:
-            dist: PolicyDistribution = DiagGaussian(outputs, self.network.log_std.unsqueeze(1))
-        else:
-            dist = self.distribution(outputs)
-        advantages = process_advantages(config, batch["advantages"], dim=-1)
-        policy_loss, info = self._policy_loss(dist, batch, advantages)
-        entropy = dist.entropy()
-        value_loss = first.value_loss(values, batch["values"], batch["returns"], dim=-1)
-        loss = policy_loss - entropy_bonus(config, entropy, dim=-1) + config.value_coef * value_loss
-        info.update(policy_loss=policy_loss.detach(), entropy=entropy.detach().mean(dim=-1), value_loss=value_loss.detach())
-        return loss, info
-
-    @abc.abstractmethod
-    def _policy_loss(
-        self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor], advantages: torch.Tensor
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The algorithm's policy loss per seed (N,) and its logs (N,)."""
-
-    def apply_gradients(self, gradients: Sequence[torch.Tensor | None]) -> None:
-        """Set the stacked gradients, clip each seed's norm per optimizer, step."""
-        for parameter, gradient in zip(self.network.parameters(), gradients, strict=True):
-            if gradient is None:
-                raise RuntimeError("a parameter of the batched network got no gradient")
+    def step(self, loss: torch.Tensor) -> None:
+        gradients = torch.autograd.grad(loss.sum(), self.stacked_parameters, allow_unused=True)
+        for parameter, gradient in zip(self.stacked_parameters, gradients, strict=True):
             parameter.grad = gradient
         for optimizer in self.optimizers.values():
+            with_gradients = [parameter.grad for parameter in optimizer.parameters if parameter.grad is not None]
+            if not with_gradients:
+                continue
             if self.config.max_grad_norm is not None:
-                clip_per_seed([parameter.grad for parameter in optimizer.parameters], self.num_seeds, self.config.max_grad_norm)
+                clip_per_seed(with_gradients, self.num_seeds, self.config.max_grad_norm)
             optimizer.step()
-        for parameter in self.network.parameters():
+        for parameter in self.stacked_parameters:
             parameter.grad = None
+
+
+OnPolicyAlgorithm.seed_batch = OnPolicySeedBatch

@@ -24,12 +24,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Mapping
 
-import numpy as np
 import torch
 
-from agents.algos.onpolicy import OnPolicyAlgorithm, OnPolicySeedBatch
-from agents.algos.seeds import per_seed_logs
-from agents.api import Algorithm
+from agents.algos.onpolicy import OnPolicyAlgorithm, Seeds
 from agents.configs.ppo import PPOAdaptiveKLConfig, PPOConfig, SurrogateConfig
 from agents.nets.policies import PolicyDistribution
 
@@ -43,35 +40,36 @@ class SurrogatePG(OnPolicyAlgorithm):
 
     config: SurrogateConfig
 
-    def _optimize(self) -> dict[str, float]:
-        """K epochs of minibatch steps, stopping early past target_kl."""
+    def _optimize(self, seeds: Seeds) -> dict[str, torch.Tensor]:
+        """K epochs of minibatch steps, each seed on its own shuffled minibatches; a run stops
+        early once an epoch's mean approximate KL passes target_kl."""
         config = self.config
-        logs: dict[str, list[float]] = {}
+        logs: dict[str, list[torch.Tensor]] = {}
         for _ in range(config.num_epochs):
             epoch_kls = []
-            for batch in self.minibatches(config.num_minibatches):
-                gradients, info = self.compute_gradients(batch)
-                self.apply_gradients(gradients)
+            for batch in seeds.minibatches(config.num_minibatches):
+                loss, info = self.seeds_loss(seeds.network, batch)
+                seeds.step(loss)
                 epoch_kls.append(info["approx_kl"])
                 for key, value in info.items():
                     logs.setdefault(key, []).append(value)
-            if config.target_kl is not None and np.mean(epoch_kls) > config.target_kl:
+            if config.target_kl is not None and float(torch.stack(epoch_kls).mean()) > config.target_kl:
                 break
-        return {key: float(np.mean(values)) for key, values in logs.items()}
+        return {key: torch.stack(values).mean(dim=0) for key, values in logs.items()}
 
-    def _ratio(self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-        """r_t and the approximate KL E[(r - 1) - log r] (Schulman's low-variance estimator)."""
+    def _ratio(self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """r_t (S, M) and the approximate KL E[(r - 1) - log r] (Schulman's low-variance estimator)."""
         log_ratio = dist.log_prob(batch["actions"]) - batch["log_probs"]
         ratio = log_ratio.exp()
         with torch.no_grad():
-            approx_kl = ((ratio - 1) - log_ratio).mean()
-        return ratio, {"approx_kl": approx_kl.item()}
+            approx_kl = ((ratio - 1) - log_ratio).mean(dim=-1)
+        return ratio, {"approx_kl": approx_kl}
 
     def _policy_loss(
         self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor], advantages: torch.Tensor
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         ratio, info = self._ratio(dist, batch)
-        return -(ratio * advantages).mean(), info
+        return -(ratio * advantages).mean(dim=-1), info
 
 
 class PPO(SurrogatePG):
@@ -99,19 +97,19 @@ class PPO(SurrogatePG):
 
     def _policy_loss(
         self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor], advantages: torch.Tensor
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """-min(r A, clip(r, 1-eps, 1+eps) A), averaged."""
         ratio, info = self._ratio(dist, batch)
         eps = self.clip_range
         clipped = ratio.clamp(1 - eps, 1 + eps)
-        loss = -torch.min(ratio * advantages, clipped * advantages).mean()
+        loss = -torch.min(ratio * advantages, clipped * advantages).mean(dim=-1)
         with torch.no_grad():
-            info["clip_fraction"] = ((ratio - 1).abs() > eps).float().mean().item()
+            info["clip_fraction"] = ((ratio - 1).abs() > eps).float().mean(dim=-1)
         return loss, info
 
 
 class PPOAdaptiveKL(SurrogatePG):
-    """PPO with the adaptive KL penalty (L^KLPEN)."""
+    """PPO with the adaptive KL penalty (L^KLPEN); each seed adapts its own beta."""
 
     name = "ppo_kl"
     Config = PPOAdaptiveKLConfig
@@ -122,23 +120,31 @@ class PPOAdaptiveKL(SurrogatePG):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.kl_coef = self.config.kl_penalty
+        self._kl_coefs: torch.Tensor | None = None  # (S,): the betas of the seeds being optimized
 
     def _policy_loss(
         self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor], advantages: torch.Tensor
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """-E[r A] + beta KL[pi_old, pi], the old policy rebuilt from the stored parameters."""
         ratio, info = self._ratio(dist, batch)
-        kl = self.actor_critic.distribution(batch["dist_params"]).kl(dist).mean()
-        info["kl"] = kl.item()
-        return -(ratio * advantages).mean() + self.kl_coef * kl, info
+        kl = self.actor_critic.distribution(batch["dist_params"]).kl(dist).mean(dim=-1)
+        info["kl"] = kl.detach()
+        kl_coefs = self._kl_coefs if self._kl_coefs is not None else self.kl_coef
+        return -(ratio * advantages).mean(dim=-1) + kl_coefs * kl, info
 
-    def _optimize(self) -> dict[str, float]:
-        logs = super()._optimize()
+    def _optimize(self, seeds: Seeds) -> dict[str, torch.Tensor]:
+        device = next(self.actor_critic.parameters()).device
+        self._kl_coefs = torch.tensor([member.kl_coef for member in seeds.members], device=device)  # type: ignore[attr-defined]
+        try:
+            logs = super()._optimize(seeds)
+        finally:
+            self._kl_coefs = None
         with torch.no_grad():
-            dist, _, flat = self.evaluate(self.storage.full_batch(self._sequence_length_or_none()))
-            measured = self.actor_critic.distribution(flat["dist_params"]).kl(dist).mean().item()
-        self.kl_coef = self.adapt_kl_coef(self.kl_coef, measured, self.config.kl_target)
-        logs.update(measured_kl=measured, kl_coef=self.kl_coef)
+            dist, _, flat = self.evaluate_seeds(seeds.network, seeds.full_batch())
+            measured = self.actor_critic.distribution(flat["dist_params"]).kl(dist).mean(dim=-1)
+        for member, member_kl in zip(seeds.members, measured.tolist()):
+            member.kl_coef = self.adapt_kl_coef(member.kl_coef, member_kl, self.config.kl_target)  # type: ignore[attr-defined]
+        logs.update(measured_kl=measured, kl_coef=torch.tensor([member.kl_coef for member in seeds.members]))  # type: ignore[attr-defined]
         return logs
 
     @staticmethod
@@ -155,58 +161,3 @@ class PPOAdaptiveKL(SurrogatePG):
 
     def _load_extra_state(self, state: Mapping[str, Any]) -> None:
         self.kl_coef = float(state["kl_coef"])
-
-
-class SurrogateSeedBatch(OnPolicySeedBatch):
-    """N seeds of the unconstrained surrogate (and, below, of PPO-clip) as one batched model:
-    K epochs in which every seed steps through its own shuffled minibatches together."""
-
-    members: list[SurrogatePG]  # type: ignore[assignment]
-
-    @classmethod
-    def unsupported(cls, algorithm: type[Algorithm], config: Any) -> str | None:
-        if config.target_kl is not None:
-            return f"{algorithm.name} with target_kl stops each seed's epochs at its own point; batched training of seeds needs target_kl: null"
-        return super().unsupported(algorithm, config)
-
-    def _optimize(self) -> list[dict[str, float]]:
-        config = self.config
-        logs: dict[str, list[torch.Tensor]] = {}
-        for _ in range(config.num_epochs):
-            for batch in self.stacked_minibatches(config.num_minibatches):
-                loss, info = self.loss(batch)
-                self.apply_gradients(torch.autograd.grad(loss.sum(), list(self.network.parameters())))
-                for key, value in info.items():
-                    logs.setdefault(key, []).append(value)
-        return per_seed_logs({key: torch.stack(values).mean(dim=0) for key, values in logs.items()}, self.num_seeds)
-
-    def _ratio(self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        log_ratio = dist.log_prob(batch["actions"]) - batch["log_probs"]
-        ratio = log_ratio.exp()
-        with torch.no_grad():
-            approx_kl = ((ratio - 1) - log_ratio).mean(dim=-1)
-        return ratio, {"approx_kl": approx_kl}
-
-    def _policy_loss(self, dist, batch, advantages):
-        ratio, info = self._ratio(dist, batch)
-        return -(ratio * advantages).mean(dim=-1), info
-
-
-class PPOSeedBatch(SurrogateSeedBatch):
-    """N seeds of PPO-clip: ``PPO._policy_loss`` per seed."""
-
-    members: list[PPO]  # type: ignore[assignment]
-
-    def _policy_loss(self, dist, batch, advantages):
-        ratio, info = self._ratio(dist, batch)
-        eps = self.members[0].clip_range
-        clipped = ratio.clamp(1 - eps, 1 + eps)
-        loss = -torch.min(ratio * advantages, clipped * advantages).mean(dim=-1)
-        with torch.no_grad():
-            info["clip_fraction"] = ((ratio - 1).abs() > eps).float().mean(dim=-1)
-        return loss, info
-
-
-SurrogatePG.seed_batch = SurrogateSeedBatch
-PPO.seed_batch = PPOSeedBatch
-PPOAdaptiveKL.seed_batch = None  # its penalty adapts per seed after each update: not batched yet

@@ -1,5 +1,8 @@
 """N seeds of one configuration trained in one process as one batched model.
 
+(The on-policy algorithms write their losses once over a seed dimension and need no loss of
+their own here: ``agents.algos.onpolicy``. The off-policy batches below still restate theirs.)
+
     members = [make(algo, spec, config, seed=s) for s in seeds]   # each built as its own run would be
     batch = SeedBatch(members)      # parameters stacked (N, ...); each member's are views of its slice
     loop:
@@ -13,8 +16,9 @@ Independence is exact by construction, not by luck:
   target noise, exploration) is made from that member's generator, in the same order;
 - the losses are per-seed means, and the backward pass runs on their sum: seeds share no
   parameter, so each seed's gradient is that of its own loss;
-- gradient clipping takes each seed's own norm; Adam is elementwise, so one Adam over the
-  stacked parameters is N Adams (one step count, which the seeds share: they update together);
+- gradient clipping takes each seed's own norm; Adam is elementwise, so one Adam (or RMSprop)
+  over the stacked parameters is N of them (one step count, which the seeds share: they update
+  together);
 - storage, counters, schedules, temperatures, epsilon and normalization statistics stay the
   members' (the training loop keeps one vector env per seed).
 
@@ -43,29 +47,38 @@ def stacked_index(stacked: Sequence[torch.Tensor]) -> dict[int, tuple[torch.Tens
     return index
 
 
-class StackedAdam:
-    """One Adam over stacked parameters standing for the members' Adams (one per seed).
+class StackedOptimizer:
+    """One optimizer over stacked parameters standing for the members' (one per seed): Adam or
+    RMSprop, whose steps are elementwise, so one step over (N, ...) tensors is N steps.
 
     Built with the members' hyperparameters (they must agree) and, when the members have
-    already stepped (a resumed run), their moments stacked. ``export`` writes the moments
-    back into each member's optimizer in its own format."""
+    already stepped (a resumed run), their state stacked: every state tensor of a parameter's
+    shape is stacked, a step count (which the seeds share: they update together) is taken
+    once. ``export`` writes the state back into each member's optimizer in its own format."""
 
     def __init__(self, member_optimizers: Sequence[torch.optim.Optimizer], stacked: Sequence[torch.Tensor]):
         self.members = list(member_optimizers)
         groups = [optimizer.param_groups for optimizer in self.members]
         if any(len(member_groups) != 1 for member_groups in groups):
             raise ValueError("stacked optimizers take members with one parameter group each")
-        settings = [{key: group[0][key] for key in ("lr", "betas", "eps", "weight_decay")} for group in groups]
-        if any(setting != settings[0] for setting in settings):
+        kinds = {type(optimizer) for optimizer in self.members}
+        settings = [{key: value for key, value in group[0].items() if key != "params"} for group in groups]
+        if len(kinds) != 1 or any(setting != settings[0] for setting in settings):
             raise ValueError(f"the members' optimizers differ: {settings}")
         self.index = stacked_index(stacked)
-        members_params = [group[0]["params"] for group in groups]
         self.parameters: list[torch.Tensor] = []
-        for parameter in members_params[0]:
+        for parameter in groups[0][0]["params"]:
             home, _ = self.index[parameter.data_ptr()]
             if not any(home is known for known in self.parameters):
                 self.parameters.append(home)
-        self.optimizer = adam(self.parameters, **settings[0])
+        first, setting = self.members[0], settings[0]
+        if isinstance(first, torch.optim.Adam):
+            self.optimizer: torch.optim.Optimizer = adam(self.parameters, **{key: setting[key] for key in ("lr", "betas", "eps", "weight_decay")})
+        elif isinstance(first, torch.optim.RMSprop):
+            keys = ("lr", "alpha", "eps", "weight_decay", "momentum", "centered")
+            self.optimizer = torch.optim.RMSprop(self.parameters, **{key: setting[key] for key in keys})
+        else:
+            raise ValueError(f"cannot stack a {type(first).__name__} (Adam and RMSprop can be)")
         self._import()
 
     @property
@@ -99,24 +112,29 @@ class StackedAdam:
         if len(steps) != 1:
             raise ValueError(f"the members' optimizers are at different steps {sorted(steps)}")
         for home in self.parameters:
-            parts = sorted((position, state) for (_, _, stacked, position), state in zip(pairs, stepped) if stacked is home)
-            self.optimizer.state[home] = {
-                "step": torch.as_tensor(parts[0][1]["step"], dtype=torch.float32).clone().to(home.device),
-                "exp_avg": torch.stack([state["exp_avg"] for _, state in parts]).to(home.device),
-                "exp_avg_sq": torch.stack([state["exp_avg_sq"] for _, state in parts]).to(home.device),
-            }
+            parts = sorted(((position, state) for (_, _, stacked, position), state in zip(pairs, stepped) if stacked is home), key=lambda part: part[0])
+            first = parts[0][1]
+            imported = {}
+            for key, value in first.items():
+                if key != "step" and torch.is_tensor(value) and value.shape == home.shape[1:]:
+                    imported[key] = torch.stack([state[key] for _, state in parts]).to(home.device)
+                elif key == "step":
+                    imported[key] = torch.as_tensor(value, dtype=torch.float32).clone().to(home.device)
+                else:
+                    imported[key] = value.clone() if torch.is_tensor(value) else value
+            self.optimizer.state[home] = imported
 
     def export(self) -> None:
-        """Each member optimizer gets its slice of the moments, the step count and the learning rate."""
+        """Each member optimizer gets its slice of the state, the step count and the learning rate."""
         for optimizer, parameter, home, position in self._pairs():
             optimizer.param_groups[0]["lr"] = self.lr
             state = self.optimizer.state.get(home)
             if not state:
                 continue
             optimizer.state[parameter] = {
-                "step": state["step"].clone(),
-                "exp_avg": state["exp_avg"][position].clone(),
-                "exp_avg_sq": state["exp_avg_sq"][position].clone(),
+                key: (value[position].clone() if key != "step" and torch.is_tensor(value) and value.shape == home.shape else
+                      value.clone() if torch.is_tensor(value) else value)
+                for key, value in state.items()
             }
         for optimizer in self.members:
             if hasattr(optimizer, "_tensor_lists"):
@@ -176,7 +194,7 @@ class SeedBatch(abc.ABC):
         self.device = members[0].device
         self.config = members[0].config
         self.generators = [member.generator for member in members]
-        self.optimizers: dict[str, StackedAdam] = {}
+        self.optimizers: dict[str, StackedOptimizer] = {}
 
     @classmethod
     def unsupported(cls, algorithm: type[Algorithm], config: Any) -> str | None:
@@ -210,5 +228,5 @@ class SeedBatch(abc.ABC):
             optimizer.export()
 
     @staticmethod
-    def _stack_optimizers(pairs: dict[str, tuple[Sequence[torch.optim.Optimizer], Sequence[torch.Tensor]]]) -> dict[str, StackedAdam]:
-        return {name: StackedAdam(optimizers, stacked) for name, (optimizers, stacked) in pairs.items()}
+    def _stack_optimizers(pairs: dict[str, tuple[Sequence[torch.optim.Optimizer], Sequence[torch.Tensor]]]) -> dict[str, StackedOptimizer]:
+        return {name: StackedOptimizer(optimizers, stacked) for name, (optimizers, stacked) in pairs.items()}

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Mapping
 
 import torch
 
-from agents.algos.onpolicy import PARTS, OnPolicyAlgorithm
+from agents.algos.onpolicy import PARTS, OnPolicyAlgorithm, Seeds, entropy_bonus, process_advantages
 from agents.api import set_gradients
 from agents.configs.trpo import TRPOConfig
 from agents.optim import adam, backtracking_line_search, subtract_gradients, trust_region_step
@@ -47,10 +47,13 @@ class TRPO(OnPolicyAlgorithm):
     def _make_optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"value": adam(self.actor_critic.value_parameters(), lr=self.config.learning_rate)}
 
-    def _optimize(self) -> dict[str, float]:
-        gradients, logs = self.compute_gradients(self.storage.full_batch(self._sequence_length_or_none()), parts=("policy",))
+    def _optimize(self, seeds: Seeds) -> dict[str, torch.Tensor]:
+        """The trust-region step of the policy, then V fitted by its own optimizer (one seed:
+        the conjugate gradient and line search run per run, see ``seed_batch``)."""
+        gradients, info = self.compute_gradients(self.storage.full_batch(self._sequence_length_or_none()), parts=("policy",))
         self.apply_gradients(gradients)
-        logs.update(self.fit_value(self.config.value_epochs, self.config.value_num_minibatches))
+        logs = {key: torch.tensor([value]) for key, value in info.items()}
+        logs.update(self.fit_value(seeds, self.config.value_epochs, self.config.value_num_minibatches))
         return logs
 
     # -- the natural-gradient step ----------------------------------------------------------
@@ -59,9 +62,9 @@ class TRPO(OnPolicyAlgorithm):
         """Surrogate L = mean(r A) (+ the regularized entropy bonus) and mean KL[pi_old, pi],
         at the current parameters; pi_old is rebuilt from the stored distribution parameters."""
         dist, _, flat = self.evaluate(batch)
-        advantages = self.process_advantages(flat["advantages"])
+        advantages = process_advantages(self.config, flat["advantages"])
         ratio = (dist.log_prob(flat["actions"]) - flat["log_probs"]).exp()
-        surrogate = (ratio * advantages).mean() + self.entropy_bonus(dist.entropy())
+        surrogate = (ratio * advantages).mean() + entropy_bonus(self.config, dist.entropy())
         mean_kl = self.actor_critic.distribution(flat["dist_params"]).kl(dist).mean()
         return surrogate, mean_kl
 
@@ -118,3 +121,5 @@ class TRPO(OnPolicyAlgorithm):
         subtract_gradients(self.policy_parameters)
         super().apply_gradients()
 
+
+TRPO.seed_batch = None  # its conjugate gradient and line search run per run: no batched training of seeds yet

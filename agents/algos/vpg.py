@@ -21,7 +21,7 @@ from typing import ClassVar
 
 import torch
 
-from agents.algos.onpolicy import OnPolicyAlgorithm
+from agents.algos.onpolicy import OnPolicyAlgorithm, Seeds
 from agents.configs.vpg import A2CConfig, REINFORCEConfig, VPGConfig
 from agents.optim import adam
 
@@ -60,13 +60,14 @@ class VPG(OnPolicyAlgorithm):
             return super()._base_learning_rates()
         return {"policy": self.config.learning_rate, "value": self.config.value_learning_rate}
 
-    def _optimize(self) -> dict[str, float]:
+    def _optimize(self, seeds: Seeds) -> dict[str, torch.Tensor]:
+        """With separate networks: one policy step on the whole rollout, then V fitted by its
+        own optimizer; with a shared one, a single step on the joint loss."""
         if not self._split:
-            return super()._optimize()
-        batch = self.storage.full_batch(self._sequence_length_or_none())
-        gradients, logs = self.compute_gradients(batch, parts=("policy",))
-        self.apply_gradients(gradients)
-        logs.update(self.fit_value(self.config.value_epochs, self.config.value_num_minibatches))
+            return super()._optimize(seeds)
+        loss, logs = self.seeds_loss(seeds.network, seeds.full_batch(), parts=("policy",))
+        seeds.step(loss)
+        logs.update(self.fit_value(seeds, self.config.value_epochs, self.config.value_num_minibatches))
         return logs
 
 

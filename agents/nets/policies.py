@@ -116,6 +116,20 @@ class ActorCritic(nn.Module):
             return DiagGaussian(outputs, self.log_std), values, next_state
         return self.distribution(outputs), values, next_state
 
+    def seeded(
+        self, obs: torch.Tensor, states: torch.Tensor | None = None, episode_starts: torch.Tensor | None = None
+    ) -> tuple[PolicyDistribution, torch.Tensor]:
+        """``policy_and_value`` of one seed's batch with a seed dimension of 1, as the losses take
+        it (``StackedActorCritic.seeded`` gives N): obs (1, B, *obs_shape) [states (1, B,
+        state_size), episode_starts (1, L, B) for sequences] -> distribution (1, M), values (1, M)."""
+        outputs, values, _ = self._heads(
+            obs[0], None if states is None else states[0], None if episode_starts is None else episode_starts[0]
+        )
+        outputs, values = outputs.unsqueeze(0), values.unsqueeze(0)
+        if self.log_std is not None:
+            return DiagGaussian(outputs, self.log_std), values
+        return self.distribution(outputs), values
+
     def _heads(
         self, obs: torch.Tensor, state: torch.Tensor | None, episode_starts: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:

@@ -19,7 +19,8 @@ from torch import nn
 
 from agents.nets.mlp import _FUNCTIONS, MLP
 from agents.nets.offpolicy import ContinuousQ, Critics, DiscreteQ, _ActorBase
-from agents.nets.policies import ActorCritic
+from agents.nets.distributions import DiagGaussian
+from agents.nets.policies import ActorCritic, PolicyDistribution
 
 
 def stack_parameters(copies: Sequence[Sequence[torch.Tensor]]) -> list[nn.Parameter]:
@@ -183,6 +184,15 @@ class StackedActorCritic(nn.Module):
             self.actor = StackedMLP([copy.actor for copy in copies])
             self.critic = StackedMLP([copy.critic for copy in copies])
         self.log_std = None if copies[0].log_std is None else stack_parameters([[copy.log_std] for copy in copies])[0]
+        self.distribution = copies[0].distribution  # builds from parameters (K, B, P) as from (B, P)
+
+    def seeded(self, obs: torch.Tensor) -> tuple[PolicyDistribution, torch.Tensor]:
+        """Every copy's policy and values on its batch: obs (K, B, *obs_shape) -> distribution
+        (K, B), values (K, B) (``ActorCritic.seeded`` for K = 1)."""
+        outputs, values = self.heads(obs)
+        if self.log_std is not None:
+            return DiagGaussian(outputs, self.log_std.unsqueeze(1)), values
+        return self.distribution(outputs), values
 
     def heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         flat = _flat(obs)

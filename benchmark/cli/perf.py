@@ -15,7 +15,8 @@ def add_parser(commands: Any) -> None:
     perf = commands.add_parser(
         "perf", help="throughput side by side with Stable-Baselines3, beside the env-only and update-floor bounds"
     )
-    perf.add_argument("--cases", nargs="+", default=None, metavar="CASE", help="ppo, sac, td3, dqn (default: all)")
+    perf.add_argument("--cases", nargs="+", default=None, metavar="CASE",
+                      help="ppo, sac, td3, dqn (default: all); with --batched-only also a2c, vpg, reinforce, ppo_kl (default: all eight)")
     perf.add_argument("--pairs", type=int, default=3, help="alternating our/SB3 pairs per case; medians are reported (default 3)")
     perf.add_argument("--scale", type=float, default=1.0, help="multiply every measurement's step count (default 1)")
     perf.add_argument("--threads", type=int, default=1, help="torch threads in every measurement (default 1)")
@@ -40,9 +41,9 @@ def command_perf(args: argparse.Namespace, console: Console) -> int:
     from agents.errors import ConfigError
     from benchmark.perf import throughput as perf
 
-    cases = args.cases or list(perf.CASES)
+    cases = args.cases or list(perf.BATCHED_CASES if args.batched_only else perf.CASES)
     compare = not args.no_compare and not args.batched_only
-    perf.check_arguments(cases, args.pairs, args.scale, args.threads)
+    perf.check_arguments(cases, args.pairs, args.scale, args.threads, batched_only=args.batched_only)
     counts = args.batched_seeds or list(perf.BATCHED_COUNTS)
     if args.no_batched and args.batched_only:
         raise ConfigError("--no-batched and --batched-only contradict each other")
@@ -88,7 +89,7 @@ def command_perf(args: argparse.Namespace, console: Console) -> int:
     path = perf.write(data, args.output or Path("results/perf/compare.json"))
     console.print(f"written to {path}", highlight=False, soft_wrap=True)
     if not args.no_batched:
-        return _perf_batched(args, console, perf, cases, counts)
+        return _perf_batched(args, console, perf, cases if args.cases else list(perf.BATCHED_CASES), counts)
     return 0
 
 

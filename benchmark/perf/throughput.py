@@ -228,11 +228,15 @@ def _jobs(case: Case, scale: float, threads: int, seed: int) -> dict[str, dict[s
     return jobs
 
 
-def check_arguments(cases: list[str], pairs: int, scale: float, threads: int) -> None:
-    """ConfigError naming an unknown case or an out-of-range count."""
-    unknown = [name for name in cases if name not in CASES]
+def check_arguments(cases: list[str], pairs: int, scale: float, threads: int, batched_only: bool = False) -> None:
+    """ConfigError naming an unknown case or an out-of-range count (``BATCHED_EXTRA`` cases
+    only with ``batched_only``: they have no peer comparison)."""
+    known = BATCHED_CASES if batched_only else tuple(CASES)
+    unknown = [name for name in cases if name not in known]
     if unknown:
-        raise ConfigError(f"unknown perf case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}")
+        extra = [name for name in unknown if name in BATCHED_EXTRA]
+        hint = f" ({', '.join(extra)}: batched rows only, with --batched-only)" if extra else ""
+        raise ConfigError(f"unknown perf case(s) {', '.join(unknown)}; choose from {', '.join(known)}{hint}")
     if pairs < 1:
         raise ConfigError(f"--pairs must be >= 1, got {pairs}")
     if threads < 1:
@@ -295,10 +299,29 @@ def profile(cases: list[str], scale: float = 1.0, threads: int = 1) -> dict[str,
 
 
 BATCHED_COUNTS = (1, 4, 10)
-BATCHED_STEPS = {"ppo": 4_096, "sac": 600, "td3": 600, "dqn": 10_000}
-"""Env steps per seed of a batched measurement (SAC and TD3 update from step 100 on)."""
+BATCHED_EXTRA: dict[str, tuple[str, dict[str, Any], int]] = {
+    "a2c": (HALF_CHEETAH, {}, 16 * 5),
+    "vpg": (HALF_CHEETAH, {}, 4_000),
+    "reinforce": (HALF_CHEETAH, {}, 4_000),
+    "ppo_kl": (HALF_CHEETAH, {}, 2_048),
+}
+"""Cases measured in the batched rows only (no peer comparison): the environment, our
+hyperparameters on top of the published defaults (the suites' settings) and the env steps of
+one rollout at those defaults (measurements cover whole rollouts)."""
+BATCHED_CASES = (*CASES, *BATCHED_EXTRA)
+BATCHED_STEPS = {"ppo": 4_096, "sac": 600, "td3": 600, "dqn": 10_000, "a2c": 8_000, "vpg": 8_000, "reinforce": 8_000, "ppo_kl": 4_096}
+"""Env steps per seed of a batched measurement (SAC and TD3 update from step 100 on; the
+on-policy counts are whole rollouts of their defaults)."""
 BATCHED_GPU_TARGET = ("sac", 10, 5.0)
 """The issue's aim on a GPU: SAC, 10 seeds in one process, 5x the aggregate rate of 10 separate processes."""
+
+
+def batched_setting(name: str) -> tuple[str, dict[str, Any]]:
+    """The environment and our hyperparameters of batched case ``name``."""
+    if name in CASES:
+        return CASES[name].env_id, CASES[name].ours
+    env_id, ours, _ = BATCHED_EXTRA[name]
+    return env_id, ours
 
 
 def split_seeds(seeds: Sequence[int], processes: int) -> list[list[int]]:
@@ -333,13 +356,14 @@ def measure_batched(
     Medians over ``repeats``; ratios are against ``separate``."""
     cores = cores or os.cpu_count() or 1
     rows: dict[str, list[dict[str, Any]]] = {}
+    settings = {name: batched_setting(name) for name in cases}
     for name in cases:
-        case = CASES[name]
+        env_id, ours = settings[name]
         steps = max(int(BATCHED_STEPS[name] * scale), 1)
-        if name == "ppo":
-            steps = max(steps // case.ours["num_steps"], 1) * case.ours["num_steps"]
-        common = {"kind": "seeds", "algo": name, "env_id": case.env_id, "steps": steps, "threads": threads,
-                  "hyperparameters": case.ours, "device": device}
+        rollout = BATCHED_EXTRA[name][2] if name in BATCHED_EXTRA else ours.get("num_steps", 1) * ours.get("num_envs", 1) if name == "ppo" else 1
+        steps = max(steps // rollout, 1) * rollout
+        common = {"kind": "seeds", "algo": name, "env_id": env_id, "steps": steps, "threads": threads,
+                  "hyperparameters": ours, "device": device}
         measured: dict[tuple[str, int], list[dict[str, Any]]] = {}
 
         def measure(mode: str, count: int, groups: list[list[int]]) -> None:
@@ -383,7 +407,7 @@ def measure_batched(
         "created": now(), "machine": machine(),
         "settings": {"cases": cases, "counts": list(counts), "repeats": repeats, "scale": scale, "threads": threads,
                      "device": device, "cores": cores},
-        "cases": {name: {"env_id": CASES[name].env_id, "hyperparameters": CASES[name].ours, "rows": rows[name]} for name in cases},
+        "cases": {name: {"env_id": settings[name][0], "hyperparameters": settings[name][1], "rows": rows[name]} for name in cases},
     }
 
 
