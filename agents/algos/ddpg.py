@@ -32,12 +32,12 @@ sigma~ 0.2, c 0.5, d 2, 25,000 initial random steps).
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, per_seed_weighted_mse, weighted_mse
-from agents.algos.seeds import stacked_noise
+from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, SeedTools, one_seed, per_seed_weighted_mse, td_errors
 from agents.api import Transitions, parameters_of
 from agents.configs.ddpg import DDPGConfig, TD3Config
 from agents.nets import polyak_update
@@ -105,31 +105,38 @@ class DDPG(OffPolicyAlgorithm):
     def _actor_step_now(self) -> bool:
         return (self.num_updates + 1) % self.config.policy_delay == 0
 
-    def compute_gradients(self, batch: Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
-        """Critic gradients, then actor gradients (None on the steps the actor is delayed)."""
-        obs = batch["obs"]
+    def networks(self) -> DDPGNetworks:
+        return DDPGNetworks(
+            actor=one_seed(self.actor.features),
+            actor_target=one_seed(self.actor_target.features),
+            critic=one_seed(self.critic),
+            critic_target=one_seed(self.critic_target),
+            first_critic=one_seed(self.critic.qs[0]),
+        )
+
+    def seeds_gradients(self, networks: DDPGNetworks, batch: Mapping[str, torch.Tensor], tools: SeedTools):
+        """Critic loss, then (every policy_delay updates) the actor's, per seed."""
+        config, obs = self.config, batch["obs"]
+        # y = r + gamma (1 - d) min_i Q'_i(s', clip(mu'(s') + clip(eps, -c, c), -1, 1))  (TD3; DDPG: one critic, no eps)
         with torch.no_grad():
-            next_actions = self.actor_target(batch["next_obs"])
-            if self.config.target_policy_noise > 0:
-                noise = torch.randn(next_actions.shape, generator=self.generator).to(self.device)
-                noise = (noise * self.config.target_policy_noise).clamp(-self.config.target_noise_clip, self.config.target_noise_clip)
+            next_actions = DeterministicActor.head(networks.actor_target(batch["next_obs"]))
+            if config.target_policy_noise > 0:
+                noise = tools.noise(standard_normal, next_actions.shape[1:])
+                noise = (noise * config.target_policy_noise).clamp(-config.target_noise_clip, config.target_noise_clip)
                 next_actions = (next_actions + noise).clamp(-1.0, 1.0)
-            next_q = self.critic_target(batch["next_obs"], next_actions).min(dim=0).values
+            next_q = networks.critic_target(batch["next_obs"], next_actions).min(dim=1).values
             targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * next_q
-        q_values = self.critic(obs, batch["actions"])  # (num_critics, B)
-        self.record_td_errors(q_values, targets)
-        critic_loss = weighted_mse(q_values, targets, batch["weights"])
-        groups = self.groups
-        gradients: list[torch.Tensor | None] = list(torch.autograd.grad(critic_loss, groups["critic"][0]))
-        info = {"critic_loss": critic_loss.item(), "q_mean": q_values.mean().item()}
-        actor_parameters = groups["actor"][0]
+        # critic: sum_i (Q_i(s, a) - y)^2
+        q_values = networks.critic(obs, batch["actions"])  # (S, num_critics, B)
+        critic_loss = per_seed_weighted_mse(q_values, targets, batch["weights"])
+        gradients = {"critic": tools.gradients("critic", critic_loss)}
+        logs = {"critic_loss": critic_loss.detach(), "q_mean": q_values.detach().mean(dim=(1, 2))}
+        # actor: -Q_1(s, mu(s)), on the delayed steps only
         if self._actor_step_now():
-            actor_loss = -self.critic.qs[0](obs, self.actor(obs)).mean()
-            gradients += torch.autograd.grad(actor_loss, actor_parameters)
-            info["actor_loss"] = actor_loss.item()
-        else:
-            gradients += [None] * len(actor_parameters)
-        return gradients, info
+            actor_loss = -networks.first_critic(obs, DeterministicActor.head(networks.actor(obs))).mean(dim=-1)
+            gradients["actor"] = tools.gradients("actor", actor_loss)
+            logs["actor_loss"] = actor_loss.detach()
+        return gradients, logs, td_errors(q_values, targets) if config.prioritized else None
 
     def update_targets(self) -> None:
         if self.num_updates % self.config.policy_delay == 0:
@@ -156,59 +163,53 @@ class TD3(DDPG):
     config: TD3Config
 
 
+@dataclass
+class DDPGNetworks:
+    """DDPG's and TD3's networks as their losses call them, over a leading seed dimension S."""
+
+    actor: Callable[[torch.Tensor], torch.Tensor]
+    """obs (S, B, ...) -> the actor trunk's outputs (S, B, d), before its tanh."""
+    actor_target: Callable[[torch.Tensor], torch.Tensor]
+    critic: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    """obs (S, B, ...), actions (S, B, d) -> (S, num_critics, B)."""
+    critic_target: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    first_critic: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    """Q_1 alone: (S, B)."""
+
+
 class DDPGSeedBatch(OffPolicySeedBatch):
-    """N seeds of DDPG or TD3 as one batched model: ``DDPG.compute_gradients`` per seed, each
-    seed's exploration noise (Gaussian or its own OU processes) and target noise its own."""
+    """N seeds of DDPG or TD3 as one batched model: the members' losses on stacked networks,
+    each seed's exploration noise (Gaussian or its own OU processes) and target noise its own."""
 
     members: list[DDPG]  # type: ignore[assignment]
 
     def __init__(self, members: Sequence[DDPG]):
         super().__init__(members)
-        self.actor = StackedActorTrunk([member.actor for member in self.members])
-        self.actor_target = StackedActorTrunk([member.actor_target for member in self.members])
-        self.critic = StackedCritics([member.critic for member in self.members])
-        self.critic_target = StackedCritics([member.critic_target for member in self.members])
+        actor = StackedActorTrunk([member.actor for member in self.members])
+        critic = StackedCritics([member.critic for member in self.members])
+        self.networks = DDPGNetworks(
+            actor=actor,
+            actor_target=StackedActorTrunk([member.actor_target for member in self.members]),
+            critic=critic,
+            critic_target=StackedCritics([member.critic_target for member in self.members]),
+            first_critic=critic.first,
+        )
         self.optimizers = self._stack_optimizers({
-            "critic": ([member.critic_optimizer for member in self.members], list(self.critic.parameters())),
-            "actor": ([member.actor_optimizer for member in self.members], list(self.actor.parameters())),
+            "critic": ([member.critic_optimizer for member in self.members], list(critic.parameters())),
+            "actor": ([member.actor_optimizer for member in self.members], list(actor.parameters())),
         })
 
     def policy_actions(self, obs: torch.Tensor) -> torch.Tensor:
-        actions = torch.tanh(self.actor(obs))
+        actions = DeterministicActor.head(self.networks.actor(obs))
         return torch.stack([
             (seed_actions + member._noise(seed_actions.shape)).clamp(-1.0, 1.0) for member, seed_actions in zip(self.members, actions)
         ])
 
-    def compute_gradients(self, batch):
-        config, obs = self.config, batch["obs"]
-        with torch.no_grad():
-            next_actions = torch.tanh(self.actor_target(batch["next_obs"]))
-            if config.target_policy_noise > 0:
-                noise = stacked_noise(standard_normal, next_actions.shape[1:], self.generators, self.device)
-                noise = (noise * config.target_policy_noise).clamp(-config.target_noise_clip, config.target_noise_clip)
-                next_actions = (next_actions + noise).clamp(-1.0, 1.0)
-            next_q = self.critic_target(batch["next_obs"], next_actions).min(dim=1).values
-            targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * next_q
-        q_values = self.critic(obs, batch["actions"])  # (N, num_critics, B)
-        self.record_td_errors(q_values, targets)
-        critic_loss = per_seed_weighted_mse(q_values, targets, batch["weights"])
-        gradients: dict[str, list[torch.Tensor | None]] = {
-            "critic": list(torch.autograd.grad(critic_loss.sum(), self.optimizers["critic"].parameters))
-        }
-        info = {"critic_loss": critic_loss.detach(), "q_mean": q_values.detach().mean(dim=(1, 2))}
-        actor_parameters = self.optimizers["actor"].parameters
-        if self.members[0]._actor_step_now():
-            actor_loss = -self.critic.first(obs, torch.tanh(self.actor(obs))).mean(dim=-1)
-            gradients["actor"] = list(torch.autograd.grad(actor_loss.sum(), actor_parameters))
-            info["actor_loss"] = actor_loss.detach()
-        else:
-            gradients["actor"] = [None] * len(actor_parameters)
-        return gradients, info
-
     def update_targets(self) -> None:
         if self.members[0].num_updates % self.config.policy_delay == 0:
-            polyak_update(self.critic_target, self.critic, self.config.tau)
-            polyak_update(self.actor_target, self.actor, self.config.tau)
+            networks = self.networks
+            polyak_update(networks.critic_target, networks.critic, self.config.tau)
+            polyak_update(networks.actor_target, networks.actor, self.config.tau)
 
 
 DDPG.seed_batch = DDPGSeedBatch

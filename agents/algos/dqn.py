@@ -22,19 +22,19 @@ al. 2019, without its value rescaling).
 from __future__ import annotations
 
 import copy
-from typing import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch
-from agents.algos.seeds import clip_per_seed
+from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, SeedTools, one_seed, td_errors
 from agents.api import parameters_of
 from agents.configs.dqn import DQNConfig
 from agents.nets import polyak_update
 from agents.nets.offpolicy import DiscreteQ
 from agents.nets.stacked import StackedDiscreteQ
-from agents.optim import adam, clip_gradients
+from agents.optim import adam
 
 
 class DQN(OffPolicyAlgorithm):
@@ -79,26 +79,34 @@ class DQN(OffPolicyAlgorithm):
             return greedy
         return torch.where(explore.to(self.device), self.random_actions(features.shape[0]), greedy)
 
-    def compute_gradients(self, batch: Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
-        """TD loss on one batch -> gradients of the Q-network (norm-clipped)."""
-        batch = self.encode(batch)
+    def networks(self) -> DQNNetworks:
+        return DQNNetworks(q_network=one_seed(self.q_network), q_target=one_seed(self.q_target))
+
+    def seeds_gradients(self, networks: DQNNetworks, batch: Mapping[str, torch.Tensor], tools: SeedTools):
+        """The TD loss per seed -> gradients of the Q-network, each seed's norm clipped on its own."""
+        config = self.config
+        # y = r + gamma (1 - d) Q'(s', argmax_a Q(s', a))  (max_a Q'(s', a) without double Q)
         with torch.no_grad():
-            next_q_target = self.q_target(batch["target_next_features"])
-            if self.config.double_q:
-                next_actions = self.q_network(batch["next_features"]).argmax(dim=-1, keepdim=True)
-                next_values = next_q_target.gather(1, next_actions).squeeze(1)
+            next_q_target = networks.q_target(batch["target_next_features"])  # (S, B, A)
+            if config.double_q:
+                next_actions = networks.q_network(batch["next_features"]).argmax(dim=-1, keepdim=True)
+                next_values = next_q_target.gather(2, next_actions).squeeze(2)
             else:
                 next_values = next_q_target.max(dim=-1).values
             targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * next_values
-        q_values = self.q_network(batch["features"]).gather(1, batch["actions"].long().unsqueeze(1)).squeeze(1)
-        self.record_td_errors(q_values, targets)
-        elementwise = F.smooth_l1_loss(q_values, targets, reduction="none") if self.config.huber else (q_values - targets).pow(2)
-        loss = (elementwise * batch["weights"]).mean()
-        gradients = list(torch.autograd.grad(loss, self.q_parameters))
-        info = {"loss": loss.item(), "q_mean": q_values.mean().item(), "epsilon": self.epsilon}
-        if self.config.max_grad_norm is not None:
-            info["grad_norm"] = clip_gradients(gradients, self.config.max_grad_norm).item()
-        return gradients, info
+        # minimize Huber(Q(s, a) - y)
+        q_values = networks.q_network(batch["features"]).gather(2, batch["actions"].long().unsqueeze(2)).squeeze(2)  # (S, B)
+        elementwise = F.smooth_l1_loss(q_values, targets, reduction="none") if config.huber else (q_values - targets).pow(2)
+        loss = (elementwise * batch["weights"]).mean(dim=-1)
+        gradients = tools.gradients("q", loss)
+        logs = {"loss": loss.detach(), "q_mean": q_values.detach().mean(dim=-1), "epsilon": self._epsilons(loss.shape[0])}
+        if config.max_grad_norm is not None:
+            logs["grad_norm"] = tools.clip(gradients, config.max_grad_norm)
+        return {"q": gradients}, logs, td_errors(q_values, targets) if config.prioritized else None
+
+    def _epsilons(self, num_seeds: int) -> torch.Tensor:
+        """Epsilon now, for each of the seeds trained with this member (they share the schedule)."""
+        return torch.full((num_seeds,), self.epsilon, device=self.device)
 
     def update_targets(self) -> None:
         if self.num_updates % self.config.target_update_every == 0:
@@ -109,6 +117,14 @@ class DQN(OffPolicyAlgorithm):
         return {"q_network": self.q_network, "q_target": self.q_target, **self.encoder_modules()}
 
 
+@dataclass
+class DQNNetworks:
+    """DQN's networks as its loss calls them: features (S, B, ...) -> Q-values (S, B, A)."""
+
+    q_network: Callable[[torch.Tensor], torch.Tensor]
+    q_target: Callable[[torch.Tensor], torch.Tensor]
+
+
 class DQNSeedBatch(OffPolicySeedBatch):
     """N seeds of DQN as one batched model: one Q forward for every seed's acting and TD loss,
     each seed's epsilon-greedy draws and gradient-norm clip its own."""
@@ -117,12 +133,12 @@ class DQNSeedBatch(OffPolicySeedBatch):
 
     def __init__(self, members: Sequence[DQN]):
         super().__init__(members)
-        self.q_network = StackedDiscreteQ([member.q_network for member in self.members])
-        self.q_target = StackedDiscreteQ([member.q_target for member in self.members])
-        self.optimizers = self._stack_optimizers({"q": ([member.optimizer for member in self.members], list(self.q_network.parameters()))})
+        q_network = StackedDiscreteQ([member.q_network for member in self.members])
+        self.networks = DQNNetworks(q_network, StackedDiscreteQ([member.q_target for member in self.members]))
+        self.optimizers = self._stack_optimizers({"q": ([member.optimizer for member in self.members], list(q_network.parameters()))})
 
     def policy_actions(self, obs: torch.Tensor) -> torch.Tensor:
-        greedy = self.q_network(obs).argmax(dim=-1)  # (N, E)
+        greedy = self.networks.q_network(obs).argmax(dim=-1)  # (N, E)
         actions = []
         for member, seed_greedy in zip(self.members, greedy):
             # the draws of DQN.policy_actions, in its order: explore flags, then random actions unless none explores
@@ -135,30 +151,9 @@ class DQNSeedBatch(OffPolicySeedBatch):
                 actions.append(torch.where(explore.to(self.device), member.random_actions(seed_greedy.shape[0]), seed_greedy))
         return torch.stack(actions)
 
-    def compute_gradients(self, batch):
-        config = self.config
-        with torch.no_grad():
-            next_q_target = self.q_target(batch["next_obs"])  # (N, B, A)
-            if config.double_q:
-                next_actions = self.q_network(batch["next_obs"]).argmax(dim=-1, keepdim=True)
-                next_values = next_q_target.gather(2, next_actions).squeeze(2)
-            else:
-                next_values = next_q_target.max(dim=-1).values
-            targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * next_values
-        q_values = self.q_network(batch["obs"]).gather(2, batch["actions"].long().unsqueeze(2)).squeeze(2)  # (N, B)
-        self.record_td_errors(q_values, targets)
-        elementwise = F.smooth_l1_loss(q_values, targets, reduction="none") if config.huber else (q_values - targets).pow(2)
-        loss = (elementwise * batch["weights"]).mean(dim=-1)
-        gradients = list(torch.autograd.grad(loss.sum(), self.optimizers["q"].parameters))
-        epsilon = torch.tensor([member.epsilon for member in self.members])
-        info = {"loss": loss.detach(), "q_mean": q_values.detach().mean(dim=-1), "epsilon": epsilon}
-        if config.max_grad_norm is not None:
-            info["grad_norm"] = clip_per_seed(gradients, self.num_seeds, config.max_grad_norm)
-        return {"q": gradients}, info
-
     def update_targets(self) -> None:
         if self.members[0].num_updates % self.config.target_update_every == 0:
-            polyak_update(self.q_target, self.q_network, self.config.tau)
+            polyak_update(self.networks.q_target, self.networks.q_network, self.config.tau)
 
 
 DQN.seed_batch = DQNSeedBatch

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import abc
 import copy
-from dataclasses import replace
-from typing import Any, ClassVar, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from agents.algos.seeds import SeedBatch, per_seed_logs, stack_batches
+from agents.algos.seeds import SeedBatch, clip_per_seed, per_seed_logs, seed_axis, stack_batches, stacked_noise
 from agents.api import Acted, Algorithm, Transitions, set_gradients
 from agents.buffers import HindsightRelabeler, PrioritizedSampler, RecentExperience, ReplayBuffer, SequenceReplayBuffer
 from agents.configs.offpolicy import OffPolicyConfig
@@ -38,6 +38,7 @@ from agents.envs import EnvSpec, goal_functions
 from agents.nets import polyak_update
 from agents.nets.offpolicy import NetworkShape
 from agents.nets.recurrent import RecurrentEncoder
+from agents.optim import clip_gradients
 
 
 class OffPolicyAlgorithm(Algorithm):
@@ -242,10 +243,45 @@ class OffPolicyAlgorithm(Algorithm):
 
     def record_td_errors(self, q_values: torch.Tensor, targets: torch.Tensor) -> None:
         """Keep |Q - y| per sample (B,) for PER's new priorities, averaged over critics when
-        ``q_values`` is (num_critics, B); nothing to compute without prioritized replay."""
+        ``q_values`` is (num_critics, B) (MPO's one-seed loss); nothing to compute without
+        prioritized replay."""
         if self.config.prioritized:
             errors = (q_values.detach() - targets).abs()
             self.td_errors = errors.mean(dim=0) if errors.dim() > 1 else errors
+
+    # -- losses: written once, over a leading seed dimension -------------------------------
+
+    def networks(self) -> Any:
+        """This run's networks as the losses call them, with a seed dimension of 1
+        (``seeds_gradients``); a batch of seeds passes stacked ones."""
+        raise NotImplementedError(f"{self.name} has no seed-dimension loss")
+
+    def seeds_gradients(
+        self, networks: Any, batch: Mapping[str, torch.Tensor], tools: SeedTools
+    ) -> tuple[dict[str, list[torch.Tensor]], dict[str, torch.Tensor], torch.Tensor | None]:
+        """One gradient step's losses for every seed of ``batch`` (S, B, ...), differentiated:
+        the gradients of each optimizer group that steps now, each log (S,), and the TD errors
+        (S, B) when replay is prioritized."""
+        raise NotImplementedError(f"{self.name} has no seed-dimension loss")
+
+    def seed_tools(self) -> SeedTools:
+        """Noise, clipping and parameters of this run, as a seed dimension of 1."""
+        groups, generator, device = self.groups, self.generator, self.device
+        return SeedTools(
+            noise=lambda draw, shape: draw((1, *shape), generator, device),
+            clip=lambda gradients, max_norm: clip_gradients(gradients, max_norm).reshape(1),
+            parameters=lambda group: groups[group][0],
+        )
+
+    def compute_gradients(self, batch: Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+        """``seeds_gradients`` on one run's batch: every parameter's gradient in the order of
+        ``parameter_groups`` (None for a group that does not step now), and the logs."""
+        gradients, logs, errors = self.seeds_gradients(self.networks(), seed_axis(self.encode(batch)), self.seed_tools())
+        self.td_errors = None if errors is None else errors[0]
+        flat: list[torch.Tensor | None] = []
+        for name, (parameters, _) in self.groups.items():
+            flat += gradients.get(name) or [None] * len(parameters)
+        return flat, per_seed_logs(logs, 1)[0]
 
     def update_encoder_target(self, tau: float) -> None:
         if self.encoder is not None and self.encoder_target is not None:
@@ -351,8 +387,48 @@ class OffPolicyAlgorithm(Algorithm):
 
 
 def weighted_mse(predictions: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """mean_i w_i (prediction_i - target_i)^2, summed over leading critic dims: (..., B) -> scalar."""
+    """mean_i w_i (prediction_i - target_i)^2, summed over leading critic dims: (..., B) -> scalar
+    (MPO's one-seed loss; the seed-dimension losses use ``per_seed_weighted_mse``)."""
     return ((predictions - targets).pow(2) * weights).mean(dim=-1).sum()
+
+
+def per_seed_weighted_mse(predictions: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``weighted_mse`` per seed: predictions (S, num_critics, B), targets and weights (S, B) -> (S,)."""
+    return ((predictions - targets.unsqueeze(1)).pow(2) * weights.unsqueeze(1)).mean(dim=-1).sum(dim=-1)
+
+
+def td_errors(q_values: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """|Q - y| per sample (S, B) for PER's new priorities, averaged over critics when
+    ``q_values`` is (S, num_critics, B)."""
+    errors = (q_values.detach() - (targets.unsqueeze(1) if q_values.dim() > 2 else targets)).abs()
+    return errors.mean(dim=1) if errors.dim() > 2 else errors
+
+
+def one_seed(network: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """A run's network seen with a seed dimension of 1: inputs (1, B, ...) -> outputs (1, ...)."""
+
+    def call(*inputs: torch.Tensor) -> torch.Tensor:
+        return network(*(tensor[0] for tensor in inputs)).unsqueeze(0)
+
+    return call
+
+
+@dataclass
+class SeedTools:
+    """What a loss written over a seed dimension needs from whoever evaluates it: a run
+    (``OffPolicyAlgorithm.seed_tools``, S = 1) or a batch of seeds (``OffPolicySeedBatch``)."""
+
+    noise: Callable[[Any, Sequence[int]], torch.Tensor]
+    """``noise(draw, shape)``: each seed's draws of ``shape`` from its own generator, (S, *shape)."""
+    clip: Callable[[list[torch.Tensor], float], torch.Tensor]
+    """Scale gradients in place so each seed's global norm is at most ``max_norm``; norms before (S,)."""
+    parameters: Callable[[str], list[torch.Tensor]]
+    """An optimizer group's parameters (stacked (N, ...) for a batch)."""
+
+    def gradients(self, group: str, loss: torch.Tensor) -> list[torch.Tensor]:
+        """Gradients of the per-seed losses (S,) for ``group``'s parameters (each seed's its own:
+        they share no parameter)."""
+        return list(torch.autograd.grad(loss.sum(), self.parameters(group)))
 
 
 class OffPolicySeedBatch(SeedBatch):
@@ -368,6 +444,12 @@ class OffPolicySeedBatch(SeedBatch):
     def __init__(self, members: Sequence[OffPolicyAlgorithm]):
         super().__init__(members)
         self.td_errors: torch.Tensor | None = None  # (N, B) of the last batch, for PER
+        self.networks: Any = None  # the stacked networks, as the members' ``networks()`` gives one seed's
+        self.tools = SeedTools(
+            noise=lambda draw, shape: stacked_noise(draw, shape, self.generators, self.device),
+            clip=lambda gradients, max_norm: clip_per_seed(gradients, self.num_seeds, max_norm),
+            parameters=lambda group: self.optimizers[group].parameters,
+        )
 
     @classmethod
     def unsupported(cls, algorithm: type[Algorithm], config: Any) -> str | None:
@@ -387,10 +469,12 @@ class OffPolicySeedBatch(SeedBatch):
     def policy_actions(self, obs: torch.Tensor) -> torch.Tensor:
         """Every seed's exploring actions (N, E, ...) for observations (N, E, *obs_shape)."""
 
-    @abc.abstractmethod
     def compute_gradients(self, batch: Mapping[str, torch.Tensor]) -> tuple[dict[str, list[torch.Tensor | None]], dict[str, torch.Tensor]]:
-        """The gradients of each optimizer's stacked parameters (None where a group does not
-        step) and each log (N,), on a batch with a leading seed dimension."""
+        """The members' ``seeds_gradients`` on the stacked networks: the gradients of each
+        optimizer's stacked parameters (None where a group does not step) and each log (N,),
+        on a batch with a leading seed dimension."""
+        gradients, logs, self.td_errors = self.members[0].seeds_gradients(self.networks, self.members[0].encode(batch), self.tools)
+        return {name: gradients.get(name) or [None] * len(optimizer.parameters) for name, optimizer in self.optimizers.items()}, logs
 
     def update_targets(self) -> None:
         """Move the stacked target networks (the members' ``num_updates`` already counts this step)."""
@@ -428,13 +512,4 @@ class OffPolicySeedBatch(SeedBatch):
             member.num_updates += 1
         self.update_targets()
 
-    def record_td_errors(self, q_values: torch.Tensor, targets: torch.Tensor) -> None:
-        """|Q - y| (N, B), averaged over critics when ``q_values`` is (N, num_critics, B)."""
-        if self.config.prioritized:
-            errors = (q_values.detach() - (targets.unsqueeze(1) if q_values.dim() > 2 else targets)).abs()
-            self.td_errors = errors.mean(dim=1) if errors.dim() > 2 else errors
 
-
-def per_seed_weighted_mse(predictions: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """``weighted_mse`` per seed: predictions (N, num_critics, B), targets and weights (N, B) -> (N,)."""
-    return ((predictions - targets.unsqueeze(1)).pow(2) * weights.unsqueeze(1)).mean(dim=-1).sum(dim=-1)

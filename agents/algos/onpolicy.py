@@ -23,14 +23,13 @@ unchanged on either, through the ``Seeds`` protocol.
 
 from __future__ import annotations
 
-import abc
 from typing import Any, ClassVar, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agents.algos.seeds import SeedBatch, clip_per_seed, per_seed_logs, stack_batches, stacked_noise
+from agents.algos.seeds import SeedBatch, clip_per_seed, per_seed_logs, seed_axis, stack_batches, stacked_noise
 from agents.api import Acted, Algorithm, Transitions, parameters_of, set_gradients
 from agents.buffers import RolloutStorage
 from agents.configs.onpolicy import OnPolicyConfig, PolicyGradientOptions
@@ -80,11 +79,6 @@ def entropy_bonus(options: PolicyGradientOptions, entropy: torch.Tensor) -> torc
     if options.stop_entropy_gradient:
         entropy = entropy.detach()
     return options.policy_ent_coeff * entropy.mean(dim=-1)
-
-
-def seed_axis(batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """One run's batch as a batch of one seed: a leading dimension of size 1 on every tensor."""
-    return {key: tensor.unsqueeze(0) for key, tensor in batch.items()}
 
 
 class Seeds(Protocol):

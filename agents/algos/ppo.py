@@ -144,7 +144,7 @@ class PPOAdaptiveKL(SurrogatePG):
             measured = self.actor_critic.distribution(flat["dist_params"]).kl(dist).mean(dim=-1)
         for member, member_kl in zip(seeds.members, measured.tolist()):
             member.kl_coef = self.adapt_kl_coef(member.kl_coef, member_kl, self.config.kl_target)  # type: ignore[attr-defined]
-        logs.update(measured_kl=measured, kl_coef=torch.tensor([member.kl_coef for member in seeds.members]))  # type: ignore[attr-defined]
+        logs.update(measured_kl=measured, kl_coef=torch.tensor([member.kl_coef for member in seeds.members], device=device))  # type: ignore[attr-defined]
         return logs
 
     @staticmethod

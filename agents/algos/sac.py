@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, per_seed_weighted_mse, weighted_mse
-from agents.algos.seeds import stacked_noise
+from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, SeedTools, one_seed, per_seed_weighted_mse, td_errors
 from agents.api import parameters_of
 from agents.configs.sac import SACConfig
 from agents.nets import polyak_update
@@ -82,66 +82,73 @@ class SAC(OffPolicyAlgorithm):
         dist = self.actor(features)
         return dist.mode() if deterministic else dist.sample(dist.draw_noise(self.generator))
 
-    # -- losses -----------------------------------------------------------------------------
+    # -- losses (over a leading seed dimension: one run is S = 1, a batch of seeds S = N) -----
 
-    def compute_gradients(self, batch: Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
-        """Critic, actor and temperature losses on one batch -> their gradients, in that order."""
-        batch = self.encode(batch)
-        alpha = self.log_alpha.exp().detach()
-        critic_loss, q_mean = self._critic_loss(batch, alpha)
-        actor_loss, log_probs = self._actor_loss(batch["features"].detach(), alpha)
-        groups = self.groups
-        gradients = list(torch.autograd.grad(critic_loss, groups["critic"][0]))
-        gradients += torch.autograd.grad(actor_loss, groups["actor"][0])
-        info = {
-            "critic_loss": critic_loss.item(),
-            "actor_loss": actor_loss.item(),
-            "q_mean": q_mean,
-            "alpha": alpha.item(),
-            "entropy": -log_probs.mean().item(),
-        }
-        if self.auto_alpha:
-            alpha_loss = -(self.log_alpha * (log_probs + self.target_entropy)).mean()
-            gradients += torch.autograd.grad(alpha_loss, [self.log_alpha])
-            info["alpha_loss"] = alpha_loss.item()
-        return gradients, info
+    def networks(self) -> SACNetworks:
+        return SACNetworks(
+            actor=one_seed(self.actor.features),
+            critic=one_seed(self.critic),
+            critic_target=one_seed(self.critic_target),
+            log_alpha=self.log_alpha.view(1),
+        )
 
-    def _critic_loss(self, batch: Mapping[str, torch.Tensor], alpha: torch.Tensor) -> tuple[torch.Tensor, float]:
+    def policy(self, networks: SACNetworks, obs: torch.Tensor) -> TanhGaussian | Categorical:
+        """Every seed's policy at obs (S, B, ...), as the actor's head gives it."""
+        features = networks.actor(obs)
+        if self.spec.discrete:
+            return CategoricalActor.head(features)
+        return SquashedGaussianActor.head(features, self.spec.num_actions)
+
+    def seeds_gradients(self, networks: SACNetworks, batch: Mapping[str, torch.Tensor], tools: SeedTools):
+        """Algorithm 1's critic, actor and temperature losses per seed, differentiated in that order.
+
+        ``batch`` holds observations or, when recurrent, the encoder's features (``encode``);
+        the actor reads them detached, so the encoder learns from the critic loss alone."""
         obs, next_obs, target_next_obs = batch["features"], batch["next_features"], batch["target_next_features"]
+        alpha = networks.log_alpha.exp().detach()[:, None]  # (S, 1)
+        discrete = self.spec.discrete
+        # y = r + gamma (1 - d) (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi(.|s')
         with torch.no_grad():
-            if self.spec.discrete:
-                next_dist = self.actor(next_obs)
-                next_probs = next_dist.logits.softmax(-1)
+            next_dist = self.policy(networks, next_obs)
+            if discrete:  # the expectation over pi, exactly
+                next_q = networks.critic_target(target_next_obs).min(dim=1).values  # (S, B, A)
                 next_log_probs = next_dist.logits.log_softmax(-1)
-                next_q = self.critic_target(target_next_obs).min(dim=0).values  # (B, A)
-                soft_next_value = (next_probs * (next_q - alpha * next_log_probs)).sum(-1)
+                soft_next_value = (next_dist.logits.softmax(-1) * (next_q - alpha[..., None] * next_log_probs)).sum(-1)
             else:
-                next_dist = self.actor(next_obs)
-                next_actions, next_log_probs = next_dist.rsample_with_log_prob(next_dist.draw_noise(self.generator))
-                soft_next_value = self.critic_target(target_next_obs, next_actions).min(dim=0).values - alpha * next_log_probs
+                next_actions, next_log_probs = next_dist.rsample_with_log_prob(tools.noise(next_dist.draw, next_dist.noise_shape[1:]))
+                soft_next_value = networks.critic_target(target_next_obs, next_actions).min(dim=1).values - alpha * next_log_probs
             targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * soft_next_value
-        if self.spec.discrete:
-            q_values = self.critic(obs).gather(2, batch["actions"].long()[None, :, None].expand(self.config.num_critics, -1, 1)).squeeze(-1)
+        # critic: sum_i (Q_i(s, a) - y)^2
+        if discrete:
+            q_all = networks.critic(obs)  # (S, num_critics, B, A)
+            q_values = q_all.gather(3, batch["actions"].long()[:, None, :, None].expand(*q_all.shape[:3], 1)).squeeze(-1)
         else:
-            q_values = self.critic(obs, batch["actions"])  # (num_critics, B)
-        self.record_td_errors(q_values, targets)
-        return weighted_mse(q_values, targets, batch["weights"]), q_values.mean().item()
-
-    def _actor_loss(self, obs: torch.Tensor, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Actor loss and log pi (B,) for the temperature loss (an expectation over actions when discrete).
-
-        ``obs`` are observations, or detached encoder features when recurrent."""
-        if self.spec.discrete:
-            dist = self.actor(obs)
-            probs, log_probs = dist.logits.softmax(-1), dist.logits.log_softmax(-1)
+            q_values = networks.critic(obs, batch["actions"])  # (S, num_critics, B)
+        critic_loss = per_seed_weighted_mse(q_values, targets, batch["weights"])
+        # actor: alpha log pi(a~|s) - min_i Q_i(s, a~), a~ ~ pi(.|s) reparameterized
+        actor_obs = obs.detach()
+        dist = self.policy(networks, actor_obs)
+        if discrete:
+            probs, all_log_probs = dist.logits.softmax(-1), dist.logits.log_softmax(-1)
             with torch.no_grad():
-                q_values = self.critic(obs).min(dim=0).values
-            loss = (probs * (alpha * log_probs - q_values)).sum(-1).mean()
-            return loss, (probs * log_probs).sum(-1).detach()
-        dist = self.actor(obs)
-        actions, log_probs = dist.rsample_with_log_prob(dist.draw_noise(self.generator))
-        q_values = self.critic(obs, actions).min(dim=0).values
-        return (alpha * log_probs - q_values).mean(), log_probs.detach()
+                q_pi = networks.critic(actor_obs).min(dim=1).values
+            actor_loss = (probs * (alpha[..., None] * all_log_probs - q_pi)).sum(-1).mean(dim=-1)
+            log_probs = (probs * all_log_probs).sum(-1).detach()
+        else:
+            actions, log_probs = dist.rsample_with_log_prob(tools.noise(dist.draw, dist.noise_shape[1:]))
+            actor_loss = (alpha * log_probs - networks.critic(actor_obs, actions).min(dim=1).values).mean(dim=-1)
+            log_probs = log_probs.detach()
+        gradients = {"critic": tools.gradients("critic", critic_loss), "actor": tools.gradients("actor", actor_loss)}
+        logs = {
+            "critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "q_mean": q_values.detach().mean(dim=(1, 2)),
+            "alpha": alpha[:, 0], "entropy": -log_probs.mean(dim=-1),
+        }
+        # temperature: -log(alpha) (log pi(a~|s) + H_target)
+        if self.auto_alpha:
+            alpha_loss = -(networks.log_alpha[:, None] * (log_probs + self.target_entropy)).mean(dim=-1)
+            gradients["alpha"] = tools.gradients("alpha", alpha_loss)
+            logs["alpha_loss"] = alpha_loss.detach()
+        return gradients, logs, td_errors(q_values, targets) if self.config.prioritized else None
 
     def update_targets(self) -> None:
         polyak_update(self.critic_target, self.critic, self.config.tau)
@@ -160,8 +167,21 @@ class SAC(OffPolicyAlgorithm):
             self.log_alpha.copy_(state["log_alpha"])
 
 
+@dataclass
+class SACNetworks:
+    """SAC's networks as its losses call them, over a leading seed dimension S."""
+
+    actor: Callable[[torch.Tensor], torch.Tensor]
+    """obs (S, B, ...) -> the actor trunk's outputs (S, B, out), before its head."""
+    critic: Callable[..., torch.Tensor]
+    """obs (S, B, ...)[, actions (S, B, d)] -> (S, num_critics, B) (or (S, num_critics, B, A) for Discrete)."""
+    critic_target: Callable[..., torch.Tensor]
+    log_alpha: torch.Tensor
+    """(S,): each seed's log temperature."""
+
+
 class SACSeedBatch(OffPolicySeedBatch):
-    """N seeds of SAC as one batched model: ``SAC.compute_gradients`` per seed, with each
+    """N seeds of SAC as one batched model: the members' losses on stacked networks, with each
     seed's temperature, noise and optimizer moments its own (see ``agents.algos.seeds``)."""
 
     members: list[SAC]  # type: ignore[assignment]
@@ -169,90 +189,24 @@ class SACSeedBatch(OffPolicySeedBatch):
     def __init__(self, members: Sequence[SAC]):
         super().__init__(members)
         first = self.members[0]
-        self.discrete, self.action_dim = first.spec.discrete, first.spec.num_actions
-        self.actor = StackedActorTrunk([member.actor for member in self.members])
-        self.critic = StackedCritics([member.critic for member in self.members])
-        self.critic_target = StackedCritics([member.critic_target for member in self.members])
-        self.log_alpha = stack_parameters([[member.log_alpha] for member in self.members])[0]
-        self.auto_alpha, self.target_entropy = first.auto_alpha, first.target_entropy
+        actor = StackedActorTrunk([member.actor for member in self.members])
+        critic = StackedCritics([member.critic for member in self.members])
+        log_alpha = stack_parameters([[member.log_alpha] for member in self.members])[0]
+        self.networks = SACNetworks(actor, critic, StackedCritics([member.critic_target for member in self.members]), log_alpha)
         groups = {
-            "critic": ([member.critic_optimizer for member in self.members], list(self.critic.parameters())),
-            "actor": ([member.actor_optimizer for member in self.members], list(self.actor.parameters())),
+            "critic": ([member.critic_optimizer for member in self.members], list(critic.parameters())),
+            "actor": ([member.actor_optimizer for member in self.members], list(actor.parameters())),
         }
-        if self.auto_alpha:
-            groups["alpha"] = ([member.alpha_optimizer for member in self.members], [self.log_alpha])
+        if first.auto_alpha:
+            groups["alpha"] = ([member.alpha_optimizer for member in self.members], [log_alpha])
         self.optimizers = self._stack_optimizers(groups)
 
-    def _policy(self, obs: torch.Tensor) -> TanhGaussian | Categorical:
-        """Every seed's policy at obs (N, B, ...), as ``SquashedGaussianActor`` or ``CategoricalActor`` gives it."""
-        features = self.actor(obs)
-        if self.discrete:
-            return Categorical(features)
-        mean, log_std = features.split(self.action_dim, dim=-1)
-        return TanhGaussian(mean, log_std.clamp(SquashedGaussianActor.LOG_STD_MIN, SquashedGaussianActor.LOG_STD_MAX))
-
-    def _noise(self, dist: TanhGaussian | Categorical) -> torch.Tensor:
-        return stacked_noise(dist.draw, dist.noise_shape[1:], self.generators, self.device)
-
     def policy_actions(self, obs: torch.Tensor) -> torch.Tensor:
-        dist = self._policy(obs)
-        return dist.sample(self._noise(dist))
-
-    def compute_gradients(self, batch):
-        alpha = self.log_alpha.exp().detach()  # (N,)
-        critic_loss, q_mean = self._critic_loss(batch, alpha)
-        actor_loss, log_probs = self._actor_loss(batch["obs"], alpha)
-        gradients = {
-            "critic": list(torch.autograd.grad(critic_loss.sum(), self.optimizers["critic"].parameters)),
-            "actor": list(torch.autograd.grad(actor_loss.sum(), self.optimizers["actor"].parameters)),
-        }
-        info = {"critic_loss": critic_loss, "actor_loss": actor_loss, "q_mean": q_mean, "alpha": alpha, "entropy": -log_probs.mean(dim=-1)}
-        if self.auto_alpha:
-            alpha_loss = -(self.log_alpha.unsqueeze(1) * (log_probs + self.target_entropy)).mean(dim=-1)
-            gradients["alpha"] = list(torch.autograd.grad(alpha_loss.sum(), [self.log_alpha]))
-            info["alpha_loss"] = alpha_loss
-        return gradients, {key: value.detach() for key, value in info.items()}
-
-    def _critic_loss(self, batch: Mapping[str, torch.Tensor], alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-seed critic losses (N,) and mean Q (N,)."""
-        obs, next_obs = batch["obs"], batch["next_obs"]
-        with torch.no_grad():
-            next_dist = self._policy(next_obs)
-            if self.discrete:
-                assert isinstance(next_dist, Categorical)
-                next_probs, next_log_probs = next_dist.logits.softmax(-1), next_dist.logits.log_softmax(-1)
-                next_q = self.critic_target(next_obs).min(dim=1).values  # (N, B, A)
-                soft_next_value = (next_probs * (next_q - alpha[:, None, None] * next_log_probs)).sum(-1)
-            else:
-                assert isinstance(next_dist, TanhGaussian)
-                next_actions, next_log_probs = next_dist.rsample_with_log_prob(self._noise(next_dist))
-                soft_next_value = self.critic_target(next_obs, next_actions).min(dim=1).values - alpha[:, None] * next_log_probs
-            targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * soft_next_value
-        if self.discrete:
-            q_all = self.critic(obs)  # (N, num_critics, B, A)
-            q_values = q_all.gather(3, batch["actions"].long()[:, None, :, None].expand(*q_all.shape[:3], 1)).squeeze(-1)
-        else:
-            q_values = self.critic(obs, batch["actions"])  # (N, num_critics, B)
-        self.record_td_errors(q_values, targets)
-        return per_seed_weighted_mse(q_values, targets, batch["weights"]), q_values.detach().mean(dim=(1, 2))
-
-    def _actor_loss(self, obs: torch.Tensor, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-seed actor losses (N,) and log pi (N, B) for the temperature loss."""
-        dist = self._policy(obs)
-        if self.discrete:
-            assert isinstance(dist, Categorical)
-            probs, log_probs = dist.logits.softmax(-1), dist.logits.log_softmax(-1)
-            with torch.no_grad():
-                q_values = self.critic(obs).min(dim=1).values
-            loss = (probs * (alpha[:, None, None] * log_probs - q_values)).sum(-1).mean(dim=-1)
-            return loss, (probs * log_probs).sum(-1).detach()
-        assert isinstance(dist, TanhGaussian)
-        actions, log_probs = dist.rsample_with_log_prob(self._noise(dist))
-        q_values = self.critic(obs, actions).min(dim=1).values
-        return (alpha[:, None] * log_probs - q_values).mean(dim=-1), log_probs.detach()
+        dist = self.members[0].policy(self.networks, obs)
+        return dist.sample(self.tools.noise(dist.draw, dist.noise_shape[1:]))
 
     def update_targets(self) -> None:
-        polyak_update(self.critic_target, self.critic, self.config.tau)
+        polyak_update(self.networks.critic_target, self.networks.critic, self.config.tau)
 
 
 SAC.seed_batch = SACSeedBatch

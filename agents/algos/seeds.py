@@ -1,7 +1,9 @@
 """N seeds of one configuration trained in one process as one batched model.
 
-(The on-policy algorithms write their losses once over a seed dimension and need no loss of
-their own here: ``agents.algos.onpolicy``. The off-policy batches below still restate theirs.)
+Every batched algorithm writes its losses once, over a leading seed dimension (S, B, ...):
+``seeds_loss`` and ``_optimize(seeds)`` in ``agents.algos.onpolicy``, ``seeds_gradients`` in
+``agents.algos.offpolicy``. A run evaluates them with its own networks (S = 1); a seed batch
+only stacks the networks and optimizers they run on, and keeps the members' draws apart.
 
     members = [make(algo, spec, config, seed=s) for s in seeds]   # each built as its own run would be
     batch = SeedBatch(members)      # parameters stacked (N, ...); each member's are views of its slice
@@ -30,7 +32,7 @@ built from members that were loaded from such states continues them.
 from __future__ import annotations
 
 import abc
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -153,6 +155,11 @@ def clip_per_seed(gradients: Sequence[torch.Tensor], num_seeds: int, max_norm: f
     return norms
 
 
+def seed_axis(batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """One run's batch as a batch of one seed: a leading dimension of size 1 on every tensor."""
+    return {key: tensor.unsqueeze(0) for key, tensor in batch.items()}
+
+
 def stack_batches(batches: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """Per-seed batches with the same keys -> one batch with a leading seed dimension."""
     return {key: torch.stack([batch[key] for batch in batches]) for key in batches[0]}
@@ -168,7 +175,10 @@ def per_seed_logs(logs: dict[str, torch.Tensor], num_seeds: int) -> list[dict[st
     if not logs:
         return [{} for _ in range(num_seeds)]
     names = list(logs)
-    values = torch.stack([logs[name].detach().float().expand(num_seeds) for name in names]).cpu().tolist()
+    device = logs[names[0]].device
+    if num_seeds == 1 and device.type == "cpu":  # one run on the CPU: reading each value costs no transfer
+        return [{name: logs[name].item() for name in names}]
+    values = torch.stack([logs[name].detach().float().to(device).expand(num_seeds) for name in names]).cpu().tolist()
     return [{name: row[seed] for name, row in zip(names, values)} for seed in range(num_seeds)]
 
 

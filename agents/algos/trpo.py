@@ -52,7 +52,7 @@ class TRPO(OnPolicyAlgorithm):
         the conjugate gradient and line search run per run, see ``seed_batch``)."""
         gradients, info = self.compute_gradients(self.storage.full_batch(self._sequence_length_or_none()), parts=("policy",))
         self.apply_gradients(gradients)
-        logs = {key: torch.tensor([value]) for key, value in info.items()}
+        logs = {key: torch.tensor([value], device=self.device) for key, value in info.items()}
         logs.update(self.fit_value(seeds, self.config.value_epochs, self.config.value_num_minibatches))
         return logs
 

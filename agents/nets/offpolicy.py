@@ -121,7 +121,12 @@ class DeterministicActor(_ActorBase):
         super().__init__(obs_dim, action_dim, shape)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.features(obs))
+        return self.head(self.features(obs))
+
+    @staticmethod
+    def head(features: torch.Tensor) -> torch.Tensor:
+        """The trunk's outputs squashed into the action box."""
+        return torch.tanh(features)
 
 
 class SquashedGaussianActor(_ActorBase):
@@ -134,15 +139,25 @@ class SquashedGaussianActor(_ActorBase):
         self.action_dim = action_dim
 
     def forward(self, obs: torch.Tensor) -> TanhGaussian:
-        mean, log_std = self.features(obs).split(self.action_dim, dim=-1)
-        return TanhGaussian(mean, log_std.clamp(self.LOG_STD_MIN, self.LOG_STD_MAX))
+        return self.head(self.features(obs), self.action_dim)
+
+    @classmethod
+    def head(cls, features: torch.Tensor, action_dim: int) -> TanhGaussian:
+        """The trunk's outputs (..., 2d) -> the tanh-Gaussian (mean, clamped log-std)."""
+        mean, log_std = features.split(action_dim, dim=-1)
+        return TanhGaussian(mean, log_std.clamp(cls.LOG_STD_MIN, cls.LOG_STD_MAX))
 
 
 class CategoricalActor(_ActorBase):
     """Logits over discrete actions (discrete SAC)."""
 
     def forward(self, obs: torch.Tensor) -> Categorical:
-        return Categorical(self.features(obs))
+        return self.head(self.features(obs))
+
+    @staticmethod
+    def head(features: torch.Tensor) -> Categorical:
+        """The trunk's outputs (..., num_actions) are the logits."""
+        return Categorical(features)
 
 
 class GaussianActor(_ActorBase):

@@ -17,9 +17,9 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from agents.nets.distributions import DiagGaussian
 from agents.nets.mlp import _FUNCTIONS, MLP
 from agents.nets.offpolicy import ContinuousQ, Critics, DiscreteQ, _ActorBase
-from agents.nets.distributions import DiagGaussian
 from agents.nets.policies import ActorCritic, PolicyDistribution
 
 
