@@ -99,6 +99,9 @@ CASES = {
     "ppo_kl": ("Pendulum-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "num_minibatches": 4, "num_epochs": 2,
                                "kl_target": 0.001}),
     "surrogate_pg": ("CartPole-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "num_minibatches": 2, "num_epochs": 2}),
+    # each seed stops its epochs at its own point (a KL target small enough to part them)
+    "ppo-target-kl": ("CartPole-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "num_minibatches": 4, "num_epochs": 6,
+                                      "target_kl": 0.004, "learning_rate": 3e-3}),
 }
 ON_POLICY = ("ppo", "ppo_kl", "surrogate_pg", "a2c", "vpg", "reinforce")
 
@@ -122,6 +125,8 @@ def test_first_updates_of_a_batch_match_separate_runs(case):
     # the seeds really differ: batching did not make them one run
     final = [torch.cat([p.flatten() for p in parameters]) for parameters in batched[-1][1]]
     assert not torch.allclose(final[0], final[1])
+    if "target_kl" in overrides:  # and they stopped their epochs at different points
+        assert len({float(next(iter(member.optimizers["joint"].state.values()))["step"]) for member in members}) > 1
 
 
 def test_stacked_mlp_computes_each_copy_and_its_parameters_are_the_copies():
@@ -194,9 +199,42 @@ def test_batching_refuses_what_it_cannot_batch():
     with pytest.raises(ValueError, match="one configuration"):
         type(mixed[0]).seed_batch(mixed)
     assert agents.algorithm_class("trpo").seed_batch is None
-    early = [build("ppo", "CartPole-v1", seed, {"target_kl": 0.01}, 1000)[0] for seed in (0, 1)]
-    with pytest.raises(ConfigError, match="target_kl"):
-        type(early[0]).seed_batch(early)
+
+
+def test_a_stacked_adam_steps_only_the_active_seeds_each_with_its_own_count():
+    """Seed 1 sits out two steps (a seed whose epochs stopped early): every seed's parameters
+    and moments equal those of its own Adam that took only its steps, bias corrections by its
+    own count; exported, each member's step count is its own, and a new stack resumes them."""
+    torch.manual_seed(0)
+    copies = [mlp(2, [4], 1) for _ in range(3)]
+    optimizers = [adam(copy.parameters(), lr=1e-2, weight_decay=0.1) for copy in copies]
+    alone = [mlp(2, [4], 1) for _ in range(3)]
+    for mine, theirs in zip(alone, copies):
+        mine.load_state_dict(theirs.state_dict())
+    alone_optimizers = [torch.optim.Adam(copy.parameters(), lr=1e-2, weight_decay=0.1) for copy in alone]
+    stacked = StackedMLP(copies)
+    stacked_optimizer = StackedOptimizer(optimizers, list(stacked.parameters()))
+    inputs = torch.randn(3, 6, 2)
+    masks = [None, torch.tensor([True, False, True]), torch.tensor([True, False, True]), None]
+    for mask in masks:
+        for parameter, gradient in zip(stacked.parameters(), torch.autograd.grad(stacked(inputs).pow(2).sum(), list(stacked.parameters()))):
+            parameter.grad = gradient
+        stacked_optimizer.step(mask)
+        for k, (copy, optimizer) in enumerate(zip(alone, alone_optimizers)):
+            if mask is None or mask[k]:
+                optimizer.zero_grad()
+                copy(inputs[k]).pow(2).sum().backward()
+                optimizer.step()
+    stacked_optimizer.export()
+    for k in range(3):
+        for mine, theirs in zip(copies[k].parameters(), alone[k].parameters()):
+            torch.testing.assert_close(mine, theirs)
+        exported, expected = optimizers[k].state_dict(), alone_optimizers[k].state_dict()
+        for index, state in expected["state"].items():
+            for key in ("step", "exp_avg", "exp_avg_sq"):
+                torch.testing.assert_close(exported["state"][index][key], state[key])
+    assert stacked_optimizer.steps.tolist() == [4.0, 2.0, 4.0]
+    assert StackedOptimizer(optimizers, list(StackedMLP(copies).parameters())).steps.tolist() == [4.0, 2.0, 4.0]
 
 
 def _specs(algo: str, env_id: str, overrides: dict, total: int, every: int):

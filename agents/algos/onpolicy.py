@@ -96,12 +96,13 @@ class Seeds(Protocol):
     def full_batch(self) -> dict[str, torch.Tensor]:
         """Every seed's whole rollout (S, T * E, ...) (sequences (S, L, B, ...) when recurrent)."""
 
-    def minibatches(self, num_minibatches: int) -> Iterator[dict[str, torch.Tensor]]:
-        """One shuffled epoch of every seed's rollout, each seed in its own order."""
+    def minibatches(self, num_minibatches: int, active: torch.Tensor | None = None) -> Iterator[dict[str, torch.Tensor]]:
+        """One shuffled epoch of every seed's rollout, each seed in its own order; a seed not
+        ``active`` (S,) draws no order (its run stopped its epochs) and gets filler rows."""
 
-    def step(self, loss: torch.Tensor) -> None:
+    def step(self, loss: torch.Tensor, active: torch.Tensor | None = None) -> None:
         """Differentiate the per-seed losses (S,) and step every optimizer that got gradients,
-        each seed's gradient norm clipped on its own."""
+        each seed's gradient norm clipped on its own; only the ``active`` seeds step."""
 
 
 class OnPolicyAlgorithm(Algorithm):
@@ -502,10 +503,10 @@ class OneSeed:
         algorithm = self.algorithm
         return seed_axis(algorithm.storage.full_batch(algorithm._sequence_length_or_none()))
 
-    def minibatches(self, num_minibatches: int) -> Iterator[dict[str, torch.Tensor]]:
+    def minibatches(self, num_minibatches: int, active: torch.Tensor | None = None) -> Iterator[dict[str, torch.Tensor]]:
         return (seed_axis(batch) for batch in self.algorithm.minibatches(num_minibatches))
 
-    def step(self, loss: torch.Tensor) -> None:
+    def step(self, loss: torch.Tensor, active: torch.Tensor | None = None) -> None:
         algorithm = self.algorithm
         algorithm.apply_gradients(list(torch.autograd.grad(loss.sum(), algorithm.parameters, allow_unused=True)))
 
@@ -531,8 +532,6 @@ class OnPolicySeedBatch(SeedBatch):
     def unsupported(cls, algorithm: type[Algorithm], config: Any) -> str | None:
         if config.recurrent is not None:
             return f"{algorithm.name} with recurrent={config.recurrent!r} has no batched training of seeds; use one seed per process"
-        if getattr(config, "target_kl", None) is not None:
-            return f"{algorithm.name} with target_kl stops each seed's epochs at its own point; batched training of seeds needs target_kl: null"
         return None
 
     def act(self, obs: Sequence[torch.Tensor]) -> list[Acted]:
@@ -572,11 +571,16 @@ class OnPolicySeedBatch(SeedBatch):
     def full_batch(self) -> dict[str, torch.Tensor]:
         return stack_batches([member.storage.full_batch(None) for member in self.members])
 
-    def minibatches(self, num_minibatches: int) -> Iterator[dict[str, torch.Tensor]]:
-        for minibatches in zip(*(member.minibatches(num_minibatches) for member in self.members), strict=True):
+    def minibatches(self, num_minibatches: int, active: torch.Tensor | None = None) -> Iterator[dict[str, torch.Tensor]]:
+        epochs = [
+            member.minibatches(num_minibatches) if active is None or active[seed]
+            else member.storage.minibatches(num_minibatches, torch.Generator())  # filler: the member's generator is not drawn
+            for seed, member in enumerate(self.members)
+        ]
+        for minibatches in zip(*epochs, strict=True):
             yield stack_batches(minibatches)
 
-    def step(self, loss: torch.Tensor) -> None:
+    def step(self, loss: torch.Tensor, active: torch.Tensor | None = None) -> None:
         gradients = torch.autograd.grad(loss.sum(), self.stacked_parameters, allow_unused=True)
         for parameter, gradient in zip(self.stacked_parameters, gradients, strict=True):
             parameter.grad = gradient
@@ -586,7 +590,7 @@ class OnPolicySeedBatch(SeedBatch):
                 continue
             if self.config.max_grad_norm is not None:
                 clip_per_seed(with_gradients, self.num_seeds, self.config.max_grad_norm)
-            optimizer.step()
+            optimizer.step(active)
         for parameter in self.stacked_parameters:
             parameter.grad = None
 

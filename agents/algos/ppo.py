@@ -41,21 +41,29 @@ class SurrogatePG(OnPolicyAlgorithm):
     config: SurrogateConfig
 
     def _optimize(self, seeds: Seeds) -> dict[str, torch.Tensor]:
-        """K epochs of minibatch steps, each seed on its own shuffled minibatches; a run stops
-        early once an epoch's mean approximate KL passes target_kl."""
+        """K epochs of minibatch steps, each seed on its own shuffled minibatches; a seed stops
+        its epochs once one's mean approximate KL passes target_kl (the others go on). Logs are
+        each seed's means over the steps it took."""
         config = self.config
-        logs: dict[str, list[torch.Tensor]] = {}
+        active = torch.ones(seeds.num_seeds, dtype=torch.bool)
+        sums: dict[str, torch.Tensor] = {}
+        steps = torch.zeros(seeds.num_seeds)
         for _ in range(config.num_epochs):
             epoch_kls = []
-            for batch in seeds.minibatches(config.num_minibatches):
+            mask = None if bool(active.all()) else active
+            for batch in seeds.minibatches(config.num_minibatches, mask):
                 loss, info = self.seeds_loss(seeds.network, batch)
-                seeds.step(loss)
+                seeds.step(loss, mask)
                 epoch_kls.append(info["approx_kl"])
+                weight = active.to(loss.device, loss.dtype)
                 for key, value in info.items():
-                    logs.setdefault(key, []).append(value)
-            if config.target_kl is not None and float(torch.stack(epoch_kls).mean()) > config.target_kl:
-                break
-        return {key: torch.stack(values).mean(dim=0) for key, values in logs.items()}
+                    sums[key] = sums.get(key, 0) + value * weight
+                steps += active.float()
+            if config.target_kl is not None:
+                active &= torch.stack(epoch_kls).mean(dim=0).cpu() <= config.target_kl
+                if not active.any():
+                    break
+        return {key: total / steps.to(total.device) for key, total in sums.items()}
 
     def _ratio(self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """r_t (S, M) and the approximate KL E[(r - 1) - log r] (Schulman's low-variance estimator)."""

@@ -60,6 +60,7 @@ class StackedOptimizer:
 
     def __init__(self, member_optimizers: Sequence[torch.optim.Optimizer], stacked: Sequence[torch.Tensor]):
         self.members = list(member_optimizers)
+        self.steps = torch.zeros(len(self.members))  # each seed's step count (they differ once a seed stops early)
         groups = [optimizer.param_groups for optimizer in self.members]
         if any(len(member_groups) != 1 for member_groups in groups):
             raise ValueError("stacked optimizers take members with one parameter group each")
@@ -91,8 +92,47 @@ class StackedOptimizer:
     def lr(self, value: float) -> None:
         self.optimizer.param_groups[0]["lr"] = value
 
-    def step(self) -> None:
-        self.optimizer.step()
+    def step(self, active: torch.Tensor | None = None) -> None:
+        """One step of every seed, or of the seeds where ``active`` (N,) is true: the others'
+        parameters, moments and step counts stay as they were (a seed whose epochs stopped
+        early, as its run alone would). While the seeds' step counts agree and all step, the
+        optimizer's own (fused) step serves them all; after they part, Adam's arithmetic runs
+        here with each seed's own count and bias corrections."""
+        stepping = torch.ones(len(self.members), dtype=torch.bool) if active is None else active.cpu()
+        if bool(stepping.all()) and bool((self.steps == self.steps[0]).all()):
+            self.optimizer.step()
+        elif isinstance(self.optimizer, torch.optim.Adam):
+            self._masked_adam(stepping)
+        else:
+            raise ValueError(f"{type(self.optimizer).__name__} cannot step part of its seeds (Adam can)")
+        self.steps += stepping.float()
+
+    @torch.no_grad()
+    def _masked_adam(self, stepping: torch.Tensor) -> None:
+        """``torch.optim.Adam``'s step (no amsgrad) for the seeds in ``stepping``, each with its own count."""
+        group = self.optimizer.param_groups[0]
+        beta1, beta2 = group["betas"]
+        counts = self.steps + stepping.float()  # the count of each stepping seed after this step
+        for parameter in self.parameters:
+            if parameter.grad is None:
+                continue
+            shape = (-1,) + (1,) * (parameter.dim() - 1)
+            mask = stepping.to(parameter.device).view(shape)
+            state = self.optimizer.state[parameter]
+            if not state:
+                state.update(step=torch.zeros((), device=parameter.device), exp_avg=torch.zeros_like(parameter),
+                             exp_avg_sq=torch.zeros_like(parameter))
+            gradient = parameter.grad
+            if group["weight_decay"]:
+                gradient = gradient + group["weight_decay"] * parameter
+            exp_avg = torch.where(mask, state["exp_avg"] * beta1 + gradient * (1 - beta1), state["exp_avg"])
+            exp_avg_sq = torch.where(mask, state["exp_avg_sq"] * beta2 + gradient * gradient * (1 - beta2), state["exp_avg_sq"])
+            count = counts.to(parameter.device).clamp_min(1).view(shape)
+            step_size = group["lr"] / (1 - beta1**count)
+            denom = exp_avg_sq.sqrt() / (1 - beta2**count).sqrt() + group["eps"]
+            parameter.copy_(torch.where(mask, parameter - step_size * exp_avg / denom, parameter))
+            state["exp_avg"].copy_(exp_avg)
+            state["exp_avg_sq"].copy_(exp_avg_sq)
 
     def _pairs(self) -> list[tuple[torch.optim.Optimizer, torch.Tensor, torch.Tensor, int]]:
         """(member optimizer, member parameter, stacked parameter, slice) for every member parameter."""
@@ -110,9 +150,11 @@ class StackedOptimizer:
             return
         if not all(stepped):
             raise ValueError("some members' optimizers have state and others none: they cannot train as one batch")
-        steps = {float(state["step"]) for state in stepped}
-        if len(steps) != 1:
-            raise ValueError(f"the members' optimizers are at different steps {sorted(steps)}")
+        for member_index, optimizer in enumerate(self.members):
+            counts = {float(state["step"]) for (member, _, _, _), state in zip(pairs, stepped) if member is optimizer}
+            if len(counts) != 1:
+                raise ValueError(f"a member's parameters are at different steps {sorted(counts)}")
+            self.steps[member_index] = counts.pop()
         for home in self.parameters:
             parts = sorted(((position, state) for (_, _, stacked, position), state in zip(pairs, stepped) if stacked is home), key=lambda part: part[0])
             first = parts[0][1]
@@ -120,7 +162,7 @@ class StackedOptimizer:
             for key, value in first.items():
                 if key != "step" and torch.is_tensor(value) and value.shape == home.shape[1:]:
                     imported[key] = torch.stack([state[key] for _, state in parts]).to(home.device)
-                elif key == "step":
+                elif key == "step":  # the optimizer's own count: used while the seeds' counts agree
                     imported[key] = torch.as_tensor(value, dtype=torch.float32).clone().to(home.device)
                 else:
                     imported[key] = value.clone() if torch.is_tensor(value) else value
@@ -128,16 +170,20 @@ class StackedOptimizer:
 
     def export(self) -> None:
         """Each member optimizer gets its slice of the state, the step count and the learning rate."""
+        member_index = {id(optimizer): index for index, optimizer in enumerate(self.members)}
         for optimizer, parameter, home, position in self._pairs():
             optimizer.param_groups[0]["lr"] = self.lr
             state = self.optimizer.state.get(home)
             if not state:
                 continue
-            optimizer.state[parameter] = {
+            exported = {
                 key: (value[position].clone() if key != "step" and torch.is_tensor(value) and value.shape == home.shape else
                       value.clone() if torch.is_tensor(value) else value)
                 for key, value in state.items()
             }
+            if "step" in exported:
+                exported["step"] = torch.as_tensor(float(self.steps[member_index[id(optimizer)]]), dtype=torch.float32).to(exported["step"].device)
+            optimizer.state[parameter] = exported
         for optimizer in self.members:
             if hasattr(optimizer, "_tensor_lists"):
                 optimizer._tensor_lists = None  # a FusedAdam gathers its (new) state tensors again

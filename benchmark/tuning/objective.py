@@ -147,7 +147,7 @@ class Objective:
 
         per_process = min(self.seeds_per_process, len(seeds))
         unbatchable = training_loop.batchable(spec_of(seeds[0])) if per_process > 1 else None
-        if unbatchable:  # (this trial's sampled setting, say PPO with target_kl)
+        if unbatchable:  # (this trial's sampled setting, say a recurrent policy)
             run.set_tags({"not_batched": unbatchable})
             per_process = 1
         for first in range(0, len(seeds), per_process):
