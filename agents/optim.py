@@ -133,49 +133,59 @@ def flatten(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.reshape(-1) for t in tensors])
 
 
+def flatten_seeds(tensors: Sequence[torch.Tensor], seeds: int) -> torch.Tensor:
+    """Each seed's tensors concatenated: (S, P). Tensors are stacked (S, ...) or, for S = 1,
+    one run's own (...)."""
+    return torch.cat([t.reshape(seeds, -1) for t in tensors], dim=1)
+
+
 def conjugate_gradient(
     matrix_vector_product: Callable[[torch.Tensor], torch.Tensor],
     b: torch.Tensor,
     iterations: int = 10,
     residual_tolerance: float = 1e-10,
 ) -> torch.Tensor:
-    """Approximately solve A x = b for symmetric positive-definite A given only v -> A v.
+    """Approximately solve A x = b for symmetric positive-definite A given only v -> A v, for
+    every row of b (S, P) at once (A block-diagonal over the rows: the seeds' systems), or b (P,).
 
-    Nocedal and Wright (2006), Algorithm 5.2, from x = 0; stops early once the squared
-    residual norm falls below ``residual_tolerance``. Exact after dim(b) iterations in exact
-    arithmetic.
+    Nocedal and Wright (2006), Algorithm 5.2, from x = 0; a row stops once its squared residual
+    norm falls below ``residual_tolerance``. Exact after dim(b) iterations in exact arithmetic.
     """
     x = torch.zeros_like(b)
     residual = b.clone()
     direction = b.clone()
-    residual_norm = residual.dot(residual)
+    residual_norm = (residual * residual).sum(-1, keepdim=True)
     for _ in range(iterations):
-        if residual_norm < residual_tolerance:
+        going = residual_norm >= residual_tolerance
+        if not going.any():
             break
         product = matrix_vector_product(direction)
-        step = residual_norm / direction.dot(product)
+        step = torch.where(going, residual_norm / (direction * product).sum(-1, keepdim=True), torch.zeros_like(residual_norm))
         x += step * direction
         residual -= step * product
-        new_residual_norm = residual.dot(residual)
-        direction = residual + (new_residual_norm / residual_norm) * direction
-        residual_norm = new_residual_norm
+        new_residual_norm = (residual * residual).sum(-1, keepdim=True)
+        direction = torch.where(going, residual + (new_residual_norm / residual_norm) * direction, direction)
+        residual_norm = torch.where(going, new_residual_norm, residual_norm)
     return x
 
 
 def fisher_vector_product(
     mean_kl: torch.Tensor, parameters: Sequence[torch.nn.Parameter], damping: float = 0.0
 ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """v -> (F + damping I) v, with F the Hessian of ``mean_kl`` w.r.t. ``parameters``.
+    """v -> (F + damping I) v, with F the Hessian of ``mean_kl`` w.r.t. ``parameters``, for each
+    seed: mean_kl (S,) and v (S, P) (the seeds share no parameter, so F is block-diagonal), or
+    mean_kl () and v (P,).
 
     ``mean_kl`` is KL(pi_old || pi_theta) averaged over states, computed with pi_old detached
     so that it and its gradient vanish at theta = theta_old, where its Hessian is the Fisher
     information matrix. The first backward pass is kept, so each product costs one more.
     """
-    gradients = flatten(torch.autograd.grad(mean_kl, parameters, create_graph=True))
+    seeds = mean_kl.numel()
+    gradients = flatten_seeds(torch.autograd.grad(mean_kl.sum(), parameters, create_graph=True), seeds)
 
     def product(vector: torch.Tensor) -> torch.Tensor:
-        hessian_vector = torch.autograd.grad(gradients.dot(vector), parameters, retain_graph=True)
-        return flatten(hessian_vector) + damping * vector
+        hessian_vector = torch.autograd.grad((gradients * vector.reshape(seeds, -1)).sum(), parameters, retain_graph=True)
+        return flatten_seeds(hessian_vector, seeds).reshape(vector.shape) + damping * vector
 
     return product
 
@@ -188,54 +198,74 @@ def trust_region_step(
     cg_iterations: int,
     damping: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The full step s (P,) of TRPO's quadratic model and the surrogate's gradient g (P,).
+    """The full step s of TRPO's quadratic model and the surrogate's gradient g: (S, P) each
+    for per-seed surrogates and KLs (S,), or (P,) for scalars.
 
     x = F^-1 g by conjugate gradient; s = sqrt(2 max_kl / x^T F x) x, the step along x whose
     quadratic KL model equals max_kl. Both graphs (``surrogate``, ``mean_kl``) are kept.
     """
-    gradient = flatten(torch.autograd.grad(surrogate, parameters, retain_graph=True))
+    seeds = surrogate.numel()
+    gradient = flatten_seeds(torch.autograd.grad(surrogate.sum(), parameters, retain_graph=True), seeds)
+    if surrogate.dim() == 0:
+        gradient = gradient[0]
     fisher_product = fisher_vector_product(mean_kl, parameters, damping)
     direction = conjugate_gradient(fisher_product, gradient, cg_iterations)
-    curvature = direction.dot(fisher_product(direction)).clamp_min(1e-12)  # x^T F x
+    curvature = (direction * fisher_product(direction)).sum(-1, keepdim=True).clamp_min(1e-12)  # x^T F x
     return (torch.sqrt(2 * max_kl / curvature) * direction).detach(), gradient.detach()
 
 
 @torch.no_grad()
 def assign_flat(parameters: Sequence[torch.nn.Parameter], vector: torch.Tensor) -> None:
-    """Write a flat vector (P,) into ``parameters``, in order."""
+    """Write a flat vector (P,), or each seed's row of (S, P), into ``parameters``, in order."""
     offset = 0
     for parameter in parameters:
-        parameter.copy_(vector[offset : offset + parameter.numel()].view_as(parameter))
-        offset += parameter.numel()
+        size = parameter.numel() // (vector.shape[0] if vector.dim() == 2 else 1)
+        parameter.copy_(vector[..., offset : offset + size].reshape(parameter.shape))
+        offset += size
 
 
 def backtracking_line_search(
     parameters: Sequence[torch.nn.Parameter],
     objective: Callable[[], tuple[torch.Tensor, torch.Tensor]],
     full_step: torch.Tensor,
-    surrogate_before: float,
+    surrogate_before: torch.Tensor | float,
     max_kl: float,
     shrink: float,
     max_steps: int,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, Any]]:
     """The first of shrink^j * ``full_step`` (j < max_steps) whose (surrogate, mean KL) from
-    ``objective()`` improves the surrogate within the KL bound; zeros if none. The
-    parameters are left as they were."""
-    start = flatten([p.detach() for p in parameters]).clone()
-    accepted = torch.zeros_like(full_step)
-    info = {"line_search_fraction": 0.0, "kl": 0.0, "surrogate_improvement": 0.0}
+    ``objective()`` improves the surrogate within the KL bound; zeros if none. The parameters
+    are left as they were. Per seed when ``full_step`` is (S, P) and ``objective()`` gives (S,)
+    tensors (each seed accepts its own first fraction; the info is then (S,) tensors), else for
+    one run (P,) with float info."""
+    single = full_step.dim() == 1
+    steps = full_step.reshape(1, -1) if single else full_step
+    seeds = steps.shape[0]
+    start = flatten_seeds([p.detach() for p in parameters], seeds).clone()
+    before = torch.as_tensor(surrogate_before, dtype=steps.dtype, device=steps.device).reshape(seeds)
+    accepted = torch.zeros_like(steps)
+    done = torch.zeros(seeds, dtype=torch.bool, device=steps.device)
+    fraction_taken, kl_taken, improvement_taken = (torch.zeros(seeds, device=steps.device) for _ in range(3))
     try:
         for j in range(max_steps):
             fraction = shrink**j
-            assign_flat(parameters, start + fraction * full_step)
+            assign_flat(parameters, start + fraction * steps)
             surrogate, mean_kl = objective()
-            improvement = surrogate.item() - surrogate_before
-            if mean_kl.item() <= max_kl and improvement > 0:
-                accepted = fraction * full_step
-                info = {"line_search_fraction": fraction, "kl": mean_kl.item(), "surrogate_improvement": improvement}
+            improvement = surrogate.detach().reshape(seeds) - before
+            kl = mean_kl.detach().reshape(seeds)
+            newly = ~done & (kl <= max_kl) & (improvement > 0)
+            accepted = torch.where(newly[:, None], fraction * steps, accepted)
+            fraction_taken = torch.where(newly, torch.full_like(fraction_taken, fraction), fraction_taken)
+            kl_taken = torch.where(newly, kl, kl_taken)
+            improvement_taken = torch.where(newly, improvement, improvement_taken)
+            done |= newly
+            if bool(done.all()):
                 break
     finally:
         assign_flat(parameters, start)
+    info = {"line_search_fraction": fraction_taken, "kl": kl_taken, "surrogate_improvement": improvement_taken}
+    if single:
+        return accepted[0], {key: float(value[0]) for key, value in info.items()}
     return accepted, info
 
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import agents
 from agents.algos import PPOAdaptiveKL
 from agents.algos.onpolicy import OneSeed, process_advantages
-from agents.algos.seeds import per_seed_logs
+from agents.algos.seeds import per_seed_logs, seed_axis
 from agents.api import Transitions
 from agents.envs import env_spec, make_vector_env, true_next_obs
 from agents.nets.distributions import MultiCategorical
@@ -71,31 +71,33 @@ def test_trpo_accepted_step_stays_inside_the_trust_region(env_id):
     algo = build("trpo", env_id, max_kl=0.01, num_envs=2)
     collect(algo, env_id)
     batch = rollout_batch(algo)
-    full_step, surrogate_before, _ = algo.search_direction(batch)
-    step, info = algo.line_search(batch, full_step, surrogate_before)
-    assert info["line_search_fraction"] > 0, "no step accepted on a fresh rollout"
+    seeds, seeded = OneSeed(algo), seed_axis(batch)
+    full_step, surrogate_before, _ = algo.search_direction(seeds, seeded)
+    step, info = algo.line_search(seeds, seeded, full_step, surrogate_before)
+    assert info["line_search_fraction"][0] > 0, "no step accepted on a fresh rollout"
     assert measured_kl(algo, batch) < 1e-6  # the search leaves the parameters where they were
-    assign_flat(algo.policy_parameters, torch.cat([p.detach().flatten() for p in algo.policy_parameters]) + step)
+    assign_flat(algo.policy_parameters, torch.cat([p.detach().flatten() for p in algo.policy_parameters]) + step[0])
     kl = measured_kl(algo, batch)
-    assert 0 < kl <= 0.01 and kl == pytest.approx(info["kl"], rel=1e-4)
-    surrogate_after, _ = algo.policy_objective(batch)
-    assert surrogate_after.item() > surrogate_before
+    assert 0 < kl <= 0.01 and kl == pytest.approx(float(info["kl"][0]), rel=1e-4)
+    surrogate_after, _ = algo.policy_objective(algo.actor_critic, seeded)
+    assert surrogate_after[0] > surrogate_before[0]
 
 
 def test_trpo_line_search_shrinks_a_step_that_breaks_the_kl_limit():
     algo = build("trpo", max_kl=0.01, num_envs=2, line_search_max_steps=30)
     collect(algo)
     batch = rollout_batch(algo)
-    full_step, surrogate_before, _ = algo.search_direction(batch)
+    seeds, seeded = OneSeed(algo), seed_axis(batch)
+    full_step, surrogate_before, _ = algo.search_direction(seeds, seeded)
     too_long = 20 * full_step
     start = torch.cat([p.detach().flatten() for p in algo.policy_parameters])
-    assign_flat(algo.policy_parameters, start + too_long)
+    assign_flat(algo.policy_parameters, start + too_long[0])
     assert measured_kl(algo, batch) > 0.01  # the unshrunk step would leave the trust region
     assign_flat(algo.policy_parameters, start)
 
-    step, info = algo.line_search(batch, too_long, surrogate_before)
-    assert 0 < info["line_search_fraction"] < 1 and info["kl"] <= 0.01
-    torch.testing.assert_close(step, info["line_search_fraction"] * too_long)
+    step, info = algo.line_search(seeds, seeded, too_long, surrogate_before)
+    assert 0 < info["line_search_fraction"][0] < 1 and info["kl"][0] <= 0.01
+    torch.testing.assert_close(step, info["line_search_fraction"][0] * too_long)
 
 
 def test_trpo_update_reports_kl_within_max_kl_and_moves_the_policy():
@@ -109,9 +111,10 @@ def test_trpo_rejects_a_step_when_no_fraction_improves_the_surrogate():
     algo = build("trpo", num_envs=2)
     collect(algo)
     batch = rollout_batch(algo)
-    full_step, surrogate_before, _ = algo.search_direction(batch)
-    step, info = algo.line_search(batch, -full_step, surrogate_before)  # uphill the other way
-    assert info["line_search_fraction"] == 0.0 and torch.count_nonzero(step) == 0
+    seeds, seeded = OneSeed(algo), seed_axis(batch)
+    full_step, surrogate_before, _ = algo.search_direction(seeds, seeded)
+    step, info = algo.line_search(seeds, seeded, -full_step, surrogate_before)  # uphill the other way
+    assert info["line_search_fraction"][0] == 0.0 and torch.count_nonzero(step) == 0
 
 
 # -- adaptive KL -----------------------------------------------------------------------------

@@ -72,6 +72,8 @@ def test_trpo_takes_sb3_contribs_step_on_the_same_data_and_weights():
     sb3_contrib = pytest.importorskip("sb3_contrib")
     from stable_baselines3.common.env_util import make_vec_env
 
+    from agents.algos.onpolicy import OneSeed
+    from agents.algos.seeds import seed_axis
     from agents.envs import env_spec
 
     setting = parity.SETTINGS["trpo"]
@@ -108,9 +110,10 @@ def test_trpo_takes_sb3_contribs_step_on_the_same_data_and_weights():
                 named[name].copy_(seen["before"][peer_name(name)])
             dist_params = ours.actor_critic.policy_params(seen["batch"]["obs"])
         batch = {**seen["batch"], "dist_params": dist_params}
-        full_step, surrogate, _ = ours.search_direction(batch)
-        step, _ = ours.line_search(batch, full_step, surrogate)
-        return step
+        seeds, seeded = OneSeed(ours), seed_axis(batch)
+        full_step, surrogate, _ = ours.search_direction(seeds, seeded)
+        step, _ = ours.line_search(seeds, seeded, full_step, surrogate)
+        return step[0]
 
     theirs = torch.cat([(seen["after"][peer_name(name)] - seen["before"][peer_name(name)]).flatten() for name in policy])
     matched, paper = our_step(setting.ours_for("Hopper-v5")), our_step(setting.ours)

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agents.algos.seeds import SeedBatch, clip_per_seed, per_seed_logs, seed_axis, stack_batches, stacked_noise
+from agents.algos.seeds import SeedBatch, clip_per_seed, per_seed_logs, seed_axis, stack_batches, stacked_index, stacked_noise
 from agents.api import Acted, Algorithm, Transitions, parameters_of, set_gradients
 from agents.buffers import RolloutStorage
 from agents.configs.onpolicy import OnPolicyConfig, PolicyGradientOptions
@@ -103,6 +103,9 @@ class Seeds(Protocol):
     def step(self, loss: torch.Tensor, active: torch.Tensor | None = None) -> None:
         """Differentiate the per-seed losses (S,) and step every optimizer that got gradients,
         each seed's gradient norm clipped on its own; only the ``active`` seeds step."""
+
+    def policy_parameters(self) -> list[torch.Tensor]:
+        """The parameters that shape pi (stacked (S, ...) for a batch), in the members' order."""
 
 
 class OnPolicyAlgorithm(Algorithm):
@@ -510,6 +513,9 @@ class OneSeed:
         algorithm = self.algorithm
         algorithm.apply_gradients(list(torch.autograd.grad(loss.sum(), algorithm.parameters, allow_unused=True)))
 
+    def policy_parameters(self) -> list[torch.Tensor]:
+        return self.algorithm.actor_critic.policy_parameters()
+
 
 class OnPolicySeedBatch(SeedBatch):
     """N seeds of one feed-forward on-policy configuration: one forward acts for every seed;
@@ -593,6 +599,15 @@ class OnPolicySeedBatch(SeedBatch):
             optimizer.step(active)
         for parameter in self.stacked_parameters:
             parameter.grad = None
+
+    def policy_parameters(self) -> list[torch.Tensor]:
+        index = stacked_index(self.stacked_parameters)
+        homes: list[torch.Tensor] = []
+        for parameter in self.members[0].actor_critic.policy_parameters():
+            home = index[parameter.data_ptr()][0]
+            if not any(home is known for known in homes):
+                homes.append(home)
+        return homes
 
 
 OnPolicyAlgorithm.seed_batch = OnPolicySeedBatch

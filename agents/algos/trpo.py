@@ -23,10 +23,11 @@ from typing import Any, ClassVar, Mapping
 
 import torch
 
-from agents.algos.onpolicy import PARTS, OnPolicyAlgorithm, Seeds, entropy_bonus, process_advantages
+from agents.algos.onpolicy import PARTS, OneSeed, OnPolicyAlgorithm, Seeds, entropy_bonus, process_advantages
+from agents.algos.seeds import per_seed_logs, seed_axis
 from agents.api import set_gradients
 from agents.configs.trpo import TRPOConfig
-from agents.optim import adam, backtracking_line_search, subtract_gradients, trust_region_step
+from agents.optim import adam, assign_flat, backtracking_line_search, flatten_seeds, subtract_gradients, trust_region_step
 
 
 class TRPO(OnPolicyAlgorithm):
@@ -48,50 +49,60 @@ class TRPO(OnPolicyAlgorithm):
         return {"value": adam(self.actor_critic.value_parameters(), lr=self.config.learning_rate)}
 
     def _optimize(self, seeds: Seeds) -> dict[str, torch.Tensor]:
-        """The trust-region step of the policy, then V fitted by its own optimizer (one seed:
-        the conjugate gradient and line search run per run, see ``seed_batch``)."""
-        gradients, info = self.compute_gradients(self.storage.full_batch(self._sequence_length_or_none()), parts=("policy",))
-        self.apply_gradients(gradients)
-        logs = {key: torch.tensor([value], device=self.device) for key, value in info.items()}
+        """The trust-region step of every seed's policy (its own conjugate gradient and line
+        search), then V fitted by its own optimizer."""
+        step, logs = self.policy_step(seeds, seeds.full_batch())
+        policy_parameters = seeds.policy_parameters()
+        assign_flat(policy_parameters, flatten_seeds([p.detach() for p in policy_parameters], seeds.num_seeds) + step)
         logs.update(self.fit_value(seeds, self.config.value_epochs, self.config.value_num_minibatches))
         return logs
 
     # -- the natural-gradient step ----------------------------------------------------------
 
-    def policy_objective(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Surrogate L = mean(r A) (+ the regularized entropy bonus) and mean KL[pi_old, pi],
-        at the current parameters; pi_old is rebuilt from the stored distribution parameters."""
-        dist, _, flat = self.evaluate(batch)
+    def policy_objective(self, network: Any, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per seed (S,): the surrogate L = mean(r A) (+ the regularized entropy bonus) and the
+        mean KL[pi_old, pi], at the current parameters; pi_old is rebuilt from the stored
+        distribution parameters."""
+        dist, _, flat = self.evaluate_seeds(network, batch)
         advantages = process_advantages(self.config, flat["advantages"])
         ratio = (dist.log_prob(flat["actions"]) - flat["log_probs"]).exp()
-        surrogate = (ratio * advantages).mean() + entropy_bonus(self.config, dist.entropy())
-        mean_kl = self.actor_critic.distribution(flat["dist_params"]).kl(dist).mean()
+        surrogate = (ratio * advantages).mean(dim=-1) + entropy_bonus(self.config, dist.entropy())
+        mean_kl = self.actor_critic.distribution(flat["dist_params"]).kl(dist).mean(dim=-1)
         return surrogate, mean_kl
 
-    def search_direction(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, float, dict[str, float]]:
-        """The full step s (P,) of the quadratic trust-region model, and L at theta_old."""
-        surrogate, mean_kl = self.policy_objective(batch)
+    def search_direction(self, seeds: Seeds, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Each seed's full step s (S, P) of the quadratic trust-region model, L at theta_old
+        (S,), and the logs (S,)."""
         config = self.config
-        full_step, gradient = trust_region_step(surrogate, mean_kl, self.policy_parameters, config.max_kl, config.cg_iterations, config.cg_damping)
-        info = {"surrogate": surrogate.item(), "gradient_norm": gradient.norm().item()}
-        return full_step, surrogate.item(), info
+        surrogate, mean_kl = self.policy_objective(seeds.network, batch)
+        full_step, gradient = trust_region_step(
+            surrogate, mean_kl, seeds.policy_parameters(), config.max_kl, config.cg_iterations, config.cg_damping
+        )
+        return full_step, surrogate.detach(), {"surrogate": surrogate.detach(), "gradient_norm": gradient.norm(dim=-1)}
 
     @torch.no_grad()
     def line_search(
-        self, batch: Mapping[str, torch.Tensor], full_step: torch.Tensor, surrogate_before: float
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        """Backtrack from ``full_step`` to the first step with KL <= max_kl and a better
-        surrogate; returns that step (zeros if none) and the parameters are left unchanged."""
+        self, seeds: Seeds, batch: Mapping[str, torch.Tensor], full_step: torch.Tensor, surrogate_before: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Each seed backtracks from its ``full_step`` to the first step with KL <= max_kl and a
+        better surrogate; returns those steps (S, P) (zeros where none) and the logs (S,); the
+        parameters are left unchanged."""
         config = self.config
         return backtracking_line_search(
-            self.policy_parameters,
-            lambda: self.policy_objective(batch),
+            seeds.policy_parameters(),
+            lambda: self.policy_objective(seeds.network, batch),
             full_step,
             surrogate_before,
             config.max_kl,
             config.line_search_shrink,
             config.line_search_max_steps,
         )
+
+    def policy_step(self, seeds: Seeds, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Each seed's accepted step (S, P) and the logs (S,); the parameters are left unchanged."""
+        full_step, surrogate_before, logs = self.search_direction(seeds, batch)
+        step, search_logs = self.line_search(seeds, batch, full_step, surrogate_before)
+        return step, {**logs, **search_logs}
 
     def compute_gradients(
         self, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS
@@ -101,10 +112,9 @@ class TRPO(OnPolicyAlgorithm):
         gradients: list[torch.Tensor | None] = [None] * len(self.parameters)
         info: dict[str, float] = {}
         if "policy" in parts:
-            full_step, surrogate_before, info = self.search_direction(batch)
-            step, search_info = self.line_search(batch, full_step, surrogate_before)
-            info.update(search_info)
-            steps = iter(step.split([p.numel() for p in self.policy_parameters]))
+            step, logs = self.policy_step(OneSeed(self), seed_axis(batch))
+            info.update(per_seed_logs(logs, 1)[0])
+            steps = iter(step[0].split([p.numel() for p in self.policy_parameters]))
             for i, parameter in enumerate(self.parameters):
                 if self._is_policy[i]:
                     gradients[i] = -next(steps).view_as(parameter)
@@ -121,5 +131,3 @@ class TRPO(OnPolicyAlgorithm):
         subtract_gradients(self.policy_parameters)
         super().apply_gradients()
 
-
-TRPO.seed_batch = None  # its conjugate gradient and line search run per run: no batched training of seeds yet
