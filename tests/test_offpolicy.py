@@ -131,11 +131,11 @@ def test_mpo_e_step_temperature_makes_the_kl_to_the_old_policy_equal_epsilon():
     log_temperature = torch.zeros((), requires_grad=True)
     optimizer = torch.optim.Adam([log_temperature], lr=0.05)
     for _ in range(2000):
-        weights, dual = e_step(sampled_q, log_temperature.exp(), epsilon)
+        weights, dual = e_step(sampled_q[None], log_temperature.exp().reshape(1, 1), epsilon)  # one seed
         optimizer.zero_grad()
-        dual.backward()
+        dual.sum().backward()
         optimizer.step()
-    weights, _ = e_step(sampled_q, log_temperature.exp(), epsilon)
+    weights = e_step(sampled_q[None], log_temperature.exp().reshape(1, 1), epsilon)[0][0]
     # KL(q || uniform old-policy samples) per state, averaged: the E-step's constraint is active
     kl = (weights * torch.log(weights * sampled_q.shape[0])).sum(0).mean().item()
     assert kl == pytest.approx(epsilon, rel=0.1)

@@ -85,6 +85,10 @@ CASES = {
     "sac-discrete": ("CartPole-v1", {"hidden_sizes": [32, 32], "batch_size": 16, "start_steps": 20, "learning_starts": 20, "num_critics": 3}),
     "td3": ("Pendulum-v1", {"hidden_sizes": [32, 32], "batch_size": 16, "start_steps": 20, "learning_starts": 20, "num_envs": 2}),
     "ddpg": ("Pendulum-v1", {"hidden_sizes": [32, 32], "batch_size": 16, "learning_starts": 20, "critic_weight_decay": 0.01}),
+    "mpo": ("Pendulum-v1", {"hidden_sizes": [32, 32], "batch_size": 16, "learning_starts": 20, "target_update_every": 5,
+                            "num_action_samples": 4, "max_grad_norm": 1.0}),
+    "mpo-one-constraint": ("Pendulum-v1", {"hidden_sizes": [32, 32], "batch_size": 16, "learning_starts": 20, "num_action_samples": 3,
+                                           "per_dim_constraints": False, "num_envs": 2}),
     "dqn": ("CartPole-v1", {"hidden_sizes": [32, 32], "batch_size": 16, "learning_starts": 20, "target_update_every": 5,
                             "update_every": 2, "exploration_fraction": 0.5, "max_grad_norm": 0.5, "prioritized": True, "n_step": 3}),
     "ppo": ("CartPole-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "num_minibatches": 4, "num_epochs": 2}),
@@ -209,7 +213,7 @@ def test_batching_refuses_what_it_cannot_batch():
     mixed = [build("dqn", "CartPole-v1", 0, {}, 1000)[0], build("dqn", "CartPole-v1", 1, {"learning_rate": 1e-3}, 1000)[0]]
     with pytest.raises(ValueError, match="one configuration"):
         type(mixed[0]).seed_batch(mixed)
-    assert agents.algorithm_class("mpo").seed_batch is None
+    assert agents.algorithm_class("maml_vpg").seed_batch is None
 
 
 def test_a_stacked_adam_steps_only_the_active_seeds_each_with_its_own_count():
@@ -307,14 +311,18 @@ def test_a_divergent_seed_fails_alone(monkeypatch):
 
 
 def test_run_seeds_refuses_runs_that_differ_beyond_the_seed():
+    from benchmark.config import Budget, RunSpec
     from benchmark.training import loop as training_loop
 
     specs = _specs("dqn", *CASES["dqn"], 100, 100)
     other = _specs("dqn", "CartPole-v1", {**CASES["dqn"][1], "learning_rate": 1e-3}, 100, 100)
     with pytest.raises(ConfigError, match="differ only by seed"):
         training_loop.run_seeds([training_loop.SeedJob(specs[0]), training_loop.SeedJob(other[1])])
-    with pytest.raises(ConfigError, match="mpo has no batched training"):
-        training_loop.run_seeds([training_loop.SeedJob(spec) for spec in _specs("mpo", "Pendulum-v1", {}, 100, 100)])
+    spec = RunSpec("t", "bc", "CartPole-v1", 0, {"expert": "expert.npz"}, Budget(100, 100, 2))
+    assert training_loop.batchable(spec) == ("bc has no batched training of seeds "
+                                             "(it has: a2c, ddpg, dqn, mpo, ppo, ppo_kl, reinforce, sac, surrogate_pg, td3, trpo, vpg)")
+    with pytest.raises(ConfigError, match="cannot train seeds of maml_vpg batched: maml_vpg is a meta-learner"):
+        training_loop.run_seeds([training_loop.SeedJob(spec) for spec in _specs("maml_vpg", "reprorl/HalfCheetahVel-v5", {}, 100, 100)])
 
 
 # ---------------------------------------------------------------- through the runner, the CLI, tune
@@ -344,8 +352,8 @@ def test_the_runner_batches_seeds_of_one_configuration_n_at_a_time(write_suite):
     seeds: [0, 1]
     grid: {{learning_rate: [1.0e-3, 2.0e-3]}}
     hyperparameters: {TINY_PPO}
-  - algo: mpo
-    envs: [Pendulum-v1]
+  - algo: maml_vpg
+    envs: [reprorl/HalfCheetahVel-v5]
     seeds: [0, 1]
   - algo: dqn
     envs: [CartPole-v1]
@@ -360,12 +368,12 @@ def test_the_runner_batches_seeds_of_one_configuration_n_at_a_time(write_suite):
         [("ppo", "CartPole-v1", 3e-4, 0), ("ppo", "CartPole-v1", 3e-4, 1), ("ppo", "CartPole-v1", 3e-4, 2)],
         [("ppo", "CartPole-v1", 3e-4, 3)],  # N at a time: the fourth seed alone
         *([(*setting, 0), (*setting, 1)] for setting in ppo),  # each grid point and env its own batch
-        [("mpo", "Pendulum-v1", None, 0)],  # no batched MPO: one seed per process, with a notice
-        [("mpo", "Pendulum-v1", None, 1)],
+        [("maml_vpg", "reprorl/HalfCheetahVel-v5", None, 0)],  # no batched MAML: one seed per process, with a notice
+        [("maml_vpg", "reprorl/HalfCheetahVel-v5", None, 1)],
         [("dqn", "CartPole-v1", 1e-4, 0)],  # the experiment's own seeds_in_process: 1
         [("dqn", "CartPole-v1", 1e-4, 1)],
     ]
-    assert notices == ["mpo on Pendulum-v1: one seed per process (mpo has no batched training of seeds (it has: a2c, ddpg, dqn, ppo, ppo_kl, reinforce, sac, surrogate_pg, td3, trpo, vpg))"]
+    assert notices == ["maml_vpg on reprorl/HalfCheetahVel-v5: one seed per process (maml_vpg is a meta-learner)"]
 
 
 def test_a_batched_suite_logs_each_seed_as_its_own_mlflow_run_and_reproduces_it(write_suite, tmp_path):

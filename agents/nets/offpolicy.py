@@ -168,5 +168,10 @@ class GaussianActor(_ActorBase):
         self.action_dim, self.min_std = action_dim, min_std
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, pre_std = self.features(obs).split(self.action_dim, dim=-1)
-        return torch.tanh(mean), F.softplus(pre_std) + self.min_std
+        return self.head(self.features(obs), self.action_dim, self.min_std)
+
+    @staticmethod
+    def head(features: torch.Tensor, action_dim: int, min_std: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """The trunk's outputs (..., 2d) -> (tanh mean, softplus std + min_std)."""
+        mean, pre_std = features.split(action_dim, dim=-1)
+        return torch.tanh(mean), F.softplus(pre_std) + min_std

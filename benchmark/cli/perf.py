@@ -16,7 +16,7 @@ def add_parser(commands: Any) -> None:
         "perf", help="throughput side by side with Stable-Baselines3, beside the env-only and update-floor bounds"
     )
     perf.add_argument("--cases", nargs="+", default=None, metavar="CASE",
-                      help="ppo, sac, td3, dqn (default: all); with --batched-only also a2c, vpg, reinforce, ppo_kl, trpo (default: all nine)")
+                      help="ppo, sac, td3, dqn (default: all); with --batched-only also a2c, vpg, reinforce, ppo_kl, trpo, mpo (default: all ten)")
     perf.add_argument("--pairs", type=int, default=3, help="alternating our/SB3 pairs per case; medians are reported (default 3)")
     perf.add_argument("--scale", type=float, default=1.0, help="multiply every measurement's step count (default 1)")
     perf.add_argument("--threads", type=int, default=1, help="torch threads in every measurement (default 1)")

@@ -305,14 +305,15 @@ BATCHED_EXTRA: dict[str, tuple[str, dict[str, Any], int]] = {
     "reinforce": (HALF_CHEETAH, {}, 4_000),
     "ppo_kl": (HALF_CHEETAH, {}, 2_048),
     "trpo": (HALF_CHEETAH, {}, 2_048),
+    "mpo": (HALF_CHEETAH, {"start_steps": 100, "learning_starts": 100}, 1),
 }
 """Cases measured in the batched rows only (no peer comparison): the environment, our
 hyperparameters on top of the published defaults (the suites' settings) and the env steps of
 one rollout at those defaults (measurements cover whole rollouts)."""
 BATCHED_CASES = (*CASES, *BATCHED_EXTRA)
 BATCHED_STEPS = {"ppo": 4_096, "sac": 600, "td3": 600, "dqn": 10_000, "a2c": 8_000, "vpg": 8_000, "reinforce": 8_000, "ppo_kl": 4_096,
-                 "trpo": 4_096}
-"""Env steps per seed of a batched measurement (SAC and TD3 update from step 100 on; the
+                 "trpo": 4_096, "mpo": 600}
+"""Env steps per seed of a batched measurement (SAC, TD3 and MPO update from step 100 on; the
 on-policy counts are whole rollouts of their defaults)."""
 BATCHED_GPU_TARGET = ("sac", 10, 5.0)
 """The issue's aim on a GPU: SAC, 10 seeds in one process, 5x the aggregate rate of 10 separate processes."""
