@@ -62,6 +62,17 @@ def _members(algo: str, count: int, device: torch.device) -> list[Any]:
     return members
 
 
+def _single_run(algo: str, batch: dict[str, torch.Tensor], repeats: int, device: torch.device) -> float:
+    """ms of one run's update step (``compute_gradients`` and ``apply_gradients``) on ``batch``."""
+    single = _members(algo, 1, device)[0]
+
+    def step() -> None:
+        gradients, _ = single.compute_gradients(batch)
+        single.apply_gradients(gradients)
+
+    return _milliseconds(step, repeats, device)
+
+
 # -- SAC ---------------------------------------------------------------------------------------
 
 
@@ -97,15 +108,7 @@ def _sac_vmap_loss(member: Any) -> Callable[..., tuple[torch.Tensor, ...]]:
 
 
 def measure_sac(counts: list[int], device: torch.device) -> dict[str, float]:
-    rows: dict[str, float] = {}
-    single = _members("sac", 1, device)[0]
-    batch = _sac_batch((256,), device)
-
-    def single_step() -> None:
-        gradients, _ = single.compute_gradients(batch)
-        single.apply_gradients(gradients)
-
-    rows["single"] = _milliseconds(single_step, 50, device)
+    rows = {"single": _single_run("sac", _sac_batch((256,), device), 50, device)}
     for count in counts:
         members = _members("sac", count, device)
         stacked_batch = _sac_batch((count, 256), device)
@@ -173,15 +176,7 @@ def _ppo_vmap_loss(member: Any) -> Callable[..., tuple[torch.Tensor, torch.Tenso
 
 
 def measure_ppo(counts: list[int], device: torch.device) -> dict[str, float]:
-    rows: dict[str, float] = {}
-    single = _members("ppo", 1, device)[0]
-    minibatch = _ppo_minibatch(0, device)
-
-    def single_step() -> None:
-        gradients, _ = single.compute_gradients(minibatch)
-        single.apply_gradients(gradients)
-
-    rows["single"] = _milliseconds(single_step, 200, device)
+    rows = {"single": _single_run("ppo", _ppo_minibatch(0, device), 200, device)}
     for count in counts:
         members = _members("ppo", count, device)
         stacked_batch = stack_batches([_ppo_minibatch(seed, device) for seed in range(count)])

@@ -173,25 +173,30 @@ def test_per_seed_clipping_clips_each_seed_as_alone():
     assert norms[0] < 1 and norms[2] > 1  # one seed under the limit, one far over: neither touched the other
 
 
-def test_stacked_adam_exports_each_members_state_and_imports_it_back():
+def _step_stacked_and_alone(masks: list, weight_decay: float = 0.0) -> tuple[StackedOptimizer, list]:
+    """Three MLPs stacked under one StackedOptimizer and three copies under their own Adams, both
+    stepped on the same inputs (a copy sits out the steps its mask excludes); after export, each
+    member's parameters and optimizer state are asserted equal to its copy's. Returns the stacked
+    optimizer and the members' optimizers."""
     torch.manual_seed(0)
     copies = [mlp(2, [4], 1) for _ in range(3)]
-    optimizers = [adam(copy.parameters(), lr=1e-2) for copy in copies]
+    optimizers = [adam(copy.parameters(), lr=1e-2, weight_decay=weight_decay) for copy in copies]
     alone = [mlp(2, [4], 1) for _ in range(3)]
     for mine, theirs in zip(alone, copies):
         mine.load_state_dict(theirs.state_dict())
-    alone_optimizers = [adam(copy.parameters(), lr=1e-2) for copy in alone]
+    alone_optimizers = [torch.optim.Adam(copy.parameters(), lr=1e-2, weight_decay=weight_decay) for copy in alone]
     stacked = StackedMLP(copies)
     stacked_optimizer = StackedOptimizer(optimizers, list(stacked.parameters()))
     inputs = torch.randn(3, 6, 2)
-    for _ in range(3):
+    for mask in masks:
         for parameter, gradient in zip(stacked.parameters(), torch.autograd.grad(stacked(inputs).pow(2).sum(), list(stacked.parameters()))):
             parameter.grad = gradient
-        stacked_optimizer.step()
+        stacked_optimizer.step(mask)
         for k, (copy, optimizer) in enumerate(zip(alone, alone_optimizers)):
-            optimizer.zero_grad()
-            copy(inputs[k]).pow(2).sum().backward()
-            optimizer.step()
+            if mask is None or mask[k]:
+                optimizer.zero_grad()
+                copy(inputs[k]).pow(2).sum().backward()
+                optimizer.step()
     stacked_optimizer.export()
     for k in range(3):
         for mine, theirs in zip(copies[k].parameters(), alone[k].parameters()):
@@ -200,6 +205,11 @@ def test_stacked_adam_exports_each_members_state_and_imports_it_back():
         for index, state in expected["state"].items():
             for key in ("step", "exp_avg", "exp_avg_sq"):
                 torch.testing.assert_close(exported["state"][index][key], state[key])
+    return stacked_optimizer, [copies, optimizers]
+
+
+def test_stacked_adam_exports_each_members_state_and_imports_it_back():
+    _, (copies, optimizers) = _step_stacked_and_alone([None] * 3)
     # a new stack over the members continues from their moments
     again = StackedOptimizer(optimizers, list(StackedMLP(copies).parameters()))
     for home in again.parameters:
@@ -220,34 +230,8 @@ def test_a_stacked_adam_steps_only_the_active_seeds_each_with_its_own_count():
     """Seed 1 sits out two steps (a seed whose epochs stopped early): every seed's parameters
     and moments equal those of its own Adam that took only its steps, bias corrections by its
     own count; exported, each member's step count is its own, and a new stack resumes them."""
-    torch.manual_seed(0)
-    copies = [mlp(2, [4], 1) for _ in range(3)]
-    optimizers = [adam(copy.parameters(), lr=1e-2, weight_decay=0.1) for copy in copies]
-    alone = [mlp(2, [4], 1) for _ in range(3)]
-    for mine, theirs in zip(alone, copies):
-        mine.load_state_dict(theirs.state_dict())
-    alone_optimizers = [torch.optim.Adam(copy.parameters(), lr=1e-2, weight_decay=0.1) for copy in alone]
-    stacked = StackedMLP(copies)
-    stacked_optimizer = StackedOptimizer(optimizers, list(stacked.parameters()))
-    inputs = torch.randn(3, 6, 2)
-    masks = [None, torch.tensor([True, False, True]), torch.tensor([True, False, True]), None]
-    for mask in masks:
-        for parameter, gradient in zip(stacked.parameters(), torch.autograd.grad(stacked(inputs).pow(2).sum(), list(stacked.parameters()))):
-            parameter.grad = gradient
-        stacked_optimizer.step(mask)
-        for k, (copy, optimizer) in enumerate(zip(alone, alone_optimizers)):
-            if mask is None or mask[k]:
-                optimizer.zero_grad()
-                copy(inputs[k]).pow(2).sum().backward()
-                optimizer.step()
-    stacked_optimizer.export()
-    for k in range(3):
-        for mine, theirs in zip(copies[k].parameters(), alone[k].parameters()):
-            torch.testing.assert_close(mine, theirs)
-        exported, expected = optimizers[k].state_dict(), alone_optimizers[k].state_dict()
-        for index, state in expected["state"].items():
-            for key in ("step", "exp_avg", "exp_avg_sq"):
-                torch.testing.assert_close(exported["state"][index][key], state[key])
+    parted = torch.tensor([True, False, True])
+    stacked_optimizer, (copies, optimizers) = _step_stacked_and_alone([None, parted, parted, None], weight_decay=0.1)
     assert stacked_optimizer.steps.tolist() == [4.0, 2.0, 4.0]
     assert StackedOptimizer(optimizers, list(StackedMLP(copies).parameters())).steps.tolist() == [4.0, 2.0, 4.0]
 
