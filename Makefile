@@ -28,7 +28,7 @@ COMPARE_STAMP := $(VENV)/.compare-installed
 PERF_FACTOR ?= 150%
 PERF_BASELINE := results/perf/baseline
 
-.PHONY: install bench test test-all perf perf-micro perf-baseline perf-regress report report-check baseline regress tune dashboard ui list clean-results
+.PHONY: install bench test lint test-all perf perf-micro perf-baseline perf-regress report report-check baseline regress tune dashboard ui list clean-results
 
 install: $(STAMP)
 
@@ -51,6 +51,12 @@ bench: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
+
+# ruff's lint rules and its formatting (settings in pyproject.toml); `ruff format` fixes the latter
+LINTED = agents benchmark tests benchmarks
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 
 # make test and the learning tests it leaves out (the `extended` marker: tests/test_learning.py)
 test-all: $(STAMP)

@@ -8,8 +8,9 @@ travel with ``get_weights``/``set_weights``. The local path is ``update()``, whi
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import torch
 
@@ -111,10 +112,7 @@ class Learner(abc.ABC):
 
     def get_weights(self) -> dict[str, dict[str, torch.Tensor]]:
         """CPU copies of every network's parameters and buffers."""
-        return {
-            name: {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
-            for name, module in self.modules().items()
-        }
+        return {name: {k: v.detach().cpu().clone() for k, v in module.state_dict().items()} for name, module in self.modules().items()}
 
     def set_weights(self, weights: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
         """Load weights produced by ``get_weights`` (possibly on another process)."""
@@ -128,8 +126,7 @@ class Learner(abc.ABC):
         """Change a hyperparameter during training (e.g. learning rate, clip range)."""
         if name not in self.tunable_parameters:
             raise ConfigError(
-                f"{self.name} cannot update {name!r}{suggest(name, self.tunable_parameters)}; "
-                f"updatable: {', '.join(self.tunable_parameters) or 'none'}"
+                f"{self.name} cannot update {name!r}{suggest(name, self.tunable_parameters)}; updatable: {', '.join(self.tunable_parameters) or 'none'}"
             )
         self.config = self.config.replace(**{name: value})
         self._on_parameter_updated(name)

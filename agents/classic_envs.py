@@ -73,8 +73,6 @@ class MultiDiscreteMatchEnv(gym.Env):
 def register_classic_envs() -> None:
     """Register the environments above with gymnasium (idempotent)."""
     if "reprorl/CartPoleNoVel-v1" not in gym.registry:
-        gym.register(
-            "reprorl/CartPoleNoVel-v1", entry_point=make_cartpole_no_velocity, max_episode_steps=500, reward_threshold=475.0
-        )
+        gym.register("reprorl/CartPoleNoVel-v1", entry_point=make_cartpole_no_velocity, max_episode_steps=500, reward_threshold=475.0)
     if "reprorl/MultiDiscreteMatch-v0" not in gym.registry:
         gym.register("reprorl/MultiDiscreteMatch-v0", entry_point=MultiDiscreteMatchEnv, max_episode_steps=MATCH_EPISODE_STEPS)

@@ -37,14 +37,38 @@ class NotCapturable(Exception):
 
 # attributes that are configuration or bookkeeping rebuilt by construction, never state
 _SKIP = {
-    "env", "envs", "env_fns", "spec", "metadata", "_saved_kwargs", "_ezpickle_args", "_ezpickle_kwargs",
-    "_cached_spec", "_metadata", "model", "mujoco_renderer", "render_mode", "screen", "clock", "isopen",
-    "viewer", "_previous_data", "time_queue", "return_queue", "length_queue", "episode_start_times",
+    "env",
+    "envs",
+    "env_fns",
+    "spec",
+    "metadata",
+    "_saved_kwargs",
+    "_ezpickle_args",
+    "_ezpickle_kwargs",
+    "_cached_spec",
+    "_metadata",
+    "model",
+    "mujoco_renderer",
+    "render_mode",
+    "screen",
+    "clock",
+    "isopen",
+    "viewer",
+    "_previous_data",
+    "time_queue",
+    "return_queue",
+    "length_queue",
+    "episode_start_times",
     "_np_random_seed",
 }
 # kinds of values that describe structure (spaces, specs, modes), not state
 _STRUCTURAL = (
-    gym.Space, gym.envs.registration.EnvSpec, enum.Enum, collections.deque, gym.Env, gym.vector.VectorEnv,
+    gym.Space,
+    gym.envs.registration.EnvSpec,
+    enum.Enum,
+    collections.deque,
+    gym.Env,
+    gym.vector.VectorEnv,
     gym.vector.VectorWrapper,
 )
 

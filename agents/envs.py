@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 import gymnasium.wrappers.vector as vector_wrappers
@@ -49,7 +50,7 @@ class GoalLayout:
     observation: tuple[int, int]
 
     @classmethod
-    def from_space(cls, space: gym.spaces.Dict) -> "GoalLayout":
+    def from_space(cls, space: gym.spaces.Dict) -> GoalLayout:
         bounds, start = {}, 0
         for key in space.keys():  # gymnasium keeps Dict keys sorted
             size = int(np.prod(space[key].shape))
@@ -97,7 +98,7 @@ class EnvSpec:
         observation_space: gym.Space,
         action_space: gym.Space,
         max_episode_steps: int | None = None,
-    ) -> "EnvSpec":
+    ) -> EnvSpec:
         goal = None
         if is_goal_space(observation_space):
             goal = GoalLayout.from_space(observation_space)
@@ -125,7 +126,6 @@ class EnvSpec:
                 goal,
             )
         raise ConfigError(f"{env_id}: action space {action_space} is not Discrete, 1-D MultiDiscrete or a 1-D Box")
-
 
 
 _HARMLESS_MUJOCO_WARNINGS = (
@@ -182,7 +182,7 @@ def _register_optional_suites() -> None:
         pass
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def env_spec(env_id: str) -> EnvSpec:
     """The EnvSpec of a registered gymnasium environment (built once per process)."""
     check_env_id(env_id)
@@ -195,7 +195,7 @@ def env_spec(env_id: str) -> EnvSpec:
         env.close()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def goal_functions(env_id: str) -> tuple[Callable[..., np.ndarray], Callable[..., np.ndarray] | None]:
     """A goal env's batched ``compute_reward(achieved, desired, info)`` and, where it has
     one, ``compute_terminated`` (from one instance kept for the process)."""

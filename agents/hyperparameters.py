@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from agents.errors import ConfigError, suggest
 
@@ -116,23 +117,20 @@ class Hyperparameters:
             _check_range(f.name, value, f.metadata)
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any] | None = None) -> "Hyperparameters":
+    def from_dict(cls, values: Mapping[str, Any] | None = None) -> Hyperparameters:
         """Build from a mapping, naming any unknown key and the valid ones."""
         values = dict(values or {})
         names = [f.name for f in dataclasses.fields(cls)]
         for key in values:
             if key not in names:
-                raise ConfigError(
-                    f"unknown hyperparameter {key!r} for {cls.__name__}{suggest(key, names)}; "
-                    f"valid: {', '.join(sorted(names))}"
-                )
+                raise ConfigError(f"unknown hyperparameter {key!r} for {cls.__name__}{suggest(key, names)}; valid: {', '.join(sorted(names))}")
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values (tuples become lists) for YAML, JSON and MLflow."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
-    def replace(self, **changes: Any) -> "Hyperparameters":
+    def replace(self, **changes: Any) -> Hyperparameters:
         """A validated copy with some fields changed."""
         return type(self).from_dict({**dataclasses.asdict(self), **changes})
 
@@ -154,8 +152,7 @@ class Hyperparameters:
                 from agents.tasks import TASK_FAMILIES
 
                 raise ConfigError(
-                    f"{algorithm} is a meta-RL algorithm and needs a task family; {spec.env_id} has no tasks "
-                    f"(task families: {', '.join(TASK_FAMILIES)})"
+                    f"{algorithm} is a meta-RL algorithm and needs a task family; {spec.env_id} has no tasks (task families: {', '.join(TASK_FAMILIES)})"
                 )
             if spec.max_episode_steps is None:
                 raise ConfigError(f"{spec.env_id} has no episode horizon (max_episode_steps); meta-RL collects whole episodes")

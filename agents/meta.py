@@ -30,7 +30,7 @@ from agents.tasks import Task, TaskSampler
 class Policy(Protocol):
     """Something that acts on a batch of observations (B, *obs_shape)."""
 
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> "PolicyOutput": ...
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> PolicyOutput: ...
 
 
 @dataclass
@@ -81,7 +81,7 @@ class Episodes:
         """The valid steps of an (E, T, ...) tensor, flattened to (N, ...)."""
         return tensor[self.mask]
 
-    def cat(self, other: "Episodes") -> "Episodes":
+    def cat(self, other: Episodes) -> Episodes:
         """These episodes and ``other``'s (same task and horizon) as one batch."""
 
         def join(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
@@ -113,9 +113,7 @@ class TaskEnvs:
         route_mujoco_warnings(env_id)
         self.sampler = TaskSampler(env_id)
         self.env_id, self.num_envs, self.seed, self.device = env_id, num_envs, seed, torch.device(device)
-        self.envs = gym.make_vec(
-            env_id, num_envs=num_envs, vectorization_mode="sync", vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}
-        )
+        self.envs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync", vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP})
         self.horizon = int(self.envs.envs[0].spec.max_episode_steps)
         space = self.envs.single_action_space
         self._discrete = isinstance(space, gym.spaces.Discrete)

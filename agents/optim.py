@@ -8,7 +8,8 @@ divergence between the old and the current policy at the old parameters (two bac
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 from torch.optim import optimizer as optimizer_module
@@ -69,9 +70,21 @@ class FusedAdam(torch.optim.Adam):
                     beta1, beta2 = group["betas"]
                     torch._foreach_add_(steps, 1)
                     torch._fused_adam_(
-                        params, [p.grad for p in params], exp_avgs, exp_avg_sqs, [], steps,
-                        amsgrad=False, lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
-                        eps=group["eps"], maximize=group["maximize"], grad_scale=None, found_inf=None,
+                        params,
+                        [p.grad for p in params],
+                        exp_avgs,
+                        exp_avg_sqs,
+                        [],
+                        steps,
+                        amsgrad=False,
+                        lr=group["lr"],
+                        beta1=beta1,
+                        beta2=beta2,
+                        weight_decay=group["weight_decay"],
+                        eps=group["eps"],
+                        maximize=group["maximize"],
+                        grad_scale=None,
+                        found_inf=None,
                     )
             return None
         # the parent's step as torch runs it: with the profiler label and the step hooks
@@ -88,11 +101,14 @@ class FusedAdam(torch.optim.Adam):
         return (
             lists is not None
             and not (
-                self._optimizer_step_pre_hooks or self._optimizer_step_post_hooks
-                or optimizer_module._global_optimizer_pre_hooks or optimizer_module._global_optimizer_post_hooks
+                self._optimizer_step_pre_hooks
+                or self._optimizer_step_post_hooks
+                or optimizer_module._global_optimizer_pre_hooks
+                or optimizer_module._global_optimizer_post_hooks
             )
             # AMP's GradScaler hands the fused step these to unscale and skip infinite steps
-            and getattr(self, "grad_scale", None) is None and getattr(self, "found_inf", None) is None
+            and getattr(self, "grad_scale", None) is None
+            and getattr(self, "found_inf", None) is None
             and not any(isinstance(group["lr"], torch.Tensor) for group in self.param_groups)
             and all(p.grad is not None for params, *_ in lists for p in params)
         )
@@ -104,8 +120,11 @@ class FusedAdam(torch.optim.Adam):
         for group in self.param_groups:
             params = group["params"]
             if (
-                not group["fused"] or group["amsgrad"] or group.get("decoupled_weight_decay", False)
-                or group["capturable"] or group["differentiable"]
+                not group["fused"]
+                or group["amsgrad"]
+                or group.get("decoupled_weight_decay", False)
+                or group["capturable"]
+                or group["differentiable"]
                 or any(isinstance(value, torch.Tensor) for value in (*group["betas"], group["eps"], group["weight_decay"]))
                 or not params
                 or len({(p.device, p.dtype) for p in params}) != 1
@@ -169,9 +188,7 @@ def conjugate_gradient(
     return x
 
 
-def fisher_vector_product(
-    mean_kl: torch.Tensor, parameters: Sequence[torch.nn.Parameter], damping: float = 0.0
-) -> Callable[[torch.Tensor], torch.Tensor]:
+def fisher_vector_product(mean_kl: torch.Tensor, parameters: Sequence[torch.nn.Parameter], damping: float = 0.0) -> Callable[[torch.Tensor], torch.Tensor]:
     """v -> (F + damping I) v, with F the Hessian of ``mean_kl`` w.r.t. ``parameters``, for each
     seed: mean_kl (S,) and v (S, P) (the seeds share no parameter, so F is block-diagonal), or
     mean_kl () and v (P,).

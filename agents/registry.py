@@ -10,7 +10,8 @@ without importing this module until one is used: see ``agents/__init__.py``.
 from __future__ import annotations
 
 import pkgutil
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from agents.configs.bc import BCConfig
 from agents.configs.ddpg import DDPGConfig, TD3Config

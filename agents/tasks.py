@@ -103,7 +103,7 @@ class _HalfCheetahTaskBase:
         return task_reward - control, {"reward_task": task_reward, "reward_ctrl": -control}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cheetah_family(kind: str) -> type:
     base = _half_cheetah_class()
 
@@ -193,10 +193,7 @@ class TaskSampler:
         env = gym.make(env_id)
         try:
             if not is_task_family(env):
-                raise ConfigError(
-                    f"{env_id} is not a task family (it needs sample_tasks, set_task and get_task); "
-                    f"task families: {', '.join(TASK_FAMILIES)}"
-                )
+                raise ConfigError(f"{env_id} is not a task family (it needs sample_tasks, set_task and get_task); task families: {', '.join(TASK_FAMILIES)}")
             self._family = env.unwrapped
             finite = getattr(self._family, "all_tasks", None)
             self._finite = finite if callable(finite) else None

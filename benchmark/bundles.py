@@ -36,9 +36,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable
 
 from agents.errors import ConfigError
 from benchmark.config import Budget, RunSpec
@@ -50,10 +50,33 @@ PUBLISHED_DIR = "published"
 """Under the results directory: ``published/<suite>/`` is read by default."""
 
 RUN_COLUMNS = (
-    "run_key", "suite", "algo", "env_id", "seed", "total_steps", "eval_every", "eval_episodes",
-    "final_return", "final_return_std", "pre_adaptation_return", "wall_seconds", "steps_per_second",
-    "device", "cpu_model", "gpu_model", "git_sha", "git_dirty", "python_version", "platform", "versions",
-    "batch_seeds", "mlflow_run_id", "started", "ended", "hyperparameters", "overrides",
+    "run_key",
+    "suite",
+    "algo",
+    "env_id",
+    "seed",
+    "total_steps",
+    "eval_every",
+    "eval_episodes",
+    "final_return",
+    "final_return_std",
+    "pre_adaptation_return",
+    "wall_seconds",
+    "steps_per_second",
+    "device",
+    "cpu_model",
+    "gpu_model",
+    "git_sha",
+    "git_dirty",
+    "python_version",
+    "platform",
+    "versions",
+    "batch_seeds",
+    "mlflow_run_id",
+    "started",
+    "ended",
+    "hyperparameters",
+    "overrides",
 )
 CURVE_COLUMNS = ("run_key", "step", "mean", "std", "returns", "lengths", "train_return_mean", "train_episodes")
 CURVE_COLUMNS_V1 = CURVE_COLUMNS[:6]
@@ -110,10 +133,11 @@ class BundledRun:
     def run_key(self) -> str:
         return self.spec.run_key
 
-    def same_result(self, other: "BundledRun") -> bool:
+    def same_result(self, other: BundledRun) -> bool:
         """The same numbers: final evaluation and every evaluation of the curve."""
-        return (self.final_return == other.final_return
-                and [(e.step, e.mean, e.returns) for e in self.curve] == [(e.step, e.mean, e.returns) for e in other.curve])
+        return self.final_return == other.final_return and [(e.step, e.mean, e.returns) for e in self.curve] == [
+            (e.step, e.mean, e.returns) for e in other.curve
+        ]
 
     def describe(self) -> str:
         where = self.origin or "the tracking store"
@@ -140,15 +164,26 @@ def _number(value: float | int | None) -> str:
 def _run_row(run: BundledRun) -> dict[str, str]:
     spec = run.spec
     return {
-        "run_key": spec.run_key, "suite": spec.suite, "algo": spec.algo, "env_id": spec.env_id, "seed": str(spec.seed),
-        "total_steps": str(spec.budget.total_steps), "eval_every": str(spec.budget.eval_every),
+        "run_key": spec.run_key,
+        "suite": spec.suite,
+        "algo": spec.algo,
+        "env_id": spec.env_id,
+        "seed": str(spec.seed),
+        "total_steps": str(spec.budget.total_steps),
+        "eval_every": str(spec.budget.eval_every),
         "eval_episodes": str(spec.budget.eval_episodes),
-        "final_return": _number(run.final_return), "final_return_std": _number(run.final_return_std),
-        "pre_adaptation_return": _number(run.pre_adaptation_return), "wall_seconds": _number(run.wall_seconds),
-        "steps_per_second": _number(run.steps_per_second), "device": run.device,
+        "final_return": _number(run.final_return),
+        "final_return_std": _number(run.final_return_std),
+        "pre_adaptation_return": _number(run.pre_adaptation_return),
+        "wall_seconds": _number(run.wall_seconds),
+        "steps_per_second": _number(run.steps_per_second),
+        "device": run.device,
         **{name: run.provenance.get(name, "") for name in PROVENANCE},
-        "versions": json.dumps(run.versions, sort_keys=True), "batch_seeds": " ".join(map(str, run.batch_seeds)),
-        "mlflow_run_id": run.mlflow_run_id, "started": run.started, "ended": run.ended,
+        "versions": json.dumps(run.versions, sort_keys=True),
+        "batch_seeds": " ".join(map(str, run.batch_seeds)),
+        "mlflow_run_id": run.mlflow_run_id,
+        "started": run.started,
+        "ended": run.ended,
         "hyperparameters": json.dumps(spec.hyperparameters, sort_keys=True, separators=(",", ":")),
         "overrides": json.dumps(spec.overrides, sort_keys=True, separators=(",", ":")),
     }
@@ -165,9 +200,14 @@ def _csv_text(columns: tuple[str, ...], rows: Iterable[dict[str, str]]) -> str:
 def _curve_rows(run: BundledRun) -> Iterable[dict[str, str]]:
     for evaluation in run.curve:
         yield {
-            "run_key": run.run_key, "step": str(evaluation.step), "mean": repr(evaluation.mean), "std": repr(evaluation.std),
-            "returns": " ".join(map(repr, evaluation.returns)), "lengths": " ".join(map(str, evaluation.lengths)),
-            "train_return_mean": _number(evaluation.train_return_mean), "train_episodes": str(evaluation.train_episodes),
+            "run_key": run.run_key,
+            "step": str(evaluation.step),
+            "mean": repr(evaluation.mean),
+            "std": repr(evaluation.std),
+            "returns": " ".join(map(repr, evaluation.returns)),
+            "lengths": " ".join(map(str, evaluation.lengths)),
+            "train_return_mean": _number(evaluation.train_return_mean),
+            "train_episodes": str(evaluation.train_episodes),
         }
 
 
@@ -190,7 +230,7 @@ def write(bundle: Bundle, directory: Path) -> Path:
         "format": FORMAT,
         "schema_version": SCHEMA_VERSION,
         "suite": bundle.suite,
-        "created": bundle.created or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": bundle.created or datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "runs": len(runs),
         "files": {name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)} for name, data in files.items()},
     }
@@ -261,8 +301,7 @@ def read(directory: Path) -> Bundle:
     if len(runs) != manifest.get("runs"):
         raise BundleError(f"bundle {directory}: the manifest says {manifest.get('runs')} runs, {RUNS_FILE} holds {len(runs)}")
     suite = str(manifest.get("suite", ""))
-    return Bundle(suite, {run.run_key: replace(run, origin=str(directory)) for run in runs}, str(manifest.get("created", "")), version,
-                  str(directory))
+    return Bundle(suite, {run.run_key: replace(run, origin=str(directory)) for run in runs}, str(manifest.get("created", "")), version, str(directory))
 
 
 def _optional_float(text: str) -> float | None:
@@ -288,33 +327,54 @@ def _read_runs(directory: Path, data: dict[str, bytes], curve_columns: tuple[str
         raise BundleError(f"bundle file {directory / CURVES_FILE} is not gzip-compressed CSV: {error}") from None
     for number, row in enumerate(_dict_rows(text, curve_columns, directory / CURVES_FILE), start=2):
         try:
-            curves.setdefault(row["run_key"], []).append(Evaluation(
-                int(row["step"]), float(row["mean"]), float(row["std"]),
-                tuple(float(v) for v in row["returns"].split()), tuple(int(v) for v in row["lengths"].split()),
-                _optional_float(row.get("train_return_mean", "")), int(row.get("train_episodes") or 0),
-            ))
+            curves.setdefault(row["run_key"], []).append(
+                Evaluation(
+                    int(row["step"]),
+                    float(row["mean"]),
+                    float(row["std"]),
+                    tuple(float(v) for v in row["returns"].split()),
+                    tuple(int(v) for v in row["lengths"].split()),
+                    _optional_float(row.get("train_return_mean", "")),
+                    int(row.get("train_episodes") or 0),
+                )
+            )
         except ValueError as error:
             raise BundleError(f"{directory / CURVES_FILE} row {number}: {error}") from None
     runs = []
     for number, row in enumerate(_dict_rows(data[RUNS_FILE].decode(), RUN_COLUMNS, directory / RUNS_FILE), start=2):
         try:
             spec = RunSpec(
-                suite=row["suite"], algo=row["algo"], env_id=row["env_id"], seed=int(row["seed"]),
+                suite=row["suite"],
+                algo=row["algo"],
+                env_id=row["env_id"],
+                seed=int(row["seed"]),
                 hyperparameters=json.loads(row["hyperparameters"]),
                 budget=Budget(int(row["total_steps"]), int(row["eval_every"]), int(row["eval_episodes"])),
                 overrides=json.loads(row["overrides"]),
             )
             if spec.run_key != row["run_key"]:
-                raise ValueError(f"run key {row['run_key']} does not match the run's algorithm, environment, seed, "
-                                 f"hyperparameters and budget (they hash to {spec.run_key}): the row was edited")
-            runs.append(BundledRun(
-                spec, float(row["final_return"]), _optional_float(row["final_return_std"]),
-                tuple(sorted(curves.pop(row["run_key"], []), key=lambda e: e.step)),
-                _optional_float(row["pre_adaptation_return"]), _optional_float(row["wall_seconds"]),
-                _optional_float(row["steps_per_second"]), row["device"], {name: row[name] for name in PROVENANCE},
-                json.loads(row["versions"]), tuple(int(s) for s in row["batch_seeds"].split()), row["mlflow_run_id"],
-                row["started"], row["ended"],
-            ))
+                raise ValueError(
+                    f"run key {row['run_key']} does not match the run's algorithm, environment, seed, "
+                    f"hyperparameters and budget (they hash to {spec.run_key}): the row was edited"
+                )
+            runs.append(
+                BundledRun(
+                    spec,
+                    float(row["final_return"]),
+                    _optional_float(row["final_return_std"]),
+                    tuple(sorted(curves.pop(row["run_key"], []), key=lambda e: e.step)),
+                    _optional_float(row["pre_adaptation_return"]),
+                    _optional_float(row["wall_seconds"]),
+                    _optional_float(row["steps_per_second"]),
+                    row["device"],
+                    {name: row[name] for name in PROVENANCE},
+                    json.loads(row["versions"]),
+                    tuple(int(s) for s in row["batch_seeds"].split()),
+                    row["mlflow_run_id"],
+                    row["started"],
+                    row["ended"],
+                )
+            )
         except (ValueError, TypeError, ConfigError) as error:
             raise BundleError(f"{directory / RUNS_FILE} row {number}: {error}") from None
     if curves:

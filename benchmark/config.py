@@ -127,7 +127,7 @@ class RunSpec:
         return {**dataclasses.asdict(self), "run_key": self.run_key}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunSpec":
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
         data = {k: v for k, v in data.items() if k != "run_key"}
         return cls(**{**data, "budget": Budget(**data["budget"])})
 
@@ -141,7 +141,7 @@ class Suite:
     slurm: dict[str, Any] = field(default_factory=dict)
     """The suite's ``slurm:`` options for ``--executor slurm`` (keys: SLURM_KEYS), checked."""
 
-    def with_checkpointing(self, every: int | None = None, replay_buffer: bool | None = None) -> "Suite":
+    def with_checkpointing(self, every: int | None = None, replay_buffer: bool | None = None) -> Suite:
         """The same runs with the checkpoint settings given (None keeps the suite's)."""
         changes: dict[str, Any] = {}
         if every is not None:
@@ -150,13 +150,13 @@ class Suite:
             changes["checkpoint_replay_buffer"] = replay_buffer
         return dataclasses.replace(self, specs=[dataclasses.replace(spec, **changes) for spec in self.specs]) if changes else self
 
-    def with_seeds_in_process(self, count: int | None) -> "Suite":
+    def with_seeds_in_process(self, count: int | None) -> Suite:
         """The same runs trained ``count`` seeds to a process (None keeps the suite's)."""
         if count is None:
             return self
         return dataclasses.replace(self, specs=[dataclasses.replace(spec, seeds_in_process=count) for spec in self.specs])
 
-    def select(self, algos: list[str] | None = None, envs: list[str] | None = None) -> "Suite":
+    def select(self, algos: list[str] | None = None, envs: list[str] | None = None) -> Suite:
         """The runs of the given algorithms and environments only (None: all); ConfigError
         for a name the suite does not contain."""
         specs = self.specs
@@ -166,9 +166,7 @@ class Suite:
             present = sorted({getattr(spec, attribute) for spec in self.specs})
             for name in names:
                 if name not in present:
-                    raise ConfigError(
-                        f"suite {self.name!r} has no {what} {name!r}{suggest(name, present)}; it has {', '.join(present)}"
-                    )
+                    raise ConfigError(f"suite {self.name!r} has no {what} {name!r}{suggest(name, present)}; it has {', '.join(present)}")
             specs = [spec for spec in specs if getattr(spec, attribute) in names]
         return dataclasses.replace(self, specs=specs)
 
@@ -189,10 +187,7 @@ def configurations(specs: list[RunSpec]) -> list[tuple[str, list[RunSpec]]]:
     for variants in by_algo_env.values():
         if len(variants) < 2:
             continue
-        settings = [
-            {**groups[key][0].overrides, **{f"budget.{k}": v for k, v in dataclasses.asdict(groups[key][0].budget).items()}}
-            for key in variants
-        ]
+        settings = [{**groups[key][0].overrides, **{f"budget.{k}": v for k, v in dataclasses.asdict(groups[key][0].budget).items()}} for key in variants]
         differing = sorted({k for setting in settings for k in setting if any(setting.get(k) != other.get(k) for other in settings)})
         for number, (key, setting) in enumerate(zip(variants, settings), start=1):
             described = ", ".join(f"{k}={setting.get(k, 'default')}" for k in differing) or f"variant {number}"
@@ -237,9 +232,7 @@ def read_yaml(path: Path, what: str = "suite file") -> Any:
     except UnicodeDecodeError as error:
         line = raw.count(b"\n", 0, error.start) + 1
         column = error.start - (raw.rfind(b"\n", 0, error.start) + 1) + 1
-        raise ConfigError(
-            f"{path}:{line}:{column}: not UTF-8 text (byte 0x{raw[error.start]:02x}); save the {what} as UTF-8"
-        ) from None
+        raise ConfigError(f"{path}:{line}:{column}: not UTF-8 text (byte 0x{raw[error.start]:02x}); save the {what} as UTF-8") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as error:
@@ -254,8 +247,7 @@ def read_yaml(path: Path, what: str = "suite file") -> Any:
 
 
 _SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device", "checkpoint", "seeds_in_process", "slurm"}
-SLURM_KEYS: dict[str, type] = {"partition": str, "time_minutes": int, "gpus": int, "cpus": int, "constraint": str, "account": str,
-                               "memory_gb": float}
+SLURM_KEYS: dict[str, type] = {"partition": str, "time_minutes": int, "gpus": int, "cpus": int, "constraint": str, "account": str, "memory_gb": float}
 """What each Slurm job asks for (``--executor slurm``), with the type of each value."""
 _CHECKPOINT_KEYS = {"every", "replay_buffer"}
 _EXPERIMENT_KEYS = {"algo", "envs", "budget", "hyperparameters", "grid", "seeds", "seeds_in_process"}
@@ -313,10 +305,7 @@ def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_
     replay_buffer = checkpoint.get("replay_buffer", False)
     if not isinstance(replay_buffer, bool):
         raise ConfigError(f"checkpoint.replay_buffer must be true or false, got {replay_buffer!r}")
-    specs = [
-        dataclasses.replace(spec, checkpoint_every=checkpoint.get("every"), checkpoint_replay_buffer=replay_buffer)
-        for spec in specs
-    ]
+    specs = [dataclasses.replace(spec, checkpoint_every=checkpoint.get("every"), checkpoint_replay_buffer=replay_buffer) for spec in specs]
     keys = [spec.run_key for spec in specs]
     duplicates = {spec.label for spec in specs if keys.count(spec.run_key) > 1}
     if duplicates:
@@ -381,17 +370,15 @@ def _expand_experiment(
             config = agents.resolve_config(algo, overrides)
             agents.check_config(algo, config, spec_of_env)
             for seed in seeds:
-                specs.append(
-                    RunSpec(suite_name, algo, str(env_id), seed, config.to_dict(), budget, device, 1, overrides, seeds_in_process=seeds_in_process)
-                )
+                specs.append(RunSpec(suite_name, algo, str(env_id), seed, config.to_dict(), budget, device, 1, overrides, seeds_in_process=seeds_in_process))
     return specs
 
 
-def make_spec(algo: str, env_id: str, seed: int, budget: dict[str, int], hyperparameters: dict[str, Any] | None = None,
-              suite: str = "adhoc", device: str = "cpu") -> RunSpec:
+def make_spec(
+    algo: str, env_id: str, seed: int, budget: dict[str, int], hyperparameters: dict[str, Any] | None = None, suite: str = "adhoc", device: str = "cpu"
+) -> RunSpec:
     """One RunSpec outside a suite file, checked exactly as a suite's experiment is."""
-    return _expand_experiment({"algo": algo, "envs": [env_id], "hyperparameters": hyperparameters or {}}, suite, [seed], budget,
-                              device, False)[0]
+    return _expand_experiment({"algo": algo, "envs": [env_id], "hyperparameters": hyperparameters or {}}, suite, [seed], budget, device, False)[0]
 
 
 def _parse_seeds(value: Any, where: str) -> list[int]:

@@ -70,10 +70,21 @@ def mark_unusable(record: RunRecord) -> None:
 def from_bundle(spec: RunSpec, run: BundledRun) -> RunRecord:
     """The record of a bundled run (FINISHED by construction)."""
     record = RunRecord(
-        spec, "FINISHED", run.mlflow_run_id, run.final_return, run.final_return_std, run.steps_per_second, run.device or None,
-        run.wall_seconds, [(e.step, e.mean) for e in run.curve], git_sha=run.provenance.get("git_sha") or None, attempts=1,
-        pre_adaptation_return=run.pre_adaptation_return, source=run.origin,
-        final_train_return=run.curve[-1].train_return_mean if run.curve else None, skipped=True,
+        spec,
+        "FINISHED",
+        run.mlflow_run_id,
+        run.final_return,
+        run.final_return_std,
+        run.steps_per_second,
+        run.device or None,
+        run.wall_seconds,
+        [(e.step, e.mean) for e in run.curve],
+        git_sha=run.provenance.get("git_sha") or None,
+        attempts=1,
+        pre_adaptation_return=run.pre_adaptation_return,
+        source=run.origin,
+        final_train_return=run.curve[-1].train_return_mean if run.curve else None,
+        skipped=True,
     )
     mark_unusable(record)
     return record

@@ -21,9 +21,9 @@ import shutil
 import sqlite3
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from filelock import FileLock
 
@@ -114,9 +114,7 @@ def check_sqlite_store(path: Path, what: str, required_tables: set[str], deep: b
     page (a second or so per GB)."""
     size, header = _size_and_header(path, what)
     if size == 0:
-        raise StoreError(
-            f"{path} is empty (0 bytes), not {what}: if nothing was ever stored in it, delete it and launch again"
-        )
+        raise StoreError(f"{path} is empty (0 bytes), not {what}: if nothing was ever stored in it, delete it and launch again")
     if not header.startswith(SQLITE_HEADER):
         raise StoreError(f"{path} is not an SQLite database (corrupt, or another kind of file), so not {what}: move it aside")
     # read-write where allowed: a hot journal (a writer killed mid-transaction) is then rolled back,
@@ -233,7 +231,12 @@ class Template:
 
 
 def create_once(
-    path: Path, what: str, required_tables: set[str], create: Callable[[Path], None], deep: bool = False, template: Template | None = None,
+    path: Path,
+    what: str,
+    required_tables: set[str],
+    create: Callable[[Path], None],
+    deep: bool = False,
+    template: Template | None = None,
 ) -> bool:
     """Check the store at ``path`` (``deep``: every page), or create it when it does not exist: a
     copy of ``template``, else ``create(temporary_path)``; True when this call created it.

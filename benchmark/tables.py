@@ -48,8 +48,11 @@ class TableData:
         widths = self._widths(width) if width else [None] * len(self.headers)
         for header, column_width in zip(self.headers, widths):
             table.add_column(
-                header, width=column_width, no_wrap=header in self.names,
-                justify="right" if header in self.right else "left", overflow="fold",
+                header,
+                width=column_width,
+                no_wrap=header in self.names,
+                justify="right" if header in self.right else "left",
+                overflow="fold",
             )
         for row in self.rows:
             table.add_row(*(Text(cell) for cell in row))  # (no rich markup inside cells)
@@ -63,8 +66,11 @@ class TableData:
             if header in self.names:
                 least.append(most)
             else:  # a header may fold; a cell wraps between words (list columns: between names, each with its comma)
-                words = [len(item) + 1 for cell in column[1:] for item in cell.split(", ")] if header in self.lists else \
-                    [len(word) for cell in column[1:] for word in cell.split()]
+                words = (
+                    [len(item) + 1 for cell in column[1:] for item in cell.split(", ")]
+                    if header in self.lists
+                    else [len(word) for cell in column[1:] for word in cell.split()]
+                )
                 least.append(min(max([min(max(map(len, header.split()), default=0), 5), *words]), LONGEST_UNBROKEN))
         widths = list(natural)
         room = width - (3 * len(widths) + 1)  # borders and padding

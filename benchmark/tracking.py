@@ -15,8 +15,9 @@ import os
 import socket
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from benchmark import metric_names, stores
 from benchmark.provenance import code_version, command_line, environment_tags, source_tags
@@ -184,11 +185,7 @@ class MlflowTracker:
         from mlflow.entities import Metric
 
         timestamp = int(time.time() * 1000)
-        self._pending += [
-            Metric(key, float(value), timestamp, step)
-            for key, value in metrics.items()
-            if step > self.logged_through.get(key, -1)
-        ]
+        self._pending += [Metric(key, float(value), timestamp, step) for key, value in metrics.items() if step > self.logged_through.get(key, -1)]
         if len(self._pending) >= self.flush_every:
             self.flush()
 
@@ -273,9 +270,7 @@ def search_all_runs(mlflow_client: Any, experiment_id: str, query: str, order_by
     """Every run of ``experiment_id`` matching ``query``, through all result pages."""
     runs, token = [], None
     while True:
-        page = retry(
-            lambda: mlflow_client.search_runs([experiment_id], query, max_results=1000, order_by=order_by, page_token=token)
-        )
+        page = retry(lambda: mlflow_client.search_runs([experiment_id], query, max_results=1000, order_by=order_by, page_token=token))
         runs += list(page)
         token = page.token
         if not token:
@@ -297,9 +292,7 @@ def finished_child_runs(
     if not run_keys:
         return {}
     found: dict[str, Any] = {}
-    query = "attributes.status = 'FINISHED' and " + (
-        f"tags.run_key = '{next(iter(run_keys))}'" if len(run_keys) == 1 else "tags.run_key != ''"
-    )
+    query = "attributes.status = 'FINISHED' and " + (f"tags.run_key = '{next(iter(run_keys))}'" if len(run_keys) == 1 else "tags.run_key != ''")
     if started_since_ms:
         query += f" and attributes.start_time >= {int(started_since_ms)}"
     for run in search_all_runs(mlflow_client, experiment_id, query, ["attributes.start_time DESC"]):
@@ -329,7 +322,8 @@ def supersede_attempts(tracking_uri: str, experiment_id: str, run_key: str, run_
     mlflow_client = client(tracking_uri)
     query = f"tags.run_key = '{run_key}' and attributes.status != 'FINISHED'"
     earlier = [
-        run for run in search_all_runs(mlflow_client, experiment_id, query)
+        run
+        for run in search_all_runs(mlflow_client, experiment_id, query)
         if run.info.run_id != run_id and "superseded_by" not in run.data.tags and judged_by(run.data.tags, claims_id)
     ]
     for run in earlier:
@@ -349,11 +343,7 @@ def latest_parent_run_id(tracking_uri: str, experiment_name: str) -> str | None:
     experiment = retry(lambda: mlflow_client.get_experiment_by_name(experiment_name))
     if experiment is None:
         return None
-    runs = retry(
-        lambda: mlflow_client.search_runs(
-            [experiment.experiment_id], "tags.kind = 'suite'", max_results=1, order_by=["attributes.start_time DESC"]
-        )
-    )
+    runs = retry(lambda: mlflow_client.search_runs([experiment.experiment_id], "tags.kind = 'suite'", max_results=1, order_by=["attributes.start_time DESC"]))
     return runs[0].info.run_id if runs else None
 
 
@@ -375,9 +365,7 @@ def run_status(tracking_uri: str, run_id: str) -> str:
 def latest_child_run(tracking_uri: str, experiment_id: str, run_key: str) -> Any | None:
     """The most recently started run of ``run_key`` in the experiment, if any."""
     runs = retry(
-        lambda: client(tracking_uri).search_runs(
-            [experiment_id], f"tags.run_key = '{run_key}'", max_results=1, order_by=["attributes.start_time DESC"]
-        )
+        lambda: client(tracking_uri).search_runs([experiment_id], f"tags.run_key = '{run_key}'", max_results=1, order_by=["attributes.start_time DESC"])
     )
     return runs[0] if runs else None
 
@@ -400,8 +388,13 @@ def close_run(tracking_uri: str, run_id: str, status: str, error: str) -> None:
 def start_parent_run(tracking_uri: str, experiment: str, run_name: str, tags: dict[str, Any]) -> MlflowTracker:
     mlflow_client = client(tracking_uri)
     all_tags = {
-        **source_tags(), **code_version(), **environment_tags(), "command": command_line(), "host": socket.gethostname(),
-        "pid": os.getpid(), **tags,
+        **source_tags(),
+        **code_version(),
+        **environment_tags(),
+        "command": command_line(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        **tags,
     }
     run = retry(lambda: mlflow_client.create_run(experiment, run_name=run_name, tags={k: str(v) for k, v in all_tags.items()}))
     return MlflowTracker(tracking_uri, run.info.run_id)
@@ -458,7 +451,11 @@ def start_child_run(
 
 
 def resume_child_run(
-    tracking_uri: str, run_id: str | None, parent_run_id: str, tags: dict[str, Any], resumed_from_step: int,
+    tracking_uri: str,
+    run_id: str | None,
+    parent_run_id: str,
+    tags: dict[str, Any],
+    resumed_from_step: int,
     experiment_id: str | None = None,
 ) -> MlflowTracker | None:
     """Reopen the unfinished child run ``run_id`` under ``parent_run_id``, or None when it no
@@ -488,12 +485,14 @@ def resume_child_run(
     attempts = int(run.data.tags.get("resume_count", "0")) + 1
     if "error" in run.data.tags:
         retry(lambda: mlflow_client.delete_tag(run_id, "error"))
-    tracker.set_tags({  # the new parent first: a run RUNNING under its dead parent is another launch's to close
-        **tags,
-        "mlflow.parentRunId": parent_run_id,
-        "first_parent_run_id": run.data.tags.get("first_parent_run_id", previous_parent),
-        "resume_count": attempts,
-        "resumed_from_step": resumed_from_step,
-    })
+    tracker.set_tags(
+        {  # the new parent first: a run RUNNING under its dead parent is another launch's to close
+            **tags,
+            "mlflow.parentRunId": parent_run_id,
+            "first_parent_run_id": run.data.tags.get("first_parent_run_id", previous_parent),
+            "resume_count": attempts,
+            "resumed_from_step": resumed_from_step,
+        }
+    )
     retry(lambda: mlflow_client.update_run(run_id, status="RUNNING"))
     return tracker

@@ -26,8 +26,9 @@ import argparse
 import json
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.func import functional_call, stack_module_state, vmap
@@ -79,9 +80,13 @@ def _single_run(algo: str, batch: dict[str, torch.Tensor], repeats: int, device:
 def _sac_batch(shape: tuple[int, ...], device: torch.device) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
     batch = {
-        "obs": torch.randn(*shape, 17, generator=generator), "next_obs": torch.randn(*shape, 17, generator=generator),
-        "actions": torch.rand(*shape, 6, generator=generator) * 2 - 1, "rewards": torch.randn(*shape, generator=generator),
-        "discounts": torch.full(shape, 0.99), "terminated": torch.zeros(shape), "weights": torch.ones(shape),
+        "obs": torch.randn(*shape, 17, generator=generator),
+        "next_obs": torch.randn(*shape, 17, generator=generator),
+        "actions": torch.rand(*shape, 6, generator=generator) * 2 - 1,
+        "rewards": torch.randn(*shape, generator=generator),
+        "discounts": torch.full(shape, 0.99),
+        "terminated": torch.zeros(shape),
+        "weights": torch.ones(shape),
     }
     return {key: value.to(device) for key, value in batch.items()}
 
@@ -151,9 +156,12 @@ def measure_sac(counts: list[int], device: torch.device) -> dict[str, float]:
 def _ppo_minibatch(seed: int, device: torch.device) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
     batch = {
-        "obs": torch.randn(64, 17, generator=generator), "actions": torch.randn(64, 6, generator=generator),
-        "log_probs": torch.randn(64, generator=generator) - 8, "advantages": torch.randn(64, generator=generator),
-        "values": torch.randn(64, generator=generator), "returns": torch.randn(64, generator=generator),
+        "obs": torch.randn(64, 17, generator=generator),
+        "actions": torch.randn(64, 6, generator=generator),
+        "log_probs": torch.randn(64, generator=generator) - 8,
+        "advantages": torch.randn(64, generator=generator),
+        "values": torch.randn(64, generator=generator),
+        "returns": torch.randn(64, generator=generator),
         "dist_params": torch.randn(64, 12, generator=generator),
     }
     return {key: value.to(device) for key, value in batch.items()}
@@ -220,8 +228,11 @@ def main() -> None:
             count = int(name.split("=")[1]) if "=" in name else 1
             print(f"  {name:<14} {milliseconds:8.3f}  ({milliseconds / count:7.3f})")
     if args.output is not None:
-        machine = {"device": torch.cuda.get_device_name(0) if device.type == "cuda" else platform.processor() or platform.machine(),
-                   "torch": torch.__version__, "python": platform.python_version()}
+        machine = {
+            "device": torch.cuda.get_device_name(0) if device.type == "cuda" else platform.processor() or platform.machine(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+        }
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps({"machine": machine, "milliseconds_per_step": results}, indent=1) + "\n")
 

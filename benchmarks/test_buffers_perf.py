@@ -51,7 +51,7 @@ def _make(variant: str) -> ReplayBuffer:
 def _fill(buffer: ReplayBuffer) -> ReplayBuffer:
     """Write a full buffer of random transitions in 1000-step episodes, as if collected."""
     generator = torch.Generator().manual_seed(0)
-    for name, tensor in buffer.storage.items():
+    for tensor in buffer.storage.values():
         if tensor.dtype == torch.bool:
             continue
         tensor.copy_(torch.randn(tensor.shape, generator=generator))

@@ -18,9 +18,18 @@ from agents.algos import OnPolicyAlgorithm
 from agents.api import Transitions
 from agents.envs import env_spec
 
-CASES = [("ppo", "HalfCheetah-v5"), ("ppo_kl", "HalfCheetah-v5"), ("trpo", "HalfCheetah-v5"), ("vpg", "HalfCheetah-v5"),
-         ("a2c", "HalfCheetah-v5"), ("ddpg", "HalfCheetah-v5"), ("td3", "HalfCheetah-v5"), ("sac", "HalfCheetah-v5"),
-         ("mpo", "HalfCheetah-v5"), ("dqn", "CartPole-v1")]
+CASES = [
+    ("ppo", "HalfCheetah-v5"),
+    ("ppo_kl", "HalfCheetah-v5"),
+    ("trpo", "HalfCheetah-v5"),
+    ("vpg", "HalfCheetah-v5"),
+    ("a2c", "HalfCheetah-v5"),
+    ("ddpg", "HalfCheetah-v5"),
+    ("td3", "HalfCheetah-v5"),
+    ("sac", "HalfCheetah-v5"),
+    ("mpo", "HalfCheetah-v5"),
+    ("dqn", "CartPole-v1"),
+]
 
 
 def _ready(name: str, env_id: str):
@@ -33,8 +42,14 @@ def _ready(name: str, env_id: str):
     for _ in range(10_000):
         obs = torch.randn(n, *spec.observation_shape, generator=generator)
         algo.observe(
-            Transitions(obs, algo.act(obs), torch.randn(n, generator=generator), torch.randn(n, *spec.observation_shape, generator=generator),
-                        torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool))
+            Transitions(
+                obs,
+                algo.act(obs),
+                torch.randn(n, generator=generator),
+                torch.randn(n, *spec.observation_shape, generator=generator),
+                torch.zeros(n, dtype=torch.bool),
+                torch.zeros(n, dtype=torch.bool),
+            )
         )
         if on_policy and algo.ready_to_update():
             break
@@ -54,6 +69,7 @@ def test_update(benchmark, name, env_id):
 
         benchmark.pedantic(algo.update, setup=setup, rounds=3, iterations=1)
     else:
+
         def one_step():
             algo._steps_since_update = 1
             return algo.update()

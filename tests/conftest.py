@@ -18,7 +18,6 @@ import torch
 torch.set_num_threads(1)
 
 
-
 @pytest.fixture(autouse=True)
 def _no_inherited_terminal_size():
     """A CLI the tests start writes as it does to any pipe: readline, once something imports it
@@ -28,6 +27,7 @@ def _no_inherited_terminal_size():
     for name in ("COLUMNS", "LINES"):
         os.environ.pop(name, None)
         os.unsetenv(name)
+
 
 TINY_SUITE = """
 name: tiny

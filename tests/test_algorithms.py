@@ -39,6 +39,8 @@ def bc_expert(env_id: str) -> str:
         actions = rng.integers(0, spec.num_actions, 64) if spec.discrete else rng.uniform(-1, 1, (64, *spec.action_shape))
         np.savez(path, observations=rng.normal(size=(64, *spec.observation_shape)).astype(np.float32), actions=actions)
     return str(path)
+
+
 SEQUENCES = {"batch_size": 4, "sequence_length": 4, "burn_in": 2, "recurrent_size": 8}
 #: replay and network variants, each checked against the whole contract
 VARIANTS = {
@@ -58,7 +60,9 @@ VARIANTS = {
     "ppo_kl-lstm-multidiscrete": ("ppo_kl", "reprorl/MultiDiscreteMatch-v0", {"recurrent": "lstm", "recurrent_size": 8, "sequence_length": 8}),
     "trpo-gru-pendulum": ("trpo", "Pendulum-v1", {"recurrent": "gru", "recurrent_size": 8, "sequence_length": 8}),
     "trpo-multidiscrete-max-entropy": (
-        "trpo", "reprorl/MultiDiscreteMatch-v0", {"entropy_method": "max", "policy_ent_coeff": 0.1, "use_softplus_entropy": True}
+        "trpo",
+        "reprorl/MultiDiscreteMatch-v0",
+        {"entropy_method": "max", "policy_ent_coeff": 0.1, "use_softplus_entropy": True},
     ),
     "vpg-shared-regularized": ("vpg", "CartPole-v1", {"shared_network": True, "entropy_method": "regularized", "policy_ent_coeff": 0.01}),
     "a2c-adam-lstm-pendulum": ("a2c", "Pendulum-v1", {"optimizer": "adam", "recurrent": "lstm", "recurrent_size": 8}),
@@ -210,9 +214,7 @@ def test_learning_rate_update_reaches_the_optimizer():
 def test_learning_rate_and_clip_range_schedules_anneal_linearly():
     """anneal_lr / anneal_clip_range scale the configured value by the fraction of updates left,
     and a value set through update_parameter is annealed from then on."""
-    algo = agents.make(
-        "ppo", env_spec("CartPole-v1"), {**SMALL["ppo"], "anneal_lr": True, "anneal_clip_range": True}, total_steps=64
-    )  # 4 updates of 16 steps
+    algo = agents.make("ppo", env_spec("CartPole-v1"), {**SMALL["ppo"], "anneal_lr": True, "anneal_clip_range": True}, total_steps=64)  # 4 updates of 16 steps
     learning_rates, clip_ranges = [], []
     for _ in range(3):
         feed(algo, "CartPole-v1", 16)
@@ -275,7 +277,9 @@ def test_the_registry_names_each_learner_with_its_own_config():
 
 
 def test_unknown_algorithm_lists_choices():
-    with pytest.raises(ConfigError, match="unknown algorithm 'ppo2'.*available: a2c, bc, ddpg, dqn, maml_ppo, maml_trpo, maml_vpg, mpo, pearl, ppo, ppo_kl, reinforce"):
+    with pytest.raises(
+        ConfigError, match="unknown algorithm 'ppo2'.*available: a2c, bc, ddpg, dqn, maml_ppo, maml_trpo, maml_vpg, mpo, pearl, ppo, ppo_kl, reinforce"
+    ):
         agents.algorithm_class("ppo2")
     with pytest.raises(ConfigError, match="unknown algorithm 'ppo2'.*did you mean"):
         agents.config_class("ppo2")

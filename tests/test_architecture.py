@@ -45,8 +45,7 @@ def _benchmark_modules() -> dict[str, Path]:
 
 
 def test_agents_imports_nothing_of_benchmark():
-    offenders = {_module(path): sorted(name for name in _imports(path) if name.split(".")[0] == "benchmark")
-                 for path in (ROOT / "agents").rglob("*.py")}
+    offenders = {_module(path): sorted(name for name in _imports(path) if name.split(".")[0] == "benchmark") for path in (ROOT / "agents").rglob("*.py")}
     assert not {module: names for module, names in offenders.items() if names}
 
 
@@ -64,8 +63,17 @@ def test_no_wing_imports_a_wing_above_it():
 def test_every_module_belongs_to_a_wing_or_the_ground():
     """The ground is the few modules every wing needs: what to run and where results live."""
     ground = sorted(module for module in _benchmark_modules() if wing(module) == "ground")
-    assert ground == ["benchmark", "benchmark.bundles", "benchmark.config", "benchmark.metric_names", "benchmark.provenance", "benchmark.run_record", "benchmark.stores", "benchmark.tables",
-                      "benchmark.tracking"]
+    assert ground == [
+        "benchmark",
+        "benchmark.bundles",
+        "benchmark.config",
+        "benchmark.metric_names",
+        "benchmark.provenance",
+        "benchmark.run_record",
+        "benchmark.stores",
+        "benchmark.tables",
+        "benchmark.tracking",
+    ]
 
 
 def test_the_wing_check_catches_an_upward_import(tmp_path):
@@ -98,8 +106,9 @@ def test_the_command_line_answers_help_without_loading_the_heavy_libraries():
 
 def bad_suite(tmp_path: Path) -> Path:
     path = tmp_path / "typo.yaml"
-    path.write_text("seeds: 1\nbudget: {total_steps: 1000, eval_every: 500}\nexperiments:\n"
-                    "  - {algo: ppo, envs: [CartPole-v1], hyperparameters: {clip_rang: 0.1}}\n")
+    path.write_text(
+        "seeds: 1\nbudget: {total_steps: 1000, eval_every: 500}\nexperiments:\n  - {algo: ppo, envs: [CartPole-v1], hyperparameters: {clip_rang: 0.1}}\n"
+    )
     return path
 
 
@@ -118,12 +127,17 @@ def test_suites_are_checked_and_planned_without_torch(tmp_path):
         "try:\n    runpy.run_module('benchmark', run_name='__main__')\n"
         "except SystemExit as end:\n    print(before, 'torch' in sys.modules, end.code)"
     )
-    for command in (["run", "--suite", "no-such-suite"], ["regress", "--results-dir", str(tmp_path / "nowhere")],
-                    ["tune", "show", "ppo-CartPole-v1", "--results-dir", str(tmp_path / "nowhere")]):
+    for command in (
+        ["run", "--suite", "no-such-suite"],
+        ["regress", "--results-dir", str(tmp_path / "nowhere")],
+        ["tune", "show", "ppo-CartPole-v1", "--results-dir", str(tmp_path / "nowhere")],
+    ):
         refused = subprocess.run([sys.executable, "-c", probe, *command], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert refused.stdout.split() == ["False", "False", "2"], (command, refused.stdout, refused.stderr)
-    for command in (["run", "--suite", "smoke", "--dry-run", "--results-dir", str(tmp_path / "fresh")],
-                    ["run", "--suite", str(bad_suite(tmp_path)), "--results-dir", str(tmp_path / "fresh")]):
+    for command in (
+        ["run", "--suite", "smoke", "--dry-run", "--results-dir", str(tmp_path / "fresh")],
+        ["run", "--suite", str(bad_suite(tmp_path)), "--results-dir", str(tmp_path / "fresh")],
+    ):
         planned = subprocess.run([sys.executable, "-c", probe, *command], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert planned.stdout.split()[-3:] == ["False", "False", "0" if "--dry-run" in command else "2"], (command, planned.stdout, planned.stderr)
     assert "clip_range" in planned.stderr and "did you mean 'clip_range'" in planned.stderr

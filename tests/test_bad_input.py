@@ -88,10 +88,11 @@ def test_a_bad_suite_file(tmp_path, results, write, fragments):
         (lambda path: path.write_bytes(b""), ["mlflow.db is empty (0 bytes), not an MLflow tracking store"]),
         (lambda path: path.write_bytes(path.read_bytes()[:50_000]), ["mlflow.db is truncated (50,000 of"]),
         (lambda path: path.write_bytes(os.urandom(8192)), ["mlflow.db is not an SQLite database"]),
-        (lambda path: path.write_bytes(b"SQLite format 3\x00" + path.read_bytes()[16:4096] + os.urandom(path.stat().st_size - 4096)),
-         ["mlflow.db is corrupt"]),
-        (lambda path: (path.unlink(), __import__("sqlite3").connect(path).execute("create table studies (x)").connection.commit()),
-         ["is an SQLite database but not an MLflow tracking store"]),
+        (lambda path: path.write_bytes(b"SQLite format 3\x00" + path.read_bytes()[16:4096] + os.urandom(path.stat().st_size - 4096)), ["mlflow.db is corrupt"]),
+        (
+            lambda path: (path.unlink(), __import__("sqlite3").connect(path).execute("create table studies (x)").connection.commit()),
+            ["is an SQLite database but not an MLflow tracking store"],
+        ),
     ],
     ids=["empty", "truncated", "garbage", "corrupt-pages", "foreign"],
 )
@@ -105,15 +106,20 @@ def test_a_damaged_or_foreign_store_is_named_and_left_alone(tiny, results, damag
 
 def test_results_directory_or_tracking_uri_that_cannot_be_created(tmp_path, tiny):
     assert_one_line_error(
-        run_cli("run", "--suite", str(tiny), "--results-dir", str(tmp_path / "no" / "such" / "results")), 2,
-        "cannot be created: its parent", "does not exist",
+        run_cli("run", "--suite", str(tiny), "--results-dir", str(tmp_path / "no" / "such" / "results")),
+        2,
+        "cannot be created: its parent",
+        "does not exist",
     )
     assert_one_line_error(
         run_cli("run", "--suite", str(tiny), "--results-dir", str(tmp_path / "r"), "--tracking-uri", f"sqlite:///{tmp_path}/nodir/mlflow.db"),
-        2, "directory", "nodir does not exist",
+        2,
+        "directory",
+        "nodir does not exist",
     )
     assert_one_line_error(
-        run_cli("run", "--suite", str(tiny), "--results-dir", str(tmp_path / "r"), "--tracking-uri", "ftp://host/x"), 2,
+        run_cli("run", "--suite", str(tiny), "--results-dir", str(tmp_path / "r"), "--tracking-uri", "ftp://host/x"),
+        2,
         "unsupported scheme 'ftp'",
     )
     assert not (tmp_path / "no").exists() and not (tmp_path / "nodir").exists() and not (tmp_path / "r").exists()
@@ -155,8 +161,9 @@ def test_a_read_only_results_directory(tmp_path, tiny, template_store):
         assert_one_line_error(run_cli("run", "--suite", str(tiny), "--results-dir", str(readonly / "new")), 2, "cannot be created")
         assert_one_line_error(run_cli("report", "--suite", str(tiny), "--results-dir", str(readonly)), 1, "no finished run")
         assert_one_line_error(
-            run_cli("run", "--suite", str(tiny), "--results-dir", str(tmp_path / "elsewhere"), "--tracking-uri",
-                    f"sqlite:///{readonly / 'mlflow.db'}"), 2, "mlflow.db is read-only",
+            run_cli("run", "--suite", str(tiny), "--results-dir", str(tmp_path / "elsewhere"), "--tracking-uri", f"sqlite:///{readonly / 'mlflow.db'}"),
+            2,
+            "mlflow.db is read-only",
         )
         assert fingerprint(readonly) == before
 
@@ -200,7 +207,11 @@ def test_a_full_disk_mid_run_says_so_and_keeps_the_last_checkpoint(tmp_path, wri
         results = disk / "results"
         process = subprocess.Popen(
             [sys.executable, "-m", "benchmark", "run", "--suite", str(suite), "--results-dir", str(results)],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
         )
         try:
             deadline = time.monotonic() + 120
@@ -267,8 +278,13 @@ def test_a_suite_whose_experiment_was_deleted_is_refused(tiny, results):
     client = tracking.client(uri)
     client.delete_experiment(tracking.experiment_id(uri, "tiny", results / "mlartifacts"))
     before = fingerprint(results)
-    assert_one_line_error(run_cli("run", "--suite", str(tiny), "--results-dir", str(results)), 2,
-                          "experiment 'tiny'", "was deleted from the tracking store", "mlflow experiments restore")
+    assert_one_line_error(
+        run_cli("run", "--suite", str(tiny), "--results-dir", str(results)),
+        2,
+        "experiment 'tiny'",
+        "was deleted from the tracking store",
+        "mlflow experiments restore",
+    )
     assert fingerprint(results) == before
 
 
@@ -289,8 +305,11 @@ def test_a_bad_command_line_is_one_line_too(tmp_path, args, fragments):
 
 @pytest.mark.parametrize(
     "header,fragments",
-    [("name: a/b", ["name 'a/b': use letters, digits"]), ("device: cuda", ["no CUDA device is visible here"]),
-     ("device: tpu", ["device 'tpu': use auto, cpu, cuda or cuda:i"])],
+    [
+        ("name: a/b", ["name 'a/b': use letters, digits"]),
+        ("device: cuda", ["no CUDA device is visible here"]),
+        ("device: tpu", ["device 'tpu': use auto, cpu, cuda or cuda:i"]),
+    ],
     ids=["name-with-a-slash", "cuda-on-a-cpu-machine", "unknown-device"],
 )
 def test_a_suite_that_cannot_run_here_is_refused_before_anything_is_created(tmp_path, write_suite, header, fragments):

@@ -69,7 +69,9 @@ def within_ten_percent(score: float, expert: float) -> bool:
 def test_bc_clones_a_ppo_cartpole_expert_trained_by_this_suite(tmp_path):
     """The expert is a checkpoint of a PPO run (the classic suite's CartPole settings); BC's data
     comes from it acting in the training envs, and the cloned policy scores >= 90% of it."""
-    ppo = agents.resolve_config("ppo", {"num_envs": 8, "num_steps": 32, "num_minibatches": 1, "num_epochs": 10, "learning_rate": 1e-3, "gamma": 0.98, "gae_lambda": 0.8})
+    ppo = agents.resolve_config(
+        "ppo", {"num_envs": 8, "num_steps": 32, "num_minibatches": 1, "num_epochs": 10, "learning_rate": 1e-3, "gamma": 0.98, "gae_lambda": 0.8}
+    )
     expert_spec = RunSpec("t", "ppo", "CartPole-v1", 0, ppo.to_dict(), Budget(60_000, 60_000, 10), device="cpu")
     expert_run = training_loop.run(expert_spec, checkpoint_dir=tmp_path)
     expert_score = expert_run.evaluations[-1].mean
@@ -125,13 +127,26 @@ def test_a_minari_dataset_is_read_as_its_transitions(tmp_path, monkeypatch):
             observations.append(obs), actions.append(action), rewards.append(reward)
         buffers.append(
             EpisodeBuffer(
-                id=episode, observations=np.array(observations), actions=np.array(actions), rewards=np.array(rewards),
-                terminations=np.zeros(200, bool), truncations=np.eye(200, dtype=bool)[-1], infos={},
+                id=episode,
+                observations=np.array(observations),
+                actions=np.array(actions),
+                rewards=np.array(rewards),
+                terminations=np.zeros(200, bool),
+                truncations=np.eye(200, dtype=bool)[-1],
+                infos={},
             )
         )
     minari.create_dataset_from_buffers(
-        "reprorl/pendulum-scripted-v0", buffers, env="Pendulum-v1", eval_env="Pendulum-v1", algorithm_name="scripted",
-        author="reprorl", author_email="tests@reprorl", code_permalink="tests/test_bc.py", description="energy pumping + PD", data_format="arrow",
+        "reprorl/pendulum-scripted-v0",
+        buffers,
+        env="Pendulum-v1",
+        eval_env="Pendulum-v1",
+        algorithm_name="scripted",
+        author="reprorl",
+        author_email="tests@reprorl",
+        code_permalink="tests/test_bc.py",
+        description="energy pumping + PD",
+        data_format="arrow",
     )
     observations, actions = load_dataset("minari:reprorl/pendulum-scripted-v0", env_spec("Pendulum-v1"))
     assert observations.shape == (600, 3) and actions.shape == (600, 1)
@@ -151,7 +166,12 @@ def test_mse_recovers_a_linear_expert(tmp_path):
     path = tmp_path / "linear.npz"
     np.savez(path, observations=observations.numpy(), actions=actions.numpy())
     torch.manual_seed(0)
-    algo = agents.make("bc", spec_, {"expert": str(path), "policy": "deterministic", "loss": "mse", "hidden_sizes": [], "batch_size": 512, "learning_rate": 0.05}, total_steps=1)
+    algo = agents.make(
+        "bc",
+        spec_,
+        {"expert": str(path), "policy": "deterministic", "loss": "mse", "hidden_sizes": [], "batch_size": 512, "learning_rate": 0.05},
+        total_steps=1,
+    )
     for _ in range(300):
         algo.update()
     torch.testing.assert_close(algo.act(observations, deterministic=True).actions, actions, atol=2e-3, rtol=0)
@@ -163,7 +183,9 @@ def test_log_prob_learner_matches_the_expert_action_distribution(tmp_path):
     rng = np.random.default_rng(0)
     np.savez(path, observations=np.zeros((4000, 4), np.float32), actions=(rng.random(4000) < 0.25).astype(np.int64))
     torch.manual_seed(0)
-    algo = agents.make("bc", env_spec("CartPole-v1"), {"expert": str(path), "batch_size": 4000, "learning_rate": 0.01, "minibatches_per_epoch": 1}, total_steps=1)
+    algo = agents.make(
+        "bc", env_spec("CartPole-v1"), {"expert": str(path), "batch_size": 4000, "learning_rate": 0.01, "minibatches_per_epoch": 1}, total_steps=1
+    )
     for _ in range(300):  # full batches, each redrawn from the dataset with replacement (frequency +- 0.007)
         algo.update()
     probabilities = torch.softmax(algo.network(torch.zeros(1, 4)), dim=-1)
@@ -210,7 +232,7 @@ def test_a_dataset_of_other_shapes_is_refused_when_the_suite_loads(write_suite, 
         experiments:
           - algo: bc
             envs: [CartPole-v1]
-            hyperparameters: {{expert: {tmp_path / 'small.npz'}}}
+            hyperparameters: {{expert: {tmp_path / "small.npz"}}}
         """
     )
     result = run_cli("run", "--suite", str(suite), "--dry-run", cwd=tmp_path)

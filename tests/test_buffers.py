@@ -76,5 +76,8 @@ def test_rollout_minibatches_cover_every_sample_once():
     seen = torch.cat([batch["advantages"] for batch in storage.minibatches(3, torch.Generator().manual_seed(1))])
     assert sorted(seen.tolist()) == sorted(storage.advantages.flatten().tolist())
     with pytest.raises(RuntimeError, match="full"):
-        storage.insert(*(torch.zeros(2, 1), torch.zeros(2), torch.zeros(2), torch.zeros(2), torch.zeros(2)),
-                       terminated=torch.zeros(2, dtype=torch.bool), truncated=torch.zeros(2, dtype=torch.bool))
+        storage.insert(
+            *(torch.zeros(2, 1), torch.zeros(2), torch.zeros(2), torch.zeros(2), torch.zeros(2)),
+            terminated=torch.zeros(2, dtype=torch.bool),
+            truncated=torch.zeros(2, dtype=torch.bool),
+        )

@@ -39,12 +39,22 @@ def fake_run(seed: int, final: float = 1.5, algo: str = "ppo", evaluations: int 
     for index in range(evaluations):
         returns = tuple(float(x) for x in rng.normal(100, 30, episodes))
         train = (float(rng.normal(80, 10)), 7) if index else (None, 0)
-        curve.append(Evaluation(100 * (index + 1), float(np.mean(returns)), float(np.std(returns)), returns, tuple(range(10, 10 + episodes)),
-                                *train))
+        curve.append(Evaluation(100 * (index + 1), float(np.mean(returns)), float(np.std(returns)), returns, tuple(range(10, 10 + episodes)), *train))
     provenance = {name: "" for name in bundles.PROVENANCE} | {"git_sha": "abc", "cpu_model": "Test CPU, 2 cores"}
-    return BundledRun(spec, final, 0.25, tuple(curve), wall_seconds=12.5, steps_per_second=1 / 3, device="cpu",
-                      provenance=provenance, versions={"torch": "2.13.0"},
-                      mlflow_run_id=f"run{seed}", started="2026-11-24T10:00:00+00:00", ended="2026-11-24T10:01:00+00:00")
+    return BundledRun(
+        spec,
+        final,
+        0.25,
+        tuple(curve),
+        wall_seconds=12.5,
+        steps_per_second=1 / 3,
+        device="cpu",
+        provenance=provenance,
+        versions={"torch": "2.13.0"},
+        mlflow_run_id=f"run{seed}",
+        started="2026-11-24T10:00:00+00:00",
+        ended="2026-11-24T10:01:00+00:00",
+    )
 
 
 def test_a_bundle_reads_back_exactly_what_was_written(tmp_path):
@@ -141,11 +151,28 @@ def test_a_mujoco_sized_bundle_stays_under_20_mb(tmp_path):
         curve = []
         for step in range(0, spec.budget.total_steps + 1, spec.budget.eval_every):
             returns = tuple(float(x) for x in rng.normal(3000, 500, spec.budget.eval_episodes))
-            curve.append(Evaluation(step, float(np.mean(returns)), float(np.std(returns)), returns,
-                                    tuple(int(x) for x in rng.integers(50, 1001, spec.budget.eval_episodes)),
-                                    float(rng.normal(2500, 400)), int(rng.integers(10, 200))))
-        runs[spec.run_key] = BundledRun(spec, curve[-1].mean, curve[-1].std, tuple(curve), wall_seconds=3600.0, steps_per_second=300.0,
-                                        device="cpu", provenance={"git_sha": "0" * 40}, versions={"torch": "2.13.0"})
+            curve.append(
+                Evaluation(
+                    step,
+                    float(np.mean(returns)),
+                    float(np.std(returns)),
+                    returns,
+                    tuple(int(x) for x in rng.integers(50, 1001, spec.budget.eval_episodes)),
+                    float(rng.normal(2500, 400)),
+                    int(rng.integers(10, 200)),
+                )
+            )
+        runs[spec.run_key] = BundledRun(
+            spec,
+            curve[-1].mean,
+            curve[-1].std,
+            tuple(curve),
+            wall_seconds=3600.0,
+            steps_per_second=300.0,
+            device="cpu",
+            provenance={"git_sha": "0" * 40},
+            versions={"torch": "2.13.0"},
+        )
     bundles.write(Bundle("mujoco", runs), tmp_path / "mujoco")
     size = sum(path.stat().st_size for path in (tmp_path / "mujoco").iterdir())
     assert size < 20e6, f"{size / 1e6:.1f} MB"
@@ -186,8 +213,7 @@ def test_a_report_from_the_bundle_alone_equals_the_report_from_the_store(trained
     assert from_store.returncode == 0, from_store.stderr
     empty = tmp_path / "empty"
     empty.mkdir()  # no tracking store at all
-    from_bundle = run_cli("report", "--suite", "travel.yaml", "--results-dir", str(empty), "--from", "bundle",
-                          "--output", str(tmp_path / "bundle"), cwd=root)
+    from_bundle = run_cli("report", "--suite", "travel.yaml", "--results-dir", str(empty), "--from", "bundle", "--output", str(tmp_path / "bundle"), cwd=root)
     assert from_bundle.returncode == 0, from_bundle.stderr
     assert "3/3 runs finished" in from_bundle.stdout
     assert _numbers(tmp_path / "store" / "report.md") == _numbers(tmp_path / "bundle" / "report.md")
@@ -210,8 +236,7 @@ def test_run_trains_nothing_a_bundle_holds_and_exactly_the_run_removed_from_it(t
     one = run_cli("run", "--suite", "travel.yaml", "--results-dir", str(fresh), "--from", str(tmp_path / "cut"), cwd=root)
     assert one.returncode == 0, one.stderr
     assert re.findall(r"^started (\S+)", one.stdout, re.M) == ["ppo/CartPole-v1/seed1"]
-    forced = run_cli("run", "--suite", "travel.yaml", "--results-dir", str(tmp_path / "forced"), "--from", "bundle", "--force",
-                     "--algos", "dqn", cwd=root)
+    forced = run_cli("run", "--suite", "travel.yaml", "--results-dir", str(tmp_path / "forced"), "--from", "bundle", "--force", "--algos", "dqn", cwd=root)
     assert forced.returncode == 0 and re.findall(r"^started (\S+)", forced.stdout, re.M) == ["dqn/CartPole-v1/seed0"]
 
 

@@ -44,8 +44,18 @@ def test_run_logs_parent_and_children_to_mlflow(tiny_suite, tmp_path):
     assert {r.data.tags["run_key"] for r in children} == expected_keys
     for child in children:
         tags, params, metrics = child.data.tags, child.data.params, child.data.metrics
-        for tag in ("git_sha", "git_dirty", "version.torch", "version.gymnasium", "version.mlflow", "device", "python_version",
-                    "cpu_model", "gpu_model", "command"):
+        for tag in (
+            "git_sha",
+            "git_dirty",
+            "version.torch",
+            "version.gymnasium",
+            "version.mlflow",
+            "device",
+            "python_version",
+            "cpu_model",
+            "gpu_model",
+            "command",
+        ):
             assert tags.get(tag), tag
         assert tags["command"].startswith("python -m benchmark run --suite ")  # runnable as it stands
         assert tags["device"] == "cpu" and tags["cuda_visible_devices"] == ""  # a CPU run sees no GPU
@@ -167,7 +177,11 @@ def _start_long_suite(write_suite, tmp_path, *options: str):
         f"sys.argv = {argv!r}; runpy.run_module('benchmark', run_name='__main__')"
     )
     process = subprocess.Popen(
-        [sys.executable, "-c", launcher], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-c", launcher],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,
     )
     uri = f"sqlite:///{results / 'mlflow.db'}"
@@ -308,9 +322,7 @@ def test_relaunching_a_suite_trains_only_what_is_missing(tiny_suite, tmp_path):
 
 # the tiny suite, with SAC's rewards scaled past float32's range: the critic's targets become
 # infinite, its loss NaN
-FAILING_SUITE = TINY_SUITE.replace("name: tiny", "name: failing").replace(
-    "buffer_size: 1000}", "buffer_size: 1000, reward_scale: 1.0e+38}"
-)
+FAILING_SUITE = TINY_SUITE.replace("name: tiny", "name: failing").replace("buffer_size: 1000}", "buffer_size: 1000, reward_scale: 1.0e+38}")
 assert "reward_scale" in FAILING_SUITE
 
 
@@ -382,6 +394,7 @@ def test_reproduction_lists_the_evaluations_that_differ():
 
 def test_git_diff_records_uncommitted_changes(tmp_path):
     """What a dirty run's git_diff.patch artifact holds: the changes to tracked files."""
+
     def git(*args):
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
 

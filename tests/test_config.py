@@ -53,8 +53,12 @@ def test_shipped_suites_are_valid():
     classic = load_suite("classic")
     on_policy = ("vpg", "reinforce", "a2c", "ppo", "ppo_kl", "surrogate_pg", "trpo")
     assert {(s.algo, s.env_id) for s in classic.specs} == {
-        ("dqn", "CartPole-v1"), ("dqn", "Acrobot-v1"),
-        ("ddpg", "Pendulum-v1"), ("td3", "Pendulum-v1"), ("sac", "Pendulum-v1"), ("mpo", "Pendulum-v1"),
+        ("dqn", "CartPole-v1"),
+        ("dqn", "Acrobot-v1"),
+        ("ddpg", "Pendulum-v1"),
+        ("td3", "Pendulum-v1"),
+        ("sac", "Pendulum-v1"),
+        ("mpo", "Pendulum-v1"),
         *((algo, env) for algo in on_policy for env in ("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "InvertedPendulum-v5")),
     }
     assert len(classic.specs) == 5 * (6 + 4 * len(on_policy))
@@ -67,7 +71,11 @@ def test_shipped_suites_are_valid():
 @pytest.mark.parametrize(
     "body,message",
     [
-        ("experiments: [{algo: ppx, envs: [CartPole-v1]}]", r"experiments\[0\]: unknown algorithm 'ppx' \(did you mean 'ppo'\?\); available: a2c, .*dqn, .*mpo, .*ppo, ppo_kl, reinforce, sac, surrogate_pg, td3, trpo, vpg"),
+        (
+            "experiments: [{algo: ppx, envs: [CartPole-v1]}]",
+            r"experiments\[0\]: unknown algorithm 'ppx' \(did you mean 'ppo'\?\); "
+            r"available: a2c, .*dqn, .*mpo, .*ppo, ppo_kl, reinforce, sac, surrogate_pg, td3, trpo, vpg",
+        ),
         ("experiments: [{algo: ppo, envs: [CartPole-v7]}]", r"unknown environment 'CartPole-v7' \(did you mean 'CartPole-v1'\?\)"),
         ("experiments: [{algo: ppo, envs: [CartPole-v1], hyperparameters: {lr: 0.1}}]", r"unknown hyperparameter 'lr' for PPOConfig"),
         ("experiments: [{algo: ppo, envs: [CartPole-v1], hyperparameters: {gae_lambda: 2}}]", r"'gae_lambda' must be <= 1.0"),
@@ -131,8 +139,7 @@ def test_bad_seeds_in_process_is_a_clear_error(write_suite, where, value):
     suite_line = f"seeds_in_process: {value!r}\n" if where == "suite" else ""
     experiment_line = f", seeds_in_process: {str(value).lower()}" if where == "experiment" else ""
     path = write_suite(
-        f"seeds: 2\n{suite_line}budget: {{total_steps: 100, eval_every: 50}}\n"
-        f"experiments: [{{algo: ppo, envs: [CartPole-v1]{experiment_line}}}]\n"
+        f"seeds: 2\n{suite_line}budget: {{total_steps: 100, eval_every: 50}}\nexperiments: [{{algo: ppo, envs: [CartPole-v1]{experiment_line}}}]\n"
     )
     with pytest.raises(ConfigError, match="seeds_in_process must be a positive integer"):
         load_suite(str(path))

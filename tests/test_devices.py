@@ -142,10 +142,10 @@ def test_format_duration():
 
 # -- executors through the CLI ---------------------------------------------------------------
 
+
 def test_address_without_ray_executor_is_a_clear_error(tiny_suite, tmp_path):
     from test_cli import run_cli
 
-    completed = run_cli("run", "--suite", str(tiny_suite), "--address", "auto", "--results-dir",
-                        str(tmp_path / "results"), cwd=tmp_path)
+    completed = run_cli("run", "--suite", str(tiny_suite), "--address", "auto", "--results-dir", str(tmp_path / "results"), cwd=tmp_path)
     assert completed.returncode == 2 and "--address is for --executor ray" in completed.stderr
     assert not (tmp_path / "results").exists()

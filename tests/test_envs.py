@@ -113,7 +113,13 @@ def test_mujoco_warnings_are_routed_for_mujoco_envs_only(tmp_path):
         "print('mujoco' in sys.modules); make_vector_env('HalfCheetah-v5', 1).reset(seed=0); print('mujoco' in sys.modules)"
     )
     root = Path(__file__).resolve().parent.parent
-    done = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", probe], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(root)})
+    done = subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", "-c", probe],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
     assert done.stdout.split() == ["False", "True"], done.stderr
     assert "settotalmass" not in done.stderr and not (tmp_path / "MUJOCO_LOG.TXT").exists()

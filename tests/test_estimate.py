@@ -29,8 +29,12 @@ def test_a_run_from_the_throughput_table_by_hand():
 
 
 def test_finished_runs_come_before_the_table_and_the_same_configuration_first():
-    past = [PastRun("ppo", "CartPole-v1", "other", 0.004), PastRun("ppo", "CartPole-v1", "this", 0.002),
-            PastRun("ppo", "CartPole-v1", "this", 0.003), PastRun("ppo", "CartPole-v1", "this", 0.010)]
+    past = [
+        PastRun("ppo", "CartPole-v1", "other", 0.004),
+        PastRun("ppo", "CartPole-v1", "this", 0.002),
+        PastRun("ppo", "CartPole-v1", "this", 0.003),
+        PastRun("ppo", "CartPole-v1", "this", 0.010),
+    ]
     found = estimate.estimate_run(spec(), past, TABLE, key="this")
     assert found.seconds == pytest.approx(0.003 * 10_000) and "3 finished run(s) of this configuration" in found.basis
     pair = estimate.estimate_run(spec(), past[:1], TABLE, key="this")
@@ -86,8 +90,7 @@ def test_the_state_of_each_run(tmp_path):
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchmark", *args], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run([sys.executable, "-m", "benchmark", *args], cwd=cwd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
 
 
 def test_an_invocation_above_max_hours_is_refused_without_a_terminal_and_yes(tiny_suite, tmp_path):
@@ -111,8 +114,18 @@ def test_an_invocation_above_max_hours_is_refused_without_a_terminal_and_yes(tin
 
 
 def test_the_mujoco_dry_run_prints_the_estimate_and_the_state_of_every_run():
-    completed = run_cli_in_process("run", "--suite", "mujoco", "--dry-run", "--workers", "2", "--no-published", "--results-dir", "/nonexistent-results",
-                        cwd=Path(__file__).resolve().parent.parent)
+    completed = run_cli_in_process(
+        "run",
+        "--suite",
+        "mujoco",
+        "--dry-run",
+        "--workers",
+        "2",
+        "--no-published",
+        "--results-dir",
+        "/nonexistent-results",
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert completed.returncode == 0, completed.stderr
     out = completed.stdout
     assert "400 runs: 400 to train; 400,000,000 env steps left" in out and "of wall time with 2 workers" in out

@@ -45,10 +45,7 @@ def _evaluations_by_run_key(uri: str) -> dict[str, list[tuple[int, float]]]:
     client, runs = all_runs(uri)
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert children and all(r.info.status == "FINISHED" for r in children)
-    return {
-        r.data.tags["run_key"]: [(m.step, m.value) for m in client.get_metric_history(r.info.run_id, "eval/return_mean")]
-        for r in children
-    }
+    return {r.data.tags["run_key"]: [(m.step, m.value) for m in client.get_metric_history(r.info.run_id, "eval/return_mean")] for r in children}
 
 
 def test_every_executor_gives_the_same_evaluations(tiny_suite, tmp_path):
@@ -58,8 +55,7 @@ def test_every_executor_gives_the_same_evaluations(tiny_suite, tmp_path):
     for executor, options in EXECUTORS.items():
         _needs(executor)
         results = tmp_path / executor
-        completed = run_cli("run", "--suite", str(tiny_suite), "--seeds", "0", "--workers", "2", "--results-dir", str(results),
-                            *options, cwd=tmp_path)
+        completed = run_cli("run", "--suite", str(tiny_suite), "--seeds", "0", "--workers", "2", "--results-dir", str(results), *options, cwd=tmp_path)
         assert completed.returncode == 0, completed.stderr
         stores[executor], outputs[executor] = _evaluations_by_run_key(f"sqlite:///{results / 'mlflow.db'}"), completed.stdout
     assert len(stores["local"]) == 2 and stores["ray"] == stores["local"] and stores["slurm"] == stores["local"]
@@ -174,25 +170,26 @@ def test_slurm_options_come_from_the_suite_and_the_command_line(write_suite, tmp
         SlurmOptions(gpus=4).check()
 
 
-@pytest.mark.parametrize("text,message", [
-    ("slurm: {partition: 3}", "slurm.partition must be a string"),
-    ("slurm: {time: 30}", "unknown slurm key 'time'"),
-    ("slurm: {gpus: true}", "slurm.gpus must be an integer"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("slurm: {partition: 3}", "slurm.partition must be a string"),
+        ("slurm: {time: 30}", "unknown slurm key 'time'"),
+        ("slurm: {gpus: true}", "slurm.gpus must be an integer"),
+    ],
+)
 def test_bad_slurm_suite_keys_are_named(write_suite, text, message):
     from benchmark.config import load_suite
 
     suite = write_suite(
-        "seeds: [0]\nbudget: {total_steps: 64, eval_every: 64, eval_episodes: 1}\n" + text + "\n"
-        "experiments: [{algo: ppo, envs: [CartPole-v1]}]\n"
+        "seeds: [0]\nbudget: {total_steps: 64, eval_every: 64, eval_episodes: 1}\n" + text + "\nexperiments: [{algo: ppo, envs: [CartPole-v1]}]\n"
     )
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         load_suite(str(suite))
 
 
 def test_slurm_options_without_the_slurm_executor_are_a_clear_error(tiny_suite, tmp_path):
-    completed = run_cli("run", "--suite", str(tiny_suite), "--slurm-partition", "gpu", "--results-dir", str(tmp_path / "results"),
-                        cwd=tmp_path)
+    completed = run_cli("run", "--suite", str(tiny_suite), "--slurm-partition", "gpu", "--results-dir", str(tmp_path / "results"), cwd=tmp_path)
     assert completed.returncode == 2 and "--slurm-partition is for --executor slurm" in completed.stderr
     assert not (tmp_path / "results").exists()
 
@@ -210,8 +207,23 @@ def test_a_study_gives_the_same_trials_on_ray_as_locally(tmp_path):
         _needs(executor)
         options = EXECUTORS[executor]
         results = tmp_path / executor
-        completed = run_cli("tune", "--algo", "ppo", "--env", "CartPole-v1", "--budget", "1024", "--trials", "2", "--pruner", "none",
-                            "--results-dir", str(results), *options, cwd=tmp_path)
+        completed = run_cli(
+            "tune",
+            "--algo",
+            "ppo",
+            "--env",
+            "CartPole-v1",
+            "--budget",
+            "1024",
+            "--trials",
+            "2",
+            "--pruner",
+            "none",
+            "--results-dir",
+            str(results),
+            *options,
+            cwd=tmp_path,
+        )
         assert completed.returncode == 0, completed.stderr
         assert "trial 1 COMPLETE" in completed.stderr
         study = optuna.load_study(study_name="ppo-CartPole-v1", storage=storage.open_storage(storage.default_storage_url(results)))

@@ -35,7 +35,11 @@ experiments:
 def launch(suite: Path, results: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "benchmark", "run", "--suite", str(suite), "--results-dir", str(results), *extra],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
 
 
@@ -219,8 +223,24 @@ def test_two_tune_launches_at_once_share_one_study_and_one_store(tmp_path):
     """Optuna's and MLflow's stores are both created by two launches racing; the study gets every
     trial of both, under one MLflow parent run."""
     results = tmp_path / "results"
-    argv = [sys.executable, "-m", "benchmark", "tune", "--algo", "ppo", "--env", "CartPole-v1", "--budget", "1024",
-            "--trials", "2", "--pruner", "none", "--results-dir", str(results)]
+    argv = [
+        sys.executable,
+        "-m",
+        "benchmark",
+        "tune",
+        "--algo",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "--budget",
+        "1024",
+        "--trials",
+        "2",
+        "--pruner",
+        "none",
+        "--results-dir",
+        str(results),
+    ]
     processes = [subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     for process in processes:
         _, err = process.communicate(timeout=600)

@@ -47,11 +47,19 @@ THRESHOLDS = {
 #   (suites/ci.yaml): PPO and DQN on CartPole-v1 with these settings (DQN for 30k of its 50k
 #   steps), A2C on InvertedPendulum-v5, SAC on Pendulum-v1; PPO's continuous task goes with
 #   them (its loss is checked by the regress row, the Gaussian policy by A2C's and TRPO's).
-EXTENDED = {("classic", "vpg", "InvertedPendulum-v5"), ("classic", "reinforce", "InvertedPendulum-v5"),
-            ("classic", "a2c", "CartPole-v1"), ("classic", "ppo_kl", "InvertedPendulum-v5"),
-            ("classic", "surrogate_pg", "InvertedPendulum-v5"), ("classic", "trpo", "CartPole-v1"),
-            ("smoke", "ppo", "CartPole-v1"), ("classic", "dqn", "CartPole-v1"), ("classic", "a2c", "InvertedPendulum-v5"),
-            ("classic", "sac", "Pendulum-v1"), ("classic", "ppo", "InvertedPendulum-v5")}
+EXTENDED = {
+    ("classic", "vpg", "InvertedPendulum-v5"),
+    ("classic", "reinforce", "InvertedPendulum-v5"),
+    ("classic", "a2c", "CartPole-v1"),
+    ("classic", "ppo_kl", "InvertedPendulum-v5"),
+    ("classic", "surrogate_pg", "InvertedPendulum-v5"),
+    ("classic", "trpo", "CartPole-v1"),
+    ("smoke", "ppo", "CartPole-v1"),
+    ("classic", "dqn", "CartPole-v1"),
+    ("classic", "a2c", "InvertedPendulum-v5"),
+    ("classic", "sac", "Pendulum-v1"),
+    ("classic", "ppo", "InvertedPendulum-v5"),
+}
 
 
 # Some settings reach the threshold but do not stay there, so a float-level change (fused Adam;
@@ -100,9 +108,12 @@ LATE_OSCILLATION: dict[tuple[str, str, str], float | None] = {
 # best evaluation to reach 200 (some 4x what no memory gets) and the control for every one below
 # 100 (the 60k steps are 130 s of a core instead of 220 s).
 SHORTER: dict[tuple[str, str, str], int] = {
-    ("classic", "ddpg", "Pendulum-v1"): 10_000, ("classic", "mpo", "Pendulum-v1"): 10_000,
-    ("classic", "td3", "Pendulum-v1"): 12_000, ("classic", "sac", "Pendulum-v1"): 12_000,
-    ("memory", "ppo", "reprorl/CartPoleNoVel-v1"): 60_000, ("classic", "trpo", "InvertedPendulum-v5"): 35_000,
+    ("classic", "ddpg", "Pendulum-v1"): 10_000,
+    ("classic", "mpo", "Pendulum-v1"): 10_000,
+    ("classic", "td3", "Pendulum-v1"): 12_000,
+    ("classic", "sac", "Pendulum-v1"): 12_000,
+    ("memory", "ppo", "reprorl/CartPoleNoVel-v1"): 60_000,
+    ("classic", "trpo", "InvertedPendulum-v5"): 35_000,
 }
 
 

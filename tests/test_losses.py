@@ -51,9 +51,7 @@ def test_ppo_value_loss_with_and_without_clipping():
 
 
 def test_sac_fixed_alpha_is_not_trained():
-    algo = agents.make(
-        "sac", env_spec("Pendulum-v1"), {"alpha": 0.2, "learning_starts": 0, "batch_size": 4, "hidden_sizes": [8]}, total_steps=100
-    )
+    algo = agents.make("sac", env_spec("Pendulum-v1"), {"alpha": 0.2, "learning_starts": 0, "batch_size": 4, "hidden_sizes": [8]}, total_steps=100)
     for _ in range(8):
         algo.buffer.add(torch.randn(1, 3), torch.rand(1, 1) * 2 - 1, torch.randn(1), torch.randn(1, 3), torch.zeros(1, dtype=torch.bool))
     gradients, info = algo.compute_gradients(algo.buffer.sample(4))

@@ -32,9 +32,19 @@ SMALL = {
     "maml_ppo": {"meta_batch_size": 2, "episodes_per_task": 3, "num_envs": 3, "hidden_sizes": [8], "outer_iterations": 2},
     "maml_trpo": {"meta_batch_size": 2, "episodes_per_task": 3, "num_envs": 3, "hidden_sizes": [8]},
     "pearl": {
-        "num_train_tasks": 3, "latent_dim": 2, "encoder_hidden_sizes": [8], "hidden_sizes": [8], "meta_batch_size": 2,
-        "num_steps_per_epoch": 5, "num_initial_steps": 100, "num_tasks_sample": 2, "num_steps_prior": 50,
-        "num_extra_rl_steps_posterior": 150, "batch_size": 16, "embedding_batch_size": 16, "replay_buffer_size": 1000,
+        "num_train_tasks": 3,
+        "latent_dim": 2,
+        "encoder_hidden_sizes": [8],
+        "hidden_sizes": [8],
+        "meta_batch_size": 2,
+        "num_steps_per_epoch": 5,
+        "num_initial_steps": 100,
+        "num_tasks_sample": 2,
+        "num_steps_prior": 50,
+        "num_extra_rl_steps_posterior": 150,
+        "batch_size": 16,
+        "embedding_batch_size": 16,
+        "replay_buffer_size": 1000,
     },
 }
 
@@ -328,7 +338,9 @@ LEARN = {"meta_batch_size": 10, "episodes_per_task": 10, "num_envs": 10, "hidden
 
 
 @pytest.mark.learning
-@pytest.mark.parametrize("name,epochs,overrides", [("maml_vpg", 20, {"outer_lr": 1e-2}), ("maml_ppo", 12, {"outer_lr": 1e-2, "outer_iterations": 3}), ("maml_trpo", 5, {})])
+@pytest.mark.parametrize(
+    "name,epochs,overrides", [("maml_vpg", 20, {"outer_lr": 1e-2}), ("maml_ppo", 12, {"outer_lr": 1e-2, "outer_iterations": 3}), ("maml_trpo", 5, {})]
+)
 def test_maml_adapts_on_held_out_point_navigation_tasks(name, epochs, overrides):
     """After a short meta-training, one inner step on held-out goals raises the return
     (averaged over the test tasks), and the adapted return beats the untrained one."""
@@ -399,9 +411,19 @@ def test_a_meta_run_is_deterministic_and_resumes_exactly(tmp_path):
 # -- PEARL ---------------------------------------------------------------------------------
 
 PEARL_POINT = {
-    "num_train_tasks": 10, "latent_dim": 2, "encoder_hidden_sizes": [64, 64], "hidden_sizes": [64, 64], "meta_batch_size": 5,
-    "num_steps_per_epoch": 100, "num_initial_steps": 200, "num_tasks_sample": 5, "num_steps_prior": 100,
-    "num_extra_rl_steps_posterior": 100, "batch_size": 64, "embedding_batch_size": 64, "replay_buffer_size": 10_000,
+    "num_train_tasks": 10,
+    "latent_dim": 2,
+    "encoder_hidden_sizes": [64, 64],
+    "hidden_sizes": [64, 64],
+    "meta_batch_size": 5,
+    "num_steps_per_epoch": 100,
+    "num_initial_steps": 200,
+    "num_tasks_sample": 5,
+    "num_steps_prior": 100,
+    "num_extra_rl_steps_posterior": 100,
+    "batch_size": 64,
+    "embedding_batch_size": 64,
+    "replay_buffer_size": 10_000,
 }
 
 

@@ -18,7 +18,7 @@ def test_tanh_gaussian_log_prob_matches_change_of_variables():
     # log p(a) = log N(u) - sum log(1 - tanh(u)^2), with u = atanh(a)
     u = torch.atanh(actions.double())
     normal = torch.distributions.Normal(mean.double(), log_std.double().exp())
-    reference = (normal.log_prob(u) - torch.log1p(-torch.tanh(u) ** 2)).sum(-1)
+    reference = (normal.log_prob(u) - torch.log1p(-(torch.tanh(u) ** 2))).sum(-1)
     torch.testing.assert_close(log_probs.double(), reference, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(dist.log_prob(actions).double(), reference, rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(dist.mode(), torch.tanh(mean))
@@ -109,8 +109,7 @@ def test_policy_and_value_is_forward_with_the_log_std_broadcast():
     torch.testing.assert_close(direct.log_prob(actions), stored.log_prob(actions))
     torch.testing.assert_close(direct.entropy(), stored.entropy())
     torch.testing.assert_close(old.kl(direct), old.kl(stored))
-    gradients = [torch.autograd.grad(objective(dist), list(network.parameters()), allow_unused=True)
-                 for dist in (stored, network.policy_and_value(obs)[0])]
+    gradients = [torch.autograd.grad(objective(dist), list(network.parameters()), allow_unused=True) for dist in (stored, network.policy_and_value(obs)[0])]
     for a, b in zip(*gradients):
         assert (a is None) == (b is None)
         if a is not None:
@@ -146,8 +145,9 @@ def test_stacked_unroll_equals_stepping_each_cell_with_resets(kind, extractor):
     stacked = unroll(memories, obs, hidden, resets)  # (L, K, B, S)
     stacked_grads = derivatives(stacked)
     # the plain backward pass (no second derivative to follow) gives the same first derivatives
-    plain = torch.autograd.grad(unroll(memories, obs, hidden, resets).square().mul(torch.linspace(0.5, 1.5, stacked.shape[-1],
-                                dtype=stacked.dtype)).sum(), [*parameters, hidden])
+    plain = torch.autograd.grad(
+        unroll(memories, obs, hidden, resets).square().mul(torch.linspace(0.5, 1.5, stacked.shape[-1], dtype=stacked.dtype)).sum(), [*parameters, hidden]
+    )
 
     stepped = []
     for memory, state in zip(memories, hidden):
@@ -174,4 +174,9 @@ def test_stacked_unroll_equals_stepping_each_cell_with_resets(kind, extractor):
 
 def test_unroll_refuses_memories_of_different_kinds():
     with pytest.raises(ValueError, match="kind and size"):
-        unroll([RecurrentEncoder(3, (), "tanh", "gru", 4), RecurrentEncoder(3, (), "tanh", "lstm", 4)], torch.zeros(2, 1, 3), torch.zeros(2, 1, 8), torch.zeros(2, 1, dtype=torch.bool))
+        unroll(
+            [RecurrentEncoder(3, (), "tanh", "gru", 4), RecurrentEncoder(3, (), "tanh", "lstm", 4)],
+            torch.zeros(2, 1, 3),
+            torch.zeros(2, 1, 8),
+            torch.zeros(2, 1, dtype=torch.bool),
+        )

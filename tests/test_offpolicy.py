@@ -16,14 +16,12 @@ from agents.envs import env_spec
 def step(algo, n: int, dims: int, done: bool = False) -> None:
     obs = torch.randn(n, dims)
     acted = algo.act(obs)
-    algo.observe(Transitions(obs, acted, torch.zeros(n), torch.randn(n, dims), torch.zeros(n, dtype=torch.bool),
-                             torch.full((n,), done)))
+    algo.observe(Transitions(obs, acted, torch.zeros(n), torch.randn(n, dims), torch.zeros(n, dtype=torch.bool), torch.full((n,), done)))
 
 
 @pytest.mark.parametrize("num_envs", [1, 4])
 def test_gradient_steps_per_env_step_do_not_depend_on_num_envs_and_start_after_warm_up(num_envs):
-    config = {"learning_starts": 8, "update_every": 2, "gradient_steps": 3, "batch_size": 4, "hidden_sizes": [8],
-              "num_envs": num_envs, "start_steps": 0}
+    config = {"learning_starts": 8, "update_every": 2, "gradient_steps": 3, "batch_size": 4, "hidden_sizes": [8], "num_envs": num_envs, "start_steps": 0}
     algo = agents.make("sac", env_spec("Pendulum-v1"), config, total_steps=1000)
     while algo.num_steps < 8:
         step(algo, num_envs, 3)
@@ -36,8 +34,7 @@ def test_gradient_steps_per_env_step_do_not_depend_on_num_envs_and_start_after_w
 
 
 def test_start_steps_act_uniformly_at_random_then_follow_the_policy():
-    algo = agents.make("td3", env_spec("Pendulum-v1"), {"start_steps": 100, "hidden_sizes": [8], "noise_sigma": 0.0},
-                       total_steps=1000)
+    algo = agents.make("td3", env_spec("Pendulum-v1"), {"start_steps": 100, "hidden_sizes": [8], "noise_sigma": 0.0}, total_steps=1000)
     obs = torch.zeros(500, 3)
     random_actions = algo.act(obs).actions
     assert random_actions.std() > 0.5  # uniform on (-1, 1): std 0.58
@@ -65,26 +62,31 @@ class Constant(nn.Module):
 
 @pytest.mark.parametrize("double_q,expected_next", [(True, 5.0), (False, 10.0)])
 def test_double_dqn_evaluates_the_online_argmax_with_the_target_network(double_q, expected_next):
-    algo = agents.make("dqn", env_spec("CartPole-v1"), {"double_q": double_q, "huber": False, "max_grad_norm": None},
-                       total_steps=100)
+    algo = agents.make("dqn", env_spec("CartPole-v1"), {"double_q": double_q, "huber": False, "max_grad_norm": None}, total_steps=100)
     algo.q_network, algo.q_target = Constant([1.0, 2.0]), Constant([10.0, 5.0])  # online prefers 1, target values 0 higher
     algo.q_parameters = list(algo.q_network.parameters())
-    batch = {"obs": torch.zeros(1, 4), "next_obs": torch.zeros(1, 4), "actions": torch.tensor([0]), "rewards": torch.tensor([1.0]),
-             "discounts": torch.tensor([0.5]), "terminated": torch.tensor([0.0]), "weights": torch.ones(1)}
+    batch = {
+        "obs": torch.zeros(1, 4),
+        "next_obs": torch.zeros(1, 4),
+        "actions": torch.tensor([0]),
+        "rewards": torch.tensor([1.0]),
+        "discounts": torch.tensor([0.5]),
+        "terminated": torch.tensor([0.0]),
+        "weights": torch.ones(1),
+    }
     _, info = algo.compute_gradients(batch)
     # loss = (Q(s, 0) - (r + gamma Q'(s', a*)))^2 = (1 - (1 + 0.5 * next))^2
     assert info["loss"] == pytest.approx((0.5 * expected_next) ** 2)
 
 
 def test_td3_delays_actor_and_target_updates():
-    algo = agents.make("td3", env_spec("Pendulum-v1"), {"start_steps": 0, "learning_starts": 0, "batch_size": 4, "hidden_sizes": [8]},
-                       total_steps=1000)
+    algo = agents.make("td3", env_spec("Pendulum-v1"), {"start_steps": 0, "learning_starts": 0, "batch_size": 4, "hidden_sizes": [8]}, total_steps=1000)
     for _ in range(8):
         step(algo, 1, 3)
     actor_target = [p.clone() for p in algo.actor_target.parameters()]
     batch = algo.buffer.sample(4)
     gradients, info = algo.compute_gradients(batch)  # update 1 of policy_delay 2: critic only
-    assert all(g is None for g in gradients[-len(list(algo.actor.parameters())):]) and "actor_loss" not in info
+    assert all(g is None for g in gradients[-len(list(algo.actor.parameters())) :]) and "actor_loss" not in info
     algo.apply_gradients(gradients)
     assert all(torch.equal(a, b) for a, b in zip(actor_target, algo.actor_target.parameters()))
     gradients, info = algo.compute_gradients(batch)  # update 2: actor too, then the targets move

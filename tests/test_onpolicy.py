@@ -192,9 +192,7 @@ def test_softplus_entropy_keeps_the_bonus_positive():
 
 def test_stopped_entropy_gradient_changes_the_loss_but_not_the_gradients():
     _, _, plain, _, plain_gradients = fixed_batch_losses()
-    _, _, stopped, _, gradients = fixed_batch_losses(
-        entropy_method="regularized", policy_ent_coeff=0.1, stop_entropy_gradient=True
-    )
+    _, _, stopped, _, gradients = fixed_batch_losses(entropy_method="regularized", policy_ent_coeff=0.1, stop_entropy_gradient=True)
     assert not torch.isclose(stopped, plain)
     for gradient, plain_gradient in zip(gradients, plain_gradients):
         torch.testing.assert_close(gradient, plain_gradient)

@@ -72,8 +72,10 @@ def test_list_formats_for_pasting_and_programs():
 
 
 def test_the_summary_keeps_grid_points_apart(write_suite):
-    suite = load_suite(str(write_suite(
-        """
+    suite = load_suite(
+        str(
+            write_suite(
+                """
         name: grid
         seeds: 2
         budget: {total_steps: 512, eval_every: 256}
@@ -81,9 +83,10 @@ def test_the_summary_keeps_grid_points_apart(write_suite):
           - {algo: ppo, envs: [CartPole-v1], grid: {learning_rate: [1.0e-3, 3.0e-4]}}
           - {algo: sac, envs: [Pendulum-v1]}
         """
-    )))
-    outcomes = [RunRecord(spec, status="FINISHED", final_return=float(index), steps_per_second=10.0)
-                for index, spec in enumerate(suite.specs)]
+            )
+        )
+    )
+    outcomes = [RunRecord(spec, status="FINISHED", final_return=float(index), steps_per_second=10.0) for index, spec in enumerate(suite.specs)]
     outcomes[-1] = RunRecord(suite.specs[-1], status="CLAIMED", claimed_by="pid 1 on h")
     rows = summary.summarize(outcomes)
     assert [(row.label, row.env_id, row.returns) for row in rows] == [

@@ -11,7 +11,7 @@ from scipy import stats
 import agents
 from benchmark.analysis import parity_records
 from benchmark.cli.app import EXIT_CONFIG_ERROR, main
-from benchmark.perf import parity
+from benchmark.perf import parity, parity_settings
 
 
 def test_equivalence_needs_the_90_percent_interval_inside_the_margin():
@@ -58,7 +58,7 @@ def test_every_setting_is_a_valid_configuration_of_ours_and_names_the_same_sizes
         assert config.gamma == setting.peer["gamma"], name
         assert config.normalize_observations == setting.peer.get("normalize", False), name
         if "vf_coef" in setting.peer:  # the same weight on the value loss, written in each library's scale
-            assert config.value_coef == parity.VALUE_COEF_PER_SB3_VF_COEF * setting.peer["vf_coef"], name
+            assert config.value_coef == parity_settings.VALUE_COEF_PER_SB3_VF_COEF * setting.peer["vf_coef"], name
 
 
 def test_trpo_takes_sb3_contribs_step_on_the_same_data_and_weights():
@@ -69,6 +69,7 @@ def test_trpo_takes_sb3_contribs_step_on_the_same_data_and_weights():
     import copy
 
     import torch
+
     sb3_contrib = pytest.importorskip("sb3_contrib")
     from stable_baselines3.common.env_util import make_vec_env
 
@@ -86,8 +87,10 @@ def test_trpo_takes_sb3_contribs_step_on_the_same_data_and_weights():
     def train_once():
         buffer = model.rollout_buffer
         seen["before"] = copy.deepcopy(model.policy.state_dict())
-        seen["batch"] = {key: torch.as_tensor(getattr(buffer, field), dtype=torch.float32).flatten(0, 1) for key, field in
-                         (("obs", "observations"), ("actions", "actions"), ("log_probs", "log_probs"), ("advantages", "advantages"))}
+        seen["batch"] = {
+            key: torch.as_tensor(getattr(buffer, field), dtype=torch.float32).flatten(0, 1)
+            for key, field in (("obs", "observations"), ("actions", "actions"), ("log_probs", "log_probs"), ("advantages", "advantages"))
+        }
         train()
         seen["after"] = model.policy.state_dict()
 
@@ -99,8 +102,11 @@ def test_trpo_takes_sb3_contribs_step_on_the_same_data_and_weights():
         prefix, _, leaf = name.rpartition(".")
         return name if name == "log_std" else f"{prefixes[prefix]}.{leaf}"
 
-    policy = [name for name in dict(agents.make("trpo", env_spec("Hopper-v5"), setting.ours, total_steps=1).actor_critic.named_parameters())
-              if not name.startswith("critic")]
+    policy = [
+        name
+        for name in dict(agents.make("trpo", env_spec("Hopper-v5"), setting.ours, total_steps=1).actor_critic.named_parameters())
+        if not name.startswith("critic")
+    ]
 
     def our_step(settings: dict) -> torch.Tensor:
         ours = agents.make("trpo", env_spec("Hopper-v5"), {**settings, "normalize_observations": False, "normalize_rewards": False}, total_steps=2048)
@@ -181,14 +187,17 @@ def test_a_corrupt_record_or_another_setting_is_refused_and_left_alone(monkeypat
     assert "holds another setting" in capsys.readouterr().err and held.read_text() == before
 
 
-@pytest.mark.parametrize("arguments, message", [
-    (["--algo", "mpo"], "parity has no setting for 'mpo'"),
-    (["--algo", "dqn", "--seeds", "1", "1"], "--seeds must be distinct"),
-    (["--algo", "dqn", "--env", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
-    (["--algo", "dqn", "--margin", "1.5"], "--margin must be a fraction"),
-    (["--algo", "dqn", "--steps", "0"], "--steps must be >= 1"),
-    ([], "parity needs --algo"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--algo", "mpo"], "parity has no setting for 'mpo'"),
+        (["--algo", "dqn", "--seeds", "1", "1"], "--seeds must be distinct"),
+        (["--algo", "dqn", "--env", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
+        (["--algo", "dqn", "--margin", "1.5"], "--margin must be a fraction"),
+        (["--algo", "dqn", "--steps", "0"], "--steps must be >= 1"),
+        ([], "parity needs --algo"),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line(arguments, message, tmp_path, capsys):
     assert main(["parity", *arguments, "--output-dir", str(tmp_path)]) == EXIT_CONFIG_ERROR
     err = capsys.readouterr().err
@@ -199,8 +208,7 @@ def test_bad_arguments_exit_2_with_one_line(arguments, message, tmp_path, capsys
 def test_parity_end_to_end_on_cartpole(tmp_path, capsys):
     """The real command: our DQN and SB3's, 1,500 steps on CartPole-v1, two seeds each, scored by
     one protocol; the record, the tables and a rerun that trains nothing."""
-    arguments = ["parity", "--algo", "dqn", "--steps", "1500", "--seeds", "0", "1", "--episodes", "3", "--workers", "2",
-                 "--output-dir", str(tmp_path)]
+    arguments = ["parity", "--algo", "dqn", "--steps", "1500", "--seeds", "0", "1", "--episodes", "3", "--workers", "2", "--output-dir", str(tmp_path)]
     assert main(arguments) == 0
     out = capsys.readouterr().out
     assert "seed 0 ours" in out and "seed 1 peer" in out and "stable-baselines3" in out

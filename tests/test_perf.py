@@ -117,10 +117,12 @@ def test_missing_sb3_names_the_extra(monkeypatch, capsys):
 
 
 def test_perf_cli_writes_the_table_and_json(tmp_path):
-    """The command (in this process; each measurement in a process of its own as always), ours only, at a tiny scale: one pair of DQN, its bound and its profile."""
+    """The command (in this process; each measurement in a process of its own as always), ours
+    only, at a tiny scale: one pair of DQN, its bound and its profile."""
     output = tmp_path / "perf.json"
-    completed = run_cli_in_process("perf", "--cases", "dqn", "--pairs", "1", "--scale", "0.02",
-                                   "--no-compare", "--no-memory", "--no-batched", "--profile", "--output", str(output))
+    completed = run_cli_in_process(
+        "perf", "--cases", "dqn", "--pairs", "1", "--scale", "0.02", "--no-compare", "--no-memory", "--no-batched", "--profile", "--output", str(output)
+    )
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert "env only" in completed.stdout and "where the time goes" in completed.stdout
     data = json.loads(output.read_text())
@@ -145,8 +147,7 @@ def test_batched_rows_compare_one_process_with_separate_processes(tmp_path):
     """The real command at a tiny scale: DQN, N = 1 and 3 on 2 cores: separate runs (1, then 2
     processes at once), 3 seeds in one batched process and dealt over 2 batched processes."""
     output = tmp_path / "batched.json"
-    completed = run_cli_in_process("perf", "--batched-only", "--cases", "dqn", "a2c", "--batched-seeds", "1", "3",
-                                   "--scale", "0.03", "--output", str(output))
+    completed = run_cli_in_process("perf", "--batched-only", "--cases", "dqn", "a2c", "--batched-seeds", "1", "3", "--scale", "0.03", "--output", str(output))
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert "N seeds: aggregate env steps/s" in completed.stdout
     data = json.loads(output.read_text())

@@ -41,8 +41,7 @@ def test_committed_bundles_load_and_every_run_belongs_to_its_suite(suite_name):
 def test_the_readme_shows_the_record_the_committed_bundles_hold(capsys):
     """`record --check` rebuilds the README's block from the bundles and parity records: it must
     be what is committed (run `python -m benchmark record` after exporting a slice)."""
-    arguments = ["record", "--check", "--results-dir", str(ROOT / "results"), "--readme", str(ROOT / "README.md"),
-                 "--output", str(ROOT / "results" / "record")]
+    arguments = ["record", "--check", "--results-dir", str(ROOT / "results"), "--readme", str(ROOT / "README.md"), "--output", str(ROOT / "results" / "record")]
     assert main(arguments) == 0, capsys.readouterr().out
 
 
@@ -66,17 +65,41 @@ def _synthetic(results: Path, seeds: int = 3, final: float = 2500.0) -> None:
         curve = []
         for step in range(0, spec.budget.total_steps + 1, spec.budget.eval_every):
             returns = tuple(float(x) for x in rng.normal(final * step / spec.budget.total_steps, 100, spec.budget.eval_episodes))
-            curve.append(Evaluation(step, float(np.mean(returns)), float(np.std(returns)), returns, (1000,) * spec.budget.eval_episodes,
-                                    float(np.mean(returns)) - 50, 20))
-        runs[spec.run_key] = BundledRun(spec, curve[-1].mean, curve[-1].std, tuple(curve), wall_seconds=600.0, steps_per_second=1700.0,
-                                        device="cpu", provenance={"git_sha": "0" * 40}, versions={"torch": "2.13.0"})
+            curve.append(
+                Evaluation(
+                    step, float(np.mean(returns)), float(np.std(returns)), returns, (1000,) * spec.budget.eval_episodes, float(np.mean(returns)) - 50, 20
+                )
+            )
+        runs[spec.run_key] = BundledRun(
+            spec,
+            curve[-1].mean,
+            curve[-1].std,
+            tuple(curve),
+            wall_seconds=600.0,
+            steps_per_second=1700.0,
+            device="cpu",
+            provenance={"git_sha": "0" * 40},
+            versions={"torch": "2.13.0"},
+        )
     bundles.write(Bundle("mujoco", runs), bundles.published_directory(results, "mujoco"))
     setting = parity._setting_record(parity.SETTINGS["ppo"], "Hopper-v5", 500_000, 10)
     for side, base in (("ours", 2000.0), ("peer", 2100.0)):
         for seed in range(3):
-            parity_records.save_run(results / "parity" / "ppo-Hopper-v5-500000.json", setting,
-                            {"side": side, "seed": seed, "final_return": base + 10 * seed, "returns": [base], "lengths": [1000],
-                             "seconds": 1.0, "version": "stable-baselines3 2.9.2" if side == "peer" else "0.1", "created": "", "machine": {}})
+            parity_records.save_run(
+                results / "parity" / "ppo-Hopper-v5-500000.json",
+                setting,
+                {
+                    "side": side,
+                    "seed": seed,
+                    "final_return": base + 10 * seed,
+                    "returns": [base],
+                    "lengths": [1000],
+                    "seconds": 1.0,
+                    "version": "stable-baselines3 2.9.2" if side == "peer" else "0.1",
+                    "created": "",
+                    "machine": {},
+                },
+            )
 
 
 def test_record_writes_the_table_figures_and_readme_block_from_bundles(tmp_path, capsys):

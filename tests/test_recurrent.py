@@ -7,8 +7,16 @@ import agents
 from agents.api import ConfigError, Transitions
 from agents.envs import env_spec, make_vector_env, true_next_obs
 
-CONFIG = {"recurrent": "gru", "recurrent_size": 16, "sequence_length": 6, "burn_in": 4, "batch_size": 32,
-          "hidden_sizes": [16], "learning_starts": 10_000, "buffer_size": 10_000}
+CONFIG = {
+    "recurrent": "gru",
+    "recurrent_size": 16,
+    "sequence_length": 6,
+    "burn_in": 4,
+    "batch_size": 32,
+    "hidden_sizes": [16],
+    "learning_starts": 10_000,
+    "buffer_size": 10_000,
+}
 
 
 def collect(name: str, env_id: str, steps: int, **overrides):
@@ -22,9 +30,16 @@ def collect(name: str, env_id: str, steps: int, **overrides):
         obs_tensor = torch.as_tensor(obs, dtype=torch.float32)
         acted = algo.act(obs_tensor, state)
         next_obs, rewards, terminated, truncated, infos = envs.step(acted.env_actions)
-        algo.observe(Transitions(obs_tensor, acted, torch.as_tensor(rewards, dtype=torch.float32),
-                                 torch.as_tensor(true_next_obs(next_obs, infos), dtype=torch.float32),
-                                 torch.as_tensor(terminated), torch.as_tensor(truncated)))
+        algo.observe(
+            Transitions(
+                obs_tensor,
+                acted,
+                torch.as_tensor(rewards, dtype=torch.float32),
+                torch.as_tensor(true_next_obs(next_obs, infos), dtype=torch.float32),
+                torch.as_tensor(terminated),
+                torch.as_tensor(truncated),
+            )
+        )
         state = algo.reset_state(acted.state, torch.as_tensor(terminated | truncated))
         obs = next_obs
     return algo
@@ -69,8 +84,9 @@ def test_encoded_batch_covers_the_steps_after_burn_in():
     assert not encoded["target_next_features"].requires_grad
 
 
-@pytest.mark.parametrize("name,bad", [("ddpg", {"recurrent": "gru"}), ("dqn", {"recurrent": "gru", "prioritized": True}),
-                                      ("sac", {"recurrent": "lstm", "n_step": 3})])
+@pytest.mark.parametrize(
+    "name,bad", [("ddpg", {"recurrent": "gru"}), ("dqn", {"recurrent": "gru", "prioritized": True}), ("sac", {"recurrent": "lstm", "n_step": 3})]
+)
 def test_unsupported_recurrent_combinations_are_refused(name, bad):
     env_id = "CartPole-v1" if name == "dqn" else "Pendulum-v1"
     with pytest.raises(ConfigError, match="recurrent"):

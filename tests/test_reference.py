@@ -33,19 +33,29 @@ def test_build_adds_derived_columns(tmp_path):
     with source.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=reference.SOURCE_COLUMNS)
         writer.writeheader()
-        writer.writerow({**dict.fromkeys(reference.SOURCE_COLUMNS, ""), "source": "S", "algo": "PPO (cleanrl ppo.py)",
-                         "env_id": "HalfCheetah-v4", "metric": "mean of last 100 training episodic returns", "mean": "1442.6"})
+        writer.writerow(
+            {
+                **dict.fromkeys(reference.SOURCE_COLUMNS, ""),
+                "source": "S",
+                "algo": "PPO (cleanrl ppo.py)",
+                "env_id": "HalfCheetah-v4",
+                "metric": "mean of last 100 training episodic returns",
+                "mean": "1442.6",
+            }
+        )
     assert reference.build(source, tmp_path / "out.csv") == 1
     (row,) = csv.DictReader((tmp_path / "out.csv").open())
-    assert (row["env"], row["env_version"], row["algorithm"], row["protocol"], row["approximate"]) == (
-        "HalfCheetah", "v4", "ppo", "training_return", "false"
-    )
+    assert (row["env"], row["env_version"], row["algorithm"], row["protocol"], row["approximate"]) == ("HalfCheetah", "v4", "ppo", "training_return", "false")
 
 
 @pytest.mark.parametrize(
     "env_id,family",
-    [("HalfCheetah-v5", "HalfCheetah"), ("CartPole-v1", "CartPole"), ("Walker2d (gym -v2 class, D4RL walker2d-*)", "Walker2d"),
-     ("reprorl/CartPoleNoVel-v1", "reprorl/CartPoleNoVel")],
+    [
+        ("HalfCheetah-v5", "HalfCheetah"),
+        ("CartPole-v1", "CartPole"),
+        ("Walker2d (gym -v2 class, D4RL walker2d-*)", "Walker2d"),
+        ("reprorl/CartPoleNoVel-v1", "reprorl/CartPoleNoVel"),
+    ],
 )
 def test_env_family(env_id, family):
     assert reference.env_family(env_id) == family
@@ -67,8 +77,9 @@ def test_protocol_classification(algo, metric, expected):
 
 
 def _score(algo, mean, protocol, approximate=False, env="Hopper", seeds=None):
-    return reference.ReferenceScore("src", "http://x", algo, f"{env}-v3", None, "m", mean, None, seeds, env, "v3",
-                                    reference.algorithm_of(algo), protocol, approximate)
+    return reference.ReferenceScore(
+        "src", "http://x", algo, f"{env}-v3", None, "m", mean, None, seeds, env, "v3", reference.algorithm_of(algo), protocol, approximate
+    )
 
 
 def test_reference_prefers_the_most_comparable_kind_then_the_best_score():
@@ -136,7 +147,10 @@ def test_random_policy_measurement_is_seeded_and_upserts(tmp_path):
 def test_reference_random_cli_rejects_an_unknown_env_before_measuring():
     completed = subprocess.run(
         [sys.executable, "-m", "benchmark", "reference", "random", "--env", "CartPole-v1", "Nope-v9", "--episodes", "1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert completed.returncode == 2 and "unknown environment 'Nope-v9'" in completed.stderr
     assert completed.stdout == ""
@@ -145,7 +159,10 @@ def test_reference_random_cli_rejects_an_unknown_env_before_measuring():
 def test_reference_show_lists_the_normalization_of_each_env():
     completed = subprocess.run(
         [sys.executable, "-m", "benchmark", "reference", "show", "--env", "CartPole-v1", "reprorl/CartPoleNoVel-v1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert completed.returncode == 0, completed.stderr
     assert "CleanRL" in completed.stdout and "no published score" in completed.stdout

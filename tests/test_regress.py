@@ -46,8 +46,7 @@ def _payload(write_suite, scores: list[float], hyperparameters: dict | None = No
 
 def _current(specs, scores, statuses=None):
     statuses = statuses or ["FINISHED"] * len(scores)
-    return [RunRecord(spec, status=status, final_return=score if status == "FINISHED" else None)
-            for spec, score, status in zip(specs, scores, statuses)]
+    return [RunRecord(spec, status=status, final_return=score if status == "FINISHED" else None) for spec, score, status in zip(specs, scores, statuses)]
 
 
 def test_a_large_significant_drop_is_a_regression(write_suite):
@@ -120,8 +119,9 @@ def test_holm_keeps_a_clear_regression_among_several_rows(write_suite):
     baseline = [RunRecord(spec, status="FINISHED", final_return=480.0 + spec.seed) for spec in specs]
     payload = regress.baseline_payload("grid", baseline)
     broken_rate = specs[0].hyperparameters["learning_rate"]
-    current = [RunRecord(spec, status="FINISHED", final_return=(30.0 if spec.hyperparameters["learning_rate"] == broken_rate else 480.0) + spec.seed)
-               for spec in specs]
+    current = [
+        RunRecord(spec, status="FINISHED", final_return=(30.0 if spec.hyperparameters["learning_rate"] == broken_rate else 480.0) + spec.seed) for spec in specs
+    ]
     verdicts = regress.compare(payload, current)
     assert [v.regressed for v in verdicts] == [True, False, False, False]
 
@@ -184,8 +184,7 @@ experiments:
 
 def test_missing_baseline_is_a_clear_error(tmp_path, write_suite):
     suite = write_suite(SUITE.format(name="nobase", learning_rate=1e-3))
-    completed = run_cli("regress", "--suite", str(suite), "--baseline", str(tmp_path / "none.json"),
-                        "--results-dir", str(tmp_path / "results"), cwd=tmp_path)
+    completed = run_cli("regress", "--suite", str(suite), "--baseline", str(tmp_path / "none.json"), "--results-dir", str(tmp_path / "results"), cwd=tmp_path)
     assert completed.returncode == 2 and "no baseline at" in completed.stderr
     assert not (tmp_path / "results").exists()
 

@@ -225,8 +225,14 @@ def test_ere_eta_anneals_to_uniform_when_progress_stops():
 
 def test_ere_combines_with_prioritized_and_n_step():
     buffer = ReplayBuffer(
-        10, 1, (1,), (1,), gamma=1.0, n_step=2,
-        sampler=PrioritizedSampler(10), recent=RecentExperience(eta=0.5, c_min=4, updates_per_cycle=1, anneal="none"),
+        10,
+        1,
+        (1,),
+        (1,),
+        gamma=1.0,
+        n_step=2,
+        sampler=PrioritizedSampler(10),
+        recent=RecentExperience(eta=0.5, c_min=4, updates_per_cycle=1, anneal="none"),
     )
     for value in range(10):
         _add(buffer, value, reward=[1.0])
@@ -251,8 +257,12 @@ def _bit_flipping_buffer(strategy: str, steps: int = 60, k: int = 4) -> ReplayBu
         actions = generator.integers(0, spec.num_actions, 2)
         next_obs, rewards, terminated, truncated, infos = envs.step(actions)
         buffer.add(
-            torch.as_tensor(obs), torch.as_tensor(actions), torch.as_tensor(rewards, dtype=torch.float32),
-            torch.as_tensor(true_next_obs(next_obs, infos)), torch.as_tensor(terminated), torch.as_tensor(truncated),
+            torch.as_tensor(obs),
+            torch.as_tensor(actions),
+            torch.as_tensor(rewards, dtype=torch.float32),
+            torch.as_tensor(true_next_obs(next_obs, infos)),
+            torch.as_tensor(terminated),
+            torch.as_tensor(truncated),
         )
         obs = next_obs
     return buffer
@@ -304,8 +314,12 @@ def test_sequences_start_on_the_overlap_grid_carry_stored_state_and_mark_resets(
     for t in range(20):
         n = buffer.num_envs
         buffer.add(
-            torch.full((n, 1), float(t)), torch.zeros(n, 1), torch.zeros(n), torch.full((n, 1), t + 0.5),
-            torch.tensor([t == 8, False]), torch.tensor([False, False]),
+            torch.full((n, 1), float(t)),
+            torch.zeros(n, 1),
+            torch.zeros(n),
+            torch.full((n, 1), t + 0.5),
+            torch.tensor([t == 8, False]),
+            torch.tensor([False, False]),
             extras={"hidden": torch.full((n, 3), float(t)) + torch.arange(n)[:, None] * 100},
         )
     assert buffer.num_sequences() == 8  # starts 0, 2, ..., 14
@@ -316,7 +330,7 @@ def test_sequences_start_on_the_overlap_grid_carry_stored_state_and_mark_resets(
     torch.testing.assert_close(batch["initial_hidden"][:, 0], batch["starts"].float() + 100 * batch["envs"])
     # env 0's episode ended at step 8, so step 9 starts a new one
     expected_resets = (batch["obs"][:, :, 0] == 9) & (batch["envs"] == 0)[None, :]
-    expected_resets |= (batch["obs"][:, :, 0] == 0)
+    expected_resets |= batch["obs"][:, :, 0] == 0
     assert torch.equal(batch["resets"], expected_resets)
 
 
@@ -364,8 +378,9 @@ def test_cpu_replay_memory_is_committed_only_where_written():
     import subprocess
     import sys
 
-    probe = subprocess.run([sys.executable, "-c", _COMMITTED_PROBE], capture_output=True, text=True, timeout=300,
-                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    probe = subprocess.run(
+        [sys.executable, "-c", _COMMITTED_PROBE], capture_output=True, text=True, timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    )
     assert probe.returncode == 0, probe.stderr
     found = json.loads(probe.stdout)
     # the large fields come from mmap, always lazy; glibc may serve the ones under its mmap

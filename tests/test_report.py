@@ -91,8 +91,10 @@ def test_unknown_suite_for_report_is_a_clear_error(tmp_path):
 
 
 def test_variants_of_one_algorithm_are_labelled_by_what_differs(write_suite):
-    suite = load_suite(str(write_suite(
-        """
+    suite = load_suite(
+        str(
+            write_suite(
+                """
         name: grid
         seeds: 2
         budget: {total_steps: 512, eval_every: 256}
@@ -101,21 +103,27 @@ def test_variants_of_one_algorithm_are_labelled_by_what_differs(write_suite):
             envs: [CartPole-v1]
             grid: {learning_rate: [1.0e-3, 3.0e-4]}
         """
-    )))
+            )
+        )
+    )
     groups = report.group_records([RunRecord(spec) for spec in suite.specs])
     assert [g.label for g in groups] == ["ppo [learning_rate=0.001]", "ppo [learning_rate=0.0003]"]
     assert all(len(g.records) == 2 for g in groups)
 
 
 def test_group_scores_count_finished_runs_only(write_suite):
-    suite = load_suite(str(write_suite(
-        """
+    suite = load_suite(
+        str(
+            write_suite(
+                """
         name: g
         seeds: 3
         budget: {total_steps: 512, eval_every: 256}
         experiments: [{algo: ppo, envs: [CartPole-v1]}]
         """
-    )))
+            )
+        )
+    )
     records = [
         RunRecord(suite.specs[0], status="FINISHED", final_return=100.0),
         RunRecord(suite.specs[1], status="FAILED"),
@@ -127,8 +135,10 @@ def test_group_scores_count_finished_runs_only(write_suite):
 
 
 def test_variants_differing_only_in_budget_get_distinct_labels(write_suite):
-    suite = load_suite(str(write_suite(
-        """
+    suite = load_suite(
+        str(
+            write_suite(
+                """
         name: budgets
         seeds: 1
         budget: {total_steps: 512, eval_every: 256}
@@ -136,7 +146,9 @@ def test_variants_differing_only_in_budget_get_distinct_labels(write_suite):
           - {algo: ppo, envs: [CartPole-v1]}
           - {algo: ppo, envs: [CartPole-v1], budget: {total_steps: 1024}}
         """
-    )))
+            )
+        )
+    )
     labels = [g.label for g in report.group_records([RunRecord(spec) for spec in suite.specs])]
     assert labels == ["ppo [budget.total_steps=512]", "ppo [budget.total_steps=1024]"]
 

@@ -67,9 +67,10 @@ frame.addEventListener("load", () => {
 
 def chromium(*args: str) -> str:
     completed = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--force-device-scale-factor=1",
-         "--virtual-time-budget=10000", *args],
-        capture_output=True, text=True, timeout=120,
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--force-device-scale-factor=1", "--virtual-time-budget=10000", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     return completed.stdout
 
@@ -100,8 +101,19 @@ def written_report(tmp_path_factory) -> Path:
     for spec in suite.specs:
         final = float(rng.uniform(100, 500) if spec.env_id == "CartPole-v1" else rng.uniform(1000, 6000))
         curve = [(step, final * step / 20000 + float(rng.normal(0, 30))) for step in range(5000, 20001, 5000)]
-        records.append(RunRecord(spec, "FINISHED", run_id=f"run{len(records)}", final_return=final, steps_per_second=1234.0,
-                                 wall_seconds=321.0, curve=curve, git_sha="0123456789abcdef", attempts=1))
+        records.append(
+            RunRecord(
+                spec,
+                "FINISHED",
+                run_id=f"run{len(records)}",
+                final_return=final,
+                steps_per_second=1234.0,
+                wall_seconds=321.0,
+                curve=curve,
+                git_sha="0123456789abcdef",
+                attempts=1,
+            )
+        )
     records[-1].status, records[-1].final_return, records[-1].error = "FAILED", None, "NonFiniteLoss: loss is nan at step 5,000"
     report.write_report(suite, records, directory / "out", "mlflow.db")
     return directory / "out" / "report.html"

@@ -123,8 +123,17 @@ class _StopAt(Exception):
 def _spec(algo, env_id, total_steps, eval_every, replay_buffer=False, **hyperparameters):
     config = agents.resolve_config(algo, hyperparameters).to_dict()
     return RunSpec(
-        "resume", algo, env_id, 0, config, Budget(total_steps, eval_every, 2), "cpu", 1, hyperparameters,
-        checkpoint_every=eval_every // 2, checkpoint_replay_buffer=replay_buffer,
+        "resume",
+        algo,
+        env_id,
+        0,
+        config,
+        Budget(total_steps, eval_every, 2),
+        "cpu",
+        1,
+        hyperparameters,
+        checkpoint_every=eval_every // 2,
+        checkpoint_replay_buffer=replay_buffer,
     )
 
 
@@ -244,8 +253,11 @@ def test_a_run_killed_with_sigkill_resumes_in_its_mlflow_run(write_suite, tmp_pa
     results = tmp_path / "results"
     argv = ["run", "--suite", str(suite), "--results-dir", str(results)]
     process = subprocess.Popen(
-        [sys.executable, "-m", "benchmark", *argv], cwd=ROOT, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [sys.executable, "-m", "benchmark", *argv],
+        cwd=ROOT,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     latest = results / "checkpoints" / spec.run_key / checkpoint.LATEST
     try:

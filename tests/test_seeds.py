@@ -52,8 +52,9 @@ def train(algo: str, env_id: str, overrides: dict, steps: int, batched: bool):
     members, configs = zip(*(build(algo, env_id, seed, overrides, total) for seed in SEEDS))
     config = configs[0]
     envs = [
-        make_vector_env(env_id, config.num_envs, normalize_observations=config.normalize_observations,
-                        normalize_rewards=config.normalize_rewards, gamma=config.gamma)
+        make_vector_env(
+            env_id, config.num_envs, normalize_observations=config.normalize_observations, normalize_rewards=config.normalize_rewards, gamma=config.gamma
+        )
         for _ in SEEDS
     ]
     obs = [torch.as_tensor(env.reset(seed=seed)[0], dtype=torch.float32) for env, seed in zip(envs, SEEDS)]
@@ -85,31 +86,60 @@ CASES = {
     "sac-discrete": ("CartPole-v1", {"hidden_sizes": [32, 32], "batch_size": 16, "start_steps": 20, "learning_starts": 20, "num_critics": 3}),
     "td3": ("Pendulum-v1", {"hidden_sizes": [32, 32], "batch_size": 16, "start_steps": 20, "learning_starts": 20, "num_envs": 2}),
     "ddpg": ("Pendulum-v1", {"hidden_sizes": [32, 32], "batch_size": 16, "learning_starts": 20, "critic_weight_decay": 0.01}),
-    "mpo": ("Pendulum-v1", {"hidden_sizes": [32, 32], "batch_size": 16, "learning_starts": 20, "target_update_every": 5,
-                            "num_action_samples": 4, "max_grad_norm": 1.0}),
-    "mpo-one-constraint": ("Pendulum-v1", {"hidden_sizes": [32, 32], "batch_size": 16, "learning_starts": 20, "num_action_samples": 3,
-                                           "per_dim_constraints": False, "num_envs": 2}),
-    "dqn": ("CartPole-v1", {"hidden_sizes": [32, 32], "batch_size": 16, "learning_starts": 20, "target_update_every": 5,
-                            "update_every": 2, "exploration_fraction": 0.5, "max_grad_norm": 0.5, "prioritized": True, "n_step": 3}),
+    "mpo": (
+        "Pendulum-v1",
+        {"hidden_sizes": [32, 32], "batch_size": 16, "learning_starts": 20, "target_update_every": 5, "num_action_samples": 4, "max_grad_norm": 1.0},
+    ),
+    "mpo-one-constraint": (
+        "Pendulum-v1",
+        {"hidden_sizes": [32, 32], "batch_size": 16, "learning_starts": 20, "num_action_samples": 3, "per_dim_constraints": False, "num_envs": 2},
+    ),
+    "dqn": (
+        "CartPole-v1",
+        {
+            "hidden_sizes": [32, 32],
+            "batch_size": 16,
+            "learning_starts": 20,
+            "target_update_every": 5,
+            "update_every": 2,
+            "exploration_fraction": 0.5,
+            "max_grad_norm": 0.5,
+            "prioritized": True,
+            "n_step": 3,
+        },
+    ),
     "ppo": ("CartPole-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "num_minibatches": 4, "num_epochs": 2}),
-    "ppo-box": ("Pendulum-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "num_minibatches": 4, "num_epochs": 2,
-                                "shared_network": True, "anneal_clip_range": True}),
+    "ppo-box": (
+        "Pendulum-v1",
+        {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "num_minibatches": 4, "num_epochs": 2, "shared_network": True, "anneal_clip_range": True},
+    ),
     # newly batched by the one on-policy loss: RMSprop, split optimizers and the value fit,
     # REINFORCE's per-seed counted steps, PPO-KL's per-seed penalty coefficient
     "a2c": ("CartPole-v1", {"hidden_sizes": [32, 32], "num_steps": 8, "num_envs": 2}),
     "a2c-box": ("Pendulum-v1", {"hidden_sizes": [32, 32], "num_steps": 8, "num_envs": 2, "normalize_observations": True}),
     "vpg": ("Pendulum-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "value_epochs": 2, "value_num_minibatches": 2}),
     "reinforce": ("CartPole-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2}),
-    "ppo_kl": ("Pendulum-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "num_minibatches": 4, "num_epochs": 2,
-                               "kl_target": 0.001}),
+    "ppo_kl": ("Pendulum-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "num_minibatches": 4, "num_epochs": 2, "kl_target": 0.001}),
     "surrogate_pg": ("CartPole-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "num_minibatches": 2, "num_epochs": 2}),
     # each seed its own conjugate gradient and line search (Discrete and Box, observations normalized)
     "trpo": ("CartPole-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "value_epochs": 2, "value_num_minibatches": 2}),
-    "trpo-box": ("Pendulum-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "value_epochs": 2, "value_num_minibatches": 2,
-                                 "normalize_observations": True, "max_kl": 0.02}),
+    "trpo-box": (
+        "Pendulum-v1",
+        {
+            "hidden_sizes": [32, 32],
+            "num_steps": 32,
+            "num_envs": 2,
+            "value_epochs": 2,
+            "value_num_minibatches": 2,
+            "normalize_observations": True,
+            "max_kl": 0.02,
+        },
+    ),
     # each seed stops its epochs at its own point (a KL target small enough to part them)
-    "ppo-target-kl": ("CartPole-v1", {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "num_minibatches": 4, "num_epochs": 6,
-                                      "target_kl": 0.004, "learning_rate": 3e-3}),
+    "ppo-target-kl": (
+        "CartPole-v1",
+        {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "num_minibatches": 4, "num_epochs": 6, "target_kl": 0.004, "learning_rate": 3e-3},
+    ),
 }
 ON_POLICY = ("ppo", "ppo_kl", "surrogate_pg", "a2c", "vpg", "reinforce", "trpo")
 
@@ -303,8 +333,9 @@ def test_run_seeds_refuses_runs_that_differ_beyond_the_seed():
     with pytest.raises(ConfigError, match="differ only by seed"):
         training_loop.run_seeds([training_loop.SeedJob(specs[0]), training_loop.SeedJob(other[1])])
     spec = RunSpec("t", "bc", "CartPole-v1", 0, {"expert": "expert.npz"}, Budget(100, 100, 2))
-    assert training_loop.batchable(spec) == ("bc has no batched training of seeds "
-                                             "(it has: a2c, ddpg, dqn, mpo, ppo, ppo_kl, reinforce, sac, surrogate_pg, td3, trpo, vpg)")
+    assert training_loop.batchable(spec) == (
+        "bc has no batched training of seeds (it has: a2c, ddpg, dqn, mpo, ppo, ppo_kl, reinforce, sac, surrogate_pg, td3, trpo, vpg)"
+    )
     with pytest.raises(ConfigError, match="cannot train seeds of maml_vpg batched: maml_vpg is a meta-learner"):
         training_loop.run_seeds([training_loop.SeedJob(spec) for spec in _specs("maml_vpg", "reprorl/HalfCheetahVel-v5", {}, 100, 100)])
 
@@ -445,10 +476,32 @@ def test_ten_batched_seeds_are_not_distinguishable_from_the_separate_runs_of_the
     baseline = ROOT / "results" / "baselines" / "ci.json"
     (tmp_path / "results").mkdir()
     checked = subprocess.run(
-        [sys.executable, "-m", "benchmark", "regress", "--suite", "ci", "--baseline", str(baseline), "--algos", "ppo",
-         "--envs", "CartPole-v1", "--seeds", *map(str, range(100, 110)), "--workers", "2", "--seeds-per-process", "5",
-         "--results-dir", str(tmp_path / "results")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=1200,
+        [
+            sys.executable,
+            "-m",
+            "benchmark",
+            "regress",
+            "--suite",
+            "ci",
+            "--baseline",
+            str(baseline),
+            "--algos",
+            "ppo",
+            "--envs",
+            "CartPole-v1",
+            "--seeds",
+            *map(str, range(100, 110)),
+            "--workers",
+            "2",
+            "--seeds-per-process",
+            "5",
+            "--results-dir",
+            str(tmp_path / "results"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "10 runs to train in 2 processes" in checked.stdout

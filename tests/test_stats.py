@@ -269,9 +269,7 @@ def test_welch_less_rejection_rates():
     rng = np.random.default_rng(5)
     null_rejections = np.mean([welch_less(rng.normal(size=5), rng.normal(size=5)).p_value < 0.05 for _ in range(1_000)])
     assert 0.02 <= null_rejections <= 0.08
-    shifted_rejections = np.mean(
-        [welch_less(rng.normal(-3.0, 1.0, size=5), rng.normal(size=5)).p_value < 0.05 for _ in range(200)]
-    )
+    shifted_rejections = np.mean([welch_less(rng.normal(-3.0, 1.0, size=5), rng.normal(size=5)).p_value < 0.05 for _ in range(200)])
     assert shifted_rejections >= 0.95
 
 
@@ -306,7 +304,5 @@ def test_t_interval_covers_at_about_the_nominal_rate_with_five_seeds():
     """Where the percentile bootstrap covers ~85% at n = 5, the t interval is near 95%."""
     rng = np.random.default_rng(1)
     trials = 2000
-    covered = sum(
-        (interval := stats.t_interval(rng.normal(1.0, 2.0, 5))).low <= 1.0 <= interval.high for _ in range(trials)
-    )
+    covered = sum((interval := stats.t_interval(rng.normal(1.0, 2.0, 5))).low <= 1.0 <= interval.high for _ in range(trials))
     assert 0.93 <= covered / trials <= 0.97

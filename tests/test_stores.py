@@ -40,8 +40,10 @@ def test_a_new_store_is_created_whole_and_checked_afterwards(mlflow_db):
         (lambda path, good: path.write_bytes(b""), r"is empty \(0 bytes\), not a store"),
         (lambda path, good: path.write_bytes(good.read_bytes()[:30_000]), r"is truncated \(30,000 of [\d,]+ bytes\)"),
         (lambda path, good: path.write_bytes(b"PK\x03\x04" + os.urandom(4000)), "is not an SQLite database"),
-        (lambda path, good: sqlite3.connect(path).execute("create table studies (x)").connection.commit(),
-         r"an SQLite database but not a store \(no table 'alembic_version'; its tables: studies\)"),
+        (
+            lambda path, good: sqlite3.connect(path).execute("create table studies (x)").connection.commit(),
+            r"an SQLite database but not a store \(no table 'alembic_version'; its tables: studies\)",
+        ),
     ],
     ids=["empty", "truncated", "foreign-file", "foreign-sqlite"],
 )
@@ -180,16 +182,19 @@ time.sleep(600)
 
 
 def test_a_live_holder_keeps_its_claim_and_a_killed_one_loses_it(tmp_path):
-    process = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True,
-                               cwd=Path(__file__).resolve().parent.parent)
+    process = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent)
     try:
         assert process.stdout.readline().strip() == "held"
         found = claims.holder(tmp_path, "key")
         assert found is not None and found.pid == process.pid and found.invocation == "parent-1"
         assert f"pid {process.pid}" in found.describe()
         assert claims.take(tmp_path, "key", claims.Holder.here("parent-2"), wait=0.2) is None  # never a live one
-        second = subprocess.run([sys.executable, "-c", HOLD.replace("time.sleep(600)", ""), str(tmp_path)],
-                                capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+        second = subprocess.run(
+            [sys.executable, "-c", HOLD.replace("time.sleep(600)", ""), str(tmp_path)],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
         assert second.stdout.strip() == "refused"
     finally:
         process.send_signal(signal.SIGKILL)
@@ -204,9 +209,15 @@ def test_an_invocation_lock_tells_a_live_launch_from_a_dead_one(tmp_path):
     assert claims.invocation_alive(tmp_path, "unknown") is False  # no lock file: it has ended (or never ran here)
     with claims.Invocation(tmp_path, "abc"):
         process = subprocess.run(
-            [sys.executable, "-c", "import sys; from pathlib import Path; from benchmark.execution import claims; "
-             "print(claims.invocation_alive(Path(sys.argv[1]), 'abc'))", str(tmp_path)],
-            capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent,
+            [
+                sys.executable,
+                "-c",
+                "import sys; from pathlib import Path; from benchmark.execution import claims; print(claims.invocation_alive(Path(sys.argv[1]), 'abc'))",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parent.parent,
         )
         assert process.stdout.strip() == "True"
     assert claims.invocation_alive(tmp_path, "abc") is False  # released and removed

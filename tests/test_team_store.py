@@ -44,12 +44,16 @@ def test_two_launches_on_two_executors_share_a_postgres_store(postgres, write_su
     pytest.importorskip("submitit")
     suite = write_suite(SUITE)
     results = tmp_path / "results"
-    common = ["-m", "benchmark", "run", "--suite", str(suite), "--workers", "2", "--results-dir", str(results),
-              "--tracking-uri", postgres["mlflow"]]
+    common = ["-m", "benchmark", "run", "--suite", str(suite), "--workers", "2", "--results-dir", str(results), "--tracking-uri", postgres["mlflow"]]
     launches = [
         subprocess.Popen([sys.executable, *common], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
-        subprocess.Popen([sys.executable, *common, "--executor", "slurm", "--slurm-cluster", "local"], cwd=tmp_path,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+        subprocess.Popen(
+            [sys.executable, *common, "--executor", "slurm", "--slurm-cluster", "local"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ),
     ]
     outputs = [launch.communicate(timeout=600) for launch in launches]
     for launch, (stdout, stderr) in zip(launches, outputs):
@@ -71,8 +75,27 @@ def test_a_two_worker_study_records_every_trial_once_on_postgres(postgres, tmp_p
 
     results = tmp_path / "results"
     completed = run_cli(
-        "tune", "--algo", "ppo", "--env", "CartPole-v1", "--budget", "1024", "--trials", "4", "--workers", "2", "--pruner", "none",
-        "--study", "team-study", "--storage", postgres["optuna"], "--tracking-uri", postgres["mlflow"], "--results-dir", str(results),
+        "tune",
+        "--algo",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "--budget",
+        "1024",
+        "--trials",
+        "4",
+        "--workers",
+        "2",
+        "--pruner",
+        "none",
+        "--study",
+        "team-study",
+        "--storage",
+        postgres["optuna"],
+        "--tracking-uri",
+        postgres["mlflow"],
+        "--results-dir",
+        str(results),
         cwd=tmp_path,
     )
     assert completed.returncode == 0, completed.stderr

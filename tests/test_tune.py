@@ -48,13 +48,19 @@ def test_shipped_search_spaces_load_and_sample_valid_configs(algo):
 
 
 def test_powers_of_two_layer_stacks_and_conditions(tmp_path):
-    space = load_search_space("ppo", write_space(tmp_path, """
+    space = load_search_space(
+        "ppo",
+        write_space(
+            tmp_path,
+            """
         num_steps: {low: 64, high: 1024, power_of_two: true}
         learning_rate: {low: 1.0e-5, high: 1.0e-2, log: true}
         entropy_method: {choices: [no_entropy, regularized]}
         policy_ent_coeff: {low: 1.0e-6, high: 0.1, log: true, when: {entropy_method: regularized}}
         hidden_sizes: {width: {choices: [16, 32]}, depth: {low: 1, high: 3}}
-    """))
+    """,
+        ),
+    )
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     seen_methods = set()
     for _ in range(60):
@@ -107,8 +113,16 @@ def test_unknown_algorithm_and_missing_space():
 
 def settings(**changes) -> tuning_settings.StudySettings:
     values = dict(
-        algo="ppo", env_id="CartPole-v1", budget=Budget(1000, 100, 2), seeds_per_trial=3, base_suite=None,
-        base_hyperparameters={}, space={}, random_score=20.0, reference_score=500.0, reference_source="test",
+        algo="ppo",
+        env_id="CartPole-v1",
+        budget=Budget(1000, 100, 2),
+        seeds_per_trial=3,
+        base_suite=None,
+        base_hyperparameters={},
+        space={},
+        random_score=20.0,
+        reference_score=500.0,
+        reference_source="test",
     )
     return tuning_settings.StudySettings(**{**values, **changes})
 
@@ -257,9 +271,7 @@ def test_study_prunes_logs_every_trial_exports_a_suite_and_resumes(tmp_path):
 
 def test_two_workers_share_one_sqlite_study(tmp_path):
     results = tmp_path / "results"
-    completed = run_cli(
-        "tune", *STUDY, "--trials", "4", "--workers", "2", "--pruner", "none", "--results-dir", str(results), cwd=tmp_path
-    )
+    completed = run_cli("tune", *STUDY, "--trials", "4", "--workers", "2", "--pruner", "none", "--results-dir", str(results), cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr
     assert "locked" not in completed.stderr.lower() and "Traceback" not in completed.stderr
     study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tuning_storage.open_storage(tuning_storage.default_storage_url(results)))
@@ -269,13 +281,34 @@ def test_two_workers_share_one_sqlite_study(tmp_path):
 
 def test_a_failing_trial_is_recorded_and_the_study_goes_on(tmp_path):
     # an infeasible draw (more minibatches than a rollout has samples) fails before training
-    space = write_space(tmp_path, """
+    space = write_space(
+        tmp_path,
+        """
         num_minibatches: {choices: [1, 4096]}
-    """)
+    """,
+    )
     results = tmp_path / "results"
     completed = run_cli(
-        "tune", "--algo", "ppo", "--env", "CartPole-v1", "--budget", "512", "--suite", "none", "--space", str(space),
-        "--trials", "4", "--pruner", "none", "--sampler", "random", "--results-dir", str(results), cwd=tmp_path,
+        "tune",
+        "--algo",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "--budget",
+        "512",
+        "--suite",
+        "none",
+        "--space",
+        str(space),
+        "--trials",
+        "4",
+        "--pruner",
+        "none",
+        "--sampler",
+        "random",
+        "--results-dir",
+        str(results),
+        cwd=tmp_path,
     )
     assert completed.returncode == 0, completed.stderr
     study = optuna.load_study(study_name="ppo-CartPole-v1", storage=tuning_storage.open_storage(tuning_storage.default_storage_url(results)))
@@ -354,7 +387,7 @@ def test_pruner_steps_are_the_scheduled_ones_for_every_seed(tmp_path, monkeypatc
         (("--algo", "ppo", "--env", "CartPole-v1", "--budget", "-5"), "--budget must be a positive number"),
         (("--algo", "ppo", "--env", "Pendulum-v1", "--suite", "her", "--budget", "512"), "suite 'her' has no run of ppo on Pendulum-v1"),
         (("--env", "CartPole-v1"), "tune needs --algo and --env"),
-        (("--algo", "ppo", "--env", "CartPole-v1", "--study", "it's"), "study name \"it's\": use letters"),
+        (("--algo", "ppo", "--env", "CartPole-v1", "--study", "it's"), 'study name "it\'s": use letters'),
     ],
 )
 def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, monkeypatch, capsys, arguments, message):
@@ -378,8 +411,24 @@ def test_unknown_parameter_in_a_space_file_is_an_error_before_anything_is_writte
 def test_reference_flag_tunes_an_env_without_a_published_score_and_show_needs_a_study(tmp_path):
     results = tmp_path / "results"
     completed = run_cli(
-        "tune", "--algo", "ppo", "--env", "reprorl/CartPoleNoVel-v1", "--budget", "512", "--reference", "200", "--suite", "none",
-        "--trials", "1", "--pruner", "none", "--results-dir", str(results), cwd=tmp_path,
+        "tune",
+        "--algo",
+        "ppo",
+        "--env",
+        "reprorl/CartPoleNoVel-v1",
+        "--budget",
+        "512",
+        "--reference",
+        "200",
+        "--suite",
+        "none",
+        "--trials",
+        "1",
+        "--pruner",
+        "none",
+        "--results-dir",
+        str(results),
+        cwd=tmp_path,
     )
     assert completed.returncode == 0, completed.stderr
     study = optuna.load_study(study_name="ppo-reprorl-CartPoleNoVel-v1", storage=tuning_storage.open_storage(tuning_storage.default_storage_url(results)))
@@ -396,8 +445,7 @@ def test_reference_flag_tunes_an_env_without_a_published_score_and_show_needs_a_
 def test_a_resumed_study_keeps_the_search_space_it_was_created_with(tmp_path):
     results = tmp_path / "results"
     space = write_space(tmp_path, "num_epochs: {choices: [1, 2]}")
-    common = ("tune", "--algo", "ppo", "--env", "CartPole-v1", "--budget", "256", "--suite", "none", "--pruner", "none",
-              "--results-dir", str(results))
+    common = ("tune", "--algo", "ppo", "--env", "CartPole-v1", "--budget", "256", "--suite", "none", "--pruner", "none", "--results-dir", str(results))
     assert run_cli(*common, "--trials", "1", "--space", str(space), cwd=tmp_path).returncode == 0
     resumed = run_cli(*common, "--trials", "1", cwd=tmp_path)  # no --space: the study's own
     assert resumed.returncode == 0, resumed.stderr
@@ -467,9 +515,27 @@ def start_study(tmp_path: Path, *arguments: str) -> tuple[subprocess.Popen, Path
     """A `tune` invocation of PPO on CartPole with budgets too long to finish during a test."""
     results = tmp_path / "results"
     process = subprocess.Popen(
-        [sys.executable, "-m", "benchmark", "tune", "--algo", "ppo", "--env", "CartPole-v1", "--budget", "1000000",
-         "--pruner", "none", "--results-dir", str(results), *arguments],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "benchmark",
+            "tune",
+            "--algo",
+            "ppo",
+            "--env",
+            "CartPole-v1",
+            "--budget",
+            "1000000",
+            "--pruner",
+            "none",
+            "--results-dir",
+            str(results),
+            *arguments,
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     return process, results
 
@@ -496,6 +562,7 @@ def wait_for_running_trials(process: subprocess.Popen, results: Path, count: int
 def worker_pids(process: subprocess.Popen) -> list[int]:
     """The invocation's worker processes and queue manager (not multiprocessing's resource
     tracker, nor the fork server the workers are forked from, which ends after the invocation)."""
+
     def children(pid: int) -> list[int]:
         return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 

@@ -13,11 +13,27 @@ from benchmark.analysis.report import group_records
 from benchmark.config import Budget, RunSpec
 
 
-def published(mean, spread=None, n_seeds=None, spread_kind="std across seeds", budget=1_000_000, env_id="Hopper-v5",
-              protocol="final_eval", algo="sac", approximate=False):
+def published(
+    mean, spread=None, n_seeds=None, spread_kind="std across seeds", budget=1_000_000, env_id="Hopper-v5", protocol="final_eval", algo="sac", approximate=False
+):
     family, version = env_id.rsplit("-", 1)
-    return ReferenceScore("A paper", "https://example.org", algo.upper(), env_id, budget, "final evaluation", mean, spread, n_seeds,
-                          family, version, algo, protocol, approximate, spread_kind)
+    return ReferenceScore(
+        "A paper",
+        "https://example.org",
+        algo.upper(),
+        env_id,
+        budget,
+        "final evaluation",
+        mean,
+        spread,
+        n_seeds,
+        family,
+        version,
+        algo,
+        protocol,
+        approximate,
+        spread_kind,
+    )
 
 
 def test_clearly_reproduced_with_a_spread_over_seeds_is_welch():
@@ -91,10 +107,18 @@ def test_one_seed_and_no_source():
 
 
 def test_zero_spread_on_both_sides():
-    assert verdicts.judge(np.array([500.0, 500.0, 500.0]), 100_000, "CartPole-v1", published(500.0, 0.0, 5, env_id="CartPole-v1", budget=100_000),
-                          algo="ppo").verdict == "reproduced"
-    assert verdicts.judge(np.array([490.0, 490.0, 490.0]), 100_000, "CartPole-v1", published(500.0, 0.0, 5, env_id="CartPole-v1", budget=100_000),
-                          algo="ppo").verdict == "below"
+    assert (
+        verdicts.judge(
+            np.array([500.0, 500.0, 500.0]), 100_000, "CartPole-v1", published(500.0, 0.0, 5, env_id="CartPole-v1", budget=100_000), algo="ppo"
+        ).verdict
+        == "reproduced"
+    )
+    assert (
+        verdicts.judge(
+            np.array([490.0, 490.0, 490.0]), 100_000, "CartPole-v1", published(500.0, 0.0, 5, env_id="CartPole-v1", budget=100_000), algo="ppo"
+        ).verdict
+        == "below"
+    )
 
 
 def test_the_published_score_chosen_is_comparable_then_like_protocol_then_closest_budget():
@@ -116,8 +140,7 @@ def test_several_seeds_of_training_returns_come_before_one_trained_agent():
     """RL Zoo's one agent per task (tuned per task) against CleanRL's 3 seeds of training returns
     at the published defaults: the multi-seed source is chosen, as for the normalization reference."""
     zoo = published(5819.1, 663.5, 1, spread_kind="std over evaluation episodes (one agent)", env_id="HalfCheetah-v3", algo="ppo")
-    cleanrl = published(1442.6, 46.0, 3, spread_kind="std across seeds (np.std, ddof=0)", env_id="HalfCheetah-v4", algo="ppo",
-                        protocol="training_return")
+    cleanrl = published(1442.6, 46.0, 3, spread_kind="std across seeds (np.std, ddof=0)", env_id="HalfCheetah-v4", algo="ppo", protocol="training_return")
     assert verdicts.choose_published("ppo", "HalfCheetah-v5", 1_000_000, (zoo, cleanrl)) is cleanrl
     assert verdicts.choose_published("ppo", "HalfCheetah-v5", 1_000_000, (zoo,)) is zoo
     three_seed_eval = published(1500.0, 50.0, 3, env_id="HalfCheetah-v4", algo="ppo")
@@ -128,8 +151,7 @@ def test_a_training_return_source_is_compared_with_our_training_returns():
     spec = RunSpec("s", "sac", "Hopper-v5", 0, {}, Budget(1_000_000, 10_000))
     records = []
     for seed, (final, train) in enumerate([(3500.0, 2500.0), (3600.0, 2400.0), (3400.0, 2600.0)]):
-        records.append(RunRecord(RunSpec("s", "sac", "Hopper-v5", seed, {}, spec.budget), "FINISHED", f"r{seed}", final,
-                                 final_train_return=train))
+        records.append(RunRecord(RunSpec("s", "sac", "Hopper-v5", seed, {}, spec.budget), "FINISHED", f"r{seed}", final, final_train_return=train))
     source = published(2500.0, 100.0, 5, protocol="training_return")
     [verdict] = verdicts.suite_verdicts(group_records(records), (source,))
     assert verdict.verdict == "reproduced" and verdict.ours.mean == 2500.0 and "training episodes" in verdict.reason

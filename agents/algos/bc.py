@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import math
 import zipfile
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -41,6 +42,7 @@ from agents.optim import adam
 
 OPTIMIZERS = {"adam": adam, "sgd": torch.optim.SGD, "rmsprop": torch.optim.RMSprop}
 assert tuple(OPTIMIZERS) == OPTIMIZER_NAMES, "BCConfig offers the optimizers built here"
+
 
 class LearnerNetwork(nn.Module):
     """The cloned policy: logits, a Gaussian mean with a state-independent log-std, or an action."""

@@ -32,8 +32,9 @@ sigma~ 0.2, c 0.5, d 2, 25,000 initial random steps).
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -63,9 +64,7 @@ class DDPG(OffPolicyAlgorithm):
         self.critic = make_critics(self.obs_dim, False, env_spec.num_actions, shape, config.num_critics).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_optimizer = adam(parameters_of(self.actor), lr=config.actor_lr)
-        self.critic_optimizer = adam(
-            parameters_of(self.critic), lr=config.critic_lr, weight_decay=config.critic_weight_decay
-        )
+        self.critic_optimizer = adam(parameters_of(self.critic), lr=config.critic_lr, weight_decay=config.critic_weight_decay)
         self.ou_state = torch.zeros(config.num_envs, env_spec.num_actions, device=self.device)
 
     def parameter_groups(self):
@@ -194,16 +193,16 @@ class DDPGSeedBatch(OffPolicySeedBatch):
             critic_target=StackedCritics([member.critic_target for member in self.members]),
             first_critic=critic.first,
         )
-        self.optimizers = self._stack_optimizers({
-            "critic": ([member.critic_optimizer for member in self.members], list(critic.parameters())),
-            "actor": ([member.actor_optimizer for member in self.members], list(actor.parameters())),
-        })
+        self.optimizers = self._stack_optimizers(
+            {
+                "critic": ([member.critic_optimizer for member in self.members], list(critic.parameters())),
+                "actor": ([member.actor_optimizer for member in self.members], list(actor.parameters())),
+            }
+        )
 
     def policy_actions(self, obs: torch.Tensor) -> torch.Tensor:
         actions = DeterministicActor.head(self.networks.actor(obs))
-        return torch.stack([
-            (seed_actions + member._noise(seed_actions.shape)).clamp(-1.0, 1.0) for member, seed_actions in zip(self.members, actions)
-        ])
+        return torch.stack([(seed_actions + member._noise(seed_actions.shape)).clamp(-1.0, 1.0) for member, seed_actions in zip(self.members, actions)])
 
     def update_targets(self) -> None:
         if self.members[0].num_updates % self.config.policy_delay == 0:

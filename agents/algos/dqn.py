@@ -22,8 +22,8 @@ al. 2019, without its value rescaling).
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F

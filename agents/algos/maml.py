@@ -31,8 +31,9 @@ MAMLPPO and MAMLTRPO.
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -141,9 +142,7 @@ def linear_baseline(episodes: Episodes, rewards: torch.Tensor, gamma: float, reg
     return ((features @ weights) * episodes.mask).float()
 
 
-def episode_advantages(
-    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, gae_lambda: float
-) -> torch.Tensor:
+def episode_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, gae_lambda: float) -> torch.Tensor:
     """GAE over padded episodes (E, T); an episode's last step bootstraps nothing."""
     next_values = torch.zeros_like(values)
     next_values[:, :-1] = values[:, 1:] * mask[:, 1:]

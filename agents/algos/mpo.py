@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -192,9 +193,7 @@ class MPO(OffPolicyAlgorithm):
         alpha_mean = F.softplus(networks.alpha_mean_param) + 1e-8
         alpha_std = F.softplus(networks.alpha_stddev_param) + 1e-8
         actor_loss = nll_mean + nll_std + (alpha_mean.detach() * kl_mean).sum(-1) + (alpha_std.detach() * kl_std).sum(-1)
-        multiplier_loss = (alpha_mean * (config.epsilon_mean - kl_mean.detach())).sum(-1) + (
-            alpha_std * (config.epsilon_stddev - kl_std.detach())
-        ).sum(-1)
+        multiplier_loss = (alpha_mean * (config.epsilon_mean - kl_mean.detach())).sum(-1) + (alpha_std * (config.epsilon_stddev - kl_std.detach())).sum(-1)
 
         gradients = {
             "critic": tools.gradients("critic", critic_loss),
@@ -256,11 +255,13 @@ class MPOSeedBatch(OffPolicySeedBatch):
             alpha_mean_param=duals[1],
             alpha_stddev_param=duals[2],
         )
-        self.optimizers = self._stack_optimizers({
-            "critic": ([member.critic_optimizer for member in self.members], list(critic.parameters())),
-            "actor": ([member.actor_optimizer for member in self.members], list(actor.parameters())),
-            "dual": ([member.dual_optimizer for member in self.members], duals),
-        })
+        self.optimizers = self._stack_optimizers(
+            {
+                "critic": ([member.critic_optimizer for member in self.members], list(critic.parameters())),
+                "actor": ([member.actor_optimizer for member in self.members], list(actor.parameters())),
+                "dual": ([member.dual_optimizer for member in self.members], duals),
+            }
+        )
 
     def policy_actions(self, obs: torch.Tensor) -> torch.Tensor:
         mean, std = self.members[0]._policy(self.networks.actor, obs)

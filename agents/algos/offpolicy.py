@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import abc
 import copy
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -74,9 +75,9 @@ class OffPolicyAlgorithm(Algorithm):
         self.encoder_target: RecurrentEncoder | None = None
         self.feature_dim = self.obs_dim
         if self.recurrent:
-            self.encoder = RecurrentEncoder(
-                self.obs_dim, config.obs_extractor_sizes, config.activation, config.recurrent, config.recurrent_size
-            ).to(self.device)
+            self.encoder = RecurrentEncoder(self.obs_dim, config.obs_extractor_sizes, config.activation, config.recurrent, config.recurrent_size).to(
+                self.device
+            )
             self.encoder_target = copy.deepcopy(self.encoder).requires_grad_(False)
             self.feature_dim = config.recurrent_size
         self.buffer = self.make_buffer()
@@ -112,20 +113,22 @@ class OffPolicyAlgorithm(Algorithm):
                 burn_in=config.burn_in,
                 overlap=config.sequence_overlap,
             )
-        sampler = PrioritizedSampler(
-            ReplayBuffer.rounded_capacity(config.buffer_size, config.num_envs),
-            config.per_alpha,
-            config.per_beta,
-            config.per_eps,
-            self.device,
-        ) if config.prioritized else None
+        sampler = (
+            PrioritizedSampler(
+                ReplayBuffer.rounded_capacity(config.buffer_size, config.num_envs),
+                config.per_alpha,
+                config.per_beta,
+                config.per_eps,
+                self.device,
+            )
+            if config.prioritized
+            else None
+        )
         recent = RecentExperience(config.ere_eta, config.ere_c_min, anneal=config.ere_anneal) if config.emphasize_recent else None
         relabeler = None
         if config.her_strategy != "none":
             compute_reward, compute_terminated = goal_functions(spec.env_id)
-            relabeler = HindsightRelabeler(
-                spec.goal, compute_reward, compute_terminated, config.her_strategy, config.her_k, config.reward_scale
-            )
+            relabeler = HindsightRelabeler(spec.goal, compute_reward, compute_terminated, config.her_strategy, config.her_k, config.reward_scale)
         return ReplayBuffer(
             config.buffer_size,
             config.num_envs,
@@ -349,9 +352,7 @@ class OffPolicyAlgorithm(Algorithm):
         """Networks, optimizers, counters and RNG; the replay buffer has its own ``state_dict``."""
         return {
             "modules": {name: module.state_dict() for name, module in self.modules().items()},
-            "optimizers": {
-                name: optimizer.state_dict() for name, (_, optimizer) in self.groups.items() if optimizer is not None
-            },
+            "optimizers": {name: optimizer.state_dict() for name, (_, optimizer) in self.groups.items() if optimizer is not None},
             "extra": self.extra_state(),
             "num_steps": self.num_steps,
             "num_updates": self.num_updates,
@@ -511,5 +512,3 @@ class OffPolicySeedBatch(SeedBatch):
         for member in self.members:
             member.num_updates += 1
         self.update_targets()
-
-

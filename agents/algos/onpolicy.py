@@ -23,7 +23,8 @@ unchanged on either, through the ``Seeds`` protocol.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Iterator, Mapping, Protocol, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -86,7 +87,7 @@ class Seeds(Protocol):
     or N (``OnPolicySeedBatch``), with their network, data and optimizer steps. Batches carry
     a leading seed dimension (S, M, ...); losses and logs are per seed (S,)."""
 
-    members: Sequence["OnPolicyAlgorithm"]
+    members: Sequence[OnPolicyAlgorithm]
     num_seeds: int
 
     @property
@@ -125,6 +126,7 @@ class OnPolicyAlgorithm(Algorithm):
         "max_grad_norm",
         "gae_lambda",
     )
+
     @property
     def learns_value(self) -> bool:
         """Whether the value function is learned and used as the baseline."""
@@ -324,9 +326,7 @@ class OnPolicyAlgorithm(Algorithm):
 
     # -- losses: written once, over a leading seed dimension -------------------------------
 
-    def evaluate_seeds(
-        self, network: Any, batch: Mapping[str, torch.Tensor]
-    ) -> tuple[PolicyDistribution, torch.Tensor, dict[str, torch.Tensor]]:
+    def evaluate_seeds(self, network: Any, batch: Mapping[str, torch.Tensor]) -> tuple[PolicyDistribution, torch.Tensor, dict[str, torch.Tensor]]:
         """Every seed's current policy and values on its batch (S, M), and the batch's per-step
         tensors flattened to (S, M, ...): recurrent sequences are unrolled from their states."""
         if self.config.recurrent:
@@ -371,9 +371,7 @@ class OnPolicyAlgorithm(Algorithm):
         counted = process_advantages(self.config, advantages, complete)
         return counted, advantages.shape[-1] / complete.sum(dim=-1).clamp_min(1)
 
-    def seeds_loss(
-        self, network: Any, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def seeds_loss(self, network: Any, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """policy loss - entropy bonus + value_coef * value loss (the parts asked for), per
         seed (S,), on a batch (S, M, ...); each log (S,)."""
         dist, values, flat = self.evaluate_seeds(network, batch)
@@ -423,9 +421,7 @@ class OnPolicyAlgorithm(Algorithm):
         loss, info = self.seeds_loss(self.actor_critic, seed_axis(batch), parts)
         return loss[0], per_seed_logs(info, 1)[0]
 
-    def compute_gradients(
-        self, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS
-    ) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+    def compute_gradients(self, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS) -> tuple[list[torch.Tensor | None], dict[str, float]]:
         """Gradients of ``loss(batch, parts)`` for every parameter (None where unused)."""
         loss, info = self.loss(batch, parts)
         gradients = torch.autograd.grad(loss, self.parameters, allow_unused=True)
@@ -579,7 +575,8 @@ class OnPolicySeedBatch(SeedBatch):
 
     def minibatches(self, num_minibatches: int, active: torch.Tensor | None = None) -> Iterator[dict[str, torch.Tensor]]:
         epochs = [
-            member.minibatches(num_minibatches) if active is None or active[seed]
+            member.minibatches(num_minibatches)
+            if active is None or active[seed]
             else member.storage.minibatches(num_minibatches, torch.Generator())  # filler: the member's generator is not drawn
             for seed, member in enumerate(self.members)
         ]

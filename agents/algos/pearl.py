@@ -37,7 +37,8 @@ configuration (their rlkit-based code, configs/default.py); garage's PEARL names
 from __future__ import annotations
 
 import copy
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -54,6 +55,7 @@ from agents.optim import adam
 from agents.tasks import Task
 
 TASK_STREAM = 1  # the task-choice RNG is seeded by SeedSequence([seed, TASK_STREAM])
+
 
 class ContextEncoder(nn.Module):
     """Each context transition -> (mu, sigma^2) of one Gaussian factor of q(z | c)."""
@@ -135,7 +137,7 @@ class TaskBuffer:
 class ContextPolicy:
     """pi(a | s, z) for one sampled z, and the context it was inferred from."""
 
-    def __init__(self, algo: "PEARL", context: torch.Tensor | None, z: torch.Tensor):
+    def __init__(self, algo: PEARL, context: torch.Tensor | None, z: torch.Tensor):
         self.algo, self.context, self.z = algo, context, z
 
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> PolicyOutput:
@@ -358,9 +360,7 @@ class PEARL(MetaAlgorithm):
         policy_mean, policy_log_std = policy_out.split(self.action_dim, dim=-1)
         policy_log_std = policy_log_std.clamp(-20.0, 2.0)
         new_actions, log_pi, pre_tanh = TanhGaussian(policy_mean, policy_log_std).rsample_with_pre_tanh()
-        min_q_new = torch.min(
-            self._q_frozen(self.qf1, obs, new_actions, z), self._q_frozen(self.qf2, obs, new_actions, z)
-        )
+        min_q_new = torch.min(self._q_frozen(self.qf1, obs, new_actions, z), self._q_frozen(self.qf2, obs, new_actions, z))
         v = self.vf(torch.cat([obs, z], dim=-1)).squeeze(-1)
         vf_loss = F.mse_loss(v, (min_q_new - log_pi).detach())
         policy_loss = (

@@ -22,7 +22,8 @@ gradient clipping at 0.5, linear learning-rate annealing.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -140,8 +141,11 @@ class SAC(OffPolicyAlgorithm):
             log_probs = log_probs.detach()
         gradients = {"critic": tools.gradients("critic", critic_loss), "actor": tools.gradients("actor", actor_loss)}
         logs = {
-            "critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "q_mean": q_values.detach().mean(dim=(1, 2)),
-            "alpha": alpha[:, 0], "entropy": -log_probs.mean(dim=-1),
+            "critic_loss": critic_loss.detach(),
+            "actor_loss": actor_loss.detach(),
+            "q_mean": q_values.detach().mean(dim=(1, 2)),
+            "alpha": alpha[:, 0],
+            "entropy": -log_probs.mean(dim=-1),
         }
         # temperature: -log(alpha) (log pi(a~|s) + H_target)
         if self.auto_alpha:

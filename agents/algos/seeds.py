@@ -32,7 +32,8 @@ built from members that were loaded from such states continues them.
 from __future__ import annotations
 
 import abc
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -120,8 +121,7 @@ class StackedOptimizer:
             mask = stepping.to(parameter.device).view(shape)
             state = self.optimizer.state[parameter]
             if not state:
-                state.update(step=torch.zeros((), device=parameter.device), exp_avg=torch.zeros_like(parameter),
-                             exp_avg_sq=torch.zeros_like(parameter))
+                state.update(step=torch.zeros((), device=parameter.device), exp_avg=torch.zeros_like(parameter), exp_avg_sq=torch.zeros_like(parameter))
             gradient = parameter.grad
             if group["weight_decay"]:
                 gradient = gradient + group["weight_decay"] * parameter
@@ -177,8 +177,13 @@ class StackedOptimizer:
             if not state:
                 continue
             exported = {
-                key: (value[position].clone() if key != "step" and torch.is_tensor(value) and value.shape == home.shape else
-                      value.clone() if torch.is_tensor(value) else value)
+                key: (
+                    value[position].clone()
+                    if key != "step" and torch.is_tensor(value) and value.shape == home.shape
+                    else value.clone()
+                    if torch.is_tensor(value)
+                    else value
+                )
                 for key, value in state.items()
             }
             if "step" in exported:

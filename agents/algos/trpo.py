@@ -19,7 +19,8 @@ of 128-sample minibatches with Adam 1e-3, gae_lambda 0.95, 64x64 tanh networks).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 
@@ -75,9 +76,7 @@ class TRPO(OnPolicyAlgorithm):
         (S,), and the logs (S,)."""
         config = self.config
         surrogate, mean_kl = self.policy_objective(seeds.network, batch)
-        full_step, gradient = trust_region_step(
-            surrogate, mean_kl, seeds.policy_parameters(), config.max_kl, config.cg_iterations, config.cg_damping
-        )
+        full_step, gradient = trust_region_step(surrogate, mean_kl, seeds.policy_parameters(), config.max_kl, config.cg_iterations, config.cg_damping)
         return full_step, surrogate.detach(), {"surrogate": surrogate.detach(), "gradient_norm": gradient.norm(dim=-1)}
 
     @torch.no_grad()
@@ -104,9 +103,7 @@ class TRPO(OnPolicyAlgorithm):
         step, search_logs = self.line_search(seeds, batch, full_step, surrogate_before)
         return step, {**logs, **search_logs}
 
-    def compute_gradients(
-        self, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS
-    ) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+    def compute_gradients(self, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS) -> tuple[list[torch.Tensor | None], dict[str, float]]:
         """Policy entries: minus the accepted trust-region step, so that ``apply_gradients``'
         theta <- theta - g takes it; value entries: gradients of the value loss."""
         gradients: list[torch.Tensor | None] = [None] * len(self.parameters)
@@ -130,4 +127,3 @@ class TRPO(OnPolicyAlgorithm):
             set_gradients(self.parameters, gradients)
         subtract_gradients(self.policy_parameters)
         super().apply_gradients()
-

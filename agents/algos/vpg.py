@@ -96,8 +96,4 @@ class A2C(OnPolicyAlgorithm):
         config = self.config
         if config.optimizer == "adam":
             return super()._make_optimizers()
-        return {
-            "joint": torch.optim.RMSprop(
-                self.parameters, lr=config.learning_rate, alpha=config.rmsprop_alpha, eps=config.rmsprop_eps
-            )
-        }
+        return {"joint": torch.optim.RMSprop(self.parameters, lr=config.learning_rate, alpha=config.rmsprop_alpha, eps=config.rmsprop_eps)}

@@ -18,7 +18,8 @@ Relabeling happens at sampling time, so the stored data stays as collected.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -89,9 +90,7 @@ class HindsightRelabeler:
             terminated = np.asarray(self.compute_terminated(next_achieved, goals_np, {}), dtype=np.float32)
             batch["terminated"][chosen] = torch.as_tensor(np.broadcast_to(terminated, rewards.shape).copy(), device=buffer.device)
 
-    def _goal_steps(
-        self, buffer: ReplayBuffer, rows: torch.Tensor, envs: torch.Tensor, generator: torch.Generator | None
-    ) -> torch.Tensor:
+    def _goal_steps(self, buffer: ReplayBuffer, rows: torch.Tensor, envs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """Absolute step of the state whose achieved goal becomes the new desired goal."""
         oldest = buffer.rows_written - buffer.rows_stored
         newest = buffer.rows_written - 1

@@ -28,9 +28,7 @@ class UniformSampler:
 
     prioritized = False
 
-    def sample(
-        self, batch_size: int, window: Window, generator: torch.Generator | None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def sample(self, batch_size: int, window: Window, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(B,) flat indices and no importance weights."""
         offsets = torch.randint(0, window.count, (batch_size,), generator=generator)
         if window.start == 0:  # count <= modulus: the offsets are the indices
@@ -87,9 +85,7 @@ class PrioritizedSampler:
         self.max_priority = max(self.max_priority, float(priorities.max()))
         self.tree.update(indices, priorities.pow(self.alpha))
 
-    def sample(
-        self, batch_size: int, window: Window, generator: torch.Generator | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, batch_size: int, window: Window, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(B,) flat indices drawn with P(i) within the window, and their importance weights (B,)."""
         # the window is one range, or two when it wraps around the end of the storage
         first_end = min(window.start + window.count, window.modulus)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -83,8 +83,18 @@ class RolloutStorage:
         self._numpy = {name: getattr(self, name).numpy() for name in self._INSERTED} if self.obs.device.type == "cpu" else {}
 
     _INSERTED = (
-        "obs", "actions", "log_probs", "values", "rewards", "terminated", "truncated", "truncation_values",
-        "dist_params", "entropies", "states", "episode_starts",
+        "obs",
+        "actions",
+        "log_probs",
+        "values",
+        "rewards",
+        "terminated",
+        "truncated",
+        "truncation_values",
+        "dist_params",
+        "entropies",
+        "states",
+        "episode_starts",
     )
 
     @property
@@ -112,9 +122,18 @@ class RolloutStorage:
             raise RuntimeError("rollout storage is full; call compute_returns and reset first")
         t = self.step
         fields = {
-            "obs": obs, "actions": actions, "log_probs": log_probs, "values": values, "rewards": rewards,
-            "terminated": terminated, "truncated": truncated, "truncation_values": truncation_values,
-            "dist_params": dist_params, "entropies": entropies, "states": states, "episode_starts": self._next_starts,
+            "obs": obs,
+            "actions": actions,
+            "log_probs": log_probs,
+            "values": values,
+            "rewards": rewards,
+            "terminated": terminated,
+            "truncated": truncated,
+            "truncation_values": truncation_values,
+            "dist_params": dist_params,
+            "entropies": entropies,
+            "states": states,
+            "episode_starts": self._next_starts,
         }
         if self.obs.device.type == "cpu":  # NumPy indexing copies a small row several times faster than torch's
             for name, value in fields.items():
@@ -132,9 +151,7 @@ class RolloutStorage:
         next_values = torch.cat([self.values[1:], last_values.unsqueeze(0)])
         next_values = torch.where(self.truncated, self.truncation_values, next_values)
         dones = self.terminated | self.truncated
-        self.advantages, self.returns = compute_gae(
-            self.rewards, self.values, next_values, self.terminated, dones, gamma, gae_lambda
-        )
+        self.advantages, self.returns = compute_gae(self.rewards, self.values, next_values, self.terminated, dones, gamma, gae_lambda)
         # a step is complete if its env reaches an episode end at that step or later
         self.complete = dones.int().flip(0).cummax(dim=0).values.flip(0).bool()
 
@@ -216,8 +233,19 @@ class RolloutStorage:
         self._next_starts = torch.ones_like(self._next_starts)
 
     _STATE_FIELDS = (
-        "obs", "actions", "log_probs", "values", "rewards", "terminated", "truncated", "truncation_values",
-        "dist_params", "entropies", "states", "episode_starts", "_next_starts",
+        "obs",
+        "actions",
+        "log_probs",
+        "values",
+        "rewards",
+        "terminated",
+        "truncated",
+        "truncation_values",
+        "dist_params",
+        "entropies",
+        "states",
+        "episode_starts",
+        "_next_starts",
     )
 
     def state_dict(self) -> dict[str, torch.Tensor | int]:
@@ -231,4 +259,3 @@ class RolloutStorage:
         for name in self._STATE_FIELDS:
             getattr(self, name).copy_(state[name])
         self.step = int(state["step"])
-

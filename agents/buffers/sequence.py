@@ -42,9 +42,7 @@ class SequenceReplayBuffer(ReplayBuffer):
         overlap: float = 0.5,
     ):
         if sequence_length < 1 or burn_in < 0 or not 0.0 <= overlap < 1.0:
-            raise ValueError(
-                f"need sequence_length >= 1, burn_in >= 0 and overlap in [0, 1); got {sequence_length}, {burn_in}, {overlap}"
-            )
+            raise ValueError(f"need sequence_length >= 1, burn_in >= 0 and overlap in [0, 1); got {sequence_length}, {burn_in}, {overlap}")
         super().__init__(
             capacity,
             num_envs,

@@ -56,7 +56,9 @@ class BCConfig(Hyperparameters):
         if spec.multi_discrete:
             raise ConfigError(f"bc cannot clone {spec.env_id}'s {spec.action_space_name} actions")
         if self.normalize_observations or self.normalize_rewards:
-            raise ConfigError("bc learns on raw observations (an expert normalizes with its own statistics): set normalize_observations and normalize_rewards to false")
+            raise ConfigError(
+                "bc learns on raw observations (an expert normalizes with its own statistics): set normalize_observations and normalize_rewards to false"
+            )
         if self.minibatches_per_epoch > self.batch_size:
             raise ConfigError(f"minibatches_per_epoch {self.minibatches_per_epoch} exceeds batch_size {self.batch_size}")
         from agents.algos.bc import check_expert

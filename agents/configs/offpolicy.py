@@ -86,11 +86,15 @@ class OffPolicyConfig(Hyperparameters):
         if self.recurrent != "none":
             if not self.supports_recurrent:
                 raise ConfigError(f"{algorithm} has no recurrent variant; recurrent={self.recurrent!r} works with dqn and sac")
-            combined = [name for name, on in (
-                ("prioritized", self.prioritized),
-                ("emphasize_recent", self.emphasize_recent),
-                ("her_strategy", self.her_strategy != "none"),
-                ("n_step > 1", self.n_step > 1),
-            ) if on]
+            combined = [
+                name
+                for name, on in (
+                    ("prioritized", self.prioritized),
+                    ("emphasize_recent", self.emphasize_recent),
+                    ("her_strategy", self.her_strategy != "none"),
+                    ("n_step > 1", self.n_step > 1),
+                )
+                if on
+            ]
             if combined:
                 raise ConfigError(f"recurrent sequence replay cannot be combined with {', '.join(combined)}")

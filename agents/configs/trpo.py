@@ -36,5 +36,7 @@ class TRPOConfig(OnPolicyConfig):
     def check_settings(self, spec: Any, algorithm: str) -> None:
         super().check_settings(spec, algorithm)
         if self.shared_network:
-            raise ConfigError("trpo needs separate policy and value networks (shared_network: false): value steps would move the policy outside its trust region")
+            raise ConfigError(
+                "trpo needs separate policy and value networks (shared_network: false): value steps would move the policy outside its trust region"
+            )
         self.check_minibatches("value_num_minibatches", self.value_num_minibatches)

@@ -13,7 +13,7 @@ run; without ``noise`` the global RNG is used.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -90,7 +90,7 @@ class Categorical(_Sampled):
     def mode(self) -> torch.Tensor:
         return self.logits.argmax(dim=-1)
 
-    def kl(self, other: "Categorical") -> torch.Tensor:
+    def kl(self, other: Categorical) -> torch.Tensor:
         """KL(self || other) per sample (B,)."""
         return kl_divergence(self._dist, other._dist)
 
@@ -131,7 +131,7 @@ class MultiCategorical(_Sampled):
     def mode(self) -> torch.Tensor:
         return torch.stack([part.mode() for part in self.parts], dim=-1)
 
-    def kl(self, other: "MultiCategorical") -> torch.Tensor:
+    def kl(self, other: MultiCategorical) -> torch.Tensor:
         """KL(self || other) per sample (B,), summed over components."""
         return sum(mine.kl(theirs) for mine, theirs in zip(self.parts, other.parts))
 
@@ -184,7 +184,7 @@ class DiagGaussian(_Gaussian):
     def mode(self) -> torch.Tensor:
         return self.mean
 
-    def kl(self, other: "DiagGaussian") -> torch.Tensor:
+    def kl(self, other: DiagGaussian) -> torch.Tensor:
         """KL(self || other) per sample (B,), summed over action dimensions."""
         variance_ratio = (self.std / other.std).pow(2)
         mean_term = ((self.mean - other.mean) / other.std).pow(2)

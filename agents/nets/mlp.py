@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -12,7 +12,10 @@ from torch import nn
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
 _FUNCTIONS: dict[type[nn.Module], Callable[[torch.Tensor], torch.Tensor]] = {
-    nn.Tanh: torch.tanh, nn.ReLU: torch.relu, nn.ELU: F.elu, nn.GELU: F.gelu,
+    nn.Tanh: torch.tanh,
+    nn.ReLU: torch.relu,
+    nn.ELU: F.elu,
+    nn.GELU: F.gelu,
 }
 
 
@@ -54,9 +57,7 @@ def mlp(
     return MLP(*body, linear(width, out_features, orthogonal_init, output_gain))
 
 
-def hidden_layers(
-    in_features: int, hidden_sizes: Sequence[int], activation: str = "relu", orthogonal_init: bool = False
-) -> tuple[MLP, int]:
+def hidden_layers(in_features: int, hidden_sizes: Sequence[int], activation: str = "relu", orthogonal_init: bool = False) -> tuple[MLP, int]:
     """The hidden part of ``mlp`` alone (no output layer) and its output width."""
     layers: list[nn.Module] = []
     sizes = [in_features, *hidden_sizes]
@@ -75,9 +76,7 @@ def linear(fan_in: int, fan_out: int, orthogonal_init: bool, gain: float) -> nn.
 
 # target module -> (its source, both parameter lists): listing a module's parameters walks its
 # tree of submodules, which cost more than the update itself for a twin critic
-_POLYAK_PARAMETERS: "weakref.WeakKeyDictionary[nn.Module, tuple[weakref.ref, list[nn.Parameter], list[nn.Parameter]]]" = (
-    weakref.WeakKeyDictionary()
-)
+_POLYAK_PARAMETERS: weakref.WeakKeyDictionary[nn.Module, tuple[weakref.ref, list[nn.Parameter], list[nn.Parameter]]] = weakref.WeakKeyDictionary()
 
 
 def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:

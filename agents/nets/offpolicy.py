@@ -17,8 +17,9 @@ each step and what replayed sequences burn in.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -39,7 +40,7 @@ class NetworkShape:
     act_extractor_sizes: tuple[int, ...] = ()
 
     @classmethod
-    def of(cls, config: Any) -> "NetworkShape":
+    def of(cls, config: Any) -> NetworkShape:
         """The shape an off-policy config sets (``agents.configs.offpolicy.OffPolicyConfig``)."""
         return cls(config.hidden_sizes, config.activation, config.obs_extractor_sizes, config.act_extractor_sizes)
 

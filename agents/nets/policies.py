@@ -14,7 +14,7 @@ is rebuilt from them exactly, without a second copy of the network.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -122,9 +122,7 @@ class ActorCritic(nn.Module):
         """``policy_and_value`` of one seed's batch with a seed dimension of 1, as the losses take
         it (``StackedActorCritic.seeded`` gives N): obs (1, B, *obs_shape) [states (1, B,
         state_size), episode_starts (1, L, B) for sequences] -> distribution (1, M), values (1, M)."""
-        outputs, values, _ = self._heads(
-            obs[0], None if states is None else states[0], None if episode_starts is None else episode_starts[0]
-        )
+        outputs, values, _ = self._heads(obs[0], None if states is None else states[0], None if episode_starts is None else episode_starts[0])
         outputs, values = outputs.unsqueeze(0), values.unsqueeze(0)
         if self.log_std is not None:
             return DiagGaussian(outputs, self.log_std), values

@@ -15,7 +15,7 @@ their order are those of ``torch.nn.GRUCell`` and ``torch.nn.LSTMCell``.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F

@@ -12,7 +12,7 @@ trained alone, and they see every update made through the stack.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

@@ -27,7 +27,7 @@ IMPORTED_TAG = "imported_from"
 def _iso(ms: int | None) -> str:
     if not ms:
         return ""
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(timespec="seconds")
 
 
 def _ms(text: str) -> int | None:
@@ -54,15 +54,24 @@ def from_store(suite: Suite, tracking_uri: str) -> list[BundledRun]:
                 continue
             run_id = run.info.run_id
             curve = _curve(client, run_id, Path(scratch))
-            runs.append(BundledRun(
-                spec, float(final), metrics.get(metric_names.FINAL_RETURN_STD), curve,
-                metrics.get(metric_names.PRE_ADAPTATION_RETURN), metrics.get(metric_names.FINAL_WALL_SECONDS),
-                metrics.get(metric_names.FINAL_STEPS_PER_SECOND, metrics.get(metric_names.STEPS_PER_SECOND)), tags.get("device", ""),
-                {name: tags.get(name, "") for name in bundles.PROVENANCE},
-                {name.split(".", 1)[1]: value for name, value in sorted(tags.items()) if name.startswith("version.")},
-                tuple(int(s) for s in tags.get("batch_seeds", "").split()) if len(tags.get("batch_seeds", "").split()) > 1 else (),
-                tags.get("original_run_id", run_id), _iso(run.info.start_time), _iso(run.info.end_time),
-            ))
+            runs.append(
+                BundledRun(
+                    spec,
+                    float(final),
+                    metrics.get(metric_names.FINAL_RETURN_STD),
+                    curve,
+                    metrics.get(metric_names.PRE_ADAPTATION_RETURN),
+                    metrics.get(metric_names.FINAL_WALL_SECONDS),
+                    metrics.get(metric_names.FINAL_STEPS_PER_SECOND, metrics.get(metric_names.STEPS_PER_SECOND)),
+                    tags.get("device", ""),
+                    {name: tags.get(name, "") for name in bundles.PROVENANCE},
+                    {name.split(".", 1)[1]: value for name, value in sorted(tags.items()) if name.startswith("version.")},
+                    tuple(int(s) for s in tags.get("batch_seeds", "").split()) if len(tags.get("batch_seeds", "").split()) > 1 else (),
+                    tags.get("original_run_id", run_id),
+                    _iso(run.info.start_time),
+                    _iso(run.info.end_time),
+                )
+            )
     return runs
 
 
@@ -84,10 +93,17 @@ def _curve(client: Any, run_id: str, scratch: Path) -> tuple[Evaluation, ...]:
     for step in steps:
         evaluation = recorded.get(step, {})
         train_mean, train_count = training.get(step, (evaluation.get("train_return_mean"), evaluation.get("train_episodes", 0)))
-        curve.append(Evaluation(
-            step, means[step], stds.get(step, float("nan")), tuple(map(float, evaluation.get("returns", ()))),
-            tuple(map(int, evaluation.get("lengths", ()))), None if train_mean is None else float(train_mean), int(train_count or 0),
-        ))
+        curve.append(
+            Evaluation(
+                step,
+                means[step],
+                stds.get(step, float("nan")),
+                tuple(map(float, evaluation.get("returns", ()))),
+                tuple(map(int, evaluation.get("lengths", ()))),
+                None if train_mean is None else float(train_mean),
+                int(train_count or 0),
+            )
+        )
     return tuple(curve)
 
 
@@ -138,7 +154,9 @@ def import_bundle(bundle: bundles.Bundle, tracking_uri: str, results_dir: Path) 
     if not to_import:
         return 0, len(bundle.runs)
     parent = tracking.start_parent_run(
-        tracking_uri, experiment, f"import-{Path(bundle.origin).name}-{time.strftime('%Y%m%d-%H%M%S')}",
+        tracking_uri,
+        experiment,
+        f"import-{Path(bundle.origin).name}-{time.strftime('%Y%m%d-%H%M%S')}",
         {"suite": bundle.suite, "kind": "import", IMPORTED_TAG: bundle.origin},
     )
     try:
@@ -156,30 +174,45 @@ def _import_run(tracking_uri: str, experiment: str, parent_run_id: str, run: Bun
 
     client = tracking.client(tracking_uri)
     tags = {
-        "run_key": run.run_key, "suite": run.spec.suite, "algo": run.spec.algo, "env_id": run.spec.env_id, "seed": run.spec.seed,
-        "device": run.device, **run.provenance, **{f"version.{name}": v for name, v in run.versions.items()},
-        IMPORTED_TAG: run.origin, "original_run_id": run.mlflow_run_id, "mlflow.parentRunId": parent_run_id,
+        "run_key": run.run_key,
+        "suite": run.spec.suite,
+        "algo": run.spec.algo,
+        "env_id": run.spec.env_id,
+        "seed": run.spec.seed,
+        "device": run.device,
+        **run.provenance,
+        **{f"version.{name}": v for name, v in run.versions.items()},
+        IMPORTED_TAG: run.origin,
+        "original_run_id": run.mlflow_run_id,
+        "mlflow.parentRunId": parent_run_id,
         **({"batch_seeds": " ".join(map(str, run.batch_seeds))} if run.batch_seeds else {}),
     }
-    created = tracking.retry(lambda: client.create_run(
-        experiment, start_time=_ms(run.started), run_name=run.spec.label, tags={k: str(v) for k, v in tags.items()}))
+    created = tracking.retry(
+        lambda: client.create_run(experiment, start_time=_ms(run.started), run_name=run.spec.label, tags={k: str(v) for k, v in tags.items()})
+    )
     run_id = created.info.run_id
     ended = _ms(run.ended) or int(time.time() * 1000)
     metrics = [Metric(metric_names.EVAL_RETURN_MEAN, e.mean, ended, e.step) for e in run.curve]
     metrics += [Metric(metric_names.EVAL_RETURN_STD, e.std, ended, e.step) for e in run.curve]
     metrics += [Metric(metric_names.TRAIN_RETURN, e.train_return_mean, ended, e.step) for e in run.curve if e.train_return_mean is not None]
     last = run.curve[-1].step if run.curve else run.spec.budget.total_steps
-    finals = {metric_names.FINAL_RETURN_MEAN: run.final_return, metric_names.FINAL_RETURN_STD: run.final_return_std,
-              metric_names.FINAL_STEPS_PER_SECOND: run.steps_per_second, metric_names.FINAL_WALL_SECONDS: run.wall_seconds,
-              metric_names.PRE_ADAPTATION_RETURN: run.pre_adaptation_return}
+    finals = {
+        metric_names.FINAL_RETURN_MEAN: run.final_return,
+        metric_names.FINAL_RETURN_STD: run.final_return_std,
+        metric_names.FINAL_STEPS_PER_SECOND: run.steps_per_second,
+        metric_names.FINAL_WALL_SECONDS: run.wall_seconds,
+        metric_names.PRE_ADAPTATION_RETURN: run.pre_adaptation_return,
+    }
     metrics += [Metric(name, value, ended, last) for name, value in finals.items() if value is not None]
     params = [Param(k, str(v)[:6000]) for k, v in tracking.child_params(run.spec).items()]
     for start in range(0, len(metrics), 900):  # MLflow's log_batch takes at most 1000 metrics and 100 params
-        tracking.retry(lambda: client.log_batch(run_id, metrics=metrics[start:start + 900]))
+        tracking.retry(lambda: client.log_batch(run_id, metrics=metrics[start : start + 900]))
     for start in range(0, len(params), 90):
-        tracking.retry(lambda: client.log_batch(run_id, params=params[start:start + 90]))
-    evaluations = [{"step": e.step, "returns": list(e.returns), "lengths": list(e.lengths), "train_return_mean": e.train_return_mean,
-                    "train_episodes": e.train_episodes} for e in run.curve]
+        tracking.retry(lambda: client.log_batch(run_id, params=params[start : start + 90]))
+    evaluations = [
+        {"step": e.step, "returns": list(e.returns), "lengths": list(e.lengths), "train_return_mean": e.train_return_mean, "train_episodes": e.train_episodes}
+        for e in run.curve
+    ]
     tracking.retry(lambda: client.log_text(run_id, json.dumps(evaluations), "evaluations.json"))
     tracking.retry(lambda: client.log_text(run_id, json.dumps(run.spec.to_dict(), indent=2, sort_keys=True), "config.json"))
     tracking.retry(lambda: client.set_terminated(run_id, "FINISHED", end_time=ended))

@@ -21,8 +21,9 @@ import json
 import math
 import os
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 # ConfigError (agents.api) is imported in the functions that raise it: importing agents starts torch,
 # and the command line's parser reads this module (--help must not wait for torch).
@@ -40,8 +41,7 @@ def side_summary(returns: Sequence[float]) -> dict[str, Any]:
     from benchmark.analysis.stats import t_interval
 
     interval = t_interval(list(returns))
-    return {"n": len(returns), "mean": interval.estimate, "std": statistics.stdev(returns) if len(returns) > 1 else 0.0,
-            "ci95": [interval.low, interval.high]}
+    return {"n": len(returns), "mean": interval.estimate, "std": statistics.stdev(returns) if len(returns) > 1 else 0.0, "ci95": [interval.low, interval.high]}
 
 
 def compare(ours: Sequence[float], peer: Sequence[float], margin: float = MARGIN) -> dict[str, Any]:
@@ -60,8 +60,7 @@ def compare(ours: Sequence[float], peer: Sequence[float], margin: float = MARGIN
         from scipy import stats
 
         standard_error = math.sqrt(variance)
-        df = variance**2 / ((statistics.variance(ours) / len(ours)) ** 2 / (len(ours) - 1)
-                            + (statistics.variance(peer) / len(peer)) ** 2 / (len(peer) - 1))
+        df = variance**2 / ((statistics.variance(ours) / len(ours)) ** 2 / (len(ours) - 1) + (statistics.variance(peer) / len(peer)) ** 2 / (len(peer) - 1))
         p_value = float(2 * stats.t.sf(abs(difference) / standard_error, df))
         half = float(stats.t.ppf(0.95, df)) * standard_error
         low, high = difference - half, difference + half
@@ -84,6 +83,7 @@ def record_path(directory: Path, algo: str, env_id: str, steps: int) -> Path:
 def load_record(path: Path) -> dict[str, Any] | None:
     """A comparison file, or None when there is none; ConfigError naming a corrupt one."""
     from agents.errors import ConfigError
+
     if not path.exists():
         return None
     try:
@@ -119,8 +119,7 @@ def summarize(record: dict[str, Any], margin: float = MARGIN) -> dict[str, Any]:
     by_side = {side: {r["seed"]: r["final_return"] for r in record["runs"] if r["side"] == side} for side in SIDES}
     seeds = sorted(set(by_side["ours"]) & set(by_side["peer"]))
     versions = sorted({r["version"] for r in record["runs"] if r["side"] == "peer"})
-    head = {**{key: record["setting"][key] for key in ("algo", "env_id", "steps", "episodes")}, "seeds": seeds,
-            "peer_version": ", ".join(versions)}
+    head = {**{key: record["setting"][key] for key in ("algo", "env_id", "steps", "episodes")}, "seeds": seeds, "peer_version": ", ".join(versions)}
     if not seeds:
         return {**head, "verdict": "no seed finished on both sides"}
     return {**head, **compare([by_side["ours"][s] for s in seeds], [by_side["peer"][s] for s in seeds], margin)}
@@ -129,8 +128,19 @@ def summarize(record: dict[str, Any], margin: float = MARGIN) -> dict[str, Any]:
 # ---------------------------------------------------------------- the table
 
 
-TABLE_COLUMNS = ("algorithm", "environment", "steps", "seeds", "ours mean [95% CI]", "peer mean [95% CI]", "peer",
-                 "difference [90% CI]", "Welch p", "margin", "verdict")
+TABLE_COLUMNS = (
+    "algorithm",
+    "environment",
+    "steps",
+    "seeds",
+    "ours mean [95% CI]",
+    "peer mean [95% CI]",
+    "peer",
+    "difference [90% CI]",
+    "Welch p",
+    "margin",
+    "verdict",
+)
 
 
 def table_rows(directory: Path = PARITY_DIR, margin: float = MARGIN) -> list[dict[str, Any]]:
@@ -148,7 +158,10 @@ def _interval(low_high: list[float] | None, mean: float | None = None) -> str:
 def row_cells(summary: dict[str, Any]) -> list[str]:
     p = summary["welch_p"]
     return [
-        summary["algo"], summary["env_id"], f"{summary['steps']:,}", str(len(summary["seeds"])),
+        summary["algo"],
+        summary["env_id"],
+        f"{summary['steps']:,}",
+        str(len(summary["seeds"])),
         _interval(summary["ours"]["ci95"], summary["ours"]["mean"]) if summary["seeds"] else "—",
         _interval(summary["peer"]["ci95"], summary["peer"]["mean"]) if summary["seeds"] else "—",
         summary["peer_version"],
@@ -168,14 +181,49 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 def csv_text(rows: list[dict[str, Any]]) -> str:
     stream = io.StringIO()
     writer = csv.writer(stream, lineterminator="\n")
-    writer.writerow(["algo", "env_id", "steps", "episodes", "seeds", "ours_mean", "ours_ci_low", "ours_ci_high", "peer_mean",
-                     "peer_ci_low", "peer_ci_high", "peer", "difference", "difference_ci90_low", "difference_ci90_high",
-                     "welch_p", "margin", "verdict"])
+    writer.writerow(
+        [
+            "algo",
+            "env_id",
+            "steps",
+            "episodes",
+            "seeds",
+            "ours_mean",
+            "ours_ci_low",
+            "ours_ci_high",
+            "peer_mean",
+            "peer_ci_low",
+            "peer_ci_high",
+            "peer",
+            "difference",
+            "difference_ci90_low",
+            "difference_ci90_high",
+            "welch_p",
+            "margin",
+            "verdict",
+        ]
+    )
     for row in rows:
         difference_ci = row["difference_ci90"] or [None, None]
-        writer.writerow([row["algo"], row["env_id"], row["steps"], row["episodes"], " ".join(map(str, row["seeds"])),
-                         row["ours"]["mean"], *row["ours"]["ci95"], row["peer"]["mean"], *row["peer"]["ci95"], row["peer_version"],
-                         row["difference"], *difference_ci, row["welch_p"], row["margin"], row["verdict"]])
+        writer.writerow(
+            [
+                row["algo"],
+                row["env_id"],
+                row["steps"],
+                row["episodes"],
+                " ".join(map(str, row["seeds"])),
+                row["ours"]["mean"],
+                *row["ours"]["ci95"],
+                row["peer"]["mean"],
+                *row["peer"]["ci95"],
+                row["peer_version"],
+                row["difference"],
+                *difference_ci,
+                row["welch_p"],
+                row["margin"],
+                row["verdict"],
+            ]
+        )
     return stream.getvalue()
 
 

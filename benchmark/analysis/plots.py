@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import matplotlib
 
@@ -84,9 +84,7 @@ def aggregate_intervals(intervals: dict[str, dict[str, stats.Interval]], path: P
     interval stays visible; the axes reach past every interval."""
     labels = list(intervals)
     metrics = list(next(iter(intervals.values())))
-    figure, axes = plt.subplots(
-        1, len(metrics), figsize=(3.2 * len(metrics), 0.5 * len(labels) + 1.6), sharey=True, layout="constrained"
-    )
+    figure, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics), 0.5 * len(labels) + 1.6), sharey=True, layout="constrained")
     axes = np.atleast_1d(axes)
     for axis, metric in zip(axes, metrics):
         lows = [intervals[label][metric].low for label in labels]
@@ -106,9 +104,7 @@ def aggregate_intervals(intervals: dict[str, dict[str, stats.Interval]], path: P
     return _save(figure, path)
 
 
-def performance_profiles(
-    profiles: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], thresholds: Sequence[float], path: Path
-) -> Path:
+def performance_profiles(profiles: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], thresholds: Sequence[float], path: Path) -> Path:
     """Fraction of runs with normalized score > tau, a step function of tau, with its 95%
     bootstrap band (edges drawn, so that a narrow band is seen)."""
     figure, axes = plt.subplots(figsize=(6.5, 4.2), layout="constrained")

@@ -69,8 +69,11 @@ def parity_text(summary: dict[str, Any] | None) -> str:
     if summary is None:
         return "—"
     p = summary["welch_p"]
-    return (f"{summary['verdict']} at {_k(summary['steps'])} ({summary['ours']['mean']:,.0f} vs {summary['peer']['mean']:,.0f}"
-            + ("" if p is None else f", p = {p:.2f}" if p >= 0.01 else ", p < 0.01") + f", {len(summary['seeds'])} seeds)")
+    return (
+        f"{summary['verdict']} at {_k(summary['steps'])} ({summary['ours']['mean']:,.0f} vs {summary['peer']['mean']:,.0f}"
+        + ("" if p is None else f", p = {p:.2f}" if p >= 0.01 else ", p < 0.01")
+        + f", {len(summary['seeds'])} seeds)"
+    )
 
 
 def published_text(verdict: Any) -> str:
@@ -94,8 +97,10 @@ def note(verdict: Any) -> str:
 def table(rows: list[Row]) -> str:
     from benchmark.analysis.stats import t_interval
 
-    lines = ["| algorithm | task | steps | seeds | ours: final return [95% CI] | published | verdict | note | vs SB3, same settings |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| algorithm | task | steps | seeds | ours: final return [95% CI] | published | verdict | note | vs SB3, same settings |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         interval = t_interval(row.group.scores)
         verdict = row.verdict
@@ -151,9 +156,11 @@ def markdown(rows: list[Row], parity_rows: list[dict[str, Any]], images: list[Pa
         table(rows) if rows else "No run of the record has been exported yet.\n",
     ]
     if parity_rows:
-        parts += ["\nOurs against Stable-Baselines3 (sb3-contrib for TRPO) at identical settings, each side's final "
-                  "return scored by the same protocol (`python -m benchmark parity`; records in `results/parity/`):\n",
-                  parity_records.markdown(parity_rows)]
+        parts += [
+            "\nOurs against Stable-Baselines3 (sb3-contrib for TRPO) at identical settings, each side's final "
+            "return scored by the same protocol (`python -m benchmark parity`; records in `results/parity/`):\n",
+            parity_records.markdown(parity_rows),
+        ]
     if images:
         parts.append("\n" + " ".join(f"![{path.stem}]({image_prefix}{path.name})" for path in images) + "\n")
     return "\n".join(parts)
@@ -168,8 +175,9 @@ def splice(readme: str, block: str) -> str:
     return f"{head}{START}\n{block.rstrip()}\n{END}{tail}"
 
 
-def write(results_dir: Path = Path("results"), output: Path = RECORD_DIR, readme: Path | None = None,
-          parity_dir: Path | None = None, check: bool = False) -> tuple[list[Row], bool]:
+def write(
+    results_dir: Path = Path("results"), output: Path = RECORD_DIR, readme: Path | None = None, parity_dir: Path | None = None, check: bool = False
+) -> tuple[list[Row], bool]:
     """Write the record (and splice it into ``readme``); with ``check``, write nothing and say
     whether ``readme`` already holds it. The rows and whether the README is (now) current."""
     from benchmark.analysis import parity_records

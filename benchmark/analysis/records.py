@@ -20,9 +20,7 @@ from benchmark.config import Suite
 from benchmark.run_record import RunRecord, from_bundle, mark_unusable
 
 
-def collect(
-    suite: Suite, tracking_uri: str | None, with_curves: bool = True, bundled: dict[str, BundledRun] | None = None
-) -> list[RunRecord]:
+def collect(suite: Suite, tracking_uri: str | None, with_curves: bool = True, bundled: dict[str, BundledRun] | None = None) -> list[RunRecord]:
     """One record per spec of ``suite``, in suite order, from the experiment named after it
     (none when ``tracking_uri`` is None) and the ``bundled`` runs (run key -> run)."""
     records = [RunRecord(spec) for spec in suite.specs] if tracking_uri is None else _from_store(suite, tracking_uri, with_curves)

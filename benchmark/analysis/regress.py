@@ -64,7 +64,7 @@ def baseline_payload(suite_name: str, records: list[RunRecord], parent_run_id: s
     return {
         "format": BASELINE_FORMAT,
         "suite": suite_name,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "code": provenance.code_version(),
         "versions": provenance.environment_tags(),
         "mlflow_parent_run": parent_run_id,
@@ -179,9 +179,9 @@ def compare(
         baseline_settings = {**base["hyperparameters"], **{f"budget.{k}": v for k, v in base["budget"].items()}}
         changed = sorted(k for k, v in current_settings.items() if baseline_settings.get(k) != v)
         if changed:
-            verdict.note = " [settings differ from the baseline's: " + ", ".join(
-                f"{k} {baseline_settings.get(k)!r} -> {current_settings[k]!r}" for k in changed
-            ) + "]"
+            verdict.note = (
+                " [settings differ from the baseline's: " + ", ".join(f"{k} {baseline_settings.get(k)!r} -> {current_settings[k]!r}" for k in changed) + "]"
+            )
         if unfinished:
             verdict.regressed = True
             verdict.note = f"runs did not finish (seeds {unfinished}: {group.status_counts})" + verdict.note
@@ -197,8 +197,15 @@ def compare(
         selected = (algos is None or base["algo"] in algos) and (envs is None or base["env_id"] in envs)
         if selected and key not in compared:
             verdicts.append(
-                Verdict(key, base["env_id"], list(base["scores"]), [], 1.0, regressed=True,
-                        note="in the baseline but not run now (renamed or removed? re-create the baseline with make baseline)")
+                Verdict(
+                    key,
+                    base["env_id"],
+                    list(base["scores"]),
+                    [],
+                    1.0,
+                    regressed=True,
+                    note="in the baseline but not run now (renamed or removed? re-create the baseline with make baseline)",
+                )
             )
 
     tested = [v for v in verdicts if v.welch is not None]

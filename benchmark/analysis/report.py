@@ -254,11 +254,7 @@ def _aggregate_section(doc: Document, groups: list[Group], normalizers: dict[str
             per_label.setdefault(group.label, {})[group.env_id] = normalizer(group.scores)
     skipped = sorted({env for env, n in normalizers.items() if not n.available})
     if skipped:
-        doc.paragraph(
-            "Not in the aggregates (no normalization): "
-            + "; ".join(f"{env}: {normalizers[env].missing}" for env in skipped)
-            + "."
-        )
+        doc.paragraph("Not in the aggregates (no normalization): " + "; ".join(f"{env}: {normalizers[env].missing}" for env in skipped) + ".")
     if not per_label:
         doc.paragraph("No finished run on a normalized environment yet.")
         return
@@ -290,9 +286,7 @@ def _aggregate_section(doc: Document, groups: list[Group], normalizers: dict[str
                 if x == y or not shared:
                     row.append("—")
                     continue
-                interval = stats.probability_of_improvement_interval(
-                    {e: per_label[x][e] for e in shared}, {e: per_label[y][e] for e in shared}
-                )
+                interval = stats.probability_of_improvement_interval({e: per_label[x][e] for e in shared}, {e: per_label[y][e] for e in shared})
                 row.append(_interval(interval, 2))
             rows.append(row)
         doc.paragraph("Probability of improvement P(row > column) on the environments both ran, with 95% CIs:")
@@ -313,8 +307,7 @@ def _verdicts_section(doc: Document, groups: list[Group], scores_table: tuple[re
         "env version (a changed reward) differ, or fewer than 2 seeds finished. With few seeds only large "
         "differences show: 'reproduced' means 'not distinguishable at this number of seeds'."
     )
-    rows = [[v.label, v.env_id, f"{v.budget_steps:,}", verdicts.ours_text(v), verdicts.published_text(v), v.verdict, v.test, v.reason]
-            for v in judged]
+    rows = [[v.label, v.env_id, f"{v.budget_steps:,}", verdicts.ours_text(v), verdicts.published_text(v), v.verdict, v.test, v.reason] for v in judged]
     doc.table(["algorithm", "environment", "steps", "ours (mean ± std)", "published", "verdict", "test", "note"], rows)
     counts = Counter(v.verdict for v in judged)
     doc.paragraph("In all: " + ", ".join(f"{counts[name]} {name}" for name in verdicts.VERDICTS if counts[name]) + ".")
@@ -360,8 +353,18 @@ def _environment_section(
             ]
         )
     doc.table(
-        ["algorithm", "seeds", "runs", "final return [95% CI]", "IQM", "per seed", "normalized [95% CI]",
-         "published (this algorithm)", "steps/s", "wall time (mean)"],
+        [
+            "algorithm",
+            "seeds",
+            "runs",
+            "final return [95% CI]",
+            "IQM",
+            "per seed",
+            "normalized [95% CI]",
+            "published (this algorithm)",
+            "steps/s",
+            "wall time (mean)",
+        ],
         rows,
     )
     _adaptation_table(doc, groups)
@@ -404,7 +407,9 @@ def _adaptation_table(doc: Document, groups: list[Group]) -> None:
         if not pairs:
             continue
         pre, post = np.array(pairs).T
-        rows.append([group.label, str(len(pairs)), _interval(stats.t_interval(pre)), _interval(stats.t_interval(post)), _interval(stats.t_interval(post - pre))])
+        rows.append(
+            [group.label, str(len(pairs)), _interval(stats.t_interval(pre)), _interval(stats.t_interval(post)), _interval(stats.t_interval(post - pre))]
+        )
     if rows:
         doc.paragraph(
             "Meta-test on the held-out tasks (the final return above is the post-adaptation one): mean episode "
@@ -440,8 +445,9 @@ def _runs_section(doc: Document, records: list[RunRecord]) -> None:
                 note[:200],
             ]
         )
-    doc.table(["algorithm", "environment", "seed", "status", "final return", "steps/s", "wall", "run key", "MLflow run", "from",
-               "attempts", "git sha", "note"], rows)
+    doc.table(
+        ["algorithm", "environment", "seed", "status", "final return", "steps/s", "wall", "run key", "MLflow run", "from", "attempts", "git sha", "note"], rows
+    )
 
 
 def _source(record: RunRecord) -> str:

@@ -16,8 +16,8 @@ and which of several such tests fail at a family-wise error rate.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -213,9 +213,7 @@ def stratified_bootstrap(
     return Interval(_point(function, tasks), float(low), float(high))
 
 
-def aggregate_intervals(
-    scores: Scores, reps: int = 50_000, confidence: float = 0.95, seed: int = 0
-) -> dict[str, Interval]:
+def aggregate_intervals(scores: Scores, reps: int = 50_000, confidence: float = 0.95, seed: int = 0) -> dict[str, Interval]:
     """Every aggregate in AGGREGATES with its interval, all computed from the same replicates
     (each equals stratified_bootstrap(scores, name, reps, confidence, seed))."""
     _check_bootstrap_args(reps, confidence)
@@ -223,10 +221,7 @@ def aggregate_intervals(
     functions = list(AGGREGATES.values())
     replicates = _stratified_replicates(tasks, functions, reps, seed)
     low, high = _percentiles(replicates.T, confidence)
-    return {
-        name: Interval(_point(function, tasks), float(low[i]), float(high[i]))
-        for i, (name, function) in enumerate(AGGREGATES.items())
-    }
+    return {name: Interval(_point(function, tasks), float(low[i]), float(high[i])) for i, (name, function) in enumerate(AGGREGATES.items())}
 
 
 def mean_interval(values: ArrayLike, reps: int = 10_000, confidence: float = 0.95, seed: int = 0) -> Interval:
@@ -272,10 +267,7 @@ def _shared_tasks(x_scores: Scores, y_scores: Scores) -> list[tuple[np.ndarray, 
     shared = [name for name in x_scores if name in y_scores]
     if not shared:
         raise ValueError(f"x_scores and y_scores share no task (x: {sorted(x_scores)}, y: {sorted(y_scores)})")
-    return [
-        (_validated_runs(x_scores[name], f"x task {name!r}"), _validated_runs(y_scores[name], f"y task {name!r}"))
-        for name in shared
-    ]
+    return [(_validated_runs(x_scores[name], f"x task {name!r}"), _validated_runs(y_scores[name], f"y task {name!r}")) for name in shared]
 
 
 def probability_of_improvement(x_scores: Scores, y_scores: Scores) -> float:
@@ -285,9 +277,7 @@ def probability_of_improvement(x_scores: Scores, y_scores: Scores) -> float:
     return float(np.mean([_batched_improvement(x[None, :], y[None, :])[0] for x, y in pairs]))
 
 
-def probability_of_improvement_interval(
-    x_scores: Scores, y_scores: Scores, reps: int = 2_000, confidence: float = 0.95, seed: int = 0
-) -> Interval:
+def probability_of_improvement_interval(x_scores: Scores, y_scores: Scores, reps: int = 2_000, confidence: float = 0.95, seed: int = 0) -> Interval:
     """P(X > Y) with a percentile interval; x's and y's runs are resampled independently within each task."""
     _check_bootstrap_args(reps, confidence)
     pairs = _shared_tasks(x_scores, y_scores)

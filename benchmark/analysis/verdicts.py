@@ -45,7 +45,9 @@ ALPHA = 0.05
 BUDGET_RATIO = 2.0
 """A published budget more than this many times ours (or less than 1/this) is not comparable."""
 PROTOCOL_ORDER = ("final_eval", "training_return", "approx_plot", "max_eval")
-SAME_REWARD_ACROSS_VERSIONS = frozenset({"HalfCheetah", "Hopper", "Walker2d", "Swimmer", "InvertedPendulum", "Reacher", "Pendulum", "Acrobot", "MountainCar", "MountainCarContinuous"})
+SAME_REWARD_ACROSS_VERSIONS = frozenset(
+    {"HalfCheetah", "Hopper", "Walker2d", "Swimmer", "InvertedPendulum", "Reacher", "Pendulum", "Acrobot", "MountainCar", "MountainCarContinuous"}
+)
 """Tasks whose reward and episode length are the same in every version the sources ran (gym
 v1-v4) and the one we run; for others (Ant, Humanoid: contact costs changed in v4/v5; CartPole:
 200 steps in v0, 500 in v1) a different version is not comparable."""
@@ -99,8 +101,15 @@ def choose_published(algo: str, env_id: str, budget_steps: int, scores: tuple[Re
         budget_gap = abs(math.log(score.budget_steps / budget_steps)) if score.budget_steps else math.inf
         measured = score.protocol in ("final_eval", "training_return")
         tier = (0 if score.multi_seed else 1) if measured else 2
-        return (bool(not_comparable_reason(budget_steps, env_id, score)), tier, PROTOCOL_ORDER.index(score.protocol), budget_gap,
-                score.env_version != version, -(score.n_seeds or 0), score.approximate)
+        return (
+            bool(not_comparable_reason(budget_steps, env_id, score)),
+            tier,
+            PROTOCOL_ORDER.index(score.protocol),
+            budget_gap,
+            score.env_version != version,
+            -(score.n_seeds or 0),
+            score.approximate,
+        )
 
     return min(candidates, key=rank)
 
@@ -122,8 +131,7 @@ def not_comparable_reason(ours_budget: int, env_id: str, published: ReferenceSco
     return "; ".join(reasons)
 
 
-def judge(scores: np.ndarray, budget_steps: int, env_id: str, published: ReferenceScore | None, label: str = "",
-          algo: str = "", measure: str = "") -> Verdict:
+def judge(scores: np.ndarray, budget_steps: int, env_id: str, published: ReferenceScore | None, label: str = "", algo: str = "", measure: str = "") -> Verdict:
     """The verdict for our scores (one per seed) against one published score; ``measure`` says
     what our scores are when they are not the final evaluation."""
     scores = np.asarray(scores, dtype=float)
@@ -153,8 +161,7 @@ def judge(scores: np.ndarray, budget_steps: int, env_id: str, published: Referen
         if ours.std == 0 and spread == 0:
             p_value = 1.0 if ours.mean == published.mean else 0.0
         else:
-            p_value = float(scipy_stats.ttest_ind_from_stats(
-                ours.mean, ours.std, ours.n, published.mean, spread, published.n_seeds, equal_var=False).pvalue)
+            p_value = float(scipy_stats.ttest_ind_from_stats(ours.mean, ours.std, ours.n, published.mean, spread, published.n_seeds, equal_var=False).pvalue)
         consistent = p_value >= ALPHA
         test = f"{test_name}, p = {p_value:.2g} (ours {ours.n} seeds, source {published.n_seeds} seeds ± {spread:.1f})"
     else:
@@ -162,8 +169,9 @@ def judge(scores: np.ndarray, budget_steps: int, env_id: str, published: Referen
         half = float(scipy_stats.t.ppf(1 - ALPHA / 2, ours.n - 1)) * ours.std * math.sqrt(1 / ours.n + 1 / k)
         low, high = ours.mean - half, ours.mean + half
         consistent = low <= published.mean <= high
-        test = (f"{100 * (1 - ALPHA):.0f}% prediction interval of {'one run' if k == 1 else f'the mean of {k} runs'} from "
-                f"{ours.n} seeds: [{low:.1f}, {high:.1f}]")
+        test = (
+            f"{100 * (1 - ALPHA):.0f}% prediction interval of {'one run' if k == 1 else f'the mean of {k} runs'} from {ours.n} seeds: [{low:.1f}, {high:.1f}]"
+        )
     verdict = "reproduced" if consistent else ("above" if ours.mean > published.mean else "below")
     return Verdict(verdict=verdict, test=test, reason="; ".join(notes), **base)
 
@@ -175,13 +183,29 @@ def suite_verdicts(groups: list, scores_table: tuple[ReferenceScore, ...] | None
     for group in groups:
         records: list[RunRecord] = group.records
         finished = [r for r in records if r.finished]
-        verdicts.append(verdict_for(group.algo, group.env_id, records[0].spec.budget.total_steps, [r.final_return for r in finished],
-                                    [r.final_train_return for r in finished], group.label, scores_table))
+        verdicts.append(
+            verdict_for(
+                group.algo,
+                group.env_id,
+                records[0].spec.budget.total_steps,
+                [r.final_return for r in finished],
+                [r.final_train_return for r in finished],
+                group.label,
+                scores_table,
+            )
+        )
     return verdicts
 
 
-def verdict_for(algo: str, env_id: str, budget_steps: int, finals: list[float], trains: list[float | None], label: str = "",
-                scores_table: tuple[ReferenceScore, ...] | None = None) -> Verdict:
+def verdict_for(
+    algo: str,
+    env_id: str,
+    budget_steps: int,
+    finals: list[float],
+    trains: list[float | None],
+    label: str = "",
+    scores_table: tuple[ReferenceScore, ...] | None = None,
+) -> Verdict:
     """The verdict of one configuration from its seeds' final evaluations and training returns
     (of the last evaluation interval; None where a run did not record them)."""
     scores_table = reference.load_scores() if scores_table is None else scores_table

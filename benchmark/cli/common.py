@@ -45,8 +45,10 @@ def describe_failure(error: BaseException) -> str:
         return str(error)
     if stores.is_disk_full(error):
         where = error.strerror if isinstance(error, stores.DiskFull) else getattr(error, "filename", None)
-        return (f"the disk is full{f' ({where})' if where else ''}: free some space and launch again; finished runs and "
-                "the last checkpoints are intact, and finished runs are not run again")
+        return (
+            f"the disk is full{f' ({where})' if where else ''}: free some space and launch again; finished runs and "
+            "the last checkpoints are intact, and finished runs are not run again"
+        )
     text = str(error)
     for marker in ("database disk image is malformed", "file is not a database"):
         if marker in text:
@@ -58,24 +60,32 @@ def add_format(parser: argparse.ArgumentParser) -> None:
     from benchmark.tables import FORMATS
 
     parser.add_argument(
-        "--format", choices=FORMATS, default="table",
+        "--format",
+        choices=FORMATS,
+        default="table",
         help="table (default: for the terminal), md, csv or json: the bare table on stdout, other lines on stderr",
     )
 
 
 def add_seeds_per_process(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--seeds-per-process", type=int, metavar="N",
+        "--seeds-per-process",
+        type=int,
+        metavar="N",
         help="train up to N seeds of one configuration in one process as one batched model "
-             "(PPO, SAC, TD3, DDPG, DQN...; overrides the suite's seeds_in_process; each seed stays its own MLflow run)",
+        "(PPO, SAC, TD3, DDPG, DQN...; overrides the suite's seeds_in_process; each seed stays its own MLflow run)",
     )
 
 
 def add_bundle_arguments(parser: argparse.ArgumentParser, suite_default: bool = True) -> None:
     parser.add_argument(
-        "--from", dest="from_dirs", type=Path, nargs="+", metavar="DIR",
+        "--from",
+        dest="from_dirs",
+        type=Path,
+        nargs="+",
+        metavar="DIR",
         help="result bundles to read as well as the tracking store (python -m benchmark export writes them)"
-             + ("; results/published/<suite> is read by default" if suite_default else ""),
+        + ("; results/published/<suite> is read by default" if suite_default else ""),
     )
     if suite_default:
         parser.add_argument("--no-published", action="store_true", help="do not read the suite's bundle under <results-dir>/published/")
@@ -96,12 +106,23 @@ def add_slurm_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--slurm-constraint", help="node features required (Slurm --constraint)")
     group.add_argument("--slurm-account", help="account to charge")
     group.add_argument("--slurm-memory", type=float, metavar="GB", help="memory per job in GB (default: the partition's)")
-    group.add_argument("--slurm-cluster", choices=("slurm", "local"), default="slurm",
-                       help="slurm (default), or local: submitit's local executor, each job a process on this machine (to try it out)")
+    group.add_argument(
+        "--slurm-cluster",
+        choices=("slurm", "local"),
+        default="slurm",
+        help="slurm (default), or local: submitit's local executor, each job a process on this machine (to try it out)",
+    )
 
 
-SLURM_ARGUMENTS = {"slurm_partition": "partition", "slurm_time": "time_minutes", "slurm_gpus": "gpus", "slurm_cpus": "cpus",
-                   "slurm_constraint": "constraint", "slurm_account": "account", "slurm_memory": "memory_gb"}
+SLURM_ARGUMENTS = {
+    "slurm_partition": "partition",
+    "slurm_time": "time_minutes",
+    "slurm_gpus": "gpus",
+    "slurm_cpus": "cpus",
+    "slurm_constraint": "constraint",
+    "slurm_account": "account",
+    "slurm_memory": "memory_gb",
+}
 
 
 def slurm_options(args: argparse.Namespace, suite_options: dict | None = None):

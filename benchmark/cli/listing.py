@@ -14,8 +14,9 @@ from benchmark.cli.common import (
 
 def add_parser(commands: Any) -> None:
     listing = commands.add_parser("list", help="algorithms, buffers, suites and environments; an algorithm's defaults")
-    listing.add_argument("what", nargs="?", metavar="algorithms|buffers|suites|envs|ALGO",
-                         help="one section only, or one algorithm's hyperparameters with their defaults")
+    listing.add_argument(
+        "what", nargs="?", metavar="algorithms|buffers|suites|envs|ALGO", help="one section only, or one algorithm's hyperparameters with their defaults"
+    )
     add_format(listing)
 
 
@@ -35,8 +36,12 @@ def command_list(args: argparse.Namespace, console: Console) -> int:
             choices = [*sections, *sorted(agents.ALGORITHMS)]
             raise ConfigError(f"nothing to list as {what!r}{suggest(what, choices)}; list one of {', '.join(sections)} or an algorithm")
         config_class = agents.config_class(what)
-        table = TableData(f"{what}: hyperparameters", ["hyperparameter", "default"], names={"hyperparameter"},
-                          caption=f"defaults: {' '.join((config_class.__doc__ or '').split())}")
+        table = TableData(
+            f"{what}: hyperparameters",
+            ["hyperparameter", "default"],
+            names={"hyperparameter"},
+            caption=f"defaults: {' '.join((config_class.__doc__ or '').split())}",
+        )
         defaults = config_class()
         for field in dataclasses.fields(config_class):
             table.add(field.name, getattr(defaults, field.name))
@@ -46,8 +51,15 @@ def command_list(args: argparse.Namespace, console: Console) -> int:
     if what in (None, "algorithms"):
         table = TableData("algorithms (list ALGO: its hyperparameters)", ["name", "actions", "what it is"], names={"name"})
         for name, cls in sorted(agents.ALGORITHMS.items()):
-            kinds = [kind for kind, ok in (("discrete", cls.Config.supports_discrete), ("multi-discrete", cls.Config.supports_multi_discrete),
-                                           ("box", cls.Config.supports_continuous)) if ok]
+            kinds = [
+                kind
+                for kind, ok in (
+                    ("discrete", cls.Config.supports_discrete),
+                    ("multi-discrete", cls.Config.supports_multi_discrete),
+                    ("box", cls.Config.supports_continuous),
+                )
+                if ok
+            ]
             table.add(name, ", ".join(kinds), (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else "")
         tables.append(table)
     if what in (None, "buffers"):
@@ -70,8 +82,7 @@ def command_list(args: argparse.Namespace, console: Console) -> int:
     if what in (None, "envs"):
         from agents.envs import env_spec
 
-        table = TableData("environments used by the suites", ["id", "observation", "actions", "max episode steps"],
-                          names={"id"}, right={"max episode steps"})
+        table = TableData("environments used by the suites", ["id", "observation", "actions", "max episode steps"], names={"id"}, right={"max episode steps"})
         env_ids = sorted({s.env_id for suite in suites.values() for s in suite.specs})
         for env_id in env_ids:
             spec = env_spec(env_id)

@@ -21,21 +21,31 @@ def add_parser(commands: Any) -> None:
     from benchmark.perf import parity
 
     command = commands.add_parser(
-        "parity", help="train our algorithm and Stable-Baselines3's at identical settings on the same seeds; compare final returns",
+        "parity",
+        help="train our algorithm and Stable-Baselines3's at identical settings on the same seeds; compare final returns",
     )
     command.add_argument("--algo", help=f"algorithm: {', '.join(parity.SETTINGS)} (omit with --table)")
     command.add_argument("--env", help="environment (default: the algorithm's, Hopper-v5 or CartPole-v1)")
     command.add_argument("--steps", type=int, help="env steps per run (default: 500k on-policy, 100k off-policy, 50k DQN)")
-    command.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], metavar="SEED",
-                         help="seeds (default 0-4); seeds the record already holds are not trained again")
+    command.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[0, 1, 2, 3, 4],
+        metavar="SEED",
+        help="seeds (default 0-4); seeds the record already holds are not trained again",
+    )
     command.add_argument("--episodes", type=int, default=parity.EPISODES, help=f"final evaluation episodes (default {parity.EPISODES})")
-    command.add_argument("--margin", type=float, default=parity_records.MARGIN,
-                         help=f"equivalence margin, a fraction of the peer's mean return (default {parity_records.MARGIN})")
+    command.add_argument(
+        "--margin",
+        type=float,
+        default=parity_records.MARGIN,
+        help=f"equivalence margin, a fraction of the peer's mean return (default {parity_records.MARGIN})",
+    )
     command.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="runs trained at once, one core each (default: every core)")
     command.add_argument("--force", action="store_true", help="train the seeds again even where the record holds them")
     command.add_argument("--table", action="store_true", help="only tabulate the records held (no training)")
-    command.add_argument("--output-dir", type=Path, default=Path("results/parity"),
-                         help="records and tables (default results/parity)")
+    command.add_argument("--output-dir", type=Path, default=Path("results/parity"), help="records and tables (default results/parity)")
     add_format(command)
 
 
@@ -57,26 +67,39 @@ def command_parity(args: argparse.Namespace, console: Any) -> int:
         peer = parity.check_peer(args.algo)
         setting = parity.SETTINGS[args.algo]
         env_id, steps = args.env or setting.env_id, args.steps or setting.steps
-        console.print(f"parity: {args.algo} on {env_id}, {steps:,} steps, seeds {' '.join(map(str, args.seeds))}; ours against {peer}; "
-                      f"{args.workers} at once", highlight=False, markup=False)
+        console.print(
+            f"parity: {args.algo} on {env_id}, {steps:,} steps, seeds {' '.join(map(str, args.seeds))}; ours against {peer}; {args.workers} at once",
+            highlight=False,
+            markup=False,
+        )
 
         def progress(run: dict) -> None:
-            console.print(f"  seed {run['seed']} {run['side']:<4} final return {run['final_return']:10.1f}  ({run['seconds'] / 60:.1f} min)",
-                          highlight=False, markup=False)
+            console.print(
+                f"  seed {run['seed']} {run['side']:<4} final return {run['final_return']:10.1f}  ({run['seconds'] / 60:.1f} min)",
+                highlight=False,
+                markup=False,
+            )
 
         path, _ = parity.run(args.algo, args.env, args.steps, args.seeds, args.episodes, args.workers, args.output_dir, args.force, progress)
         console.print(f"record: {path}", highlight=False, markup=False)
     if not args.output_dir.is_dir():
         raise ConfigError(f"no parity records in {args.output_dir}: run python -m benchmark parity --algo ALGO first")
     rows = parity_records.write_tables(args.output_dir, args.margin)
-    table = TableData("parity: ours against the peer library at identical settings (final deterministic returns)",
-                      list(parity_records.TABLE_COLUMNS), names={"algorithm", "environment", "verdict"},
-                      right={"steps", "seeds", "Welch p"})
+    table = TableData(
+        "parity: ours against the peer library at identical settings (final deterministic returns)",
+        list(parity_records.TABLE_COLUMNS),
+        names={"algorithm", "environment", "verdict"},
+        right={"steps", "seeds", "Welch p"},
+    )
     for row in rows:
         table.add(*parity_records.row_cells(row))
     console.table(table)
-    console.print(f"equivalent: the 90% interval of the difference lies within the margin (TOST, 5%); tables: "
-                  f"{args.output_dir / 'parity.md'}, {args.output_dir / 'parity.csv'}", highlight=False, markup=False)
+    console.print(
+        f"equivalent: the 90% interval of the difference lies within the margin (TOST, 5%); tables: "
+        f"{args.output_dir / 'parity.md'}, {args.output_dir / 'parity.csv'}",
+        highlight=False,
+        markup=False,
+    )
     return 0
 
 

@@ -12,11 +12,14 @@ from rich.table import Table
 
 
 def add_parser(commands: Any) -> None:
-    perf = commands.add_parser(
-        "perf", help="throughput side by side with Stable-Baselines3, beside the env-only and update-floor bounds"
+    perf = commands.add_parser("perf", help="throughput side by side with Stable-Baselines3, beside the env-only and update-floor bounds")
+    perf.add_argument(
+        "--cases",
+        nargs="+",
+        default=None,
+        metavar="CASE",
+        help="ppo, sac, td3, dqn (default: all); with --batched-only also a2c, vpg, reinforce, ppo_kl, trpo, mpo (default: all ten)",
     )
-    perf.add_argument("--cases", nargs="+", default=None, metavar="CASE",
-                      help="ppo, sac, td3, dqn (default: all); with --batched-only also a2c, vpg, reinforce, ppo_kl, trpo, mpo (default: all ten)")
     perf.add_argument("--pairs", type=int, default=3, help="alternating our/SB3 pairs per case; medians are reported (default 3)")
     perf.add_argument("--scale", type=float, default=1.0, help="multiply every measurement's step count (default 1)")
     perf.add_argument("--threads", type=int, default=1, help="torch threads in every measurement (default 1)")
@@ -26,13 +29,18 @@ def add_parser(commands: Any) -> None:
     perf.add_argument("--no-batched", action="store_true", help="skip the batched-seeds rows (N seeds in one process against N processes)")
     perf.add_argument("--batched-only", action="store_true", help="measure only the batched-seeds rows (results/perf/batched.json)")
     perf.add_argument(
-        "--batched-seeds", type=int, nargs="+", default=None, metavar="N",
+        "--batched-seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="N",
         help="seed counts of the batched rows (default 1 4 10)",
     )
     perf.add_argument("--batched-repeats", type=int, default=1, metavar="R", help="measurements per batched row; medians are reported (default 1)")
     perf.add_argument("--device", default="cpu", help="device of the batched rows: cpu (default) or cuda (SAC's 5x target applies on a GPU)")
     perf.add_argument(
-        "--output", type=Path,
+        "--output",
+        type=Path,
         help="JSON written (default results/perf/compare.json)",
     )
 
@@ -59,14 +67,16 @@ def command_perf(args: argparse.Namespace, console: Console) -> int:
     console.print(
         f"perf: {', '.join(cases)}; {args.pairs} alternating pair(s) each, {args.threads} torch thread(s)"
         + (f", Stable-Baselines3 {sb3_version}" if compare else ", ours only"),
-        highlight=False, soft_wrap=True,
+        highlight=False,
+        soft_wrap=True,
     )
 
     def progress(name: str, side: str, pair: int, measurement: dict) -> None:
         console.print(
             f"  pair {pair + 1} {name:<4} {side:<5} {measurement['steps_per_second']:>10,.1f} /s  "
             f"{measurement['seconds']:6.1f} s  peak {measurement['peak_rss_mb']:,.0f} MiB",
-            highlight=False, soft_wrap=True,
+            highlight=False,
+            soft_wrap=True,
         )
 
     results = perf.measure(cases, args.pairs, args.scale, args.threads, compare, on_measurement=progress)
@@ -81,7 +91,8 @@ def command_perf(args: argparse.Namespace, console: Console) -> int:
             f"replay buffer, {memory['capacity']:,} HalfCheetah transitions: {memory['tensor_bytes'] / 2**20:,.0f} MiB of tensors "
             f"({memory['ratio']:.3f}x the raw {memory['raw_bytes'] / 2**20:,.0f} MiB of its fields; target <= {memory['target_ratio']}x: {mark}); "
             f"resident memory grew {memory['rss_increase_bytes'] / 2**20:,.0f} MiB ({memory['rss_ratio']:.3f}x)",
-            highlight=False, soft_wrap=True,
+            highlight=False,
+            soft_wrap=True,
         )
     for name, found in (profiles or {}).items():
         console.print(_profile_table(name, found))
@@ -99,14 +110,16 @@ def _perf_batched(args: argparse.Namespace, console: Console, perf, cases: list[
     console.print(
         f"batched seeds: {', '.join(cases)}; N = {', '.join(map(str, counts))}; {args.batched_repeats} measurement(s) each, "
         f"{args.threads} torch thread(s), device {args.device}, {cores} cores",
-        highlight=False, soft_wrap=True,
+        highlight=False,
+        soft_wrap=True,
     )
 
     def progress(name: str, count: int, mode: str, entry: dict) -> None:
         console.print(
             f"  {name:<4} {mode:<11} {count:>3} seed(s) in {entry['processes']} process(es) {entry['steps_per_second']:>10,.1f} steps/s  "
             f"peak {entry['peak_rss_mb']:,.0f} MiB",
-            highlight=False, soft_wrap=True,
+            highlight=False,
+            soft_wrap=True,
         )
 
     data = perf.measure_batched(cases, counts, args.batched_repeats, args.scale, args.threads, args.device, cores, on_measurement=progress)
@@ -120,8 +133,17 @@ def _perf_batched(args: argparse.Namespace, console: Console, perf, cases: list[
 def _batched_table(data: dict) -> Table:
     cores = data["settings"]["cores"]
     table = Table(title=f"N seeds: aggregate env steps/s (summed over seeds; {data['settings']['device']}, {cores} cores)")
-    for column in ("case", "env", "N", f"separate (N processes, {cores} at once)", "batched, 1 process", "ratio",
-                   f"batched, {cores} processes", "ratio", "peak MiB: N x one separate process / 1 batched process"):
+    for column in (
+        "case",
+        "env",
+        "N",
+        f"separate (N processes, {cores} at once)",
+        "batched, 1 process",
+        "ratio",
+        f"batched, {cores} processes",
+        "ratio",
+        "peak MiB: N x one separate process / 1 batched process",
+    ):
         table.add_column(column, justify="left" if column in ("case", "env") else "right")
     for name, case in data["cases"].items():
         for row in case["rows"]:
@@ -130,9 +152,12 @@ def _batched_table(data: dict) -> Table:
             if "target_ratio" in row:
                 ratio += f" (>= {row['target_ratio']}: {'met' if row['target_met'] else 'missed'})"
             table.add_row(
-                name, case["env_id"], str(row["seeds"]),
+                name,
+                case["env_id"],
+                str(row["seeds"]),
                 f"{row['separate']['steps_per_second']:,.1f}",
-                f"{row['one_process']['steps_per_second']:,.1f}", ratio,
+                f"{row['one_process']['steps_per_second']:,.1f}",
+                ratio,
                 f"{per_core['steps_per_second']:,.1f}" if per_core else "—",
                 f"{row['per_core_ratio']:.2f}x" if per_core else "—",
                 f"{row['separate']['peak_rss_mb'] * row['seeds'] / row['separate']['processes']:,.0f} / {row['one_process']['peak_rss_mb']:,.0f}",

@@ -53,8 +53,12 @@ def command_reference(args: argparse.Namespace, console: Console) -> int:
     env_ids = args.env or sorted({s.env_id for name in config.available_suites() for s in config.load_suite(name).specs})
     from benchmark.tables import TableData
 
-    table = TableData("normalization: (score - random) / (reference - random)",
-                      ["environment", "random (measured here)", "reference", "source"], names={"environment"}, right={"reference"})
+    table = TableData(
+        "normalization: (score - random) / (reference - random)",
+        ["environment", "random (measured here)", "reference", "source"],
+        names={"environment"},
+        right={"reference"},
+    )
     for env_id in env_ids:
         norm = reference.normalizer(env_id)
         random_cell = f"{norm.random.mean:.2f} ± {norm.random.std:.2f} ({norm.random.episodes} ep.)" if norm.random else "— (not measured)"

@@ -38,8 +38,14 @@ def add_parser(commands: Any) -> None:
     add_seeds_per_process(regress)
     regress.add_argument("--alpha", type=float, default=0.05, help="family-wise false-alarm rate (Holm over rows; default 0.05)")
     regress.add_argument("--min-effect", type=float, default=0.1, help="smallest drop that counts, in normalized score (default 0.1)")
-    regress.add_argument("--from", dest="from_dirs", type=Path, nargs="+", metavar="DIR",
-                         help="compare against these result bundles' runs of the suite instead of the baseline JSON")
+    regress.add_argument(
+        "--from",
+        dest="from_dirs",
+        type=Path,
+        nargs="+",
+        metavar="DIR",
+        help="compare against these result bundles' runs of the suite instead of the baseline JSON",
+    )
     add_format(regress)
     add_store_arguments(regress)
 
@@ -105,9 +111,9 @@ def command_regress(args: argparse.Namespace, console: Console) -> int:
 
     table = TableData(
         f"regression check of suite {suite.name!r}: seeds {seeds} against the baseline of {payload['code']['git_sha'][:10]} ({payload['created']})",
-        ["configuration", "baseline mean", "current mean", "difference [95% CI]", "normalized", "p (Welch, one-sided)",
-         "P(current > baseline)", "verdict"],
-        names={"configuration"}, right={"baseline mean", "current mean", "normalized", "p (Welch, one-sided)"},
+        ["configuration", "baseline mean", "current mean", "difference [95% CI]", "normalized", "p (Welch, one-sided)", "P(current > baseline)", "verdict"],
+        names={"configuration"},
+        right={"baseline mean", "current mean", "normalized", "p (Welch, one-sided)"},
     )
     for v in verdicts:
         w = v.welch

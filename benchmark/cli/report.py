@@ -48,14 +48,15 @@ def command_reproduce(args: argparse.Namespace, console: Console) -> int:
         console.print(f"reproducing run {args.run_id} from its recorded config ...")
         result = reproduce.reproduce(args.run_id, tracking_uri)
     spec = result.spec
-    console.print(f"{spec.label}, {spec.budget.total_steps:,} steps, run key {spec.run_key}"
-                  + (f"; trained again in its batch of seeds {' '.join(map(str, result.batch_seeds))}" if result.batch_seeds else ""),
-                  highlight=False)
+    console.print(
+        f"{spec.label}, {spec.budget.total_steps:,} steps, run key {spec.run_key}"
+        + (f"; trained again in its batch of seeds {' '.join(map(str, result.batch_seeds))}" if result.batch_seeds else ""),
+        highlight=False,
+    )
     for name, (before, after) in result.environment_changes.items():
         console.print(f"  differs from the recorded run: {name}: {before!r} -> {after!r}", highlight=False, markup=False)
     if result.matches:
-        console.print(f"match: all {len(result.now)} evaluations are bit-identical to the recorded ones "
-                      f"(final {result.now[-1][1]:.4f})", highlight=False)
+        console.print(f"match: all {len(result.now)} evaluations are bit-identical to the recorded ones (final {result.now[-1][1]:.4f})", highlight=False)
         return 0
     console.print(f"[red]differ:[/] {len(result.differences)} of {len(set(dict(result.recorded)) | set(dict(result.now)))} evaluations", highlight=False)
     for line in result.differences:

@@ -7,8 +7,9 @@ registers them.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from benchmark.cli.common import add_bundle_arguments, add_format, add_store_arguments, bundled_runs, existing_store, store_if_exists
 
@@ -23,8 +24,9 @@ def add_parser(commands: Any) -> None:
     export = commands.add_parser("export", help="write a suite's finished runs as a result bundle (default results/published/<suite>)")
     export.add_argument("--suite", required=True, help="suite name or path: its run keys decide which runs are exported")
     export.add_argument("--output", type=Path, help="bundle directory (default <results-dir>/published/<suite>); a bundle there is merged with")
-    export.add_argument("--replace", action="store_true",
-                        help="where the bundle at --output holds a run key with other results, keep the store's (default: refuse)")
+    export.add_argument(
+        "--replace", action="store_true", help="where the bundle at --output holds a run key with other results, keep the store's (default: refuse)"
+    )
     add_store_arguments(export)
 
     load = commands.add_parser("import", help="load result bundles into the tracking store (for the MLflow UI and every command)")
@@ -43,8 +45,9 @@ def add_parser(commands: Any) -> None:
 
     record = commands.add_parser("record", help="the MuJoCo record from the committed bundles and parity records: results/record/ and the README's table")
     record.add_argument("--output", type=Path, help="directory of record.md and the figures (default <results-dir>/record)")
-    record.add_argument("--readme", type=Path, default=Path("README.md"),
-                        help="README whose record block (between its marker lines) is rewritten (default README.md)")
+    record.add_argument(
+        "--readme", type=Path, default=Path("README.md"), help="README whose record block (between its marker lines) is rewritten (default README.md)"
+    )
     record.add_argument("--no-readme", action="store_true", help="write results/record only")
     record.add_argument("--check", action="store_true", help="write nothing; exit 1 when the README's record is not what the bundles say")
     record.add_argument("--results-dir", type=Path, default=Path("results"), help="where published/ and parity/ are (default results)")
@@ -74,8 +77,11 @@ def command_export(args: argparse.Namespace, console: Any) -> int:
     size = sum(path.stat().st_size for path in output.iterdir())
     console.print(
         f"bundle {output}: {len(bundle.runs)} runs of suite {suite.name!r} ({added} added"
-        + (f", {replaced} replaced" if replaced else "") + f", {len(suite.specs) - len(bundle.runs)} of the suite's {len(suite.specs)} not in it), "
-        f"{size / 1e6:.2f} MB", highlight=False, markup=False,
+        + (f", {replaced} replaced" if replaced else "")
+        + f", {len(suite.specs) - len(bundle.runs)} of the suite's {len(suite.specs)} not in it), "
+        f"{size / 1e6:.2f} MB",
+        highlight=False,
+        markup=False,
     )
     return 0
 
@@ -91,9 +97,13 @@ def command_import(args: argparse.Namespace, console: Any) -> int:
     tracking.ensure_store(tracking_uri, deep=True, writing=True)
     for bundle in loaded:
         imported, present = bundle_store.import_bundle(bundle, tracking_uri, args.results_dir)
-        console.print(f"{bundle.origin}: {imported} runs imported into experiment {bundle.suite!r}"
-                      + (f", {present} already there" if present else "") + f" ({tracking.describe_uri(tracking_uri)})",
-                      highlight=False, markup=False)
+        console.print(
+            f"{bundle.origin}: {imported} runs imported into experiment {bundle.suite!r}"
+            + (f", {present} already there" if present else "")
+            + f" ({tracking.describe_uri(tracking_uri)})",
+            highlight=False,
+            markup=False,
+        )
     return 0
 
 
@@ -109,8 +119,12 @@ def command_merge(args: argparse.Namespace, console: Any) -> int:
     if args.output.exists() and (not args.output.is_dir() or (any(args.output.iterdir()) and not bundles.is_bundle(args.output))):
         raise ConfigError(f"--output {args.output} exists and is not a bundle: choose a new directory")
     bundles.write(bundles.Bundle(suites[0], merged), args.output)
-    console.print(f"bundle {args.output}: {len(merged)} runs of suite {suites[0]!r} from {len(loaded)} bundles "
-                  f"({sum(len(b.runs) for b in loaded) - len(merged)} held by more than one)", highlight=False, markup=False)
+    console.print(
+        f"bundle {args.output}: {len(merged)} runs of suite {suites[0]!r} from {len(loaded)} bundles "
+        f"({sum(len(b.runs) for b in loaded) - len(merged)} held by more than one)",
+        highlight=False,
+        markup=False,
+    )
     return 0
 
 
@@ -121,7 +135,8 @@ def verdict_table(suite_name: str, found: list) -> Any:
     table = TableData(
         f"suite {suite_name}: reproduction verdicts (our final evaluation against the algorithm's own published score)",
         ["algorithm", "environment", "steps", "ours (mean ± std)", "published", "verdict", "test", "note"],
-        names={"algorithm", "environment"}, right={"steps"},
+        names={"algorithm", "environment"},
+        right={"steps"},
     )
     for v in found:
         table.add(v.label, v.env_id, f"{v.budget_steps:,}", verdicts.ours_text(v), verdicts.published_text(v), v.verdict, v.test, v.reason)
@@ -138,16 +153,18 @@ def command_verdicts(args: argparse.Namespace, console: Any) -> int:
     bundled = bundled_runs(args, suite.name)
     tracking_uri = store_if_exists(args)
     if tracking_uri is None and not bundled:
-        raise ConfigError(f"no tracking store in {args.results_dir} and no result bundle of suite {suite.name!r}: "
-                          "pass --results-dir, --tracking-uri or --from DIR")
+        raise ConfigError(
+            f"no tracking store in {args.results_dir} and no result bundle of suite {suite.name!r}: pass --results-dir, --tracking-uri or --from DIR"
+        )
     found = records.collect(suite, tracking_uri, with_curves=False, bundled=bundled)
     if not any(r.finished for r in found):
         raise ConfigError(f"suite {suite.name!r} has no finished run to judge: train it with python -m benchmark run --suite {args.suite}")
     judged = verdicts.suite_verdicts([g for g in group_records(found) if len(g.scores)])
     console.table(verdict_table(suite.name, judged))
     counts = {name: sum(v.verdict == name for v in judged) for name in verdicts.VERDICTS}
-    console.print(", ".join(f"{n} {name}" for name, n in counts.items() if n) + f" (alpha {verdicts.ALPHA}; see README, Reproduction verdicts)",
-                  highlight=False)
+    console.print(
+        ", ".join(f"{n} {name}" for name, n in counts.items() if n) + f" (alpha {verdicts.ALPHA}; see README, Reproduction verdicts)", highlight=False
+    )
     return 0
 
 
@@ -164,11 +181,17 @@ def command_record(args: argparse.Namespace, console: Any) -> int:
     rows, current = record.write(args.results_dir, output, readme, check=args.check)
     runs = sum(len(row.group.scores) for row in rows)
     if args.check:
-        console.print(f"{readme}: the record is {'current' if current else 'STALE: run python -m benchmark record'} "
-                      f"({len(rows)} configurations, {runs} runs)", highlight=False, markup=False)
+        console.print(
+            f"{readme}: the record is {'current' if current else 'STALE: run python -m benchmark record'} ({len(rows)} configurations, {runs} runs)",
+            highlight=False,
+            markup=False,
+        )
         return 0 if current else 1
-    console.print(f"record: {len(rows)} configurations, {runs} runs -> {output / 'record.md'}"
-                  + (f" and {readme}" if readme is not None else ""), highlight=False, markup=False)
+    console.print(
+        f"record: {len(rows)} configurations, {runs} runs -> {output / 'record.md'}" + (f" and {readme}" if readme is not None else ""),
+        highlight=False,
+        markup=False,
+    )
     return 0
 
 
@@ -205,14 +228,20 @@ def command_calibrate(args: argparse.Namespace, console: Any) -> int:
     output = args.output or estimate.THROUGHPUT_FILE
 
     def progress(measured: estimate.Throughput, seconds: float) -> None:
-        console.print(f"{measured.algo} on {measured.env_id}: {measured.train_steps_per_second:,.0f} training steps/s, "
-                      f"{measured.eval_steps_per_second:,.0f} evaluation steps/s ({seconds:.0f} s)", highlight=False)
+        console.print(
+            f"{measured.algo} on {measured.env_id}: {measured.train_steps_per_second:,.0f} training steps/s, "
+            f"{measured.eval_steps_per_second:,.0f} evaluation steps/s ({seconds:.0f} s)",
+            highlight=False,
+        )
 
     measured = calibrate.calibrate(pairs, args.steps, progress)
     estimate.save_throughput(measured, output)
-    table = TableData(f"throughput on one core ({measured[0].cpu_model if measured else ''}), written to {output}",
-                      ["algorithm", "environment", "training steps/s", "evaluation steps/s", "steps"],
-                      names={"algorithm", "environment"}, right={"training steps/s", "evaluation steps/s", "steps"})
+    table = TableData(
+        f"throughput on one core ({measured[0].cpu_model if measured else ''}), written to {output}",
+        ["algorithm", "environment", "training steps/s", "evaluation steps/s", "steps"],
+        names={"algorithm", "environment"},
+        right={"training steps/s", "evaluation steps/s", "steps"},
+    )
     for m in measured:
         table.add(m.algo, m.env_id, f"{m.train_steps_per_second:,.0f}", f"{m.eval_steps_per_second:,.0f}", f"{m.steps:,}")
     console.table(table)
@@ -220,6 +249,10 @@ def command_calibrate(args: argparse.Namespace, console: Any) -> int:
 
 
 COMMANDS: dict[str, Command] = {
-    "export": command_export, "import": command_import, "merge": command_merge, "verdicts": command_verdicts, "record": command_record,
+    "export": command_export,
+    "import": command_import,
+    "merge": command_merge,
+    "verdicts": command_verdicts,
+    "record": command_record,
     "calibrate": command_calibrate,
 }

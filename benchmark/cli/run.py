@@ -34,35 +34,48 @@ def add_parser(commands: Any) -> None:
         help="auto (every visible GPU, else CPU), cpu, cuda (every visible GPU) or cuda:i (that GPU only); overrides the suite",
     )
     run.add_argument(
-        "--runs-per-gpu", type=int, metavar="K",
+        "--runs-per-gpu",
+        type=int,
+        metavar="K",
         help="runs trained at once on each GPU (default: --workers spread over the GPUs); each run process sees only its GPU",
     )
-    run.add_argument("--executor", choices=("local", "ray", "slurm"), default="local",
-                     help="local process pool (default), Ray tasks or Slurm jobs through submitit (make install adds both)")
+    run.add_argument(
+        "--executor",
+        choices=("local", "ray", "slurm"),
+        default="local",
+        help="local process pool (default), Ray tasks or Slurm jobs through submitit (make install adds both)",
+    )
     run.add_argument("--address", help="with --executor ray: the cluster to join ('auto': the running one); default: a local Ray")
     add_slurm_arguments(run)
     run.add_argument("--algos", nargs="+", help="only the runs of these algorithms, e.g. --algos ppo trpo")
     run.add_argument("--envs", nargs="+", help="only the runs on these environments, e.g. --envs CartPole-v1")
-    run.add_argument("--dry-run", action="store_true",
-                     help="list the runs with their state (finished, resumes, claimed, to train) and the estimated cost, and exit")
-    run.add_argument("--force", action="store_true",
-                     help="rerun specs that already have a FINISHED run in the tracking store or a bundle")
-    run.add_argument("--max-hours", type=float, default=24.0, metavar="H",
-                     help="ask before starting an invocation estimated to take more than H hours of wall time (default 24); "
-                          "without a terminal, refuse unless --yes")
+    run.add_argument(
+        "--dry-run", action="store_true", help="list the runs with their state (finished, resumes, claimed, to train) and the estimated cost, and exit"
+    )
+    run.add_argument("--force", action="store_true", help="rerun specs that already have a FINISHED run in the tracking store or a bundle")
+    run.add_argument(
+        "--max-hours",
+        type=float,
+        default=24.0,
+        metavar="H",
+        help="ask before starting an invocation estimated to take more than H hours of wall time (default 24); without a terminal, refuse unless --yes",
+    )
     run.add_argument("--yes", action="store_true", help="start without asking, whatever the estimate")
     add_bundle_arguments(run)
     run.add_argument(
-        "--no-wait", action="store_true",
-        help="leave the runs another launch is training to it instead of waiting for them (default: wait, and take "
-             "over any it leaves unfinished)",
+        "--no-wait",
+        action="store_true",
+        help="leave the runs another launch is training to it instead of waiting for them (default: wait, and take over any it leaves unfinished)",
     )
     run.add_argument(
-        "--checkpoint-every", type=int, metavar="STEPS",
+        "--checkpoint-every",
+        type=int,
+        metavar="STEPS",
         help="env steps between resumable checkpoints (default: the suite's, else at every evaluation; 0: only the final one)",
     )
     run.add_argument(
-        "--checkpoint-replay-buffer", action="store_true",
+        "--checkpoint-replay-buffer",
+        action="store_true",
         help="include the replay buffer in checkpoints (large), so off-policy runs resume exactly",
     )
     add_seeds_per_process(run)
@@ -107,14 +120,17 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
 
         found = _plan(suite, args, bundled)
         _, notices = planning.plan_processes([state.spec for state in found.left])
-        console.table(planning.runs_table(found, f"suite {suite.name}: {len(suite.specs)} runs"),
-                      planning.experiments_table(found, f"suite {suite.name}: per experiment"))
+        console.table(
+            planning.runs_table(found, f"suite {suite.name}: {len(suite.specs)} runs"), planning.experiments_table(found, f"suite {suite.name}: per experiment")
+        )
         for notice in notices:
             console.print(notice, highlight=False, soft_wrap=True)
         processes = len(set(found.processes.values()))
-        console.print(f"{len(suite.specs)} runs in suite {suite.name!r} ({suite.path})"
-                      + (f", the {len(found.left)} left trained in {processes} processes" if processes < len(found.left) else ""),
-                      highlight=False)
+        console.print(
+            f"{len(suite.specs)} runs in suite {suite.name!r} ({suite.path})"
+            + (f", the {len(found.left)} left trained in {processes} processes" if processes < len(found.left) else ""),
+            highlight=False,
+        )
         console.print(planning.total_line(found, _workers_text(args, suite)), highlight=False, markup=False)
         return 0
     found = _plan(suite, args, bundled)  # reads the store when it exists (a bad URI fails here), creates nothing
@@ -124,7 +140,9 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
     if elsewhere:
         console.print(
             f"{len(elsewhere)} run(s) left to the launch that is training them: " + ", ".join(o.spec.label for o in elsewhere),
-            highlight=False, soft_wrap=True, markup=False,
+            highlight=False,
+            soft_wrap=True,
+            markup=False,
         )
     failed = [o for o in execution.records if not o.ok and o.status != "CLAIMED"]
     if not failed:
@@ -140,7 +158,9 @@ def command_run(args: argparse.Namespace, console: Console) -> int:
         command += ["--seeds-per-process", str(args.seeds_per_process)]
     console.print(
         "re-run them (finished runs are skipped, so this trains only the failed ones): " + " ".join(command),
-        highlight=False, soft_wrap=True, markup=False,
+        highlight=False,
+        soft_wrap=True,
+        markup=False,
     )
     return EXIT_RUNS_FAILED
 
@@ -153,8 +173,7 @@ def _workers_text(args: argparse.Namespace, suite) -> str:
 def _plan(suite, args: argparse.Namespace, bundled: dict):
     from benchmark.execution import plan
 
-    return plan.make_plan(suite.specs, store_if_exists(args), suite.name, bundled, args.results_dir,
-                          min(args.workers, len(suite.specs)), force=args.force)
+    return plan.make_plan(suite.specs, store_if_exists(args), suite.name, bundled, args.results_dir, min(args.workers, len(suite.specs)), force=args.force)
 
 
 def _confirm_cost(found, args: argparse.Namespace, console, suite) -> None:
@@ -171,8 +190,10 @@ def _confirm_cost(found, args: argparse.Namespace, console, suite) -> None:
     hours = found.cost.wall_seconds / 3600
     if args.yes or hours <= args.max_hours:
         return
-    question = (f"suite {suite.name!r} is estimated at {estimate.hours(found.cost.wall_seconds)} of wall time with "
-                f"{_workers_text(args, suite)}, above --max-hours {args.max_hours:g}")
+    question = (
+        f"suite {suite.name!r} is estimated at {estimate.hours(found.cost.wall_seconds)} of wall time with "
+        f"{_workers_text(args, suite)}, above --max-hours {args.max_hours:g}"
+    )
     if sys.stdin.isatty():
         answer = input(f"{question}. Start it? [y/N] ").strip().lower()
         if answer in ("y", "yes"):
@@ -197,8 +218,14 @@ def execute_suite(suite, args: argparse.Namespace, console: Console, force: bool
     name = getattr(args, "executor", "local")
     # a device this machine lacks, a missing package or a bad option fails before anything is created
     executor = launching.make_executor(
-        name, suite.specs, workers, results_dir, getattr(args, "runs_per_gpu", None), getattr(args, "address", None),
-        slurm_options(args, suite.slurm) if name == "slurm" else None, getattr(args, "slurm_cluster", "slurm"),
+        name,
+        suite.specs,
+        workers,
+        results_dir,
+        getattr(args, "runs_per_gpu", None),
+        getattr(args, "address", None),
+        slurm_options(args, suite.slurm) if name == "slurm" else None,
+        getattr(args, "slurm_cluster", "slurm"),
     )
     if args.tracking_uri:  # a bad URI fails before anything is created
         tracking.ensure_store(args.tracking_uri, deep=True, writing=True)
@@ -236,9 +263,7 @@ def execute_suite(suite, args: argparse.Namespace, console: Console, force: bool
     by_others += [f"{earlier} of them in an earlier invocation"] if earlier else []
     by_others += [f"{meanwhile} by another launch meanwhile"] if meanwhile else []
     console.print(
-        f"{sum(o.ok for o in execution.records)}/{len(execution.records)} runs finished"
-        + (f" ({', '.join(by_others)})" if by_others else "")
-        + " in "
+        f"{sum(o.ok for o in execution.records)}/{len(execution.records)} runs finished" + (f" ({', '.join(by_others)})" if by_others else "") + " in "
         f"{time.perf_counter() - started:.0f} s; parent run {execution.parent_run_id}; table in {report}; "
         f"full report with CIs and plots: python -m benchmark report --suite {suite.path if suite.path.parent != config.SUITES_DIR else suite.name}",
         soft_wrap=True,

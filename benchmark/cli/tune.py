@@ -21,18 +21,21 @@ from benchmark.cli.common import (
 
 def add_parser(commands: Any) -> None:
     tune = commands.add_parser(
-        "tune", help="Optuna study: tune ALGO on ENV against its reference score (tune show|export STUDY to read one)",
+        "tune",
+        help="Optuna study: tune ALGO on ENV against its reference score (tune show|export STUDY to read one)",
         description="Run (or resume) an Optuna study of --algo on --env; `tune show STUDY` and `tune export STUDY` read one.",
         allow_abbrev=False,  # `tune export S --seeds N` is export's option, not an abbreviation of tune's --seeds-per-*
     )
     tune.add_argument("--algo", help="algorithm to tune (its search space: suites/search/ALGO.yaml)")
     tune.add_argument("--env", help="gymnasium id; its reference and random scores normalize the objective")
     tune.add_argument("--trials", type=int, default=20, help="trials this invocation adds to the study (default 20)")
-    tune.add_argument("--budget", type=int, metavar="STEPS",
-                      help="env steps per seed of a trial (default: the budget of the suite that runs ALGO on ENV)")
+    tune.add_argument("--budget", type=int, metavar="STEPS", help="env steps per seed of a trial (default: the budget of the suite that runs ALGO on ENV)")
     tune.add_argument("--seeds-per-trial", type=int, metavar="S", help="seeds each trial trains and averages (default 1)")
     tune.add_argument(
-        "--seeds-per-process", type=int, default=1, metavar="N",
+        "--seeds-per-process",
+        type=int,
+        default=1,
+        metavar="N",
         help="train a trial's seeds N at a time as one batched model (default 1: one after another)",
     )
     tune.add_argument("--study", help="study name (default ALGO-ENV); an existing study is resumed")
@@ -41,8 +44,9 @@ def add_parser(commands: Any) -> None:
     tune.add_argument("--sampler", choices=("tpe", "random", "cmaes"), default="tpe", help="default tpe (seeded)")
     tune.add_argument("--pruner", choices=("median", "hyperband", "none"), default="median", help="default median")
     tune.add_argument("--pruner-startup-trials", type=int, default=5, metavar="N", help="median pruner: trials before any pruning (default 5)")
-    tune.add_argument("--pruner-warmup-steps", type=int, metavar="STEPS",
-                      help="median pruner: steps of a trial before it can be pruned (default a third of the budget)")
+    tune.add_argument(
+        "--pruner-warmup-steps", type=int, metavar="STEPS", help="median pruner: steps of a trial before it can be pruned (default a third of the budget)"
+    )
     tune.add_argument("--timeout", type=float, metavar="SECONDS", help="start no new trial after this long")
     tune.add_argument("--suite", help="take the budget and fixed hyperparameters from this suite's ALGO/ENV run (none: published defaults)")
     tune.add_argument("--space", type=Path, help="search space YAML (default suites/search/ALGO.yaml)")
@@ -51,8 +55,12 @@ def add_parser(commands: Any) -> None:
     tune.add_argument("--seed", type=int, help="seed of the samplers and of the trials' seeds (default 0)")
     tune.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:i (as for run)")
     tune.add_argument("--runs-per-gpu", type=int, metavar="K", help="workers per GPU, at most (default: the workers spread over the GPUs)")
-    tune.add_argument("--executor", choices=("local", "ray", "slurm"), default="local",
-                      help="where trials run: local processes (default), Ray tasks or Slurm jobs; at most --workers at once")
+    tune.add_argument(
+        "--executor",
+        choices=("local", "ray", "slurm"),
+        default="local",
+        help="where trials run: local processes (default), Ray tasks or Slurm jobs; at most --workers at once",
+    )
     tune.add_argument("--address", help="with --executor ray: the cluster to join ('auto': the running one); default: a local Ray")
     add_slurm_arguments(tune)
     add_store_arguments(tune)
@@ -87,9 +95,16 @@ def command_tune(args: argparse.Namespace, console: Console) -> int:
     if not args.algo or not args.env:
         raise ConfigError("tune needs --algo and --env (or: tune show STUDY, tune export STUDY)")
     options = dict(
-        trials=args.trials, workers=args.workers, sampler=args.sampler, pruner=args.pruner,
-        pruner_startup_trials=args.pruner_startup_trials, pruner_warmup_steps=args.pruner_warmup_steps,
-        timeout=args.timeout, device=args.device, runs_per_gpu=args.runs_per_gpu, seeds_per_process=args.seeds_per_process,
+        trials=args.trials,
+        workers=args.workers,
+        sampler=args.sampler,
+        pruner=args.pruner,
+        pruner_startup_trials=args.pruner_startup_trials,
+        pruner_warmup_steps=args.pruner_warmup_steps,
+        timeout=args.timeout,
+        device=args.device,
+        runs_per_gpu=args.runs_per_gpu,
+        seeds_per_process=args.seeds_per_process,
     )
     slots = tuning_study.check_options(**options, local=args.executor == "local")
     executor = _tune_executor(args, slots)
@@ -99,22 +114,33 @@ def command_tune(args: argparse.Namespace, console: Console) -> int:
     default_url = tuning_storage.default_storage_url(args.results_dir)
     storage_url = args.storage or default_url
     given = {
-        "budget": args.budget, "seeds_per_trial": args.seeds_per_trial, "suite": args.suite,
-        "reference": args.reference, "random": args.random, "seed": args.seed,
+        "budget": args.budget,
+        "seeds_per_trial": args.seeds_per_trial,
+        "suite": args.suite,
+        "reference": args.reference,
+        "random": args.random,
+        "seed": args.seed,
     }
     settings, _ = tuning_study.prepare(args.algo, args.env, study_name, storage_url, default_url, given, args.space)
     stores.check_writable_directory(args.results_dir, "results directory")
     tracking_uri = args.tracking_uri or tracking.default_tracking_uri(args.results_dir)
     tracking.ensure_store(tracking_uri, deep=True, writing=True)
     result = tuning_study.run_study(
-        settings, study_name=study_name, storage_url=storage_url, tracking_uri=tracking_uri, results_dir=args.results_dir,
-        executor=executor, **options,
+        settings,
+        study_name=study_name,
+        storage_url=storage_url,
+        tracking_uri=tracking_uri,
+        results_dir=args.results_dir,
+        executor=executor,
+        **options,
     )
     counts = ", ".join(f"{count} {state.lower()}" for state, count in result.counts.items() if count)
     console.print(
         f"study {study_name!r}: trials {result.trials_before}..{result.trials_after - 1} run; {result.trials_after} in all ({counts}); "
         f"MLflow parent run {result.parent_run_id}",
-        soft_wrap=True, markup=False, highlight=False,
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
     )
     if result.best_trial is not None:
         best = result.best_trial
@@ -122,7 +148,9 @@ def command_tune(args: argparse.Namespace, console: Console) -> int:
             f"best: trial {best.number}, normalized score {best.value:.3f} (final returns "
             f"{', '.join(f'{r:.1f}' for r in best.user_attrs.get('final_returns', []))}); "
             f"python -m benchmark tune show {study_name} | tune export {study_name}",
-            soft_wrap=True, markup=False, highlight=False,
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
         )
     for error in result.worker_errors:
         console.print(f"[red]{error}[/]", highlight=False)
@@ -164,12 +192,14 @@ def _tune_show(args: argparse.Namespace, console: Console) -> int:
         f"study {study.study_name!r}: {settings.algo} on {settings.env_id}, {settings.seeds_per_trial} seed(s) x "
         f"{settings.budget.total_steps:,} steps per trial, base {settings.base_suite or 'published defaults'}; "
         f"normalized by random {settings.random_score:.2f} and reference {settings.reference_score:.2f} "
-        f"({settings.reference_source}); trials: "
-        + ", ".join(f"{count} {state.lower()}" for state, count in sorted(found["counts"].items())),
-        soft_wrap=True, markup=False, highlight=False,
+        f"({settings.reference_source}); trials: " + ", ".join(f"{count} {state.lower()}" for state, count in sorted(found["counts"].items())),
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
     )
-    table = TableData(f"best trials of {study.study_name}", ["trial", "normalized", "final returns", "seconds", "parameters"],
-                      right={"trial", "normalized", "seconds"})
+    table = TableData(
+        f"best trials of {study.study_name}", ["trial", "normalized", "final returns", "seconds", "parameters"], right={"trial", "normalized", "seconds"}
+    )
     for trial in found["best"]:
         returns = ", ".join(f"{r:.1f}" for r in trial.user_attrs.get("final_returns", []))
         seconds = f"{trial.duration.total_seconds():.0f}" if trial.duration else "—"
@@ -178,8 +208,9 @@ def _tune_show(args: argparse.Namespace, console: Console) -> int:
         table.add(trial.number, f"{trial.value:.3f}", returns, seconds, params)
     weights = tuning_inspect.importances(study)
     if weights is not None:
-        importance = TableData("parameter importances (fANOVA over the completed trials)", ["parameter", "importance"],
-                               names={"parameter"}, right={"importance"})
+        importance = TableData(
+            "parameter importances (fANOVA over the completed trials)", ["parameter", "importance"], names={"parameter"}, right={"importance"}
+        )
         for name, weight in weights.items():
             importance.add(name, f"{weight:.3f}")
         console.table(table, importance)
@@ -207,7 +238,9 @@ def _tune_export(args: argparse.Namespace, console: Console) -> int:
         command = f"python -m benchmark run --suite {path}"
     console.print(
         f"wrote {path}: trial {best.number} (normalized {best.value:.3f}) over {args.seeds} seeds; run it: {command}",
-        soft_wrap=True, markup=False, highlight=False,
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
     )
     return 0
 

@@ -37,8 +37,12 @@ def command_ui(args: argparse.Namespace, console: Console) -> int:
     server = tracking_uri.startswith(("http://", "https://"))  # a tracking server serves its own UI
     address = tracking_uri.rstrip("/") if server else f"http://{'localhost' if args.host in ('127.0.0.1', '0.0.0.0') else args.host}:{port}"
     view = "?workflowType=machine_learning"  # MLflow 3 opens on its GenAI view otherwise
-    console.print(f"MLflow UI at {address}/#/experiments{view}{'' if server else ' (Ctrl-C stops it)'}; the runs of each suite and study:",
-                  markup=False, highlight=False, soft_wrap=True)
+    console.print(
+        f"MLflow UI at {address}/#/experiments{view}{'' if server else ' (Ctrl-C stops it)'}; the runs of each suite and study:",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
     for experiment in experiments:
         if experiment.tags.get("mlflow.experimentKind") != tracking.EXPERIMENT_TAGS["mlflow.experimentKind"]:
             # an experiment made before this tag: MLflow 3 would open it in its GenAI view
@@ -47,16 +51,27 @@ def command_ui(args: argparse.Namespace, console: Console) -> int:
                     tracking.retry(lambda: client.set_experiment_tag(experiment.experiment_id, key, value))
             except Exception:  # noqa: BLE001 - a read-only store: the link below opens the runs all the same
                 pass
-        console.print(f"  {experiment.name}: {address}/#/experiments/{experiment.experiment_id}/runs{view}",
-                      markup=False, highlight=False, soft_wrap=True)
+        console.print(f"  {experiment.name}: {address}/#/experiments/{experiment.experiment_id}/runs{view}", markup=False, highlight=False, soft_wrap=True)
     if not experiments:
         console.print("  (none yet: run a suite first)", markup=False, highlight=False)
     if server:
         return 0
     mlflow = Path(sys.executable).with_name("mlflow")
     artifacts = (args.results_dir / "mlartifacts").resolve()
-    command = [str(mlflow), "ui", "--backend-store-uri", tracking_uri, "--default-artifact-root", str(artifacts),
-               "--host", args.host, "--port", str(port), "--workers", "1"]
+    command = [
+        str(mlflow),
+        "ui",
+        "--backend-store-uri",
+        tracking_uri,
+        "--default-artifact-root",
+        str(artifacts),
+        "--host",
+        args.host,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     sys.stdout.flush()
     os.execv(command[0], command)
     return 0  # not reached

@@ -15,9 +15,10 @@ same code path on one machine).
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from benchmark import tracking
 from benchmark.config import RunSpec
@@ -115,8 +116,7 @@ def drive(executor: Executor, groups: list[Group], launch: Launch, board: Board)
         raise
     finally:
         submission.close()
-    close_unfinished_children(launch.tracking_uri, launch.parent_run_id, "FAILED", f"{executor.name} worker exited without reporting",
-                              launch.claims_dir)
+    close_unfinished_children(launch.tracking_uri, launch.parent_run_id, "FAILED", f"{executor.name} worker exited without reporting", launch.claims_dir)
     return [found[spec.run_key] for spec in specs]
 
 
@@ -143,9 +143,7 @@ def _record(outcome: RunRecord, found: dict[str, RunRecord], board: Board) -> No
     board.finished(key, outcome.spec.label, outcome.ok, outcomes.line(outcome))
 
 
-def close_unfinished_children(
-    tracking_uri: str, parent_run_id: str, status: str, message: str, claims_dir: str | None = None
-) -> list[str]:
+def close_unfinished_children(tracking_uri: str, parent_run_id: str, status: str, message: str, claims_dir: str | None = None) -> list[str]:
     """Mark every child of ``parent_run_id`` still RUNNING as ``status`` (once this launch's
     workers are gone); with ``claims_dir``, not one whose run key is claimed, which another
     launch has taken over meanwhile. Returns their ids."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -35,8 +35,7 @@ def calibration_spec(algo: str, env_id: str, steps: int | None = None) -> config
     if steps is None:
         rollout = int(defaults.get("num_envs", 1)) * int(defaults.get("num_steps", 0) or 0)
         steps = max(2 * rollout, 2048) if rollout and not overrides else batch + 1500
-    return config.make_spec(algo, env_id, 0, {"total_steps": steps, "eval_every": steps, "eval_episodes": EVAL_EPISODES}, overrides,
-                            suite="calibrate")
+    return config.make_spec(algo, env_id, 0, {"total_steps": steps, "eval_every": steps, "eval_episodes": EVAL_EPISODES}, overrides, suite="calibrate")
 
 
 def measure(algo: str, env_id: str, steps: int | None = None) -> Throughput:
@@ -55,12 +54,12 @@ def measure(algo: str, env_id: str, steps: int | None = None) -> Throughput:
     train_seconds = total / result.steps_per_second if result.steps_per_second else wall
     evaluated = sum(sum(evaluation.lengths) for evaluation in result.evaluations)
     eval_seconds = max(result.wall_seconds - train_seconds, 1e-3)
-    return Throughput(algo, env_id, result.steps_per_second, evaluated / eval_seconds, provenance.cpu_model(), torch.__version__,
-                      total, datetime.date.today().isoformat())
+    return Throughput(
+        algo, env_id, result.steps_per_second, evaluated / eval_seconds, provenance.cpu_model(), torch.__version__, total, datetime.date.today().isoformat()
+    )
 
 
-def calibrate(pairs: list[tuple[str, str]], steps: int | None = None,
-              progress: Callable[[Throughput, float], None] | None = None) -> list[Throughput]:
+def calibrate(pairs: list[tuple[str, str]], steps: int | None = None, progress: Callable[[Throughput, float], None] | None = None) -> list[Throughput]:
     """Measure every (algorithm, environment) pair; ``progress`` is told each result and its seconds."""
     results = []
     for algo, env_id in pairs:
@@ -70,4 +69,3 @@ def calibrate(pairs: list[tuple[str, str]], steps: int | None = None,
         if progress is not None:
             progress(measured, time.perf_counter() - started)
     return results
-

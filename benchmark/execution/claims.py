@@ -76,7 +76,7 @@ class Holder:
     """The suite (MLflow experiment) it trains the run for: suites that share a run key share its claim."""
 
     @classmethod
-    def here(cls, invocation: str, label: str = "", suite: str = "") -> "Holder":
+    def here(cls, invocation: str, label: str = "", suite: str = "") -> Holder:
         return cls(socket.gethostname(), os.getpid(), process_start_time(), invocation, _now(), label, suite)
 
     def describe(self) -> str:
@@ -94,7 +94,7 @@ class Claim:
         if self._lock.is_locked:
             self._lock.release()
 
-    def __enter__(self) -> "Claim":
+    def __enter__(self) -> Claim:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -195,7 +195,7 @@ class Invocation:
         for path in _paths(self._claim.path.parent, self.id):
             path.unlink(missing_ok=True)
 
-    def __enter__(self) -> "Invocation":
+    def __enter__(self) -> Invocation:
         return self
 
     def __exit__(self, *exc: Any) -> None:

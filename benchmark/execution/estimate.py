@@ -28,9 +28,9 @@ import hashlib
 import heapq
 import json
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from agents.errors import ConfigError
 from benchmark.config import PROJECT_ROOT, RunSpec
@@ -88,7 +88,6 @@ class Estimate:
     def unknown(self) -> list[RunEstimate]:
         return [r for r in self.runs if r.seconds is None]
 
-
     @property
     def gpu(self) -> bool:
         return any(r.spec.device.startswith("cuda") for r in self.runs)
@@ -120,8 +119,16 @@ def _load_throughput(path: Path, modified: int) -> dict[tuple[str, str], Through
             raise ConfigError(f"{path} lacks the column(s) {', '.join(missing)}; restore it with git checkout or re-run calibrate")
         for number, row in enumerate(reader, start=2):
             try:
-                entry = Throughput(row["algo"], row["env_id"], float(row["train_steps_per_second"]), float(row["eval_steps_per_second"]),
-                                   row.get("cpu_model", ""), row.get("torch", ""), int(row.get("steps") or 0), row.get("measured", ""))
+                entry = Throughput(
+                    row["algo"],
+                    row["env_id"],
+                    float(row["train_steps_per_second"]),
+                    float(row["eval_steps_per_second"]),
+                    row.get("cpu_model", ""),
+                    row.get("torch", ""),
+                    int(row.get("steps") or 0),
+                    row.get("measured", ""),
+                )
             except (TypeError, ValueError) as error:
                 raise ConfigError(f"{path}, row {number}: {error}; restore it with git checkout or re-run calibrate") from None
             if entry.train_steps_per_second <= 0 or entry.eval_steps_per_second <= 0:
@@ -143,8 +150,18 @@ def save_throughput(entries: Iterable[Throughput], path: Path = THROUGHPUT_FILE)
         writer.writerow(THROUGHPUT_COLUMNS)
         for key in sorted(table):
             e = table[key]
-            writer.writerow([e.algo, e.env_id, f"{e.train_steps_per_second:.1f}", f"{e.eval_steps_per_second:.1f}", e.cpu_model, e.torch,
-                             e.steps, e.measured or datetime.date.today().isoformat()])
+            writer.writerow(
+                [
+                    e.algo,
+                    e.env_id,
+                    f"{e.train_steps_per_second:.1f}",
+                    f"{e.eval_steps_per_second:.1f}",
+                    e.cpu_model,
+                    e.torch,
+                    e.steps,
+                    e.measured or datetime.date.today().isoformat(),
+                ]
+            )
     temporary.replace(path)
 
 
@@ -174,12 +191,10 @@ def estimate_run(spec: RunSpec, past: list[PastRun], table: dict[tuple[str, str]
     its ``config_key``."""
     same_config = [p.seconds_per_step for p in past if key and p.config_key == key]
     if same_config:
-        return RunEstimate(spec, statistics.median(same_config) * spec.budget.total_steps,
-                           f"{len(same_config)} finished run(s) of this configuration")
+        return RunEstimate(spec, statistics.median(same_config) * spec.budget.total_steps, f"{len(same_config)} finished run(s) of this configuration")
     same_pair = [p.seconds_per_step for p in past if p.algo == spec.algo and p.env_id == spec.env_id]
     if same_pair:
-        return RunEstimate(spec, statistics.median(same_pair) * spec.budget.total_steps,
-                           f"{len(same_pair)} finished run(s) of {spec.algo} on {spec.env_id}")
+        return RunEstimate(spec, statistics.median(same_pair) * spec.budget.total_steps, f"{len(same_pair)} finished run(s) of {spec.algo} on {spec.env_id}")
     rate = table.get((spec.algo, spec.env_id))
     if rate is not None:
         return RunEstimate(spec, seconds_from_throughput(spec, rate), f"calibrated {rate.measured or ''}".strip())
@@ -202,9 +217,14 @@ def makespan(jobs: list[float], parallel: int) -> float:
     return max(slots)
 
 
-def estimate(processes: list[list[RunSpec]], parallel: int, past: list[PastRun],
-             table: dict[tuple[str, str], Throughput] | None = None, keys: dict[str, str] | None = None,
-             remaining: dict[str, float] | None = None) -> Estimate:
+def estimate(
+    processes: list[list[RunSpec]],
+    parallel: int,
+    past: list[PastRun],
+    table: dict[tuple[str, str], Throughput] | None = None,
+    keys: dict[str, str] | None = None,
+    remaining: dict[str, float] | None = None,
+) -> Estimate:
     """The estimate for training ``processes`` (the runner's plan: seeds batched in one process
     form one job) with ``parallel`` processes at once. ``keys``: run key -> ``config_key``;
     ``remaining``: run key -> the share of its steps still to train (a run resuming halfway: 0.5)."""

@@ -14,9 +14,10 @@ import dataclasses
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing.managers import SyncManager
-from typing import Any, Callable
+from typing import Any
 
 from benchmark.execution import devices
 from benchmark.execution.base import Executor, Submission, Task
@@ -70,7 +71,9 @@ class _PoolSubmission(Submission):
         self._manager = SyncManager(ctx=multiprocessing.get_context("spawn"))  # queues only: imports nothing heavy
         self._manager.start(initializer=init_child_process, initargs=(os.getpid(),))
         self._pool = ProcessPoolExecutor(
-            max_workers=len(slots), mp_context=worker_context(), initializer=init_child_process,
+            max_workers=len(slots),
+            mp_context=worker_context(),
+            initializer=init_child_process,
             initargs=(os.getpid(), dict(os.environ)),
             max_tasks_per_child=1 if any(slot.is_gpu for slot in slots) else None,
         )

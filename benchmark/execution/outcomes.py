@@ -34,9 +34,18 @@ def trained(spec: RunSpec, run_id: str, result: Any) -> RunRecord:
     """The record of a run this launch trained to the end (``result``: the loop's RunResult)."""
     final = result.evaluations[-1]
     record = RunRecord(
-        spec, "FINISHED", run_id, final.mean, final.std, result.steps_per_second, result.device, result.wall_seconds,
-        [(evaluation.step, evaluation.mean) for evaluation in result.evaluations], git_sha=provenance.code_version()["git_sha"],
-        attempts=1, final_train_return=final.train_return_mean,
+        spec,
+        "FINISHED",
+        run_id,
+        final.mean,
+        final.std,
+        result.steps_per_second,
+        result.device,
+        result.wall_seconds,
+        [(evaluation.step, evaluation.mean) for evaluation in result.evaluations],
+        git_sha=provenance.code_version()["git_sha"],
+        attempts=1,
+        final_train_return=final.train_return_mean,
     )
     mark_unusable(record)
     return record

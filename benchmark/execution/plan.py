@@ -35,8 +35,9 @@ class RunState:
     resume_step: int = 0
 
 
-def run_states(specs: list[RunSpec], tracking_uri: str | None, suite_name: str, bundled: dict[str, BundledRun],
-               results_dir: Path, force: bool = False) -> list[RunState]:
+def run_states(
+    specs: list[RunSpec], tracking_uri: str | None, suite_name: str, bundled: dict[str, BundledRun], results_dir: Path, force: bool = False
+) -> list[RunState]:
     """The state of each spec, in order (see the module docstring); with ``force`` nothing
     counts as finished and nothing resumes (``run --force`` trains every run afresh)."""
     keys = {spec.run_key for spec in specs}
@@ -79,8 +80,8 @@ def past_runs(tracking_uri: str | None, bundled: dict[str, BundledRun]) -> list[
         if run.wall_seconds:
             share = max(len(run.batch_seeds), 1)
             found[run.mlflow_run_id or run.run_key] = estimate.PastRun(
-                run.spec.algo, run.spec.env_id, estimate.config_key(tracking.child_params(run.spec)),
-                run.wall_seconds / share / run.spec.budget.total_steps)
+                run.spec.algo, run.spec.env_id, estimate.config_key(tracking.child_params(run.spec)), run.wall_seconds / share / run.spec.budget.total_steps
+            )
     if tracking_uri is None:
         return list(found.values())
     client = tracking.client(tracking_uri)
@@ -125,8 +126,16 @@ class Plan:
         return counts
 
 
-def make_plan(specs: list[RunSpec], tracking_uri: str | None, suite_name: str, bundled: dict[str, BundledRun],
-              results_dir: Path, parallel: int, table: dict | None = None, force: bool = False) -> Plan:
+def make_plan(
+    specs: list[RunSpec],
+    tracking_uri: str | None,
+    suite_name: str,
+    bundled: dict[str, BundledRun],
+    results_dir: Path,
+    parallel: int,
+    table: dict | None = None,
+    force: bool = False,
+) -> Plan:
     states = run_states(specs, tracking_uri, suite_name, bundled, results_dir, force)
     left = [s for s in states if s.status in ("to train", "resumes")]
     groups, _ = plan_processes([s.spec for s in left])
@@ -150,8 +159,12 @@ def experiments_table(plan: Plan, title: str) -> TableData:
     env steps left, estimated hours left and what the estimate rests on."""
     by_key = {e.spec.run_key: e for e in plan.cost.runs}
     state_of = {s.spec.run_key: s for s in plan.states}
-    table = TableData(title, ["experiment", "environment", "runs", "finished", "left", "env steps left", unit(plan), "estimated from"],
-                      names={"experiment", "environment"}, right={"runs", "finished", "left", "env steps left", unit(plan)})
+    table = TableData(
+        title,
+        ["experiment", "environment", "runs", "finished", "left", "env steps left", unit(plan), "estimated from"],
+        names={"experiment", "environment"},
+        right={"runs", "finished", "left", "env steps left", unit(plan)},
+    )
     for label, members in configurations([s.spec for s in plan.states]):
         states = [state_of[spec.run_key] for spec in members]
         left = [s for s in states if s.status in ("to train", "resumes")]
@@ -159,22 +172,44 @@ def experiments_table(plan: Plan, title: str) -> TableData:
         seconds = [e.seconds for e in estimates if e.seconds is not None]
         hours = (f"{sum(seconds) / 3600:.2f}" if seconds else "—") + ("+?" if len(seconds) < len(estimates) and seconds else "")
         bases = sorted({e.basis for e in estimates})
-        table.add(label, members[0].env_id, len(states), sum(s.status == "finished" for s in states), len(left),
-                  f"{sum(_steps_left(s) for s in left):,}", hours if estimates else "0", "; ".join(bases))
+        table.add(
+            label,
+            members[0].env_id,
+            len(states),
+            sum(s.status == "finished" for s in states),
+            len(left),
+            f"{sum(_steps_left(s) for s in left):,}",
+            hours if estimates else "0",
+            "; ".join(bases),
+        )
     return table
 
 
 def runs_table(plan: Plan, title: str) -> TableData:
     """One row per run: its state and, for runs left, its estimated hours."""
     by_key = {e.spec.run_key: e for e in plan.cost.runs}
-    table = TableData(title, ["run key", "algorithm", "environment", "seed", "steps", "status", "detail", "process", "hours", "overrides"],
-                      names={"run key", "algorithm", "environment"}, right={"seed", "steps", "process", "hours"})
+    table = TableData(
+        title,
+        ["run key", "algorithm", "environment", "seed", "steps", "status", "detail", "process", "hours", "overrides"],
+        names={"run key", "algorithm", "environment"},
+        right={"seed", "steps", "process", "hours"},
+    )
     for state in plan.states:
         spec = state.spec
         found = by_key.get(spec.run_key)
         hours = f"{found.seconds / 3600:.2f}" if found is not None and found.seconds is not None else ("?" if found else "")
-        table.add(spec.run_key, spec.algo, spec.env_id, spec.seed, f"{spec.budget.total_steps:,}", state.status, state.detail,
-                  plan.processes.get(spec.run_key, ""), hours, ", ".join(f"{k}={v}" for k, v in spec.overrides.items()))
+        table.add(
+            spec.run_key,
+            spec.algo,
+            spec.env_id,
+            spec.seed,
+            f"{spec.budget.total_steps:,}",
+            state.status,
+            state.detail,
+            plan.processes.get(spec.run_key, ""),
+            hours,
+            ", ".join(f"{k}={v}" for k, v in spec.overrides.items()),
+        )
     return table
 
 
@@ -188,14 +223,18 @@ def total_line(plan: Plan, workers_text: str) -> str:
         steps = sum(_steps_left(s) for s in left)
         if len(cost.unknown) < len(cost.runs):
             at_least = "at least " if cost.unknown else "about "
-            parts.append(f"{steps:,} env steps left, {at_least}{cost.known_seconds / 3600:.1f} {unit(plan)}"
-                         f" and {estimate.hours(cost.wall_seconds)} of wall time with {workers_text}")
+            parts.append(
+                f"{steps:,} env steps left, {at_least}{cost.known_seconds / 3600:.1f} {unit(plan)}"
+                f" and {estimate.hours(cost.wall_seconds)} of wall time with {workers_text}"
+            )
         else:
             parts.append(f"{steps:,} env steps left")
         if cost.unknown:
             names = sorted({f"{e.spec.algo} on {e.spec.env_id}" for e in cost.unknown})
-            parts.append(f"{len(cost.unknown)} run(s) not estimated, with no finished run or throughput data for "
-                         f"{', '.join(names[:6])}{' ...' if len(names) > 6 else ''} (python -m benchmark calibrate --algos ... --envs ...)")
+            parts.append(
+                f"{len(cost.unknown)} run(s) not estimated, with no finished run or throughput data for "
+                f"{', '.join(names[:6])}{' ...' if len(names) > 6 else ''} (python -m benchmark calibrate --algos ... --envs ...)"
+            )
     else:
         parts.append("nothing left to train")
     return "; ".join(parts)

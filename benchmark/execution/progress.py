@@ -9,8 +9,9 @@ its own has started), summed and shared among the runs that train at once.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -159,8 +160,9 @@ class Board:
 
     def table(self) -> Table:
         """The live view: the counts, and a row per running run (run labels never cut)."""
-        data = TableData(self.counts(), ["run", "on", "env steps", "%", "steps/s", "last eval"], names={"run"},
-                         right={"env steps", "%", "steps/s", "last eval"})
+        data = TableData(
+            self.counts(), ["run", "on", "env steps", "%", "steps/s", "last eval"], names={"run"}, right={"env steps", "%", "steps/s", "last eval"}
+        )
         for view in self.running.values():
             rate = view.steps_per_second(self.clock())
             data.add(
@@ -194,7 +196,7 @@ class Board:
             self._last_status = self.clock()
             self.log(self.status_line())
 
-    def __enter__(self) -> "Board":
+    def __enter__(self) -> Board:
         if self.live_mode:
             self._live = Live(self.table(), console=self.console, refresh_per_second=2, transient=True)
             self._live.__enter__()

@@ -10,7 +10,8 @@ last periodic checkpoint.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from agents.errors import ConfigError
 from benchmark.execution import devices
@@ -64,8 +65,10 @@ class _RaySubmission(Submission):
             slots = devices.plan_slots(executor.requested_device, cluster_gpus, executor.runs_per_gpu, executor.workers)
             gpu_slots = [slot for slot in slots if slot.is_gpu]
             gpu_share = len({slot.visible_devices for slot in gpu_slots}) / len(gpu_slots) if gpu_slots else 0.0
-            log(f"Ray: {ray.cluster_resources().get('CPU', 0):.0f} CPUs, {len(cluster_gpus)} GPUs; "
-                + (f"{gpu_share:g} GPU per run" if gpu_share else "runs on CPU"))
+            log(
+                f"Ray: {ray.cluster_resources().get('CPU', 0):.0f} CPUs, {len(cluster_gpus)} GPUs; "
+                + (f"{gpu_share:g} GPU per run" if gpu_share else "runs on CPU")
+            )
             self._messages = Queue(actor_options={"num_cpus": 0})
             # a GPU run gets a fresh worker process: CUDA must not have started on another device
             remote = ray.remote(max_calls=1 if gpu_share else 0, max_retries=0)(_run_task).options(num_cpus=1, num_gpus=gpu_share)

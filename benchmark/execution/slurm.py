@@ -20,9 +20,10 @@ import gc
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from agents.errors import ConfigError
 from benchmark.execution.base import Executor, Submission, Task
@@ -56,8 +57,14 @@ class SlurmOptions:
 
     def parameters(self) -> dict[str, Any]:
         """submitit's AutoExecutor parameters (the slurm_ ones apply to Slurm only)."""
-        parameters: dict[str, Any] = {"timeout_min": self.time_minutes, "cpus_per_task": self.cpus, "gpus_per_node": self.gpus,
-                                      "tasks_per_node": 1, "nodes": 1, "name": "reprorl"}
+        parameters: dict[str, Any] = {
+            "timeout_min": self.time_minutes,
+            "cpus_per_task": self.cpus,
+            "gpus_per_node": self.gpus,
+            "tasks_per_node": 1,
+            "nodes": 1,
+            "name": "reprorl",
+        }
         if self.memory_gb is not None:
             parameters["mem_gb"] = self.memory_gb
         for name, value in (("slurm_partition", self.partition), ("slurm_constraint", self.constraint), ("slurm_account", self.account)):
@@ -104,8 +111,7 @@ class _Job:
         import submitit
 
         environment = submitit.JobEnvironment()
-        where = f"Slurm job {environment.job_id} on {environment.hostname}" + (
-            f", GPU {os.environ.get('CUDA_VISIBLE_DEVICES', '?')}" if uses_gpu else "")
+        where = f"Slurm job {environment.job_id} on {environment.hostname}" + (f", GPU {os.environ.get('CUDA_VISIBLE_DEVICES', '?')}" if uses_gpu else "")
         if not uses_gpu:
             os.environ["CUDA_VISIBLE_DEVICES"] = ""
         try:
@@ -142,8 +148,7 @@ class _SlurmSubmission(Submission):
         self._limit = executor.max_jobs or len(tasks)
         self._jobs: dict[Any, int] = {}
         self._submit_more()
-        log(f"Slurm ({executor.cluster}): {len(tasks)} jobs" + (f", {self._limit} at a time" if self._limit < len(tasks) else "")
-            + f"; files in {folder}")
+        log(f"Slurm ({executor.cluster}): {len(tasks)} jobs" + (f", {self._limit} at a time" if self._limit < len(tasks) else "") + f"; files in {folder}")
 
     def _submit_more(self) -> None:
         while self._waiting and len(self._jobs) < self._limit:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rich.console import Console
 
@@ -36,8 +37,14 @@ EXECUTORS = ("local", "ray", "slurm")
 
 
 def make_executor(
-    name: str, specs: list[RunSpec], workers: int, results_dir: Path, runs_per_gpu: int | None = None,
-    ray_address: str | None = None, slurm: Any = None, slurm_cluster: str = "slurm",
+    name: str,
+    specs: list[RunSpec],
+    workers: int,
+    results_dir: Path,
+    runs_per_gpu: int | None = None,
+    ray_address: str | None = None,
+    slurm: Any = None,
+    slurm_cluster: str = "slurm",
 ) -> Executor:
     """The executor called ``name`` for ``specs``; ConfigError when it cannot serve them here
     (a device this machine lacks, Ray or submitit not installed, bad Slurm options)."""
@@ -52,8 +59,13 @@ def make_executor(
     if name == "slurm":
         from benchmark.execution.slurm import SlurmExecutor, SlurmOptions
 
-        return SlurmExecutor(results_dir.resolve() / "slurm", slurm or SlurmOptions(), requested_device(specs), slurm_cluster,
-                             max_jobs=workers if slurm_cluster == "local" else None)
+        return SlurmExecutor(
+            results_dir.resolve() / "slurm",
+            slurm or SlurmOptions(),
+            requested_device(specs),
+            slurm_cluster,
+            max_jobs=workers if slurm_cluster == "local" else None,
+        )
     raise ConfigError(f"unknown executor {name!r}; use {', '.join(EXECUTORS)}")
 
 
@@ -101,30 +113,40 @@ def execute(
             console.print(f"an earlier invocation (parent run {closed}) ended without closing its run: marked KILLED")
         finished = {} if force else tracking.finished_child_runs(tracking_uri, suite_name, {spec.run_key for spec in specs})
         previous = tracking.latest_parent_run_id(tracking_uri, suite_name)
-        tags = {"suite": suite_name, "kind": "suite", "invocation": invocation.id, tracking.CLAIMS_TAG: claims_id,
-                **({"relaunch_of": previous} if previous else {})}
+        tags = {
+            "suite": suite_name,
+            "kind": "suite",
+            "invocation": invocation.id,
+            tracking.CLAIMS_TAG: claims_id,
+            **({"relaunch_of": previous} if previous else {}),
+        }
         parent = tracking.start_parent_run(tracking_uri, experiment, f"{suite_name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
         started_ms = int(time.time() * 1000)
-        held = {} if force else {spec.run_key: bundled[spec.run_key] for spec in specs
-                                 if spec.run_key in (bundled or {}) and spec.run_key not in finished}
+        held = {} if force else {spec.run_key: bundled[spec.run_key] for spec in specs if spec.run_key in (bundled or {}) and spec.run_key not in finished}
         to_run = [spec for spec in specs if spec.run_key not in finished and spec.run_key not in held]
         execution = Execution(parent.run_id, experiment, finished_before=len(specs) - len(to_run))
         try:
-            parent.log_params({
-                "suite": suite_name, "num_runs": len(specs), "workers": workers, "runs_skipped": len(specs) - len(to_run),
-                "force": force, "executor": executor.name, "device": requested,
-                "seeds_in_process": max((spec.seeds_in_process for spec in to_run), default=1),
-            })
+            parent.log_params(
+                {
+                    "suite": suite_name,
+                    "num_runs": len(specs),
+                    "workers": workers,
+                    "runs_skipped": len(specs) - len(to_run),
+                    "force": force,
+                    "executor": executor.name,
+                    "device": requested,
+                    "seeds_in_process": max((spec.seeds_in_process for spec in to_run), default=1),
+                }
+            )
             if len(finished):
-                console.print(
-                    f"{len(finished)} of {len(specs)} runs already finished in the tracking store: not run again "
-                    "(--force reruns them)"
-                )
+                console.print(f"{len(finished)} of {len(specs)} runs already finished in the tracking store: not run again (--force reruns them)")
             if held:
                 origins = sorted({run.origin for run in held.values()})
                 console.print(
                     f"{len(held)} of {len(specs)} runs are held by result bundle(s) {', '.join(origins)}: not run again "
-                    "(--force trains them here, --no-published ignores the published bundle)", highlight=False, soft_wrap=True,
+                    "(--force trains them here, --no-published ignores the published bundle)",
+                    highlight=False,
+                    soft_wrap=True,
                 )
             groups, notices = plan_processes(to_run)
             for notice in notices:
@@ -135,8 +157,15 @@ def execute(
             if resumable and not force:
                 console.print(f"{len(resumable)} of {len(to_run)} runs to train have a checkpoint: they resume from it in their MLflow run")
 
-            launch = Launch(tracking_uri, experiment, parent.run_id, str((results_dir / "checkpoints").resolve()), resume=not force,
-                            claims_dir=str(claims_dir.resolve()), finished_since_ms=started_ms if force else 0)
+            launch = Launch(
+                tracking_uri,
+                experiment,
+                parent.run_id,
+                str((results_dir / "checkpoints").resolve()),
+                resume=not force,
+                claims_dir=str(claims_dir.resolve()),
+                finished_since_ms=started_ms if force else 0,
+            )
 
             def train(free: list[RunSpec], board: Board) -> list[RunRecord]:
                 return drive(executor, plan_processes(free)[0], launch, board)
@@ -159,8 +188,12 @@ def execute(
             ]
             execution.records = records
             parent.log_metrics(
-                {"runs_finished": sum(o.ok for o in records), "runs_failed": sum(not o.ok and o.status != "CLAIMED" for o in records),
-                 "runs_elsewhere": sum(o.status == "CLAIMED" for o in records)}, 0
+                {
+                    "runs_finished": sum(o.ok for o in records),
+                    "runs_failed": sum(not o.ok and o.status != "CLAIMED" for o in records),
+                    "runs_elsewhere": sum(o.status == "CLAIMED" for o in records),
+                },
+                0,
             )
             parent.finish("FINISHED" if all(o.ok or o.status == "CLAIMED" for o in records) else "FAILED")
         except BaseException as error:
@@ -202,9 +235,12 @@ class _SharedWork:
             holders = sorted(set(elsewhere.values()))
             self.console.print(
                 f"{len(elsewhere)} of {len(specs)} runs are being trained by another launch ({'; '.join(holders[:3])}"
-                + (f"; and {len(holders) - 3} more" if len(holders) > 3 else "") + "): "
+                + (f"; and {len(holders) - 3} more" if len(holders) > 3 else "")
+                + "): "
                 + ("this one trains the others, then waits for them" if wait_for_others else "left to it (--no-wait)"),
-                highlight=False, soft_wrap=True, markup=False,
+                highlight=False,
+                soft_wrap=True,
+                markup=False,
             )
         pending = list(specs)
         while pending:
@@ -220,8 +256,9 @@ class _SharedWork:
                 break
             if not wait_for_others:
                 for spec in pending:
-                    done[spec.run_key] = RunRecord(spec, status="CLAIMED", claimed_by=elsewhere[spec.run_key],
-                                                        error=f"being trained by another launch ({elsewhere[spec.run_key]})")
+                    done[spec.run_key] = RunRecord(
+                        spec, status="CLAIMED", claimed_by=elsewhere[spec.run_key], error=f"being trained by another launch ({elsewhere[spec.run_key]})"
+                    )
                 break
             for spec in self._released(pending):
                 del elsewhere[spec.run_key]
@@ -246,9 +283,7 @@ class _SharedWork:
     def _recorded_outcome(self, spec: RunSpec) -> RunRecord | None:
         """What the launch that held ``spec`` recorded: its FINISHED run, or its FAILED one; None
         when it left the run unfinished (then this launch trains it)."""
-        finished = tracking.finished_child_runs(
-            self.tracking_uri, None, {spec.run_key}, experiment_id=self.experiment, started_since_ms=self.finished_since_ms
-        )
+        finished = tracking.finished_child_runs(self.tracking_uri, None, {spec.run_key}, experiment_id=self.experiment, started_since_ms=self.finished_since_ms)
         if spec.run_key in finished:
             return outcomes.of_finished(spec, finished[spec.run_key])
         latest = tracking.latest_child_run(self.tracking_uri, self.experiment, spec.run_key)
@@ -289,9 +324,7 @@ def close_dead_invocations(tracking_uri: str, experiment_id: str, claims_dir: Pa
 def local_slots(specs: list[RunSpec], workers: int, runs_per_gpu: int | None) -> list[devices.Slot]:
     """The local executor's device slots for ``specs``; ConfigError when their device cannot be had here."""
     requested = requested_device(specs)
-    return devices.plan_slots(
-        requested, devices.visible_gpus(devices.gpu_count()) if requested != "cpu" else [], runs_per_gpu, workers
-    )
+    return devices.plan_slots(requested, devices.visible_gpus(devices.gpu_count()) if requested != "cpu" else [], runs_per_gpu, workers)
 
 
 def requested_device(specs: list[RunSpec]) -> str:

@@ -131,8 +131,13 @@ class _ChildRun:
         # the device this process trains on (its slot's); config.json keeps the one the suite asked for
         self.training_spec = dataclasses.replace(spec, device=context.device) if context.device is not None else spec
         self.tags = {
-            "run_key": spec.run_key, "suite": spec.suite, "algo": spec.algo, "env_id": spec.env_id, "seed": spec.seed,
-            "command": context.launch.command, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "unset"),
+            "run_key": spec.run_key,
+            "suite": spec.suite,
+            "algo": spec.algo,
+            "env_id": spec.env_id,
+            "seed": spec.seed,
+            "command": context.launch.command,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "unset"),
             **provenance.source_tags(context.launch.command),  # the launch's command, not this worker's (Ray's)
         }
         self.claims_id = claims.directory_id(context.claims_dir) if context.claims_dir is not None else ""
@@ -291,12 +296,18 @@ def _reopen(latest: Path, context: _WorkerContext, tags: dict[str, Any], spec: R
     except Exception as error:  # noqa: BLE001 - any unreadable file: say so and start over
         bad = latest.with_suffix(".pt.bad")
         latest.replace(bad)
-        send(context.messages, Note(spec.run_key, f"cannot read the checkpoint of {spec.label} ({type(error).__name__}: {error}); "
-                                                  f"kept as {bad}; the run starts over"))
+        send(
+            context.messages,
+            Note(spec.run_key, f"cannot read the checkpoint of {spec.label} ({type(error).__name__}: {error}); kept as {bad}; the run starts over"),
+        )
         return None, None
     launch = context.launch
     tracker = tracking.resume_child_run(
-        launch.tracking_uri, run_id, launch.parent_run_id, {**tags, "resumed_exactly": str(exact).lower()}, step,
+        launch.tracking_uri,
+        run_id,
+        launch.parent_run_id,
+        {**tags, "resumed_exactly": str(exact).lower()},
+        step,
         experiment_id=launch.experiment_id,
     )
     return (tracker, payload) if tracker is not None else (None, None)

@@ -31,14 +31,19 @@ def train_ours(job: dict[str, Any]) -> dict[str, Any]:
     steps, episodes = int(job["steps"]), int(job["episodes"])
     hyperparameters = agents.resolve_config(job["algo"], job["settings"]).to_dict()
     spec = RunSpec(
-        "parity", job["algo"], job["env_id"], int(job["seed"]), hyperparameters,
-        Budget(total_steps=steps, eval_every=steps, eval_episodes=episodes), device="cpu", torch_threads=int(job["threads"]),
+        "parity",
+        job["algo"],
+        job["env_id"],
+        int(job["seed"]),
+        hyperparameters,
+        Budget(total_steps=steps, eval_every=steps, eval_episodes=episodes),
+        device="cpu",
+        torch_threads=int(job["threads"]),
     )
     started = time.perf_counter()
     result = training_loop.run(spec)
     final = result.evaluations[-1]
-    return {"returns": list(final.returns), "lengths": list(final.lengths), "seconds": time.perf_counter() - started,
-            "version": installed_version("reprorl")}
+    return {"returns": list(final.returns), "lengths": list(final.lengths), "seconds": time.perf_counter() - started, "version": installed_version("reprorl")}
 
 
 def train_peer(job: dict[str, Any]) -> dict[str, Any]:
@@ -73,8 +78,7 @@ def train_peer(job: dict[str, Any]) -> dict[str, Any]:
     seconds = time.perf_counter() - started
     normalizer = envs if normalize else None
     returns, lengths = evaluate_peer(model, normalizer, job["env_id"], int(job["episodes"]), seed)
-    return {"returns": returns, "lengths": lengths, "seconds": seconds,
-            "version": f"{module.replace('_', '-')} {installed_version(module.replace('_', '-'))}"}
+    return {"returns": returns, "lengths": lengths, "seconds": seconds, "version": f"{module.replace('_', '-')} {installed_version(module.replace('_', '-'))}"}
 
 
 def evaluate_peer(model: Any, normalizer: Any, env_id: str, episodes: int, seed: int) -> tuple[list[float], list[int]]:

@@ -33,92 +33,28 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from agents.errors import ConfigError
-
-HALF_CHEETAH, CARTPOLE = "HalfCheetah-v5", "CartPole-v1"
-PAIRS_DEFAULT = 3
-REPLAY_CAPACITY = 1_000_000
-REPLAY_TARGET = 1.2  # at most this times the raw bytes of a transition's fields
-
-
-@dataclass(frozen=True)
-class Case:
-    """One algorithm's comparison: the same setting expressed for both libraries."""
-
-    name: str
-    env_id: str
-    steps: int
-    """Env steps per measurement (scaled by --scale)."""
-    ours: dict[str, Any]
-    """Our hyperparameters (on top of the algorithm's defaults)."""
-    sb3: dict[str, Any]
-    """Stable-Baselines3 constructor arguments."""
-    bound: str
-    """'env' or 'floor': what this case's rate is compared with."""
-    target: float
-    """Our/SB3 steps/s ratio aimed at."""
-    bound_target: float | None = None
-    """Smallest fraction of the bound's rate aimed at (None: none)."""
-    floor: dict[str, Any] = field(default_factory=dict)
-    """Sizes of the bare update loop (bound 'floor')."""
-
-
-# SB3's own defaults (2.x) written out, and ours set to match them exactly.
-CASES: dict[str, Case] = {
-    "ppo": Case(
-        "ppo", HALF_CHEETAH, 8_192,
-        ours=dict(num_envs=1, num_steps=2048, num_minibatches=32, num_epochs=10, learning_rate=3e-4, gamma=0.99,
-                  gae_lambda=0.95, clip_range=0.2, value_clip_range=None, value_coef=0.5, max_grad_norm=0.5,
-                  entropy_method="no_entropy", policy_ent_coeff=0.0, hidden_sizes=(64, 64), activation="tanh",
-                  initial_log_std=0.0, normalize_observations=False, normalize_rewards=False, anneal_lr=False),
-        sb3=dict(n_steps=2048, batch_size=64, n_epochs=10, learning_rate=3e-4, gamma=0.99, gae_lambda=0.95,
-                 clip_range=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5,
-                 policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn="tanh", log_std_init=0.0)),
-        bound="env", target=1.5,
-    ),
-    "sac": Case(
-        "sac", HALF_CHEETAH, 1_500,
-        ours=dict(num_envs=1, buffer_size=1_000_000, batch_size=256, start_steps=100, learning_starts=100,
-                  update_every=1, gradient_steps=1, actor_lr=3e-4, critic_lr=3e-4, alpha_lr=3e-4, tau=0.005,
-                  gamma=0.99, initial_alpha=1.0, hidden_sizes=(256, 256), activation="relu"),
-        sb3=dict(buffer_size=1_000_000, batch_size=256, learning_starts=100, train_freq=1, gradient_steps=1,
-                 learning_rate=3e-4, tau=0.005, gamma=0.99, ent_coef="auto_1.0",
-                 policy_kwargs=dict(net_arch=[256, 256], activation_fn="relu")),
-        bound="floor", target=1.3, bound_target=1 / 1.5,
-        floor=dict(hidden_sizes=(256, 256), batch_size=256),
-    ),
-    "td3": Case(
-        "td3", HALF_CHEETAH, 1_500,
-        ours=dict(num_envs=1, buffer_size=1_000_000, batch_size=256, start_steps=100, learning_starts=100,
-                  update_every=1, gradient_steps=1, actor_lr=1e-3, critic_lr=1e-3, tau=0.005, gamma=0.99,
-                  policy_delay=2, target_policy_noise=0.2, target_noise_clip=0.5, exploration_noise="gaussian",
-                  noise_sigma=0.1, hidden_sizes=(400, 300), activation="relu"),
-        sb3=dict(buffer_size=1_000_000, batch_size=256, learning_starts=100, train_freq=1, gradient_steps=1,
-                 learning_rate=1e-3, tau=0.005, gamma=0.99, policy_delay=2, target_policy_noise=0.2,
-                 target_noise_clip=0.5, action_noise_sigma=0.1, policy_kwargs=dict(net_arch=[400, 300], activation_fn="relu")),
-        bound="floor", target=1.3, bound_target=1 / 1.5,
-        floor=dict(hidden_sizes=(400, 300), batch_size=256),
-    ),
-    "dqn": Case(
-        "dqn", CARTPOLE, 20_000,
-        # SB3 counts target_update_interval in env steps (10,000); ours in gradient steps (every 4 env steps)
-        ours=dict(num_envs=1, buffer_size=1_000_000, batch_size=32, learning_starts=100, update_every=4,
-                  gradient_steps=1, learning_rate=1e-4, gamma=0.99, tau=1.0, target_update_every=2_500,
-                  exploration_fraction=0.1, epsilon_start=1.0, epsilon_final=0.05, max_grad_norm=10.0,
-                  double_q=False, dueling=False, huber=True, hidden_sizes=(64, 64), activation="relu"),
-        sb3=dict(buffer_size=1_000_000, batch_size=32, learning_starts=100, train_freq=4, gradient_steps=1,
-                 learning_rate=1e-4, gamma=0.99, tau=1.0, target_update_interval=10_000, exploration_fraction=0.1,
-                 exploration_initial_eps=1.0, exploration_final_eps=0.05, max_grad_norm=10.0,
-                 policy_kwargs=dict(net_arch=[64, 64], activation_fn="relu")),
-        bound="env", target=1.5,
-    ),
-}
-ENV_STEPS = {HALF_CHEETAH: 20_000, CARTPOLE: 50_000}
-FLOOR_UPDATES = 300
+from benchmark.perf.cases import (  # the settings measured: re-exported for the command and the tests
+    BATCHED_CASES,
+    BATCHED_COUNTS,
+    BATCHED_EXTRA,
+    BATCHED_GPU_TARGET,
+    BATCHED_STEPS,
+    CASES,
+    ENV_STEPS,
+    FLOOR_UPDATES,
+    HALF_CHEETAH,
+    PAIRS_DEFAULT,
+    REPLAY_CAPACITY,
+    REPLAY_TARGET,
+    Case,
+    batched_setting,
+)
 
 
 @dataclass
@@ -153,9 +89,7 @@ class Measured:
                 ratio=statistics.median(o / s for o, s in zip(ours, sb3)),
                 ratio_per_pair=[o / s for o, s in zip(ours, sb3)],
             )
-            out["target_met"] = out["ratio"] >= self.case.target and (
-                self.case.bound_target is None or out["fraction_of_bound"] >= self.case.bound_target
-            )
+            out["target_met"] = out["ratio"] >= self.case.target and (self.case.bound_target is None or out["fraction_of_bound"] >= self.case.bound_target)
         return out
 
 
@@ -166,7 +100,10 @@ def run_job(job: dict[str, Any], timeout: float = 1800.0) -> dict[str, Any]:
         env = {**os.environ, "OMP_NUM_THREADS": str(job.get("threads", 1)), "MKL_NUM_THREADS": str(job.get("threads", 1))}
         completed = subprocess.run(
             [sys.executable, "-m", "benchmark.perf.worker", json.dumps(job), str(output)],
-            capture_output=True, text=True, timeout=timeout, env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
         )
         if completed.returncode != 0 or not output.exists():
             tail = "\n".join(completed.stderr.strip().splitlines()[-15:])
@@ -185,8 +122,18 @@ def run_concurrently(jobs: list[dict[str, Any]], timeout: float = 3600.0) -> lis
             env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
             arguments = json.dumps({**job, "barrier": str(barrier), "index": index})
             output = barrier / f"result-{index}.json"
-            processes.append((subprocess.Popen([sys.executable, "-m", "benchmark.perf.worker", arguments, str(output)],
-                                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env), output))
+            processes.append(
+                (
+                    subprocess.Popen(
+                        [sys.executable, "-m", "benchmark.perf.worker", arguments, str(output)],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                        env=env,
+                    ),
+                    output,
+                )
+            )
         try:
             deadline = time.monotonic() + timeout
             while sum(1 for _ in barrier.glob("ready-*")) < len(jobs):
@@ -222,8 +169,14 @@ def _jobs(case: Case, scale: float, threads: int, seed: int) -> dict[str, dict[s
 
         spec = env_spec(case.env_id)
         jobs["bound"] = {
-            "kind": "floor", "algo": case.name, "steps": max(int(FLOOR_UPDATES * scale), 10), "threads": threads, "seed": seed,
-            "obs_dim": spec.observation_shape[0], "action_dim": spec.num_actions, **case.floor,
+            "kind": "floor",
+            "algo": case.name,
+            "steps": max(int(FLOOR_UPDATES * scale), 10),
+            "threads": threads,
+            "seed": seed,
+            "obs_dim": spec.observation_shape[0],
+            "action_dim": spec.num_actions,
+            **case.floor,
         }
     return jobs
 
@@ -298,35 +251,6 @@ def profile(cases: list[str], scale: float = 1.0, threads: int = 1) -> dict[str,
     return profiles
 
 
-BATCHED_COUNTS = (1, 4, 10)
-BATCHED_EXTRA: dict[str, tuple[str, dict[str, Any], int]] = {
-    "a2c": (HALF_CHEETAH, {}, 16 * 5),
-    "vpg": (HALF_CHEETAH, {}, 4_000),
-    "reinforce": (HALF_CHEETAH, {}, 4_000),
-    "ppo_kl": (HALF_CHEETAH, {}, 2_048),
-    "trpo": (HALF_CHEETAH, {}, 2_048),
-    "mpo": (HALF_CHEETAH, {"start_steps": 100, "learning_starts": 100}, 1),
-}
-"""Cases measured in the batched rows only (no peer comparison): the environment, our
-hyperparameters on top of the published defaults (the suites' settings) and the env steps of
-one rollout at those defaults (measurements cover whole rollouts)."""
-BATCHED_CASES = (*CASES, *BATCHED_EXTRA)
-BATCHED_STEPS = {"ppo": 4_096, "sac": 600, "td3": 600, "dqn": 10_000, "a2c": 8_000, "vpg": 8_000, "reinforce": 8_000, "ppo_kl": 4_096,
-                 "trpo": 4_096, "mpo": 600}
-"""Env steps per seed of a batched measurement (SAC, TD3 and MPO update from step 100 on; the
-on-policy counts are whole rollouts of their defaults)."""
-BATCHED_GPU_TARGET = ("sac", 10, 5.0)
-"""The issue's aim on a GPU: SAC, 10 seeds in one process, 5x the aggregate rate of 10 separate processes."""
-
-
-def batched_setting(name: str) -> tuple[str, dict[str, Any]]:
-    """The environment and our hyperparameters of batched case ``name``."""
-    if name in CASES:
-        return CASES[name].env_id, CASES[name].ours
-    env_id, ours, _ = BATCHED_EXTRA[name]
-    return env_id, ours
-
-
 def split_seeds(seeds: Sequence[int], processes: int) -> list[list[int]]:
     """``seeds`` dealt into ``processes`` contiguous groups whose sizes differ by at most one."""
     count = min(processes, len(seeds))
@@ -365,16 +289,16 @@ def measure_batched(
         steps = max(int(BATCHED_STEPS[name] * scale), 1)
         rollout = BATCHED_EXTRA[name][2] if name in BATCHED_EXTRA else ours.get("num_steps", 1) * ours.get("num_envs", 1) if name == "ppo" else 1
         steps = max(steps // rollout, 1) * rollout
-        common = {"kind": "seeds", "algo": name, "env_id": env_id, "steps": steps, "threads": threads,
-                  "hyperparameters": ours, "device": device}
+        common = {"kind": "seeds", "algo": name, "env_id": env_id, "steps": steps, "threads": threads, "hyperparameters": ours, "device": device}
         measured: dict[tuple[str, int], list[dict[str, Any]]] = {}
 
         def measure(mode: str, count: int, groups: list[list[int]]) -> None:
-            for repeat in range(repeats):
+            for _ in range(repeats):
                 results = run_concurrently([{**common, "seeds": group} for group in groups])
                 entry = {
                     "steps_per_second": sum(result["steps_per_second"] for result in results),
-                    "processes": len(groups), "seeds_per_process": [len(group) for group in groups],
+                    "processes": len(groups),
+                    "seeds_per_process": [len(group) for group in groups],
                     "peak_rss_mb": sum(result["peak_rss_mb"] for result in results),
                 }
                 measured.setdefault((mode, count), []).append(entry)
@@ -392,7 +316,8 @@ def measure_batched(
                 measure("per_core", count, split_seeds(seeds, cores))
             separate = _median_entry(measured[("separate", min(count, cores))])
             row: dict[str, Any] = {
-                "seeds": count, "steps": steps,
+                "seeds": count,
+                "steps": steps,
                 "separate": {**separate, "runs": count, "at_once": min(count, cores)},
                 "one_process": _median_entry(measured[("one_process", count)]) if count > 1 else separate,
             }
@@ -407,9 +332,9 @@ def measure_batched(
             case_rows.append(row)
         rows[name] = case_rows
     return {
-        "created": now(), "machine": machine(),
-        "settings": {"cases": cases, "counts": list(counts), "repeats": repeats, "scale": scale, "threads": threads,
-                     "device": device, "cores": cores},
+        "created": now(),
+        "machine": machine(),
+        "settings": {"cases": cases, "counts": list(counts), "repeats": repeats, "scale": scale, "threads": threads, "device": device, "cores": cores},
         "cases": {name: {"env_id": settings[name][0], "hyperparameters": settings[name][1], "rows": rows[name]} for name in cases},
     }
 
@@ -453,7 +378,7 @@ def machine() -> dict[str, Any]:
 
 def now() -> str:
     """The current UTC time, ISO 8601 to the second."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def report(

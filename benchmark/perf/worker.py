@@ -26,8 +26,9 @@ import resource
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -159,8 +160,13 @@ def run_ours(job: dict[str, Any]) -> dict[str, Any]:
     hyperparameters = agents.resolve_config(job["algo"], job["hyperparameters"]).to_dict()
     steps = int(job["steps"])
     spec = RunSpec(
-        "perf", job["algo"], job["env_id"], int(job["seed"]), hyperparameters,
-        Budget(total_steps=steps, eval_every=steps * 10, eval_episodes=1), device=job.get("device", "cpu"),
+        "perf",
+        job["algo"],
+        job["env_id"],
+        int(job["seed"]),
+        hyperparameters,
+        Budget(total_steps=steps, eval_every=steps * 10, eval_episodes=1),
+        device=job.get("device", "cpu"),
         torch_threads=int(job["threads"]),
     )
     tracker = _TimedTracker(timers) if timers is not None else None
@@ -206,8 +212,16 @@ def run_seeds_job(job: dict[str, Any]) -> dict[str, Any]:
     hyperparameters = agents.resolve_config(job["algo"], job["hyperparameters"]).to_dict()
     steps = int(job["steps"])
     specs = [
-        RunSpec("perf", job["algo"], job["env_id"], int(seed), hyperparameters, Budget(total_steps=steps, eval_every=steps * 10, eval_episodes=1),
-                device=job.get("device", "cpu"), torch_threads=int(job["threads"]))
+        RunSpec(
+            "perf",
+            job["algo"],
+            job["env_id"],
+            int(seed),
+            hyperparameters,
+            Budget(total_steps=steps, eval_every=steps * 10, eval_episodes=1),
+            device=job.get("device", "cpu"),
+            torch_threads=int(job["threads"]),
+        )
         for seed in job["seeds"]
     ]
     if job.get("barrier"):
@@ -410,7 +424,11 @@ def _buffer_tensors(buffer: Any) -> list[torch.Tensor]:
 
 
 KINDS = {
-    "ours": run_ours, "sb3": run_sb3, "env": run_env, "floor": run_floor, "memory": run_memory,
+    "ours": run_ours,
+    "sb3": run_sb3,
+    "env": run_env,
+    "floor": run_floor,
+    "memory": run_memory,
     "seeds": run_seeds_job,
 }
 

@@ -93,9 +93,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
     """Restore what ``rng_state`` returned."""
     random.setstate(state["python"])
     saved = state["numpy"]
-    np.random.set_state(
-        (saved["kind"], saved["keys"].numpy().astype(np.uint32), saved["position"], saved["has_gauss"], saved["cached_gaussian"])
-    )
+    np.random.set_state((saved["kind"], saved["keys"].numpy().astype(np.uint32), saved["position"], saved["has_gauss"], saved["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         # one state per visible GPU; a run resumed with other GPUs visible gets what matches
@@ -128,10 +126,7 @@ def restore_learner(payload: dict[str, Any], algo: Any, counters: Any, result: R
 
 def normalization_tensors(train_envs: gym.vector.VectorEnv) -> dict[str, dict[str, Any]]:
     """The envs' running normalization statistics as tensors (what a payload may hold)."""
-    return {
-        name: {key: torch.as_tensor(value) for key, value in stats.items()}
-        for name, stats in normalization_state(train_envs).items()
-    }
+    return {name: {key: torch.as_tensor(value) for key, value in stats.items()} for name, stats in normalization_state(train_envs).items()}
 
 
 def own_storage(state: Any) -> Any:

@@ -9,9 +9,10 @@ import random
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -78,7 +79,7 @@ class StopSignal:
         self.received = False
         self._previous: Any = None
 
-    def __enter__(self) -> "StopSignal":
+    def __enter__(self) -> StopSignal:
         self.received = StopSignal.pending
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._handle)

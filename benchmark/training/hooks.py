@@ -5,7 +5,8 @@ nothing per step."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -169,7 +170,7 @@ def run_seeds(
 class _Alone:
     """One algorithm (any: recurrent, offline) behind the interface of a seed batch."""
 
-    def __init__(self, seed: "_SeedRun"):
+    def __init__(self, seed: _SeedRun):
         self.seed, self.algo = seed, seed.algo
 
     def act(self, obs: list[torch.Tensor]) -> list[Acted]:
@@ -185,14 +186,14 @@ class _Alone:
         pass
 
 
-def _learner(seeds: list["_SeedRun"], batched: bool) -> Any:
+def _learner(seeds: list[_SeedRun], batched: bool) -> Any:
     if not batched:
         return _Alone(seeds[0])
     members = [seed.algo for seed in seeds]
     return type(members[0]).seed_batch(members)
 
 
-def _train(seeds: list["_SeedRun"], batched: bool, stop_together: bool = False) -> None:
+def _train(seeds: list[_SeedRun], batched: bool, stop_together: bool = False) -> None:
     """The loop: act for every running seed at once, step each seed's envs, update all at once;
     then each seed's evaluations, progress, checkpoints. A seed that fails leaves the batch
     (with ``stop_together``, every seed leaves with it)."""
@@ -251,7 +252,7 @@ def _train(seeds: list["_SeedRun"], batched: bool, stop_together: bool = False) 
         learner.sync_members()
 
 
-def _share_first_error(seeds: list["_SeedRun"]) -> None:
+def _share_first_error(seeds: list[_SeedRun]) -> None:
     """Once one seed has failed, every other seed ends with the same exception."""
     first = next((seed.error for seed in seeds if seed.error is not None), None)
     if first is not None:
@@ -280,15 +281,17 @@ class _SeedRun:
         self.run_dir = checkpoint.run_directory(checkpoint_dir, spec.run_key) if checkpoint_dir is not None else None
         if self.run_dir is not None:
             checkpoint.remove_partial_writes(self.run_dir)
-        self.train_envs = hooks.train_envs(make_vector_env(
-            spec.env_id,
-            config.num_envs,
-            normalize_observations=config.normalize_observations,
-            normalize_rewards=config.normalize_rewards,
-            gamma=config.gamma,
-            clip_observations=config.clip_observations,
-            clip_rewards=config.clip_rewards,
-        ))
+        self.train_envs = hooks.train_envs(
+            make_vector_env(
+                spec.env_id,
+                config.num_envs,
+                normalize_observations=config.normalize_observations,
+                normalize_rewards=config.normalize_rewards,
+                gamma=config.gamma,
+                clip_observations=config.clip_observations,
+                clip_rewards=config.clip_rewards,
+            )
+        )
         self.eval_envs = make_vector_env(
             spec.env_id,
             spec.budget.eval_episodes,
@@ -296,9 +299,7 @@ class _SeedRun:
             clip_observations=config.clip_observations,
         )
         freeze_normalization(self.eval_envs)
-        self.algo = hooks.algorithm(
-            agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=spec.budget.total_steps, device=device, seed=spec.seed)
-        )
+        self.algo = hooks.algorithm(agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=spec.budget.total_steps, device=device, seed=spec.seed))
         if job.resume is None:
             self.obs, _ = self.train_envs.reset(seed=spec.seed)
         else:
@@ -470,5 +471,3 @@ def _restore(
         state = None
     checkpoint.set_rng_state(payload["rng"])
     return obs, state
-
-

@@ -139,7 +139,11 @@ def run_meta(
                 loop.epoch += 1
                 loop.train_seconds = time.perf_counter() - started - loop.eval_seconds
                 tracker.log_metrics(
-                    {**{f"train/{k}": v for k, v in logs.items()}, "train/epoch": float(loop.epoch), metric_names.STEPS_PER_SECOND: step / max(loop.train_seconds, 1e-9)},
+                    {
+                        **{f"train/{k}": v for k, v in logs.items()},
+                        "train/epoch": float(loop.epoch),
+                        metric_names.STEPS_PER_SECOND: step / max(loop.train_seconds, 1e-9),
+                    },
                     step,
                 )
                 if step >= loop.next_eval or step >= budget.total_steps:

@@ -60,6 +60,7 @@ def export_suite(study: Any, seeds: int, output: Path | None, force: bool = Fals
     temporary.replace(output)
     return output, best
 
+
 def importances(study: Any) -> dict[str, float] | None:
     """fANOVA parameter importances over the completed trials, seeded (the plot shows the same
     numbers); None with fewer than two, or when every completed trial scored the same."""
@@ -75,10 +76,12 @@ def importances(study: Any) -> dict[str, float] | None:
         except RuntimeError:  # "zero total variance": nothing to attribute
             return None
 
+
 def _importance_evaluator() -> Any:
     import optuna
 
     return optuna.importance.FanovaImportanceEvaluator(seed=0)
+
 
 def write_plots(study: Any, directory: Path, with_importances: bool = True) -> list[Path]:
     """Optimization history, intermediate values and (``with_importances``) parameter
@@ -91,9 +94,7 @@ def write_plots(study: Any, directory: Path, with_importances: bool = True) -> l
 
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    drawings: dict[str, Any] = {
-        "optimization_history": plots.plot_optimization_history, "intermediate_values": plots.plot_intermediate_values
-    }
+    drawings: dict[str, Any] = {"optimization_history": plots.plot_optimization_history, "intermediate_values": plots.plot_intermediate_values}
     if with_importances:
         drawings["param_importances"] = lambda study: plots.plot_param_importances(study, evaluator=_importance_evaluator())
     with warnings.catch_warnings():
@@ -109,6 +110,7 @@ def write_plots(study: Any, directory: Path, with_importances: bool = True) -> l
             written.append(path)
     return written
 
+
 def summary(study: Any, top: int = 10) -> dict[str, Any]:
     """The numbers ``tune show`` prints: the setting, counts by state, the best trials."""
     import optuna
@@ -117,9 +119,7 @@ def summary(study: Any, top: int = 10) -> dict[str, Any]:
     counts: dict[str, int] = {}
     for trial in study.trials:
         counts[trial.state.name] = counts.get(trial.state.name, 0) + 1
-    complete = sorted(
-        (t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE), key=lambda t: t.value, reverse=True
-    )
+    complete = sorted((t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE), key=lambda t: t.value, reverse=True)
     return {"settings": settings, "counts": counts, "best": complete[:top]}
 
 

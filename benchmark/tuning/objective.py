@@ -11,9 +11,10 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from benchmark.tuning.storage import quiet_optuna
 class TrialFailed(Exception):
     """A trial's run failed (an error, a non-finite loss or score): the trial is FAIL, the study goes on."""
 
+
 class _SeedTracker:
     """Logs one seed's training metrics into the trial's MLflow run, under ``seed<N>/``."""
 
@@ -44,6 +46,7 @@ class _SeedTracker:
 
     def flush(self) -> None:
         self.tracker.flush()
+
 
 @dataclass
 class Objective:
@@ -78,9 +81,16 @@ class Objective:
         overrides = {**settings.base_hyperparameters, **sampled}
         seeds = settings.trial_seeds(trial.number)
         tags = {
-            "kind": "trial", "study": self.study_name, "trial_number": trial.number, "algo": settings.algo,
-            "env_id": settings.env_id, "seeds": " ".join(map(str, seeds)), "trial_state": "RUNNING",
-            "seeds_per_process": self.seeds_per_process, "host": socket.gethostname(), "pid": os.getpid(),  # where it trains
+            "kind": "trial",
+            "study": self.study_name,
+            "trial_number": trial.number,
+            "algo": settings.algo,
+            "env_id": settings.env_id,
+            "seeds": " ".join(map(str, seeds)),
+            "trial_state": "RUNNING",
+            "seeds_per_process": self.seeds_per_process,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),  # where it trains
         }
         params = {f"tuned.{name}": value for name, value in tuned.items()}
         params.update({f"budget.{key}": value for key, value in dataclasses.asdict(settings.budget).items()})
@@ -93,9 +103,7 @@ class Objective:
         else:
             infeasible = None
             params.update({f"hp.{key}": value for key, value in hyperparameters.to_dict().items()})
-        run = tracking.start_child_run(
-            self.tracking_uri, self.experiment_id, self.parent_run_id, f"trial-{trial.number}", tags, params
-        )
+        run = tracking.start_child_run(self.tracking_uri, self.experiment_id, self.parent_run_id, f"trial-{trial.number}", tags, params)
         trial.set_user_attr("mlflow_run_id", run.run_id)
         trial.set_user_attr("overrides", overrides)
         trial.set_user_attr("tuned", tuned)
@@ -130,7 +138,11 @@ class Objective:
         return value
 
     def _train(
-        self, trial: Any, run: tracking.MlflowTracker, hyperparameters: dict[str, Any], overrides: dict[str, Any],
+        self,
+        trial: Any,
+        run: tracking.MlflowTracker,
+        hyperparameters: dict[str, Any],
+        overrides: dict[str, Any],
         seeds: list[int],
     ) -> float:
         """Train the trial's seeds, ``seeds_per_process`` at a time (one after another by
@@ -173,6 +185,7 @@ class Objective:
         run.log_metrics({"objective": objective, "final/return_mean": float(np.mean(returns))}, 0)
         return objective
 
+
 class _RoundReporter:
     """Reports a trial's running objective to Optuna once every seed of a group has evaluated:
     the mean over the finished seeds' final scores and the group's latest evaluations, at step
@@ -180,9 +193,7 @@ class _RoundReporter:
     (a multiple of ``eval_every``, or the budget), so that trials report at the same steps
     whatever their number of envs. One seed at a time, k is that seed; prunes when Optuna says so."""
 
-    def __init__(
-        self, trial: Any, run: tracking.MlflowTracker, settings: StudySettings, finals: list[float], first: int, size: int, last: bool
-    ):
+    def __init__(self, trial: Any, run: tracking.MlflowTracker, settings: StudySettings, finals: list[float], first: int, size: int, last: bool):
         self.trial, self.run, self.settings, self.finals = trial, run, settings, finals
         self.index, self.size, self.last = first + size - 1, size, last
         self.waiting: dict[int, Any] = {}
@@ -211,6 +222,7 @@ class _RoundReporter:
             self.run.flush()
             raise optuna.TrialPruned(f"pruned at step {step:,} with intermediate value {value:.3f}")
 
+
 def make_sampler(name: str, seed: int) -> Any:
     """TPE (multivariate, grouped for conditional parameters, constant liar for parallel
     workers), random, or CMA-ES (categorical parameters fall back to TPE)."""
@@ -223,10 +235,9 @@ def make_sampler(name: str, seed: int) -> Any:
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "cmaes":
-        return optuna.samplers.CmaEsSampler(
-            seed=seed, independent_sampler=optuna.samplers.TPESampler(seed=seed), warn_independent_sampling=False
-        )
+        return optuna.samplers.CmaEsSampler(seed=seed, independent_sampler=optuna.samplers.TPESampler(seed=seed), warn_independent_sampling=False)
     raise ConfigError(f"unknown sampler {name!r}; use {', '.join(SAMPLERS)}")
+
 
 def make_pruner(name: str, settings: StudySettings, startup_trials: int = 5, warmup_steps: int | None = None) -> Any:
     """median: prune below the median of earlier trials at the same step, after
@@ -238,12 +249,11 @@ def make_pruner(name: str, settings: StudySettings, startup_trials: int = 5, war
         warmup = settings.budget.total_steps // 3 if warmup_steps is None else warmup_steps
         return optuna.pruners.MedianPruner(n_startup_trials=startup_trials, n_warmup_steps=warmup)
     if name == "hyperband":
-        return optuna.pruners.HyperbandPruner(
-            min_resource=settings.budget.eval_every, max_resource=settings.seeds_per_trial * settings.budget.total_steps
-        )
+        return optuna.pruners.HyperbandPruner(min_resource=settings.budget.eval_every, max_resource=settings.seeds_per_trial * settings.budget.total_steps)
     if name == "none":
         return optuna.pruners.NopPruner()
     raise ConfigError(f"unknown pruner {name!r}; use {', '.join(PRUNERS)}")
+
 
 def sampler_seed(seed: int, trial_number: int, worker: int, host: str = "") -> int:
     """The sampler seed of the trial about to start: a function of the study seed, the number
@@ -255,12 +265,15 @@ def sampler_seed(seed: int, trial_number: int, worker: int, host: str = "") -> i
     text = f"{seed}/{trial_number}/{worker}/{host}"
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
 
+
 class Interrupted(KeyboardInterrupt):
     """SIGTERM in a worker: stop like Ctrl-C (the running trial is marked FAIL, its MLflow run KILLED)."""
+
 
 def raise_interrupt(signum: int, frame: Any) -> None:
     ignore_further_stop_signals()
     raise Interrupted()
+
 
 def ignore_further_stop_signals() -> None:
     """Once stopping, a second SIGTERM (the process group's and the parent's) or Ctrl-C must

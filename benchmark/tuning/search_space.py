@@ -109,9 +109,7 @@ class Parameter:
 
     def to_dict(self) -> dict[str, Any]:
         data = (
-            self.distribution.to_dict()
-            if self.distribution is not None
-            else {"width": self.width.to_dict(), "depth": self.depth.to_dict()}  # type: ignore[union-attr]
+            self.distribution.to_dict() if self.distribution is not None else {"width": self.width.to_dict(), "depth": self.depth.to_dict()}  # type: ignore[union-attr]
         )
         if self.when:
             data["when"] = {name: list(values) for name, values in self.when.items()}
@@ -167,10 +165,7 @@ def load_search_space(algo: str, path: Path | None = None) -> SearchSpace:
         path = SEARCH_DIR / f"{algo}.yaml"
         if not path.exists():
             names = available_search_spaces()
-            raise ConfigError(
-                f"no search space for algorithm {algo!r} ({path}); spaces exist for {', '.join(names)} "
-                "(write one, or pass --space PATH)"
-            )
+            raise ConfigError(f"no search space for algorithm {algo!r} ({path}); spaces exist for {', '.join(names)} (write one, or pass --space PATH)")
     elif not path.exists():
         raise ConfigError(f"search space file {path} does not exist")
     try:
@@ -277,8 +272,7 @@ def _check_names(space: SearchSpace) -> None:
         for condition in parameter.when:
             if condition not in earlier:
                 raise ConfigError(
-                    f"parameter {parameter.name!r}: its condition names {condition!r}, which is not a fixed value "
-                    "or a parameter declared before it"
+                    f"parameter {parameter.name!r}: its condition names {condition!r}, which is not a fixed value or a parameter declared before it"
                 )
         earlier.add(parameter.name)
 

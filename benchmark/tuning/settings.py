@@ -58,8 +58,9 @@ class StudySettings:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "StudySettings":
+    def from_dict(cls, data: dict[str, Any]) -> StudySettings:
         return cls(**{**data, "budget": Budget(**data["budget"])})
+
 
 def base_setting(algo: str, env_id: str, suite_name: str | None) -> tuple[str | None, Budget | None, dict[str, Any]]:
     """(suite, budget, fixed hyperparameters) of the first suite that runs ``algo`` on
@@ -77,6 +78,7 @@ def base_setting(algo: str, env_id: str, suite_name: str | None) -> tuple[str | 
     if suite_name:
         raise ConfigError(f"suite {suite_name!r} has no run of {algo} on {env_id} (--suite none: start from the published defaults)")
     return None, None, {}
+
 
 def make_settings(
     algo: str,
@@ -121,24 +123,20 @@ def make_settings(
     if random_score is None:
         if normalizer.random is None:
             raise ConfigError(
-                f"no random-policy score for {env_id}: measure it with `python -m benchmark reference random --env {env_id}`, "
-                "or pass --random SCORE"
+                f"no random-policy score for {env_id}: measure it with `python -m benchmark reference random --env {env_id}`, or pass --random SCORE"
             )
         random_score = normalizer.random.mean
     if reference_score == random_score:
         raise ConfigError(f"the reference score equals the random score ({reference_score}): nothing to normalize by")
-    return StudySettings(
-        algo, env_id, budget, seeds_per_trial, suite_name, fixed, space.to_dict(), float(random_score), float(reference_score), source, seed
-    )
+    return StudySettings(algo, env_id, budget, seeds_per_trial, suite_name, fixed, space.to_dict(), float(random_score), float(reference_score), source, seed)
+
 
 def resumed_settings(stored: StudySettings, algo: str, env_id: str, given: dict[str, Any]) -> StudySettings:
     """The stored setting of a study being resumed; ConfigError when the algorithm, the
     environment or an option given now (``given``: option -> value, None if not given)
     differs from the one the study was created with."""
     if (stored.algo, stored.env_id) != (algo, env_id):
-        raise ConfigError(
-            f"the study tunes {stored.algo} on {stored.env_id}, not {algo} on {env_id}; choose another --study name"
-        )
+        raise ConfigError(f"the study tunes {stored.algo} on {stored.env_id}, not {algo} on {env_id}; choose another --study name")
     recorded = {
         "budget": stored.budget.total_steps,
         "seeds_per_trial": stored.seeds_per_trial,

@@ -24,8 +24,10 @@ def quiet_optuna() -> None:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
+
 def default_storage_url(results_dir: Path) -> str:
     return f"sqlite:///{(results_dir / 'optuna.db').resolve()}"
+
 
 def open_storage(url: str) -> Any:
     """An Optuna storage for ``url``: an RDB URL (sqlite:///PATH, postgresql://..., mysql://...)
@@ -66,6 +68,7 @@ def open_storage(url: str) -> Any:
             raise _cannot_open(url, error) from None
     raise AssertionError("unreachable")
 
+
 def _create_optuna_db(path: Path) -> None:
     """Optuna's schema in a new SQLite file at ``path`` (its engine closed again afterwards)."""
     import optuna
@@ -73,11 +76,13 @@ def _create_optuna_db(path: Path) -> None:
     storage = optuna.storages.RDBStorage(f"sqlite:///{path}")
     storage.engine.dispose()
 
+
 def _cannot_open(url: str, error: Exception) -> ConfigError:
     return ConfigError(
         f"cannot open the Optuna storage {redact(url)!r}: {type(error).__name__}: {error}. "
         "Use sqlite:///PATH, postgresql://USER@HOST/DB, mysql://USER@HOST/DB or journal:PATH"
     )
+
 
 def open_existing_storage(url: str | None, results_dir: Path) -> tuple[str, Any]:
     """(url, storage) for reading a study: the default SQLite file must already exist (reading
@@ -88,6 +93,7 @@ def open_existing_storage(url: str | None, results_dir: Path) -> tuple[str, Any]
         raise ConfigError(f"no study storage at {path}; run `python -m benchmark tune` first, or pass --storage URL")
     return url, open_storage(url)
 
+
 def _file_of(url: str) -> Path | None:
     """The file of a SQLite or journal storage URL (None for a database server)."""
     if url.startswith("sqlite:///"):
@@ -95,6 +101,7 @@ def _file_of(url: str) -> Path | None:
     if url.startswith("journal:"):
         return Path(url.removeprefix("journal:").removeprefix("//"))
     return None
+
 
 def load_study(name: str, storage: Any) -> Any:
     """An existing study; ConfigError listing the study names in the storage otherwise."""
@@ -106,11 +113,13 @@ def load_study(name: str, storage: Any) -> Any:
         raise ConfigError(f"no study {name!r} in this storage{suggest(name, names)}; studies: {listed}")
     return optuna.load_study(study_name=name, storage=storage)
 
+
 def study_settings(study: Any) -> StudySettings:
     data = study.user_attrs.get(SETTINGS_ATTR)
     if data is None:
         raise ConfigError(f"study {study.study_name!r} was not created by `python -m benchmark tune` (it has no settings)")
     return StudySettings.from_dict(data)
+
 
 def study_exists(url: str, name: str, default_url: str) -> bool:
     """Whether ``name`` is a study in the storage at ``url``, without creating anything: a
@@ -125,6 +134,7 @@ def study_exists(url: str, name: str, default_url: str) -> bool:
                 raise ConfigError(f"cannot open the Optuna storage {redact(url)!r}: directory {path.parent} does not exist")
             return False
     return name in optuna.get_all_study_names(open_storage(url))
+
 
 def shared_storage(url: str) -> bool:
     """Whether other machines can join a study in this storage (not SQLite)."""

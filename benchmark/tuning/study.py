@@ -49,7 +49,12 @@ from benchmark.tuning.storage import open_storage, quiet_optuna, shared_storage,
 
 
 def prepare(
-    algo: str, env_id: str, study_name: str, storage_url: str, default_url: str, given: dict[str, Any],
+    algo: str,
+    env_id: str,
+    study_name: str,
+    storage_url: str,
+    default_url: str,
+    given: dict[str, Any],
     space_path: Path | None = None,
 ) -> tuple[StudySettings, SearchSpace]:
     """The setting and search space of study ``study_name``: the stored ones when it exists
@@ -67,17 +72,23 @@ def prepare(
         settings = resumed_settings(study_settings(study), algo, env_id, given)
         if space_path is not None and space.to_dict() != settings.space:
             raise ConfigError(
-                f"study {study_name!r} searches the space it was created with, not {space_path}; "
-                "leave out --space to resume it, or choose another --study name"
+                f"study {study_name!r} searches the space it was created with, not {space_path}; leave out --space to resume it, or choose another --study name"
             )
         return settings, space_from_dict(settings.space)
     seeds_per_trial, seed = given.get("seeds_per_trial"), given.get("seed")
     settings = make_settings(
-        algo, env_id, space, budget_steps=given.get("budget"), seeds_per_trial=1 if seeds_per_trial is None else seeds_per_trial,
-        base_suite=given.get("suite"), reference_score=given.get("reference"), random_score=given.get("random"),
+        algo,
+        env_id,
+        space,
+        budget_steps=given.get("budget"),
+        seeds_per_trial=1 if seeds_per_trial is None else seeds_per_trial,
+        base_suite=given.get("suite"),
+        reference_score=given.get("reference"),
+        random_score=given.get("random"),
         seed=0 if seed is None else seed,
     )
     return settings, space
+
 
 @dataclass(frozen=True)
 class TrialJob:
@@ -130,12 +141,20 @@ class TrialTask:
         settings = StudySettings.from_dict(job.settings)
         space = space_from_dict(settings.space)  # the study's own space, whatever the files say now
         study = optuna.load_study(
-            study_name=job.study_name, storage=open_storage(job.storage_url),
+            study_name=job.study_name,
+            storage=open_storage(job.storage_url),
             pruner=make_pruner(job.pruner, settings, job.pruner_startup_trials, job.pruner_warmup_steps),
         )
         objective = Objective(
-            job.study_name, settings, space, job.tracking_uri, job.experiment_id, job.parent_run_id, device,
-            lambda number: send(messages, TrialStarted(self.index, number, where)), job.seeds_per_process,
+            job.study_name,
+            settings,
+            space,
+            job.tracking_uri,
+            job.experiment_id,
+            job.parent_run_id,
+            device,
+            lambda number: send(messages, TrialStarted(self.index, number, where)),
+            job.seeds_per_process,
         )
         host = socket.gethostname() if shared_storage(job.storage_url) else ""
         next_number = len(study.get_trials(deepcopy=False))  # (another worker may take it first: no matter)
@@ -151,7 +170,7 @@ class _StopOnTerm:
     """While a trial runs, SIGTERM (an executor cancelling it) stops it like Ctrl-C: the trial is
     marked FAIL and its MLflow run KILLED (the training loop's own handler checkpoints first)."""
 
-    def __enter__(self) -> "_StopOnTerm":
+    def __enter__(self) -> _StopOnTerm:
         self._previous = signal.signal(signal.SIGTERM, raise_interrupt) if threading.current_thread() is threading.main_thread() else None
         return self
 
@@ -174,8 +193,10 @@ def trial_line(trial: Any) -> str:
     params = ", ".join(f"{name}={_short(value)}" for name, value in trial.user_attrs.get("tuned", trial.params).items())
     return f"trial {trial.number} {state} {outcome} in {seconds:.0f} s: {params}"
 
+
 def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
 
 @dataclass
 class StudyRun:
@@ -187,9 +208,19 @@ class StudyRun:
     best_trial: Any | None
     worker_errors: list[str]
 
+
 def check_options(
-    *, trials: int, workers: int, sampler: str, pruner: str, pruner_startup_trials: int,
-    pruner_warmup_steps: int | None, timeout: float | None, device: str, runs_per_gpu: int | None, seeds_per_process: int = 1,
+    *,
+    trials: int,
+    workers: int,
+    sampler: str,
+    pruner: str,
+    pruner_startup_trials: int,
+    pruner_warmup_steps: int | None,
+    timeout: float | None,
+    device: str,
+    runs_per_gpu: int | None,
+    seeds_per_process: int = 1,
     local: bool = True,
 ) -> list[Any]:
     """ConfigError for any option out of range (before anything is written); the device slots
@@ -213,6 +244,7 @@ def check_options(
     if len(slots) < workers:
         raise ConfigError(f"--workers {workers} is more than the GPUs times --runs-per-gpu ({len(slots)} slots)")
     return slots[:workers]
+
 
 def run_study(
     settings: StudySettings,
@@ -243,9 +275,17 @@ def run_study(
     console = console or Console(stderr=True, soft_wrap=True, highlight=False)
     quiet_optuna()
     slots = check_options(
-        trials=trials, workers=workers, sampler=sampler, pruner=pruner,
-        pruner_startup_trials=pruner_startup_trials, pruner_warmup_steps=pruner_warmup_steps, timeout=timeout,
-        device=device, runs_per_gpu=runs_per_gpu, seeds_per_process=seeds_per_process, local=executor is None,
+        trials=trials,
+        workers=workers,
+        sampler=sampler,
+        pruner=pruner,
+        pruner_startup_trials=pruner_startup_trials,
+        pruner_warmup_steps=pruner_warmup_steps,
+        timeout=timeout,
+        device=device,
+        runs_per_gpu=runs_per_gpu,
+        seeds_per_process=seeds_per_process,
+        local=executor is None,
     )
     if seeds_per_process > 1 and agents.algorithm_class(settings.algo).seed_batch is None:
         console.print(f"{settings.algo} has no batched training of seeds: each trial trains its seeds one after another")
@@ -256,7 +296,7 @@ def run_study(
         study.set_metric_names([OBJECTIVE_NAME])
     if SETTINGS_ATTR not in study.user_attrs:
         study.set_user_attr(SETTINGS_ATTR, settings.to_dict())
-        study.set_user_attr("created", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+        study.set_user_attr("created", datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
     if study_settings(optuna.load_study(study_name=study_name, storage=storage)) != settings:
         raise ConfigError(f"study {study_name!r} was just created elsewhere with another setting; run the command again to join it")
     optuna.storages.fail_stale_trials(study)
@@ -277,8 +317,19 @@ def run_study(
         f"and reference {settings.reference_score:.1f}; storage {redact(storage_url)}; MLflow experiment {experiment_name!r}"
     )
     job = TrialJob(
-        study_name, storage_url, settings.to_dict(), tracking_uri, experiment, parent.run_id, sampler, pruner,
-        pruner_startup_trials, pruner_warmup_steps, time.time() + timeout if timeout else None, seeds_per_process, workers,
+        study_name,
+        storage_url,
+        settings.to_dict(),
+        tracking_uri,
+        experiment,
+        parent.run_id,
+        sampler,
+        pruner,
+        pruner_startup_trials,
+        pruner_warmup_steps,
+        time.time() + timeout if timeout else None,
+        seeds_per_process,
+        workers,
     )
     executor = executor or LocalExecutor(slots)
     running: dict[int, int] = {}  # task -> the trial it runs
@@ -322,6 +373,7 @@ def run_study(
     parent.finish("FAILED" if errors else "FINISHED")
     return StudyRun(study_name, parent.run_id, trials_before, len(study.trials), counts, best, errors)
 
+
 def _fail_abandoned_trial(storage: Any, study_name: str, number: int | None, why: str) -> None:
     """A worker that died inside a trial (killed, out of memory, cancelled) left it RUNNING:
     mark it FAIL now rather than after the storage's heartbeat grace period (journal files have none)."""
@@ -349,9 +401,14 @@ def _parent_run(tracking_uri: str, experiment: str, study_name: str, settings: S
         return parent
     parent = tracking.start_parent_run(tracking_uri, experiment, study_name, {"kind": "study", "study": study_name})
     params = {
-        "algo": settings.algo, "env_id": settings.env_id, "seeds_per_trial": settings.seeds_per_trial,
-        "base_suite": settings.base_suite, "random_score": settings.random_score, "reference_score": settings.reference_score,
-        "storage": redact(storage_url), "seed": settings.seed,
+        "algo": settings.algo,
+        "env_id": settings.env_id,
+        "seeds_per_trial": settings.seeds_per_trial,
+        "base_suite": settings.base_suite,
+        "random_score": settings.random_score,
+        "reference_score": settings.reference_score,
+        "storage": redact(storage_url),
+        "seed": settings.seed,
         **{f"budget.{key}": value for key, value in dataclasses.asdict(settings.budget).items()},
         **{f"base.{key}": value for key, value in settings.base_hyperparameters.items()},
     }
@@ -359,6 +416,7 @@ def _parent_run(tracking_uri: str, experiment: str, study_name: str, settings: S
     parent.log_text(yaml.safe_dump(settings.space, sort_keys=False), "search_space.yaml")
     parent.set_tags({"reference_source": settings.reference_source[:5000]})
     return parent
+
 
 def _close_orphaned_trials(tracking_uri: str, experiment: str, study: Any) -> None:
     """Trial runs left RUNNING in MLflow whose trial is no longer running (its worker died):
