@@ -232,21 +232,7 @@ class RolloutStorage:
             self.truncation_values[t] = torch.where(running, truncation_values, self.truncation_values[t])
         self._next_starts = torch.ones_like(self._next_starts)
 
-    _STATE_FIELDS = (
-        "obs",
-        "actions",
-        "log_probs",
-        "values",
-        "rewards",
-        "terminated",
-        "truncated",
-        "truncation_values",
-        "dist_params",
-        "entropies",
-        "states",
-        "episode_starts",
-        "_next_starts",
-    )
+    _STATE_FIELDS = (*_INSERTED, "_next_starts")
 
     def state_dict(self) -> dict[str, torch.Tensor | int]:
         """The steps stored so far of the current rollout (CPU copies) and the insert position."""
