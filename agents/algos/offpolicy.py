@@ -244,14 +244,6 @@ class OffPolicyAlgorithm(Algorithm):
         )
         return encoded
 
-    def record_td_errors(self, q_values: torch.Tensor, targets: torch.Tensor) -> None:
-        """Keep |Q - y| per sample (B,) for PER's new priorities, averaged over critics when
-        ``q_values`` is (num_critics, B) (MPO's one-seed loss); nothing to compute without
-        prioritized replay."""
-        if self.config.prioritized:
-            errors = (q_values.detach() - targets).abs()
-            self.td_errors = errors.mean(dim=0) if errors.dim() > 1 else errors
-
     # -- losses: written once, over a leading seed dimension -------------------------------
 
     def networks(self) -> Any:
@@ -387,14 +379,9 @@ class OffPolicyAlgorithm(Algorithm):
         self._refill_to = min(max(self.config.learning_starts, self.config.batch_size), self.buffer.capacity - 1)
 
 
-def weighted_mse(predictions: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """mean_i w_i (prediction_i - target_i)^2, summed over leading critic dims: (..., B) -> scalar
-    (MPO's one-seed loss; the seed-dimension losses use ``per_seed_weighted_mse``)."""
-    return ((predictions - targets).pow(2) * weights).mean(dim=-1).sum()
-
-
 def per_seed_weighted_mse(predictions: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """``weighted_mse`` per seed: predictions (S, num_critics, B), targets and weights (S, B) -> (S,)."""
+    """mean_i w_i (prediction_i - target_i)^2 per seed, summed over critics: predictions
+    (S, num_critics, B), targets and weights (S, B) -> (S,)."""
     return ((predictions - targets.unsqueeze(1)).pow(2) * weights.unsqueeze(1)).mean(dim=-1).sum(dim=-1)
 
 

@@ -62,6 +62,7 @@ class StackedOptimizer:
     def __init__(self, member_optimizers: Sequence[torch.optim.Optimizer], stacked: Sequence[torch.Tensor]):
         self.members = list(member_optimizers)
         self.steps = torch.zeros(len(self.members))  # each seed's step count (they differ once a seed stops early)
+        self._parted = False  # whether the counts differ: then every step runs per seed
         groups = [optimizer.param_groups for optimizer in self.members]
         if any(len(member_groups) != 1 for member_groups in groups):
             raise ValueError("stacked optimizers take members with one parameter group each")
@@ -84,6 +85,7 @@ class StackedOptimizer:
         else:
             raise ValueError(f"cannot stack a {type(first).__name__} (Adam and RMSprop can be)")
         self._import()
+        self._parted = bool((self.steps != self.steps[0]).any())
 
     @property
     def lr(self) -> float:
@@ -99,14 +101,19 @@ class StackedOptimizer:
         early, as its run alone would). While the seeds' step counts agree and all step, the
         optimizer's own (fused) step serves them all; after they part, Adam's arithmetic runs
         here with each seed's own count and bias corrections."""
+        if active is None and not self._parted:  # the common step: no per-seed bookkeeping
+            self.optimizer.step()
+            self.steps += 1
+            return
         stepping = torch.ones(len(self.members), dtype=torch.bool) if active is None else active.cpu()
-        if bool(stepping.all()) and bool((self.steps == self.steps[0]).all()):
+        if bool(stepping.all()) and not self._parted:
             self.optimizer.step()
         elif isinstance(self.optimizer, torch.optim.Adam):
             self._masked_adam(stepping)
         else:
             raise ValueError(f"{type(self.optimizer).__name__} cannot step part of its seeds (Adam can)")
         self.steps += stepping.float()
+        self._parted = bool((self.steps != self.steps[0]).any())
 
     @torch.no_grad()
     def _masked_adam(self, stepping: torch.Tensor) -> None:
