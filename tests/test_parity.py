@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from scipy import stats
 
 import agents
 from benchmark.analysis import parity_records
-from benchmark.cli.app import EXIT_CONFIG_ERROR, main
+from benchmark.cli.app import EXIT_CONFIG_ERROR, EXIT_TERMINATED, main
 from benchmark.perf import parity, parity_settings
 
 
@@ -195,6 +202,12 @@ def test_a_corrupt_record_or_another_setting_is_refused_and_left_alone(monkeypat
         (["--algo", "dqn", "--env", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
         (["--algo", "dqn", "--margin", "1.5"], "--margin must be a fraction"),
         (["--algo", "dqn", "--steps", "0"], "--steps must be >= 1"),
+        (["--algo", "dqn", "--device", "tpu"], "--device must be one of cpu, cuda"),
+        pytest.param(
+            ["--algo", "dqn", "--device", "cuda"],
+            "--device cuda: torch sees no CUDA device here",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present"),
+        ),
         ([], "parity needs --algo"),
     ],
 )
@@ -216,7 +229,7 @@ def test_parity_end_to_end_on_cartpole(tmp_path, capsys):
     assert sorted((r["side"], r["seed"]) for r in record["runs"]) == [("ours", 0), ("ours", 1), ("peer", 0), ("peer", 1)]
     for run in record["runs"]:
         assert len(run["returns"]) == 3 and all(1 <= length <= 500 for length in run["lengths"])
-        assert run["final_return"] == pytest.approx(np.mean(run["returns"]))
+        assert run["final_return"] == pytest.approx(np.mean(run["returns"])) and run["device"] == "cpu"
     assert record["setting"]["peer"]["train_freq"] == 256 and record["setting"]["episodes"] == 3
     table = (tmp_path / "parity.md").read_text().splitlines()
     assert len(table) == 3 and "| dqn | CartPole-v1 | 1,500 | 2 |" in table[2]
@@ -226,3 +239,42 @@ def test_parity_end_to_end_on_cartpole(tmp_path, capsys):
     assert "seed 0 ours" not in capsys.readouterr().out  # nothing left to train
     assert main(["parity", "--table", "--output-dir", str(tmp_path), "--format", "csv"]) == 0
     assert 'dqn,CartPole-v1,"1,500",2,' in capsys.readouterr().out
+
+
+def _children(pid: int) -> list[int]:
+    return [int(child) for task in Path(f"/proc/{pid}/task").iterdir() for child in (task / "children").read_text().split()]
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigterm_stops_the_training_processes_and_keeps_the_record(tmp_path):
+    """A scheduler's SIGTERM while both sides train: exit 143 with one line saying what is kept,
+    the training processes killed (not left running for hours), no record written."""
+    argv = ["benchmark", "parity", "--algo", "dqn", "--steps", "10000000", "--seeds", "0", "--workers", "2", "--output-dir", str(tmp_path)]
+    launcher = f"import runpy, sys; sys.argv = {argv!r}; runpy.run_module('benchmark', run_name='__main__')"
+    process = subprocess.Popen([sys.executable, "-c", launcher], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline, sides = time.monotonic() + 120, []
+        while len(sides) < 2 and time.monotonic() < deadline:
+            assert process.poll() is None, process.stderr.read()
+            sides = _children(process.pid)
+            time.sleep(0.2)
+        assert len(sides) == 2
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == EXIT_TERMINATED
+        err = process.stderr.read()
+        assert err.strip() == "interrupted: the record keeps every finished side; a rerun trains the others"
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+    deadline = time.monotonic() + 20
+    while any(map(_running, sides)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(map(_running, sides))
+    assert not any(tmp_path.glob("*.json"))

@@ -39,6 +39,12 @@ def build_parser() -> Parser:
     return parser
 
 
+def interruption_line(command: str) -> str:
+    """What an interrupted command left behind, in one line (a module's ``INTERRUPTED`` names it)."""
+    lines = {name: line for module in COMMAND_MODULES for name, line in getattr(module, "INTERRUPTED", {}).items()}
+    return lines.get(command, "interrupted")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no download bars in our output
@@ -54,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         error_line(str(error))
         return EXIT_CONFIG_ERROR
     except KeyboardInterrupt as interruption:
-        Console(stderr=True).print("interrupted: unfinished runs are marked KILLED in MLflow")
+        Console(stderr=True).print(interruption_line(args.command), highlight=False, markup=False)
         return EXIT_TERMINATED if isinstance(interruption, Terminated) else EXIT_INTERRUPTED
     except Exception as error:  # noqa: BLE001 - a failure while running: one line, not a traceback
         if os.environ.get("REPRORL_DEBUG"):

@@ -43,6 +43,7 @@ def add_parser(commands: Any) -> None:
         help=f"equivalence margin, a fraction of the peer's mean return (default {parity_records.MARGIN})",
     )
     command.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="runs trained at once, one core each (default: every core)")
+    command.add_argument("--device", default="cpu", help="cpu (default) or cuda: where both sides train (the runs of one invocation share the GPU)")
     command.add_argument("--force", action="store_true", help="train the seeds again even where the record holds them")
     command.add_argument("--table", action="store_true", help="only tabulate the records held (no training)")
     command.add_argument("--output-dir", type=Path, default=Path("results/parity"), help="records and tables (default results/parity)")
@@ -63,12 +64,13 @@ def command_parity(args: argparse.Namespace, console: Any) -> int:
     else:
         if not args.algo:
             raise ConfigError("parity needs --algo (or --table)")
-        parity.check_arguments(args.algo, args.env, args.steps, args.seeds, args.episodes, args.margin, args.workers)
+        parity.check_arguments(args.algo, args.env, args.steps, args.seeds, args.episodes, args.margin, args.workers, args.device)
         peer = parity.check_peer(args.algo)
         setting = parity.SETTINGS[args.algo]
         env_id, steps = args.env or setting.env_id, args.steps or setting.steps
         console.print(
-            f"parity: {args.algo} on {env_id}, {steps:,} steps, seeds {' '.join(map(str, args.seeds))}; ours against {peer}; {args.workers} at once",
+            f"parity: {args.algo} on {env_id}, {steps:,} steps, seeds {' '.join(map(str, args.seeds))}; ours against {peer}; "
+            f"{args.workers} at once on {args.device}",
             highlight=False,
             markup=False,
         )
@@ -80,7 +82,7 @@ def command_parity(args: argparse.Namespace, console: Any) -> int:
                 markup=False,
             )
 
-        path, _ = parity.run(args.algo, args.env, args.steps, args.seeds, args.episodes, args.workers, args.output_dir, args.force, progress)
+        path, _ = parity.run(args.algo, args.env, args.steps, args.seeds, args.episodes, args.workers, args.output_dir, args.force, progress, args.device)
         console.print(f"record: {path}", highlight=False, markup=False)
     if not args.output_dir.is_dir():
         raise ConfigError(f"no parity records in {args.output_dir}: run python -m benchmark parity --algo ALGO first")
@@ -104,3 +106,4 @@ def command_parity(args: argparse.Namespace, console: Any) -> int:
 
 
 COMMANDS = {"parity": command_parity}
+INTERRUPTED = {"parity": "interrupted: the record keeps every finished side; a rerun trains the others"}

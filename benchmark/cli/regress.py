@@ -146,3 +146,4 @@ def command_regress(args: argparse.Namespace, console: Console) -> int:
 
 
 COMMANDS = {"baseline": command_baseline, "regress": command_regress}
+INTERRUPTED = {"baseline": "interrupted: unfinished runs are marked KILLED in MLflow", "regress": "interrupted: unfinished runs are marked KILLED in MLflow"}

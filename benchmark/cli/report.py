@@ -100,3 +100,4 @@ def command_report(args: argparse.Namespace, console: Console) -> int:
 
 
 COMMANDS = {"reproduce": command_reproduce, "report": command_report}
+INTERRUPTED = {"reproduce": "interrupted: unfinished runs are marked KILLED in MLflow"}

@@ -272,3 +272,4 @@ def execute_suite(suite, args: argparse.Namespace, console: Console, force: bool
 
 
 COMMANDS = {"run": command_run}
+INTERRUPTED = {"run": "interrupted: unfinished runs are marked KILLED in MLflow"}

@@ -246,3 +246,4 @@ def _tune_export(args: argparse.Namespace, console: Console) -> int:
 
 
 COMMANDS = {"tune": command_tune}
+INTERRUPTED = {"tune": "interrupted: the running trials are marked FAIL in the study and KILLED in MLflow"}

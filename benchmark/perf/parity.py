@@ -17,8 +17,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ from benchmark.perf.parity_settings import PEERS, SETTINGS, Setting  # the setti
 # and the command line's parser reads this module (--help must not wait for torch).
 
 EPISODES = 10
+DEVICES = ("cpu", "cuda")  # both sides train on the same one; each run records which
 
 
 def _setting_record(setting: Setting, env_id: str, steps: int, episodes: int) -> dict[str, Any]:
@@ -57,7 +60,9 @@ def _setting_record(setting: Setting, env_id: str, steps: int, episodes: int) ->
 # ---------------------------------------------------------------- running
 
 
-def check_arguments(algo: str, env_id: str | None, steps: int | None, seeds: Sequence[int], episodes: int, margin: float, workers: int) -> None:
+def check_arguments(
+    algo: str, env_id: str | None, steps: int | None, seeds: Sequence[int], episodes: int, margin: float, workers: int, device: str = "cpu"
+) -> None:
     """ConfigError naming the first bad argument."""
     from agents.envs import check_env_id
     from agents.errors import ConfigError
@@ -76,6 +81,13 @@ def check_arguments(algo: str, env_id: str | None, steps: int | None, seeds: Seq
         raise ConfigError(f"--margin must be a fraction in (0, 1), got {margin}")
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
+    if device not in DEVICES:
+        raise ConfigError(f"--device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("--device cuda: torch sees no CUDA device here")
 
 
 def check_peer(algo: str) -> str:
@@ -100,19 +112,56 @@ def installed_version(distribution: str) -> str:
         return "unknown"
 
 
+_CHILDREN: set[subprocess.Popen] = set()
+_CHILDREN_LOCK = threading.Lock()
+
+
 def run_side(job: dict[str, Any], timeout: float = 12 * 3600) -> dict[str, Any]:
     """One side of one seed in a fresh process (one torch thread); its result."""
     with tempfile.TemporaryDirectory(prefix="reprorl-parity-") as directory:
         output = Path(directory) / "result.json"
         threads = str(job["threads"])
         env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-        completed = subprocess.run(
-            [sys.executable, "-m", "benchmark.perf.parity_worker", json.dumps(job), str(output)], capture_output=True, text=True, timeout=timeout, env=env
-        )
-        if completed.returncode != 0 or not output.exists():
-            tail = "\n".join(completed.stderr.strip().splitlines()[-12:])
-            raise RuntimeError(f"parity {job['side']} {job['algo']} {job['env_id']} seed {job['seed']} failed (exit {completed.returncode}):\n{tail}")
+        command = [sys.executable, "-m", "benchmark.perf.parity_worker", json.dumps(job), str(output)]
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        with _CHILDREN_LOCK:
+            _CHILDREN.add(child)
+        try:
+            _, stderr = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            _, stderr = child.communicate()
+        finally:
+            with _CHILDREN_LOCK:
+                _CHILDREN.discard(child)
+        if child.returncode != 0 or not output.exists():
+            tail = "\n".join(stderr.strip().splitlines()[-12:])
+            raise RuntimeError(f"parity {job['side']} {job['algo']} {job['env_id']} seed {job['seed']} failed (exit {child.returncode}):\n{tail}")
         return json.loads(output.read_text())
+
+
+def stop_children() -> None:
+    """Kill the training processes still running (an interrupted invocation: their seeds are
+    unfinished, so nothing of the record is lost)."""
+    with _CHILDREN_LOCK:
+        children = list(_CHILDREN)
+    for child in children:
+        child.kill()
+
+
+def finished_in_turn(futures: Sequence[Future], poll: float = 0.5) -> Iterator[Future]:
+    """The futures as they finish. Polls with ``time.sleep`` instead of ``as_completed``: a
+    SIGTERM handler that raises must not land inside a condition variable's wait, which leaves
+    its lock inconsistent ("release unlocked lock") in place of the interruption."""
+    waiting = list(futures)
+    while waiting:
+        done = [future for future in waiting if future.done()]
+        if not done:
+            time.sleep(poll)
+            continue
+        for future in done:
+            waiting.remove(future)
+            yield future
 
 
 def run(
@@ -125,9 +174,11 @@ def run(
     directory: Path = PARITY_DIR,
     force: bool = False,
     on_run: Callable[[dict[str, Any]], None] | None = None,
+    device: str = "cpu",
 ) -> tuple[Path, dict[str, Any]]:
     """Train both sides on every seed not yet in the record (all with ``force``), ``workers``
-    processes at once; each finished side is saved as it ends. The record's path and content."""
+    processes at once, on ``device`` (the processes share one GPU with "cuda"); each finished side
+    is saved as it ends. The record's path and content."""
     from agents.errors import ConfigError
     from benchmark.perf.throughput import machine, now
 
@@ -148,6 +199,7 @@ def run(
             "episodes": episodes,
             "seed": seed,
             "threads": 1,
+            "device": device,
             "settings": setting.ours_for(env_id) if side == "ours" else setting.peer,
         }
         for seed in seeds
@@ -156,9 +208,10 @@ def run(
     ]
     host = machine()
     failures = []
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
         futures = {pool.submit(run_side, job): job for job in jobs}
-        for future in as_completed(futures):
+        for future in finished_in_turn(list(futures)):
             job = futures[future]
             try:
                 result = future.result()
@@ -175,10 +228,16 @@ def run(
                 "version": result["version"],
                 "created": now(),
                 "machine": host,
+                "device": device,
             }
             record = save_run(path, plain, run_entry)
             if on_run is not None:
                 on_run(run_entry)
+    except BaseException:  # Ctrl-C or SIGTERM: the queued sides never start, the running ones stop
+        pool.shutdown(wait=False, cancel_futures=True)
+        stop_children()
+        raise
+    pool.shutdown()
     if failures:
         raise RuntimeError("\n".join(failures))
     return path, load_record(path) or {"setting": plain, "runs": []}

@@ -37,7 +37,7 @@ def train_ours(job: dict[str, Any]) -> dict[str, Any]:
         int(job["seed"]),
         hyperparameters,
         Budget(total_steps=steps, eval_every=steps, eval_episodes=episodes),
-        device="cpu",
+        device=job.get("device", "cpu"),
         torch_threads=int(job["threads"]),
     )
     started = time.perf_counter()
@@ -72,7 +72,7 @@ def train_peer(job: dict[str, Any]) -> dict[str, Any]:
         settings["action_noise"] = NormalActionNoise(np.zeros(dims), sigma * np.ones(dims))
     module, name = PEERS[job["algo"]]
     algorithm = getattr(importlib.import_module(module), name)
-    model = algorithm("MlpPolicy", envs, seed=seed, device="cpu", verbose=0, policy_kwargs=policy_kwargs, **settings)
+    model = algorithm("MlpPolicy", envs, seed=seed, device=job.get("device", "cpu"), verbose=0, policy_kwargs=policy_kwargs, **settings)
     started = time.perf_counter()
     model.learn(total_timesteps=int(job["steps"]))
     seconds = time.perf_counter() - started
