@@ -22,13 +22,14 @@ INSTALL_CHROMIUM = { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 COMPARE_STAMP := $(VENV)/.compare-installed
+DOCS_STAMP := $(VENV)/.docs-installed
 
 # a micro-benchmark fails `make perf-regress` when its median is this much slower than the
-# stored baseline (150% = 2.5x): see README, "Speed regressions", for why 2.5x
+# stored baseline (150% = 2.5x): see docs/performance.md, "Speed regressions", for why 2.5x
 PERF_FACTOR ?= 150%
 PERF_BASELINE := results/perf/baseline
 
-.PHONY: install bench test lint test-all perf perf-micro perf-baseline perf-regress report report-check baseline regress tune dashboard ui list clean-results
+.PHONY: install bench test lint docs test-all perf perf-micro perf-baseline perf-regress report report-check baseline regress tune dashboard ui list clean-results
 
 install: $(STAMP)
 
@@ -53,7 +54,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
 
 # ruff's lint rules and its formatting (settings in pyproject.toml); `ruff format` fixes the latter
-LINTED = agents benchmark tests benchmarks
+LINTED = agents benchmark tests benchmarks docs
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
@@ -72,6 +73,15 @@ $(COMPARE_STAMP): $(STAMP)
 	$(PIP_INSTALL) -e ".[$(EXTRAS),compare]"
 	$(COMPILE)
 	touch $(COMPARE_STAMP)
+
+# the documentation site (mkdocs.yml): built into site/, strictly (a broken link or page fails);
+# ARGS=serve serves it with live reload at http://127.0.0.1:8000 instead
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs $(if $(filter serve,$(ARGS)),serve,build --strict --quiet)
+
+$(DOCS_STAMP): $(STAMP)
+	$(PIP_INSTALL) -e ".[$(EXTRAS),docs]"
+	touch $(DOCS_STAMP)
 
 # micro-benchmarks (pytest-benchmark): buffer insert/sample at capacity 1M, one update per algorithm
 perf-micro: $(STAMP)

@@ -19,7 +19,7 @@ Plain CSV rather than MLflow's own formats: ``mlflow-export-import`` writes one 
 JSON per run with MLflow's internal ids (400 runs: thousands of files, re-imported only
 through MLflow), and MLflow has no export of its own beyond ``search_runs`` to a DataFrame.
 A bundle is read with nothing but the standard library, diffs row by row in a pull request,
-and holds exactly what the report and the verdicts need: see the README, "Result bundles".
+and holds exactly what the report and the verdicts need: see docs/results.md, "Result bundles".
 
 Floats are written with ``repr`` (shortest round-trip form), so a report built from a bundle
 has the same numbers as one built from the store it was exported from.

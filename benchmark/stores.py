@@ -9,7 +9,7 @@ it never run the schema set-up twice (which once left ``mlflow.db`` unusable) an
 killed while creating it leaves nothing behind.
 
 SQLite wants a local disk: for launches on several machines use a database server
-(PostgreSQL, MySQL) or an MLflow tracking server, as the README says.
+(PostgreSQL, MySQL) or an MLflow tracking server, as docs/execution.md says.
 """
 
 from __future__ import annotations

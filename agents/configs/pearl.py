@@ -25,14 +25,19 @@ class PEARLConfig(Hyperparameters):
     hidden_sizes: tuple[int, ...] = hp((300, 300, 300), ge=1)
     """Hidden layers of the policy, Q-functions and value function."""
     policy_lr: float = hp(3e-4, gt=0.0, le=1.0)
+    """Adam step size of the policy."""
     qf_lr: float = hp(3e-4, gt=0.0, le=1.0)
+    """Adam step size of the Q-functions."""
     vf_lr: float = hp(3e-4, gt=0.0, le=1.0)
+    """Adam step size of the value function."""
     context_lr: float = hp(3e-4, gt=0.0, le=1.0)
-    """Adam step sizes of the policy, Q-functions, value function and encoder."""
+    """Adam step size of the context encoder."""
     policy_mean_reg_coeff: float = hp(1e-3, ge=0.0)
+    """Weight of the policy's mean^2 penalty."""
     policy_std_reg_coeff: float = hp(1e-3, ge=0.0)
+    """Weight of the policy's log-std^2 penalty."""
     policy_pre_activation_coeff: float = hp(0.0, ge=0.0)
-    """Weights of the policy's mean^2, log-std^2 and pre-tanh^2 penalties."""
+    """Weight of the policy's pre-tanh^2 penalty."""
     soft_target_tau: float = hp(0.005, gt=0.0, le=1.0)
     """Polyak rate of the target value function."""
     kl_lambda: float = hp(0.1, ge=0.0)

@@ -152,7 +152,7 @@ def markdown(rows: list[Row], parity_rows: list[dict[str, Any]], images: list[Pa
         f"({', '.join(f'`{name}`' for name in RECORD_SUITES)}); verdicts: "
         + (", ".join(f"{n} {name}" for name, n in counts.items()) or "none yet")
         + ". Final return: the deterministic policy's mean over 10 episodes after the last step, mean over seeds "
-        "with Student's t interval. Verdicts compare like with like (README, Reproduction verdicts).\n",
+        "with Student's t interval. Verdicts compare like with like (docs/results.md, Reproduction verdicts).\n",
         table(rows) if rows else "No run of the record has been exported yet.\n",
     ]
     if parity_rows:

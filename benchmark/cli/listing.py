@@ -21,10 +21,9 @@ def add_parser(commands: Any) -> None:
 
 
 def command_list(args: argparse.Namespace, console: Console) -> int:
-    import dataclasses
-
     import agents
     from agents.buffers import BUFFERS
+    from agents.config_docs import field_docs
     from agents.errors import ConfigError, suggest
     from benchmark import config
     from benchmark.tables import TableData
@@ -38,13 +37,12 @@ def command_list(args: argparse.Namespace, console: Console) -> int:
         config_class = agents.config_class(what)
         table = TableData(
             f"{what}: hyperparameters",
-            ["hyperparameter", "default"],
+            ["hyperparameter", "default", "range", "meaning"],
             names={"hyperparameter"},
             caption=f"defaults: {' '.join((config_class.__doc__ or '').split())}",
         )
-        defaults = config_class()
-        for field in dataclasses.fields(config_class):
-            table.add(field.name, getattr(defaults, field.name))
+        for field in field_docs(config_class):
+            table.add(field.name, field.default, field.range, field.meaning)
         console.table(table)
         return 0
     tables = []

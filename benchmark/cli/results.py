@@ -163,7 +163,7 @@ def command_verdicts(args: argparse.Namespace, console: Any) -> int:
     console.table(verdict_table(suite.name, judged))
     counts = {name: sum(v.verdict == name for v in judged) for name in verdicts.VERDICTS}
     console.print(
-        ", ".join(f"{n} {name}" for name, n in counts.items() if n) + f" (alpha {verdicts.ALPHA}; see README, Reproduction verdicts)", highlight=False
+        ", ".join(f"{n} {name}" for name, n in counts.items() if n) + f" (alpha {verdicts.ALPHA}; see docs/results.md, Reproduction verdicts)", highlight=False
     )
     return 0
 
