@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +62,10 @@ def train(algo: str, env_id: str, overrides: dict, steps: int, batched: bool):
     batch = type(members[0]).seed_batch(members) if batched else None
     history: list[tuple[list[dict], list[list[torch.Tensor]]]] = []
     for _ in range(steps):
+        if not members[0].collects_experience:  # cloning from a dataset: updates only
+            logs = batch.update() if batch else [member.update() for member in members]
+            history.append((logs, [parameters(member) for member in members]))
+            continue
         acted = batch.act(obs) if batch else [member.behavior_act(member_obs) for member, member_obs in zip(members, obs)]
         stepped = [env.step(seed_acted.env_actions) for env, seed_acted in zip(envs, acted)]
         seed_transitions = [transitions(o, a, s) for o, a, s in zip(obs, acted, stepped)]
@@ -141,14 +146,64 @@ CASES = {
         {"hidden_sizes": [32, 32], "num_steps": 32, "num_envs": 2, "num_minibatches": 4, "num_epochs": 6, "target_kl": 0.004, "learning_rate": 3e-3},
     ),
 }
+EXPERTS = Path(tempfile.gettempdir()) / "reprorl-test-experts"
+
+
+def expert_dataset(env_id: str) -> str:
+    """A random dataset of ``env_id``'s observations and actions for bc to clone (a file, made once)."""
+    path = EXPERTS / f"{env_id}.npz"
+    if not path.exists():
+        EXPERTS.mkdir(exist_ok=True)
+        spec, rng = env_spec(env_id), np.random.default_rng(0)
+        actions = rng.integers(0, spec.num_actions, 256) if spec.discrete else rng.uniform(-1, 1, (256, *spec.action_shape))
+        partial = path.with_suffix(".partial.npz")  # another test process may be writing it too
+        np.savez(partial, observations=rng.normal(size=(256, *spec.observation_shape)).astype(np.float32), actions=actions)
+        partial.replace(path)
+    return str(path)
+
+
+def expert_checkpoint(env_id: str) -> str:
+    """An (untrained) PPO policy of ``env_id`` saved as this suite's checkpoints are: bc's expert."""
+    path = EXPERTS / f"ppo-{env_id}.pt"
+    if not path.exists():
+        EXPERTS.mkdir(exist_ok=True)
+        hyperparameters = {"hidden_sizes": [16]}
+        policy = agents.make("ppo", env_spec(env_id), hyperparameters, total_steps=1000, seed=7)
+        partial = path.with_suffix(".partial")
+        torch.save({"spec": {"algo": "ppo", "env_id": env_id, "hyperparameters": hyperparameters}, "algorithm": policy.state_dict()}, partial)
+        partial.replace(path)
+    return str(path)
+
+
+# behavioral cloning: from a dataset (updates only) or from an expert acting in each seed's envs;
+# each optimizer BC offers, both losses, Gaussian and categorical policies
+CASES["bc-dataset"] = ("Pendulum-v1", {"hidden_sizes": [32, 32], "batch_size": 64, "minibatches_per_epoch": 4, "expert": "dataset"})
+CASES["bc-dataset-mse-rmsprop"] = (
+    "Pendulum-v1",
+    {"hidden_sizes": [32], "batch_size": 64, "minibatches_per_epoch": 3, "loss": "mse", "policy": "deterministic", "optimizer": "rmsprop", "expert": "dataset"},
+)
+CASES["bc-expert-sgd"] = (
+    "CartPole-v1",
+    {"hidden_sizes": [32], "batch_size": 16, "minibatches_per_epoch": 4, "num_envs": 2, "optimizer": "sgd", "learning_rate": 0.05, "expert": "checkpoint"},
+)
+
+
+def resolve(case: str) -> tuple[str, str, dict]:
+    """A case's algorithm, env and settings, with bc's expert made."""
+    algo = case.split("-")[0]
+    env_id, overrides = CASES[case]
+    if algo == "bc":
+        overrides = {**overrides, "expert": (expert_dataset if overrides["expert"] == "dataset" else expert_checkpoint)(env_id)}
+    return algo, env_id, overrides
+
+
 ON_POLICY = ("ppo", "ppo_kl", "surrogate_pg", "a2c", "vpg", "reinforce", "trpo")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_first_updates_of_a_batch_match_separate_runs(case):
     """Same data, same losses, same parameters after each update, for three seeds."""
-    algo = case.split("-")[0]
-    env_id, overrides = CASES[case]
+    algo, env_id, overrides = resolve(case)
     steps = 6 * 64 if algo in ON_POLICY else 60
     separate, _ = train(algo, env_id, overrides, steps, batched=False)
     batched, members = train(algo, env_id, overrides, steps, batched=True)
@@ -273,14 +328,14 @@ def _specs(algo: str, env_id: str, overrides: dict, total: int, every: int):
     return [RunSpec("t", algo, env_id, seed, config, Budget(total, every, 2), device="cpu") for seed in SEEDS]
 
 
-@pytest.mark.parametrize("algo", ["dqn", "ppo", "a2c"])
-def test_run_seeds_batched_evaluates_as_the_separate_runs(algo):
+@pytest.mark.parametrize("case", ["dqn", "ppo", "a2c", "bc-dataset", "bc-expert-sgd"])
+def test_run_seeds_batched_evaluates_as_the_separate_runs(case):
     """The whole loop (envs, updates, evaluations): a batch of three seeds gives each seed's
     evaluations of its run alone."""
     from benchmark.training import loop as training_loop
     from benchmark.training.results import RunResult
 
-    env_id, overrides = CASES[algo]
+    algo, env_id, overrides = resolve(case)
     specs = _specs(algo, env_id, overrides, 512, 256)
     batched = training_loop.run_seeds([training_loop.SeedJob(spec) for spec in specs])
     for spec, outcome in zip(specs, batched):
@@ -333,9 +388,7 @@ def test_run_seeds_refuses_runs_that_differ_beyond_the_seed():
     with pytest.raises(ConfigError, match="differ only by seed"):
         training_loop.run_seeds([training_loop.SeedJob(specs[0]), training_loop.SeedJob(other[1])])
     spec = RunSpec("t", "bc", "CartPole-v1", 0, {"expert": "expert.npz"}, Budget(100, 100, 2))
-    assert training_loop.batchable(spec) == (
-        "bc has no batched training of seeds (it has: a2c, ddpg, dqn, mpo, ppo, ppo_kl, reinforce, sac, surrogate_pg, td3, trpo, vpg)"
-    )
+    assert training_loop.batchable(spec) is None  # every online algorithm batches its seeds
     with pytest.raises(ConfigError, match="cannot train seeds of maml_vpg batched: maml_vpg is a meta-learner"):
         training_loop.run_seeds([training_loop.SeedJob(spec) for spec in _specs("maml_vpg", "reprorl/HalfCheetahVel-v5", {}, 100, 100)])
 

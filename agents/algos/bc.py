@@ -26,18 +26,20 @@ from __future__ import annotations
 
 import math
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
+from agents.algos.seeds import SeedBatch, per_seed_logs
 from agents.api import Acted, Algorithm, ConfigError, Learner, Transitions, set_gradients
 from agents.configs.bc import OPTIMIZER_NAMES, BCConfig
 from agents.envs import EnvSpec, env_spec
 from agents.nets.distributions import Categorical, DiagGaussian
 from agents.nets.mlp import mlp
+from agents.nets.stacked import StackedMLP, stack_parameters
 from agents.optim import adam
 
 OPTIMIZERS = {"adam": adam, "sgd": torch.optim.SGD, "rmsprop": torch.optim.RMSprop}
@@ -59,8 +61,38 @@ class LearnerNetwork(nn.Module):
         """Logits (B, n), mean (B, d) or action (B, d)."""
         return self.body(obs.flatten(1))
 
+    def seeded(self, obs: torch.Tensor) -> torch.Tensor:
+        """This one network as a batch of one seed: (1, B, *obs_shape) -> (1, B, out)."""
+        return self.body(obs.flatten(2))
+
     def distribution(self, output: torch.Tensor) -> Categorical | DiagGaussian:
-        return Categorical(output) if self.discrete else DiagGaussian(output, self.log_std)
+        """Over (..., B, out) outputs; the (d,) log-std broadcasts."""
+        if self.discrete:
+            return Categorical(output)
+        assert self.log_std is not None, "a deterministic policy has no distribution"
+        return DiagGaussian(output, self.log_std)
+
+
+class StackedLearnerNetwork(nn.Module):
+    """N seeds' ``LearnerNetwork`` as one: (N, B, *obs_shape) -> (N, B, out); each copy's
+    parameters become views of its slice (``agents.nets.stacked``)."""
+
+    def __init__(self, copies: Sequence[LearnerNetwork]):
+        super().__init__()
+        self.discrete = copies[0].discrete
+        self.body = StackedMLP([copy.body for copy in copies])
+        log_stds = [copy.log_std for copy in copies]
+        self.log_std = stack_parameters([[log_std] for log_std in log_stds])[0] if log_stds[0] is not None else None
+
+    def seeded(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.body(obs.flatten(2))
+
+    def distribution(self, output: torch.Tensor) -> Categorical | DiagGaussian:
+        """Each seed's (N, 1, d) log-std broadcast over its batch."""
+        if self.discrete:
+            return Categorical(output)
+        assert self.log_std is not None, "a deterministic policy has no distribution"
+        return DiagGaussian(output, self.log_std.unsqueeze(1))
 
 
 def load_expert_checkpoint(path: str, spec: EnvSpec) -> dict[str, Any]:
@@ -268,13 +300,18 @@ class BC(Algorithm):
             return observations[indices], actions[indices]
         return self.observations[: self.filled], self.actions[: self.filled]
 
-    def loss(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """The cloning loss of one minibatch (observations, expert actions)."""
-        observations, actions = batch
-        output = self.network(observations)
+    def seeds_loss(self, network: LearnerNetwork | StackedLearnerNetwork, observations: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """The cloning loss of each seed's minibatch: observations (S, B, *obs_shape), expert
+        actions (S, B, *action_shape) -> (S,)."""
+        output = network.seeded(observations)
         if self.config.loss == "log_prob":
-            return -self.network.distribution(output).log_prob(actions).mean()
-        return (output - actions).pow(2).sum(-1).mean()  # the deterministic output, or the Gaussian's mean
+            return -network.distribution(output).log_prob(actions).mean(-1)
+        return (output - actions).pow(2).sum(-1).mean(-1)  # the deterministic output, or the Gaussian's mean
+
+    def loss(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """This run's loss on one minibatch (observations, expert actions)."""
+        observations, actions = batch
+        return self.seeds_loss(self.network, observations.unsqueeze(0), actions.unsqueeze(0))[0]
 
     def compute_gradients(self, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
         loss = self.loss(batch)
@@ -287,20 +324,35 @@ class BC(Algorithm):
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
+    def _step_alone(self, losses: torch.Tensor) -> None:
+        self.apply_gradients(list(torch.autograd.grad(losses[0], self.parameters, allow_unused=True)))
+
     def update(self) -> dict[str, float]:
-        """One epoch: the batch shuffled into minibatches_per_epoch optimizer steps."""
-        observations, actions = self._epoch_batch()
-        order = torch.randperm(len(observations), generator=self.generator).to(self.device)
+        """One epoch of this run (the update of a batch of one seed)."""
+        return self._epoch([self], self.network, self._step_alone)[0]
+
+    @staticmethod
+    def _epoch(members: Sequence[BC], network: LearnerNetwork | StackedLearnerNetwork, step: Callable[[torch.Tensor], None]) -> list[dict[str, float]]:
+        """One epoch of every seed (Ho et al. 2016, as garage runs it): each seed's batch of
+        expert pairs, shuffled by its own generator into ``minibatches_per_epoch`` minibatches,
+        each one optimizer step on the seeds' (S,) losses (``step``). Each seed's logs."""
+        config = members[0].config
+        batches = [member._epoch_batch() for member in members]
+        observations = torch.stack([batch[0] for batch in batches])  # (S, N, *obs_shape)
+        actions = torch.stack([batch[1] for batch in batches])
+        orders = torch.stack([torch.randperm(observations.shape[1], generator=member.generator) for member in members]).to(observations.device)
+        seeds = torch.arange(len(members), device=observations.device).unsqueeze(1)
         losses = []
-        for indices in order.tensor_split(self.config.minibatches_per_epoch):
-            gradients, logs = self.compute_gradients((observations[indices], actions[indices]))
-            self.apply_gradients(gradients)
-            losses.append(logs["loss"])
-        self.filled = 0
-        logs = {"loss": float(np.mean(losses))}
-        if self.network.log_std is not None:
-            logs["policy_std"] = self.network.log_std.exp().mean().item()
-        return logs
+        for indices in orders.tensor_split(config.minibatches_per_epoch, dim=1):  # (S, m)
+            loss = members[0].seeds_loss(network, observations[seeds, indices], actions[seeds, indices])
+            step(loss)
+            losses.append(loss.detach())
+        logs = {"loss": torch.stack(losses).double().mean(0)}
+        if network.log_std is not None:
+            logs["policy_std"] = network.log_std.detach().exp().reshape(len(members), -1).mean(1)
+        for member in members:
+            member.filled = 0
+        return per_seed_logs(logs, len(members))
 
     def _on_parameter_updated(self, name: str) -> None:
         for group in self.optimizer.param_groups:
@@ -329,3 +381,34 @@ class BC(Algorithm):
         self.actions[: self.filled] = state["batch"]["actions"].to(self.device)
         self.config = self.Config.from_dict(state["config"])
         self._on_parameter_updated("learning_rate")
+
+
+class BCSeedBatch(SeedBatch):
+    """N seeds of one cloning configuration: each seed's expert collects its own data (or each
+    draws from the dataset with its own generator); one stacked network and optimizer train
+    them all with the loss written once (``BC.seeds_loss``)."""
+
+    members: list[BC]  # type: ignore[assignment]
+
+    def __init__(self, members: Sequence[BC]):
+        super().__init__(members)
+        self.network = StackedLearnerNetwork([member.network for member in self.members])
+        self.stacked_parameters = list(self.network.parameters())
+        self.optimizers = self._stack_optimizers({"policy": ([member.optimizer for member in self.members], self.stacked_parameters)})
+
+    def act(self, obs: Sequence[torch.Tensor]) -> list[Acted]:
+        """Each seed's expert acts for its envs (the experts are not trained: nothing to batch)."""
+        return [member.behavior_act(member_obs) for member, member_obs in zip(self.members, obs, strict=True)]
+
+    def _step(self, losses: torch.Tensor) -> None:
+        optimizer = self.optimizers["policy"]
+        losses.sum().backward()  # seeds share no parameter: each gets its own loss's gradient
+        optimizer.step()
+        optimizer.optimizer.zero_grad(set_to_none=True)
+
+    def update(self) -> list[dict[str, float]]:
+        self.optimizers["policy"].lr = self.members[0].optimizer.param_groups[0]["lr"]
+        return BC._epoch(self.members, self.network, self._step)
+
+
+BC.seed_batch = BCSeedBatch

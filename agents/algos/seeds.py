@@ -51,8 +51,8 @@ def stacked_index(stacked: Sequence[torch.Tensor]) -> dict[int, tuple[torch.Tens
 
 
 class StackedOptimizer:
-    """One optimizer over stacked parameters standing for the members' (one per seed): Adam or
-    RMSprop, whose steps are elementwise, so one step over (N, ...) tensors is N steps.
+    """One optimizer over stacked parameters standing for the members' (one per seed): Adam,
+    RMSprop or SGD, whose steps are elementwise, so one step over (N, ...) tensors is N steps.
 
     Built with the members' hyperparameters (they must agree) and, when the members have
     already stepped (a resumed run), their state stacked: every state tensor of a parameter's
@@ -82,8 +82,11 @@ class StackedOptimizer:
         elif isinstance(first, torch.optim.RMSprop):
             keys = ("lr", "alpha", "eps", "weight_decay", "momentum", "centered")
             self.optimizer = torch.optim.RMSprop(self.parameters, **{key: setting[key] for key in keys})
+        elif isinstance(first, torch.optim.SGD):
+            keys = ("lr", "momentum", "dampening", "weight_decay", "nesterov")
+            self.optimizer = torch.optim.SGD(self.parameters, **{key: setting[key] for key in keys})
         else:
-            raise ValueError(f"cannot stack a {type(first).__name__} (Adam and RMSprop can be)")
+            raise ValueError(f"cannot stack a {type(first).__name__} (Adam, RMSprop and SGD can be)")
         self._import()
         self._parted = bool((self.steps != self.steps[0]).any())
 
@@ -158,7 +161,9 @@ class StackedOptimizer:
         if not all(stepped):
             raise ValueError("some members' optimizers have state and others none: they cannot train as one batch")
         for member_index, optimizer in enumerate(self.members):
-            counts = {float(state["step"]) for (member, _, _, _), state in zip(pairs, stepped) if member is optimizer}
+            counts = {float(state["step"]) for (member, _, _, _), state in zip(pairs, stepped) if member is optimizer and "step" in state}
+            if not counts:  # SGD keeps no count
+                continue
             if len(counts) != 1:
                 raise ValueError(f"a member's parameters are at different steps {sorted(counts)}")
             self.steps[member_index] = counts.pop()
