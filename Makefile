@@ -53,11 +53,13 @@ bench: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
 
-# ruff's lint rules and its formatting (settings in pyproject.toml); `ruff format` fixes the latter
+# ruff's lint rules and its formatting, then mypy over agents/ and benchmark/ (settings in
+# pyproject.toml); `ruff format` fixes the formatting
 LINTED = agents benchmark tests benchmarks docs
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
 
 # make test and the learning tests it leaves out (the `extended` marker: tests/test_learning.py)
 test-all: $(STAMP)

@@ -10,12 +10,16 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from agents.errors import ConfigError, suggest  # noqa: F401 - re-exported: the package's face
 from agents.hyperparameters import Hyperparameters, hp  # noqa: F401 - re-exported: the package's face
+
+if TYPE_CHECKING:
+    from agents.algos.seeds import SeedBatch
+    from agents.envs import EnvSpec
 
 # --------------------------------------------------------------------------------------------
 # The algorithm interface
@@ -72,9 +76,13 @@ class Learner(abc.ABC):
     has_replay_buffer: ClassVar[bool] = False
 
     #: the ``agents.algos.seeds.SeedBatch`` that trains N seeds of it as one batched model, if any
-    seed_batch: ClassVar[type | None] = None
+    seed_batch: ClassVar[type[SeedBatch] | None] = None
 
     config: Hyperparameters
+
+    if TYPE_CHECKING:  # the constructor every learner has (declared for type checkers only: each class writes its own)
+
+        def __init__(self, env_spec: EnvSpec, config: Hyperparameters, total_steps: int, device: torch.device | str = "cpu", seed: int = 0) -> None: ...
 
     @classmethod
     def check_env_spec(cls, spec: Any) -> None:
@@ -160,6 +168,10 @@ class Algorithm(Learner):
     #: cloning from a dataset) is only asked to update, each update consuming ``samples_per_update``
     collects_experience: bool = True
     samples_per_update: int = 0
+
+    #: the device its networks live on, and the generator its own random draws come from
+    device: torch.device
+    generator: torch.Generator
 
     def behavior_act(self, obs: torch.Tensor, state: Any = None) -> Acted:
         """What acts in the training envs: the policy itself, its exploration included, except

@@ -12,11 +12,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.envs.classic_control import CartPoleEnv
+
+if TYPE_CHECKING:
+    from gymnasium.envs.registration import EnvCreator
 
 MATCH_NVEC = (2, 3, 4)
 MATCH_EPISODE_STEPS = 16
@@ -27,7 +30,7 @@ class CartPoleNoVelocity(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        high = env.observation_space.high[[0, 2]]
+        high = cast(gym.spaces.Box, env.observation_space).high[[0, 2]]  # CartPole's
         self.observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
@@ -42,6 +45,8 @@ class MultiDiscreteMatchEnv(gym.Env):
     """Match each shown target with the corresponding action component (see module docstring)."""
 
     metadata = {"render_modes": []}
+    action_space: gym.spaces.MultiDiscrete
+    observation_space: gym.spaces.Box
 
     def __init__(self, nvec: tuple[int, ...] = MATCH_NVEC):
         self.nvec = np.asarray(nvec, dtype=np.int64)
@@ -75,4 +80,4 @@ def register_classic_envs() -> None:
     if "reprorl/CartPoleNoVel-v1" not in gym.registry:
         gym.register("reprorl/CartPoleNoVel-v1", entry_point=make_cartpole_no_velocity, max_episode_steps=500, reward_threshold=475.0)
     if "reprorl/MultiDiscreteMatch-v0" not in gym.registry:
-        gym.register("reprorl/MultiDiscreteMatch-v0", entry_point=MultiDiscreteMatchEnv, max_episode_steps=MATCH_EPISODE_STEPS)
+        gym.register("reprorl/MultiDiscreteMatch-v0", entry_point=cast("EnvCreator", MultiDiscreteMatchEnv), max_episode_steps=MATCH_EPISODE_STEPS)

@@ -14,7 +14,7 @@ import functools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 import gymnasium as gym
 import gymnasium.wrappers.vector as vector_wrappers
@@ -53,13 +53,13 @@ class GoalLayout:
     def from_space(cls, space: gym.spaces.Dict) -> GoalLayout:
         bounds, start = {}, 0
         for key in space.keys():  # gymnasium keeps Dict keys sorted
-            size = int(np.prod(space[key].shape))
+            size = int(np.prod(cast("tuple[int, ...]", space[key].shape)))  # a goal env's parts have shapes
             bounds[key] = (start, start + size)
             start += size
         return cls(**bounds)
 
 
-def is_goal_space(space: gym.Space) -> bool:
+def is_goal_space(space: gym.Space) -> TypeGuard[gym.spaces.Dict]:
     return isinstance(space, gym.spaces.Dict) and sorted(space.keys()) == list(GOAL_KEYS)
 
 
@@ -87,7 +87,7 @@ class EnvSpec:
     @property
     def action_space_name(self) -> str:
         """The action space in words, for messages."""
-        if self.multi_discrete:
+        if self.action_nvec is not None:  # multi_discrete
             return f"MultiDiscrete({list(self.action_nvec)})"
         return f"Discrete({self.num_actions})" if self.discrete else f"Box({self.num_actions},)"
 
@@ -189,6 +189,7 @@ def env_spec(env_id: str) -> EnvSpec:
     route_mujoco_warnings(env_id)
     env = gym.make(env_id)
     try:
+        assert env.spec is not None  # gym.make sets it
         spec = EnvSpec.from_spaces(env_id, env.observation_space, env.action_space, env.spec.max_episode_steps)
         return dataclasses.replace(spec, task_family=is_task_family(env))
     finally:
@@ -201,7 +202,7 @@ def goal_functions(env_id: str) -> tuple[Callable[..., np.ndarray], Callable[...
     one, ``compute_terminated`` (from one instance kept for the process)."""
     if env_spec(env_id).goal is None:
         raise ConfigError(f"{env_id} is not a goal env (needs observation, achieved_goal and desired_goal)")
-    env = gym.make(env_id).unwrapped
+    env: Any = gym.make(env_id).unwrapped  # a GoalEnv, whose methods gymnasium's Env does not declare
     return env.compute_reward, getattr(env, "compute_terminated", None)
 
 

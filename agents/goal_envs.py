@@ -9,10 +9,13 @@ Registered as ``reprorl/BitFlipping{n}-v0`` for the sizes in ``BIT_FLIPPING_SIZE
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
+
+if TYPE_CHECKING:
+    from gymnasium.envs.registration import EnvCreator
 
 BIT_FLIPPING_SIZES = (5, 10, 15, 20, 30, 40, 50)
 
@@ -67,4 +70,4 @@ def register_goal_envs() -> None:
     for n_bits in BIT_FLIPPING_SIZES:
         env_id = f"reprorl/BitFlipping{n_bits}-v0"
         if env_id not in gym.registry:
-            gym.register(env_id, entry_point=BitFlippingEnv, kwargs={"n_bits": n_bits}, max_episode_steps=n_bits)
+            gym.register(env_id, entry_point=cast("EnvCreator", BitFlippingEnv), kwargs={"n_bits": n_bits}, max_episode_steps=n_bits)

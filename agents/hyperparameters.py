@@ -12,7 +12,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from agents.errors import ConfigError, suggest
 
@@ -117,7 +117,7 @@ class Hyperparameters:
             _check_range(f.name, value, f.metadata)
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any] | None = None) -> Hyperparameters:
+    def from_dict(cls, values: Mapping[str, Any] | None = None) -> Self:
         """Build from a mapping, naming any unknown key and the valid ones."""
         values = dict(values or {})
         names = [f.name for f in dataclasses.fields(cls)]
@@ -130,7 +130,7 @@ class Hyperparameters:
         """Plain values (tuples become lists) for YAML, JSON and MLflow."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
-    def replace(self, **changes: Any) -> Hyperparameters:
+    def replace(self, **changes: Any) -> Self:
         """A validated copy with some fields changed."""
         return type(self).from_dict({**dataclasses.asdict(self), **changes})
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from agents.api import Learner
 from agents.envs import check_env_id, route_mujoco_warnings
@@ -31,6 +31,9 @@ class Policy(Protocol):
     """Something that acts on a batch of observations (B, *obs_shape)."""
 
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> PolicyOutput: ...
+
+
+PolicyT = TypeVar("PolicyT", bound=Policy)
 
 
 @dataclass
@@ -89,7 +92,7 @@ class Episodes:
 
         return Episodes(
             self.task,
-            *(torch.cat([getattr(self, name), getattr(other, name)]) for name in _TENSORS),
+            **{name: torch.cat([getattr(self, name), getattr(other, name)]) for name in _TENSORS},
             log_probs=join(self.log_probs, other.log_probs),
             dist_params=join(self.dist_params, other.dist_params),
         )
@@ -113,12 +116,16 @@ class TaskEnvs:
         route_mujoco_warnings(env_id)
         self.sampler = TaskSampler(env_id)
         self.env_id, self.num_envs, self.seed, self.device = env_id, num_envs, seed, torch.device(device)
-        self.envs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync", vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP})
-        self.horizon = int(self.envs.envs[0].spec.max_episode_steps)
+        self.envs = cast(
+            SyncVectorEnv, gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync", vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP})
+        )
+        spec = self.envs.envs[0].spec
+        assert spec is not None and spec.max_episode_steps is not None  # gym.make sets the spec; task families have a time limit
+        self.horizon = int(spec.max_episode_steps)
         space = self.envs.single_action_space
         self._discrete = isinstance(space, gym.spaces.Discrete)
-        self._low = None if self._discrete else space.low
-        self._high = None if self._discrete else space.high
+        self._low = None if self._discrete else cast(gym.spaces.Box, space).low
+        self._high = None if self._discrete else cast(gym.spaces.Box, space).high
         self.rounds = 0
         self.steps = 0
 
@@ -207,10 +214,11 @@ class TaskEnvs:
         )
 
 
-class MetaAlgorithm(Learner):
+class MetaAlgorithm(Learner, Generic[PolicyT]):
     """A meta-learner, trained by the benchmark's meta loop: one ``train_epoch`` per
     iteration (it samples its tasks, collects through ``task_envs`` and updates), and
-    meta-tested by ``meta_test`` through ``get_exploration_policy``/``adapt_policy``."""
+    meta-tested by ``meta_test`` through ``get_exploration_policy``/``adapt_policy``, which
+    act with policies of its own kind (``PolicyT``)."""
 
     #: exploration episodes collected on each held-out task before adapting (and adaptation
     #: rounds: MAML takes one gradient step per round, PEARL adds each round to its context)
@@ -228,11 +236,11 @@ class MetaAlgorithm(Learner):
         """One meta-training iteration: sample tasks, collect, adapt, update; mean logs."""
 
     @abc.abstractmethod
-    def get_exploration_policy(self) -> Policy:
+    def get_exploration_policy(self) -> PolicyT:
         """A policy to explore one task with before adaptation (use it on that task only)."""
 
     @abc.abstractmethod
-    def adapt_policy(self, exploration_policy: Policy, episodes: Episodes) -> Policy:
+    def adapt_policy(self, exploration_policy: PolicyT, episodes: Episodes) -> PolicyT:
         """The policy adapted to the task that ``episodes`` (acted by ``exploration_policy``) came from."""
 
 
@@ -247,7 +255,7 @@ class TaskResult:
     round_returns: list[float] = field(default_factory=list)  # exploration return of each adaptation round
 
 
-def meta_test(algo: MetaAlgorithm, task_envs: TaskEnvs, tasks: list[Task], seed: int = 0) -> list[TaskResult]:
+def meta_test(algo: MetaAlgorithm[PolicyT], task_envs: TaskEnvs, tasks: list[Task], seed: int = 0) -> list[TaskResult]:
     """Adapt to each task from ``meta_test_exploration_episodes`` per round for
     ``meta_test_adaptation_rounds`` rounds, then score ``meta_test_episodes`` episodes of the
     adapted policy (deterministic actions if ``meta_test_deterministic``). The pre-adaptation
@@ -262,7 +270,7 @@ def meta_test(algo: MetaAlgorithm, task_envs: TaskEnvs, tasks: list[Task], seed:
         return _meta_test(algo, task_envs, tasks)
 
 
-def _meta_test(algo: MetaAlgorithm, task_envs: TaskEnvs, tasks: list[Task]) -> list[TaskResult]:
+def _meta_test(algo: MetaAlgorithm[PolicyT], task_envs: TaskEnvs, tasks: list[Task]) -> list[TaskResult]:
     results = []
     deterministic = algo.meta_test_deterministic
     for task in tasks:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pkgutil
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agents.configs.bc import BCConfig
 from agents.configs.ddpg import DDPGConfig, TD3Config
@@ -121,5 +121,6 @@ def make(
 ) -> Learner:
     """Build algorithm ``name`` for ``env_spec``; ``total_steps`` sizes schedules (e.g. LR annealing)."""
     cls = algorithm_class(name)
-    config = hyperparameters if isinstance(hyperparameters, cls.Config) else cls.Config.from_dict(hyperparameters)
+    # a mapping of overrides, or None; another algorithm's Hyperparameters fails in from_dict (not a mapping)
+    config = hyperparameters if isinstance(hyperparameters, cls.Config) else cls.Config.from_dict(cast("Mapping[str, Any] | None", hyperparameters))
     return cls(env_spec, config, total_steps=total_steps, device=device, seed=seed)

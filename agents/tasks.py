@@ -31,12 +31,15 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import gymnasium as gym
 import numpy as np
 
 from agents.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gymnasium.envs.registration import EnvCreator
 
 Task = dict[str, Any]
 
@@ -171,7 +174,17 @@ def register_task_envs() -> None:
     )
     for env_id, entry_point, horizon in entries:
         if env_id not in gym.registry:
-            gym.register(env_id, entry_point=entry_point, max_episode_steps=horizon)
+            gym.register(env_id, entry_point=cast("EnvCreator", entry_point), max_episode_steps=horizon)
+
+
+class TaskFamily(Protocol):
+    """The interface of a task family (see the module docstring)."""
+
+    def sample_tasks(self, n: int, rng: np.random.Generator) -> list[Task]: ...
+
+    def set_task(self, task: Task) -> None: ...
+
+    def get_task(self) -> Task: ...
 
 
 def is_task_family(env: gym.Env) -> bool:
@@ -194,7 +207,7 @@ class TaskSampler:
         try:
             if not is_task_family(env):
                 raise ConfigError(f"{env_id} is not a task family (it needs sample_tasks, set_task and get_task); task families: {', '.join(TASK_FAMILIES)}")
-            self._family = env.unwrapped
+            self._family = cast(TaskFamily, env.unwrapped)
             finite = getattr(self._family, "all_tasks", None)
             self._finite = finite if callable(finite) else None
         finally:

@@ -181,6 +181,7 @@ class DDPGSeedBatch(OffPolicySeedBatch):
     each seed's exploration noise (Gaussian or its own OU processes) and target noise its own."""
 
     members: list[DDPG]  # type: ignore[assignment]
+    config: DDPGConfig
 
     def __init__(self, members: Sequence[DDPG]):
         super().__init__(members)

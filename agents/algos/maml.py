@@ -33,7 +33,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -176,7 +176,7 @@ class TaskBatch:
 # --------------------------------------------------------------------------------------------
 
 
-class MAML(MetaAlgorithm):
+class MAML(MetaAlgorithm[AdaptedPolicy]):
     """The inner loop and the meta-gradient; subclasses give the outer objective and step."""
 
     Config: ClassVar[type[MAMLConfig]] = MAMLConfig
@@ -223,7 +223,7 @@ class MAML(MetaAlgorithm):
     def act(self, obs: torch.Tensor, state: Any = None, deterministic: bool = False) -> Acted:
         """The meta-policy (before adaptation)."""
         out = self.get_exploration_policy().act(obs, deterministic)
-        return Acted(out.actions, out.env_actions, state, {"log_probs": out.log_probs})
+        return Acted(out.actions, out.env_actions, state, {"log_probs": cast(torch.Tensor, out.log_probs)})  # an AdaptedPolicy gives them
 
     def get_exploration_policy(self) -> AdaptedPolicy:
         return AdaptedPolicy(self.network, {k: v.detach().clone() for k, v in self.meta_parameters().items()}, self.spec)
@@ -403,6 +403,7 @@ class MAMLPPO(MAML):
 
     def outer_loss(self, parameters: Parameters, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         episodes = batch.episodes
+        assert episodes.log_probs is not None  # collected by an AdaptedPolicy
         dist = self.distribution(parameters, batch)
         ratio = (dist.log_prob(episodes.valid(episodes.actions)) - episodes.valid(episodes.log_probs)).exp()
         clip = self.config.lr_clip_range
@@ -436,6 +437,7 @@ class MAMLTRPO(MAML):
             parameters = self.adapted_parameters(task_batch, second_order)
             validation = task_batch.validation
             loss, _ = self.outer_loss(parameters, validation)
+            assert validation.episodes.dist_params is not None  # collected by an AdaptedPolicy
             old = self.network.distribution(validation.episodes.valid(validation.episodes.dist_params))
             kls.append(old.kl(self.distribution(parameters, validation)).mean())
             surrogates.append(-loss)
@@ -443,6 +445,7 @@ class MAMLTRPO(MAML):
 
     def outer_loss(self, parameters: Parameters, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         episodes = batch.episodes
+        assert episodes.log_probs is not None  # collected by an AdaptedPolicy
         dist = self.distribution(parameters, batch)
         ratio = (dist.log_prob(episodes.valid(episodes.actions)) - episodes.valid(episodes.log_probs)).exp()
         return -(ratio * batch.advantages).mean() - self.entropy_bonus(dist), {}

@@ -240,6 +240,7 @@ class MPOSeedBatch(OffPolicySeedBatch):
     variables, each seed's action samples and exploration noise its own."""
 
     members: list[MPO]  # type: ignore[assignment]
+    config: MPOConfig
 
     def __init__(self, members: Sequence[MPO]):
         super().__init__(members)
@@ -272,7 +273,7 @@ class MPOSeedBatch(OffPolicySeedBatch):
             networks = self.networks
             with torch.no_grad():
                 for target, online in ((networks.actor_target, networks.actor), (networks.critic_target, networks.critic)):
-                    for target_parameter, parameter in zip(target.parameters(), online.parameters(), strict=True):  # type: ignore[attr-defined]
+                    for target_parameter, parameter in zip(target.parameters(), online.parameters(), strict=True):
                         target_parameter.copy_(parameter)
 
 

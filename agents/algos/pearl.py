@@ -147,7 +147,7 @@ class ContextPolicy:
         return PolicyOutput(actions, self.algo.to_env_actions(actions))
 
 
-class PEARL(MetaAlgorithm):
+class PEARL(MetaAlgorithm[ContextPolicy]):
     """SAC with a learned task variable z inferred from context, trained on per-task buffers."""
 
     name = "pearl"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import cast
 
 from agents.configs.offpolicy import ANNEAL_SCHEDULES
 
@@ -68,7 +69,7 @@ class RecentExperience:
         if self.anneal != "performance":
             return
         self.returns.append(episode_return)
-        if len(self.returns) < self.returns.maxlen:
+        if len(self.returns) < cast(int, self.returns.maxlen):  # bounded: 2 * window_episodes
             return
         returns = list(self.returns)
         improvement = max(returns[self.window_episodes :]) - max(returns[: self.window_episodes])

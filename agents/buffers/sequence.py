@@ -77,7 +77,7 @@ class SequenceReplayBuffer(ReplayBuffer):
         last = (last_start // self.stride) * self.stride if last_start >= 0 else -1
         return first, last
 
-    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:  # type: ignore[override]
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """``batch_size`` sequences, time-major: each value is (L, B, ...) with L = burn_in +
         sequence_length, plus ``initial_hidden`` (B, *hidden_shape), the stored state before
         the first step, and ``resets`` (L, B), true at the first step of an episode."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -90,9 +91,9 @@ class Categorical(_Sampled):
     def mode(self) -> torch.Tensor:
         return self.logits.argmax(dim=-1)
 
-    def kl(self, other: Categorical) -> torch.Tensor:
-        """KL(self || other) per sample (B,)."""
-        return kl_divergence(self._dist, other._dist)
+    def kl(self, other: PolicyDistribution) -> torch.Tensor:
+        """KL(self || other) per sample (B,); ``other`` is a Categorical too."""
+        return kl_divergence(self._dist, cast(Categorical, other)._dist)
 
 
 class MultiCategorical(_Sampled):
@@ -122,18 +123,21 @@ class MultiCategorical(_Sampled):
         actions = self.sample(noise)
         return actions, self.log_prob(actions)
 
+    # sum() of tensors is typed Tensor | Literal[0]; with one part or more it is a tensor
+
     def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
-        return sum(part.log_prob(actions[..., i]) for i, part in enumerate(self.parts))
+        return cast(torch.Tensor, sum(part.log_prob(actions[..., i]) for i, part in enumerate(self.parts)))
 
     def entropy(self) -> torch.Tensor:
-        return sum(part.entropy() for part in self.parts)
+        return cast(torch.Tensor, sum(part.entropy() for part in self.parts))
 
     def mode(self) -> torch.Tensor:
         return torch.stack([part.mode() for part in self.parts], dim=-1)
 
-    def kl(self, other: MultiCategorical) -> torch.Tensor:
-        """KL(self || other) per sample (B,), summed over components."""
-        return sum(mine.kl(theirs) for mine, theirs in zip(self.parts, other.parts))
+    def kl(self, other: PolicyDistribution) -> torch.Tensor:
+        """KL(self || other) per sample (B,), summed over components; ``other`` is a
+        MultiCategorical too."""
+        return cast(torch.Tensor, sum(mine.kl(theirs) for mine, theirs in zip(self.parts, cast(MultiCategorical, other).parts)))
 
 
 class _Gaussian(_Sampled):
@@ -184,8 +188,10 @@ class DiagGaussian(_Gaussian):
     def mode(self) -> torch.Tensor:
         return self.mean
 
-    def kl(self, other: DiagGaussian) -> torch.Tensor:
-        """KL(self || other) per sample (B,), summed over action dimensions."""
+    def kl(self, other: PolicyDistribution) -> torch.Tensor:
+        """KL(self || other) per sample (B,), summed over action dimensions; ``other`` is a
+        DiagGaussian too."""
+        other = cast(DiagGaussian, other)
         variance_ratio = (self.std / other.std).pow(2)
         mean_term = ((self.mean - other.mean) / other.std).pow(2)
         return 0.5 * (variance_ratio + mean_term - 1 - variance_ratio.log()).sum(-1)
@@ -236,3 +242,8 @@ class TanhGaussian(_Gaussian):
 
     def mode(self) -> torch.Tensor:
         return torch.tanh(self.mean)
+
+
+#: the distribution of an on-policy actor-critic (``agents.nets.policies.ActorCritic``); the
+#: ``kl`` of each takes another of its own kind (an old policy and the current one)
+PolicyDistribution = Categorical | MultiCategorical | DiagGaussian

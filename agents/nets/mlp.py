@@ -76,7 +76,7 @@ def linear(fan_in: int, fan_out: int, orthogonal_init: bool, gain: float) -> nn.
 
 # target module -> (its source, both parameter lists): listing a module's parameters walks its
 # tree of submodules, which cost more than the update itself for a twin critic
-_POLYAK_PARAMETERS: weakref.WeakKeyDictionary[nn.Module, tuple[weakref.ref, list[nn.Parameter], list[nn.Parameter]]] = weakref.WeakKeyDictionary()
+_POLYAK_PARAMETERS: weakref.WeakKeyDictionary[nn.Module, tuple[weakref.ref, list[torch.Tensor], list[torch.Tensor]]] = weakref.WeakKeyDictionary()
 
 
 def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:

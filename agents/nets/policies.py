@@ -20,11 +20,9 @@ import torch
 from torch import nn
 
 from agents.envs import EnvSpec
-from agents.nets.distributions import Categorical, DiagGaussian, MultiCategorical
+from agents.nets.distributions import Categorical, DiagGaussian, MultiCategorical, PolicyDistribution
 from agents.nets.mlp import hidden_layers, linear, mlp
 from agents.nets.recurrent import RecurrentEncoder, unroll
-
-PolicyDistribution = Categorical | MultiCategorical | DiagGaussian
 
 
 def flat_dim(shape: Sequence[int]) -> int:
@@ -174,6 +172,7 @@ class ActorCritic(nn.Module):
             return flat, flat, None
         if state is None:
             state = self.initial_state(obs.shape[1] if sequence else obs.shape[0], obs.device)
+            assert state is not None  # zeros: the network is recurrent
         memories = [m for m in (self.actor_memory, self.critic_memory) if m is not None]
         states = state.split(self._state_sizes, dim=-1)
         if sequence:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -13,7 +12,7 @@ import numpy as np  # noqa: E402
 
 from benchmark.analysis import stats  # noqa: E402
 
-COLORS = plt.get_cmap("tab10").colors
+COLORS = matplotlib.color_sequences["tab10"]  # the colours of the tab10 colormap
 
 
 def _save(figure: plt.Figure, path: Path) -> Path:
@@ -104,7 +103,7 @@ def aggregate_intervals(intervals: dict[str, dict[str, stats.Interval]], path: P
     return _save(figure, path)
 
 
-def performance_profiles(profiles: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], thresholds: Sequence[float], path: Path) -> Path:
+def performance_profiles(profiles: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], thresholds: np.ndarray, path: Path) -> Path:
     """Fraction of runs with normalized score > tau, a step function of tau, with its 95%
     bootstrap band (edges drawn, so that a narrow band is seen)."""
     figure, axes = plt.subplots(figsize=(6.5, 4.2), layout="constrained")

@@ -32,6 +32,7 @@ import importlib.metadata
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
@@ -108,6 +109,7 @@ class Normalizer:
     def __call__(self, scores: np.ndarray | float) -> np.ndarray:
         if not self.available:
             raise ValueError(f"no normalization for {self.env_id}: {self.missing}")
+        assert self.random is not None and self.reference is not None  # available: both known
         return (np.asarray(scores, dtype=float) - self.random.mean) / (self.reference.mean - self.random.mean)
 
     @property
@@ -338,7 +340,7 @@ def measure_random(env_id: str, episodes: int = 100, seed: int = 0) -> RandomSco
     try:
         for episode in range(episodes):
             if tasks:
-                env.unwrapped.set_task(tasks[episode % len(tasks)])
+                cast(Any, env.unwrapped).set_task(tasks[episode % len(tasks)])  # a task family (is_task_family)
             env.reset(seed=seed + episode)
             total, done = 0.0, False
             while not done:

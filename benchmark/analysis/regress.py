@@ -140,6 +140,7 @@ class Verdict:
 def _scale(env_id: str, baseline: np.ndarray) -> float:
     normalizer = reference.normalizer(env_id)
     if normalizer.available:
+        assert normalizer.reference is not None and normalizer.random is not None  # available: both known
         return abs(normalizer.reference.mean - normalizer.random.mean)
     if normalizer.random is not None and abs(baseline.mean() - normalizer.random.mean) > 0:
         return abs(baseline.mean() - normalizer.random.mean)
@@ -208,11 +209,11 @@ def compare(
                 )
             )
 
-    tested = [v for v in verdicts if v.welch is not None]
-    rejected = stats.holm([v.welch.p_value for v in tested], alpha) if tested else []
-    for verdict, significant in zip(tested, rejected):
-        drop = -verdict.normalized_difference
-        if significant and drop >= min_effect:
+    tested = [(v, v.welch) for v in verdicts if v.welch is not None]
+    rejected = stats.holm([welch.p_value for _, welch in tested], alpha) if tested else []
+    for (verdict, welch), significant in zip(tested, rejected):
+        effect = welch.difference / verdict.scale  # verdict.normalized_difference
+        if significant and -effect >= min_effect:
             verdict.regressed = True
-        verdict.improved = not verdict.regressed and verdict.welch.low > 0 and verdict.normalized_difference >= min_effect
+        verdict.improved = not verdict.regressed and welch.low > 0 and effect >= min_effect
     return verdicts

@@ -383,18 +383,18 @@ def _environment_section(
     curves = {g.label: [r.curve for r in g.records if r.curve and (r.finished or r.status == "RUNNING")] for g in groups}
     curves = {label: seeds for label, seeds in curves.items() if seeds}
     if curves:
-        published = {}
+        own_published: dict[str, tuple[float, str]] = {}
         for group in groups:
             own = reference.published_score(group.algo, env_id, scores_table)
             if own is not None and group.label in curves and (ref is None or own.source != ref.source or own.algo != ref.algo):
-                published[group.label] = (own.mean, own.source.split(" (")[0])
+                own_published[group.label] = (own.mean, own.source.split(" (")[0])
         path = plots.learning_curves(
             env_id,
             curves,
             plot_dir / f"curves_{_slug(env_id)}.png",
             reference=(ref.mean, f"{ref.algo}, {ref.source.split(' (')[0]}") if ref else None,
             random=random.mean if random else None,
-            published=published,
+            published=own_published,
         )
         doc.image(f"plots/{path.name}", f"learning curves on {env_id}")
 

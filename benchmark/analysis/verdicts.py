@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +81,7 @@ class Verdict:
 
 def _spread_over_seeds(score: ReferenceScore) -> float | None:
     """The published standard deviation over seeds (ddof=1), when the source gives one."""
-    if score.spread is None or (score.n_seeds or 0) < 2:
+    if score.spread is None or score.n_seeds is None or score.n_seeds < 2:
         return None
     text = score.spread_kind.lower()
     if "episode" in text or "ci" in text.split() or "[low, high]" in text:
@@ -136,7 +137,7 @@ def judge(scores: np.ndarray, budget_steps: int, env_id: str, published: Referen
     what our scores are when they are not the final evaluation."""
     scores = np.asarray(scores, dtype=float)
     ours = Ours(float(np.mean(scores)), float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0, len(scores)) if len(scores) else None
-    base = dict(label=label or algo, algo=algo, env_id=env_id, budget_steps=budget_steps, ours=ours, published=published)
+    base: dict[str, Any] = dict(label=label or algo, algo=algo, env_id=env_id, budget_steps=budget_steps, ours=ours, published=published)
     if published is None:
         return Verdict(verdict="no published score", reason="no source in results/reference/scores.csv has this algorithm on this task", **base)
     reason = not_comparable_reason(budget_steps, env_id, published)
@@ -144,6 +145,7 @@ def judge(scores: np.ndarray, budget_steps: int, env_id: str, published: Referen
         reason = "; ".join(filter(None, [reason, f"{ours.n if ours else 0} finished seed(s) here: at least 2 are needed"]))
     if reason:
         return Verdict(verdict="not comparable", reason=reason, **base)
+    assert ours is not None  # no seeds set a reason above
     notes = [measure] if measure else []
     if published.env_version and published.env_version != reference.env_version(env_id):
         notes.append(f"source ran {reference.env_family(env_id)}-{published.env_version}")
@@ -188,7 +190,7 @@ def suite_verdicts(groups: list, scores_table: tuple[ReferenceScore, ...] | None
                 group.algo,
                 group.env_id,
                 records[0].spec.budget.total_steps,
-                [r.final_return for r in finished],
+                [r.final_return for r in finished if r.final_return is not None],  # all of them: finished runs have one
                 [r.final_train_return for r in finished],
                 group.label,
                 scores_table,

@@ -145,6 +145,7 @@ def existing_store(args: argparse.Namespace) -> str:
     tracking_uri = store_if_exists(args)
     if tracking_uri is None:
         path = stores.sqlite_path(args.tracking_uri or tracking.default_tracking_uri(args.results_dir))
+        assert path is not None  # store_if_exists answers None only for a SQLite file not there
         where = f"results directory {args.results_dir}" if args.tracking_uri is None else "--tracking-uri"
         missing = "does not exist" if not path.parent.exists() else "holds no tracking store"
         raise ConfigError(f"{where} {missing} ({path} not found): pass the --results-dir (or --tracking-uri) your runs were stored in")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from benchmark.cli.common import (
     add_format,
 )
+
+if TYPE_CHECKING:
+    from benchmark.tables import Output
 
 
 def add_parser(commands: Any) -> None:
@@ -20,7 +21,7 @@ def add_parser(commands: Any) -> None:
     add_format(listing)
 
 
-def command_list(args: argparse.Namespace, console: Console) -> int:
+def command_list(args: argparse.Namespace, console: Output) -> int:
     import agents
     from agents.buffers import BUFFERS
     from agents.config_docs import field_docs
@@ -86,6 +87,7 @@ def command_list(args: argparse.Namespace, console: Console) -> int:
             spec = env_spec(env_id)
             actions = spec.action_space_name
             if not spec.discrete:
+                assert spec.action_low is not None and spec.action_high is not None  # continuous: a Box's bounds
                 actions += f" in [{min(spec.action_low):g}, {max(spec.action_high):g}]"
             table.add(env_id, f"Box{spec.observation_shape}", actions, spec.max_episode_steps)
         tables.append(table)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from benchmark.tables import Output
 
 
 def add_parser(commands: Any) -> None:
@@ -45,7 +47,7 @@ def add_parser(commands: Any) -> None:
     )
 
 
-def command_perf(args: argparse.Namespace, console: Console) -> int:
+def command_perf(args: argparse.Namespace, console: Output) -> int:
     from agents.errors import ConfigError
     from benchmark.perf import throughput as perf
 
@@ -104,7 +106,7 @@ def command_perf(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _perf_batched(args: argparse.Namespace, console: Console, perf, cases: list[str], counts: list[int]) -> int:
+def _perf_batched(args: argparse.Namespace, console: Output, perf, cases: list[str], counts: list[int]) -> int:
 
     cores = os.cpu_count() or 1
     console.print(

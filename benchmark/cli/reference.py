@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from benchmark.cli.common import (
     add_format,
 )
+
+if TYPE_CHECKING:
+    from benchmark.tables import Output
 
 
 def add_parser(commands: Any) -> None:
@@ -27,7 +28,7 @@ def add_parser(commands: Any) -> None:
     add_format(show)
 
 
-def command_reference(args: argparse.Namespace, console: Console) -> int:
+def command_reference(args: argparse.Namespace, console: Output) -> int:
     from benchmark import config
     from benchmark.analysis import reference
 

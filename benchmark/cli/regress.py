@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from benchmark.cli.common import (
     EXIT_REGRESSION,
@@ -16,6 +14,9 @@ from benchmark.cli.common import (
     add_store_arguments,
 )
 from benchmark.cli.run import check_run_arguments, execute_suite
+
+if TYPE_CHECKING:
+    from benchmark.tables import Output
 
 
 def add_parser(commands: Any) -> None:
@@ -50,7 +51,7 @@ def add_parser(commands: Any) -> None:
     add_store_arguments(regress)
 
 
-def command_baseline(args: argparse.Namespace, console: Console) -> int:
+def command_baseline(args: argparse.Namespace, console: Output) -> int:
     from benchmark import config
     from benchmark.analysis import regress
 
@@ -85,7 +86,7 @@ def _bundle_baseline(args: argparse.Namespace) -> dict:
     return payload
 
 
-def command_regress(args: argparse.Namespace, console: Console) -> int:
+def command_regress(args: argparse.Namespace, console: Output) -> int:
     from rich.markup import escape
 
     from agents.errors import ConfigError

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from benchmark.cli.common import (
     EXIT_RUNS_FAILED,
@@ -18,6 +16,9 @@ from benchmark.cli.common import (
     existing_store,
     store_if_exists,
 )
+
+if TYPE_CHECKING:
+    from benchmark.tables import Output
 
 
 def add_parser(commands: Any) -> None:
@@ -33,7 +34,7 @@ def add_parser(commands: Any) -> None:
     add_bundle_arguments(report)
 
 
-def command_reproduce(args: argparse.Namespace, console: Console) -> int:
+def command_reproduce(args: argparse.Namespace, console: Output) -> int:
     from benchmark import bundles
     from benchmark.analysis import reproduce
 
@@ -64,7 +65,7 @@ def command_reproduce(args: argparse.Namespace, console: Console) -> int:
     return 1
 
 
-def command_report(args: argparse.Namespace, console: Console) -> int:
+def command_report(args: argparse.Namespace, console: Output) -> int:
     from collections import Counter
 
     from agents.errors import ConfigError

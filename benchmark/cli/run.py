@@ -7,9 +7,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from benchmark.cli.common import (
     EXIT_RUNS_FAILED,
@@ -22,6 +20,9 @@ from benchmark.cli.common import (
     slurm_options,
     store_if_exists,
 )
+
+if TYPE_CHECKING:
+    from benchmark.tables import Output
 
 
 def add_parser(commands: Any) -> None:
@@ -106,7 +107,7 @@ def check_run_arguments(args: argparse.Namespace) -> None:
         resolve_device(args.device)
 
 
-def command_run(args: argparse.Namespace, console: Console) -> int:
+def command_run(args: argparse.Namespace, console: Output) -> int:
     from benchmark import config
 
     check_run_arguments(args)
@@ -202,7 +203,7 @@ def _confirm_cost(found, args: argparse.Namespace, console, suite) -> None:
     raise ConfigError(f"{question}: pass --yes to start it anyway, or --max-hours H, or select runs with --algos/--envs/--seeds")
 
 
-def execute_suite(suite, args: argparse.Namespace, console: Console, force: bool = True, bundled: dict | None = None):
+def execute_suite(suite, args: argparse.Namespace, console: Output, force: bool = True, bundled: dict | None = None):
     """Train every run of ``suite`` under one MLflow parent run; print and store the summary table.
 
     ``force=False`` reuses the runs an earlier invocation finished (``run``); baseline and

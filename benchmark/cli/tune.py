@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from benchmark.cli.common import (
     EXIT_RUNS_FAILED,
@@ -17,6 +15,9 @@ from benchmark.cli.common import (
     add_store_arguments,
     slurm_options,
 )
+
+if TYPE_CHECKING:
+    from benchmark.tables import Output
 
 
 def add_parser(commands: Any) -> None:
@@ -82,7 +83,7 @@ def add_parser(commands: Any) -> None:
     export_study.add_argument("--results-dir", type=Path, default=argparse.SUPPRESS, help="where the default storage is")
 
 
-def command_tune(args: argparse.Namespace, console: Console) -> int:
+def command_tune(args: argparse.Namespace, console: Output) -> int:
     from agents.errors import ConfigError
     from benchmark import stores, tracking
     from benchmark.tuning import storage as tuning_storage
@@ -178,7 +179,7 @@ def _tune_executor(args: argparse.Namespace, slots: list):
     return LocalExecutor(slots)
 
 
-def _tune_show(args: argparse.Namespace, console: Console) -> int:
+def _tune_show(args: argparse.Namespace, console: Output) -> int:
     from benchmark import tracking
     from benchmark.tables import TableData
     from benchmark.tuning import inspect as tuning_inspect
@@ -223,7 +224,7 @@ def _tune_show(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _tune_export(args: argparse.Namespace, console: Console) -> int:
+def _tune_export(args: argparse.Namespace, console: Output) -> int:
     from benchmark import config
     from benchmark.tuning import inspect as tuning_inspect
     from benchmark.tuning import storage as tuning_storage

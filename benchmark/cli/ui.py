@@ -6,14 +6,15 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from benchmark.cli.common import (
     add_store_arguments,
     existing_store,
 )
+
+if TYPE_CHECKING:
+    from benchmark.tables import Output
 
 
 def add_parser(commands: Any) -> None:
@@ -23,7 +24,7 @@ def add_parser(commands: Any) -> None:
     add_store_arguments(ui)
 
 
-def command_ui(args: argparse.Namespace, console: Console) -> int:
+def command_ui(args: argparse.Namespace, console: Output) -> int:
     """Print where each suite's runs are, then become ``mlflow ui`` (one worker: it starts in seconds)."""
     from agents.errors import ConfigError
     from benchmark import tracking

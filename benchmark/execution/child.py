@@ -61,6 +61,7 @@ def _launch_ended(timeout: float | None) -> bool:
     """Whether the launch has ended, waiting up to ``timeout`` seconds (None: until it does)."""
     if _launch_handle is not None:
         return bool(select.select([_launch_handle], [], [], timeout)[0])
+    assert _launch_pid is not None  # callers run after init_child_process
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         try:

@@ -186,9 +186,10 @@ class Invocation:
 
     def __init__(self, claims_dir: Path, invocation_id: str):
         self.id = invocation_id
-        self._claim = take(claims_dir / INVOCATIONS, invocation_id, Holder.here(invocation_id), wait=0)
-        if self._claim is None:
+        claim = take(claims_dir / INVOCATIONS, invocation_id, Holder.here(invocation_id), wait=0)
+        if claim is None:
             raise RuntimeError(f"invocation id {invocation_id} is already in use")
+        self._claim = claim
 
     def release(self) -> None:
         self._claim.release()

@@ -122,7 +122,9 @@ def execute(
         }
         parent = tracking.start_parent_run(tracking_uri, experiment, f"{suite_name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
         started_ms = int(time.time() * 1000)
-        held = {} if force else {spec.run_key: bundled[spec.run_key] for spec in specs if spec.run_key in (bundled or {}) and spec.run_key not in finished}
+        held = (
+            {} if force or not bundled else {spec.run_key: bundled[spec.run_key] for spec in specs if spec.run_key in bundled and spec.run_key not in finished}
+        )
         to_run = [spec for spec in specs if spec.run_key not in finished and spec.run_key not in held]
         execution = Execution(parent.run_id, experiment, finished_before=len(specs) - len(to_run))
         try:
@@ -262,10 +264,10 @@ class _SharedWork:
                 break
             for spec in self._released(pending):
                 del elsewhere[spec.run_key]
-                outcome = self._recorded_outcome(spec)
-                if outcome is not None:
-                    done[spec.run_key] = outcome
-                    self.board.finished(spec.run_key, spec.label, outcome.ok, outcomes.line(outcome))
+                recorded = self._recorded_outcome(spec)
+                if recorded is not None:
+                    done[spec.run_key] = recorded
+                    self.board.finished(spec.run_key, spec.label, recorded.ok, outcomes.line(recorded))
             pending = [spec for spec in pending if spec.run_key not in done]
         return done
 

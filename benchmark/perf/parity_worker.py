@@ -68,6 +68,7 @@ def train_peer(job: dict[str, Any]) -> dict[str, Any]:
         policy_kwargs["activation_fn"] = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[policy_kwargs["activation_fn"]]
     sigma = settings.pop("action_noise_sigma", None)
     if sigma is not None:
+        assert envs.action_space.shape is not None  # action noise: a continuous (Box) action space
         dims = envs.action_space.shape[0]
         settings["action_noise"] = NormalActionNoise(np.zeros(dims), sigma * np.ones(dims))
     module, name = PEERS[job["algo"]]

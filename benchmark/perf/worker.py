@@ -28,12 +28,15 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from agents.algos.sac import SAC
 
 
 def peak_rss_mb() -> float:
@@ -257,6 +260,7 @@ def run_sb3(job: dict[str, Any]) -> dict[str, Any]:
     env = gym.make(job["env_id"])
     sigma = kwargs.pop("action_noise_sigma", None)
     if sigma is not None:
+        assert env.action_space.shape is not None  # action noise: a continuous (Box) action space
         dims = env.action_space.shape[0]
         kwargs["action_noise"] = NormalActionNoise(np.zeros(dims), sigma * np.ones(dims))
     algorithm = {"ppo": sb3.PPO, "sac": sb3.SAC, "td3": sb3.TD3, "dqn": sb3.DQN}[job["algo"]]
@@ -308,9 +312,9 @@ def run_floor(job: dict[str, Any]) -> dict[str, Any]:
     critics = [_mlp([obs_dim + action_dim, *hidden, 1]) for _ in range(2)]
     critic_targets = copy.deepcopy(critics)
     actor_target = copy.deepcopy(actor)
-    actor_parameters = list(actor.parameters())
-    critic_parameters = [p for critic in critics for p in critic.parameters()]
-    target_parameters = [p for critic in critic_targets for p in critic.parameters()]
+    actor_parameters: list[torch.Tensor] = list(actor.parameters())
+    critic_parameters: list[torch.Tensor] = [p for critic in critics for p in critic.parameters()]
+    target_parameters: list[torch.Tensor] = [p for critic in critic_targets for p in critic.parameters()]
     actor_optimizer = torch.optim.Adam(actor_parameters, lr=3e-4, fused=True)
     critic_optimizer = torch.optim.Adam(critic_parameters, lr=3e-4, fused=True)
     log_alpha = torch.zeros((), requires_grad=True)
@@ -394,7 +398,7 @@ def run_memory(job: dict[str, Any]) -> dict[str, Any]:
 
     spec = env_spec(job["env_id"])
     capacity = int(job["capacity"])
-    algo = agents.make("sac", spec, {"buffer_size": 1_000, "hidden_sizes": (8,)}, total_steps=capacity, seed=0)
+    algo = cast("SAC", agents.make("sac", spec, {"buffer_size": 1_000, "hidden_sizes": (8,)}, total_steps=capacity, seed=0))
     algo.config = dataclasses.replace(algo.config, buffer_size=capacity)
     before = current_rss_mb()  # imports and the algorithm are in place: only the buffer is new
     buffer = algo.make_buffer()

@@ -12,7 +12,7 @@ import os
 import random
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -72,7 +72,8 @@ def step_of(path: Path) -> int | None:
 
 def rng_state() -> dict[str, Any]:
     """Python's, NumPy's global and torch's (CPU and every initialized CUDA device) RNG states."""
-    kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    # the legacy tuple, numpy's default (its stubs give the no-argument call the dict form)
+    kind, keys, position, has_gauss, cached_gaussian = cast("tuple[str, np.ndarray, int, int, float]", np.random.get_state())
     state: dict[str, Any] = {
         "python": random.getstate(),
         "numpy": {

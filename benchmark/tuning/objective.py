@@ -94,6 +94,7 @@ class Objective:
         }
         params = {f"tuned.{name}": value for name, value in tuned.items()}
         params.update({f"budget.{key}": value for key, value in dataclasses.asdict(settings.budget).items()})
+        infeasible: ConfigError | None
         try:
             hyperparameters = agents.resolve_config(settings.algo, overrides)
             agents.check_config(settings.algo, hyperparameters, env_spec(settings.env_id))
@@ -102,6 +103,7 @@ class Objective:
             infeasible = error
         else:
             infeasible = None
+            assert hyperparameters is not None  # resolved in the try
             params.update({f"hp.{key}": value for key, value in hyperparameters.to_dict().items()})
         run = tracking.start_child_run(self.tracking_uri, self.experiment_id, self.parent_run_id, f"trial-{trial.number}", tags, params)
         trial.set_user_attr("mlflow_run_id", run.run_id)
@@ -169,10 +171,11 @@ class Objective:
             if len(jobs) == 1:
                 outcomes = [training_loop.run(jobs[0].spec, jobs[0].tracker, on_evaluation=jobs[0].on_evaluation)]
             else:
-                outcomes = training_loop.run_seeds(jobs, stop_together=True)
-                for outcome in outcomes:
-                    if isinstance(outcome, BaseException):
-                        raise outcome
+                attempts = training_loop.run_seeds(jobs, stop_together=True)
+                for attempt in attempts:
+                    if isinstance(attempt, BaseException):
+                        raise attempt
+                outcomes = [attempt for attempt in attempts if not isinstance(attempt, BaseException)]  # all of them, by now
             for seed, result in zip(group, outcomes):
                 final_return = result.evaluations[-1].mean
                 finals.append(settings.normalize(final_return))

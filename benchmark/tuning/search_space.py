@@ -61,6 +61,7 @@ class Distribution:
         their exponent, under ``<name>_log2``."""
         if self.choices is not None:
             return trial.suggest_categorical(name, list(self.choices))
+        assert self.low is not None and self.high is not None  # a range: both ends are set (_parse_distribution)
         if self.power_of_two:
             exponent = trial.suggest_int(f"{name}_log2", int(math.log2(self.low)), int(math.log2(self.high)))
             return 2**exponent

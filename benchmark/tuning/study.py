@@ -365,7 +365,7 @@ def run_study(
     for trial in study.trials:
         counts[trial.state.name] += 1
     best = best_trial(study)
-    metrics = {f"trials_{state.lower()}": count for state, count in counts.items() if count}
+    metrics: dict[str, float] = {f"trials_{state.lower()}": count for state, count in counts.items() if count}
     if best is not None:
         metrics.update({"best_value": best.value, "best_trial": best.number})
         parent.set_tags({"best_trial": best.number, "best_mlflow_run_id": best.user_attrs.get("mlflow_run_id", "")})
