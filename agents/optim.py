@@ -9,13 +9,16 @@ divergence between the old and the current policy at the old parameters (two bac
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.optim import optimizer as optimizer_module
 from torch.optim.optimizer import Optimizer
 
 FUSED_DEVICES = ("cpu", "cuda")
+
+#: per parameter group of a FusedAdam: (params, exp_avgs, exp_avg_sqs, steps)
+TensorLists = list[tuple[list[torch.Tensor], ...]]
 
 
 def adam(parameters: Iterable[torch.Tensor], lr: float, **kwargs: Any) -> torch.optim.Adam:
@@ -44,7 +47,7 @@ class FusedAdam(torch.optim.Adam):
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, **kwargs: Any):
         super().__init__(params, lr=lr, fused=True, **kwargs)
-        self._tensor_lists: list[tuple[list[torch.Tensor], ...]] | None = None
+        self._tensor_lists: TensorLists | None = None
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """The parent's, then fused again: a state saved by an unfused Adam (an older checkpoint)
@@ -63,15 +66,17 @@ class FusedAdam(torch.optim.Adam):
         super().add_param_group(param_group)
         self._tensor_lists = None
 
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        self._contiguous_gradients()
         if closure is None and self._direct_step_possible():
+            # _direct_step_possible: the lists are gathered and every parameter has its gradient
             with torch.no_grad():
-                for group, (params, exp_avgs, exp_avg_sqs, steps) in zip(self.param_groups, self._tensor_lists):
+                for group, (params, exp_avgs, exp_avg_sqs, steps) in zip(self.param_groups, cast("TensorLists", self._tensor_lists)):
                     beta1, beta2 = group["betas"]
                     torch._foreach_add_(steps, 1)
                     torch._fused_adam_(
                         params,
-                        [p.grad for p in params],
+                        cast("list[torch.Tensor]", [p.grad for p in params]),
                         exp_avgs,
                         exp_avg_sqs,
                         [],
@@ -96,6 +101,16 @@ class FusedAdam(torch.optim.Adam):
 
     step.hooked = True  # type: ignore[attr-defined]  # Optimizer.__init__ must not wrap it: the direct path has no hooks to run
 
+    def _contiguous_gradients(self) -> None:
+        """The fused kernel reads a gradient as if it were laid out like its parameter (torch
+        2.13 on the CPU): a non-contiguous one, such as ``autograd.grad`` returns for a weight
+        used transposed, would be read permuted. Such gradients are made contiguous first."""
+        for group in self.param_groups:
+            for parameter in group["params"]:
+                gradient = parameter.grad
+                if gradient is not None and not gradient.is_contiguous():
+                    parameter.grad = gradient.contiguous()
+
     def _direct_step_possible(self) -> bool:
         lists = getattr(self, "_tensor_lists", None)  # a pickled optimizer comes back without it
         return (
@@ -113,10 +128,10 @@ class FusedAdam(torch.optim.Adam):
             and all(p.grad is not None for params, *_ in lists for p in params)
         )
 
-    def _gather(self) -> list[tuple[list[torch.Tensor], ...]] | None:
+    def _gather(self) -> TensorLists | None:
         """Per group (params, exp_avgs, exp_avg_sqs, steps) when every parameter has its state
         and the group is one the direct call reproduces exactly; else None."""
-        lists = []
+        lists: TensorLists = []
         for group in self.param_groups:
             params = group["params"]
             if (
@@ -188,7 +203,7 @@ def conjugate_gradient(
     return x
 
 
-def fisher_vector_product(mean_kl: torch.Tensor, parameters: Sequence[torch.nn.Parameter], damping: float = 0.0) -> Callable[[torch.Tensor], torch.Tensor]:
+def fisher_vector_product(mean_kl: torch.Tensor, parameters: Sequence[torch.Tensor], damping: float = 0.0) -> Callable[[torch.Tensor], torch.Tensor]:
     """v -> (F + damping I) v, with F the Hessian of ``mean_kl`` w.r.t. ``parameters``, for each
     seed: mean_kl (S,) and v (S, P) (the seeds share no parameter, so F is block-diagonal), or
     mean_kl () and v (P,).
@@ -210,7 +225,7 @@ def fisher_vector_product(mean_kl: torch.Tensor, parameters: Sequence[torch.nn.P
 def trust_region_step(
     surrogate: torch.Tensor,
     mean_kl: torch.Tensor,
-    parameters: Sequence[torch.nn.Parameter],
+    parameters: Sequence[torch.Tensor],
     max_kl: float,
     cg_iterations: int,
     damping: float,
@@ -232,7 +247,7 @@ def trust_region_step(
 
 
 @torch.no_grad()
-def assign_flat(parameters: Sequence[torch.nn.Parameter], vector: torch.Tensor) -> None:
+def assign_flat(parameters: Sequence[torch.Tensor], vector: torch.Tensor) -> None:
     """Write a flat vector (P,), or each seed's row of (S, P), into ``parameters``, in order."""
     offset = 0
     for parameter in parameters:
@@ -242,7 +257,7 @@ def assign_flat(parameters: Sequence[torch.nn.Parameter], vector: torch.Tensor) 
 
 
 def backtracking_line_search(
-    parameters: Sequence[torch.nn.Parameter],
+    parameters: Sequence[torch.Tensor],
     objective: Callable[[], tuple[torch.Tensor, torch.Tensor]],
     full_step: torch.Tensor,
     surrogate_before: torch.Tensor | float,

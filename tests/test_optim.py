@@ -171,3 +171,20 @@ def test_fused_adam_runs_step_hooks_once_per_step_on_the_parents_path():
     for _ in range(3):
         _train_step(net, optimizer, torch.randn(4, 5))
     assert calls == ["pre", "post"] * 3
+
+
+def test_fused_adam_reads_a_non_contiguous_gradient_by_its_strides():
+    """torch's fused CPU kernel reads a gradient as laid out like its parameter: the gradient
+    of a weight used transposed (what ``autograd.grad`` gives a stacked recurrent cell) must
+    step as its contiguous copy does, on the first (parent's) step and on direct ones."""
+    torch.manual_seed(0)
+    weight = torch.randn(2, 3, 4)
+    fused, plain = torch.nn.Parameter(weight.clone()), torch.nn.Parameter(weight.clone())
+    ours, reference = adam([fused], lr=0.1), torch.optim.Adam([plain], lr=0.1, foreach=False)
+    for _ in range(3):
+        gradient = torch.randn(2, 4, 3).transpose(1, 2)
+        assert not gradient.is_contiguous()
+        fused.grad, plain.grad = gradient, gradient.contiguous()
+        ours.step()
+        reference.step()
+        torch.testing.assert_close(fused.detach(), plain.detach())

@@ -77,10 +77,10 @@ def test_reset_state_zeroes_only_the_envs_whose_episode_ended():
 def test_encoded_batch_covers_the_steps_after_burn_in():
     algo = collect("dqn", "CartPole-v1", 60)
     batch = algo.buffer.sample(8, torch.Generator().manual_seed(0))
-    encoded = algo.encode(batch)
+    encoded = algo.encode(*algo.seed_encoders(), {key: tensor.unsqueeze(0) for key, tensor in batch.items()})  # one seed
     steps = algo.config.sequence_length
-    assert encoded["features"].shape == (steps * 8, 16) and encoded["features"].requires_grad
-    torch.testing.assert_close(encoded["rewards"], batch["rewards"][algo.config.burn_in :].reshape(-1))
+    assert encoded["features"].shape == (1, steps * 8, 16) and encoded["features"].requires_grad
+    torch.testing.assert_close(encoded["rewards"][0], batch["rewards"][algo.config.burn_in :].reshape(-1))
     assert not encoded["target_next_features"].requires_grad
 
 

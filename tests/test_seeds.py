@@ -61,13 +61,17 @@ def train(algo: str, env_id: str, overrides: dict, steps: int, batched: bool):
     obs = [torch.as_tensor(env.reset(seed=seed)[0], dtype=torch.float32) for env, seed in zip(envs, SEEDS)]
     batch = type(members[0]).seed_batch(members) if batched else None
     history: list[tuple[list[dict], list[list[torch.Tensor]]]] = []
+    states: list = [None] * len(SEEDS)
     for _ in range(steps):
         if not members[0].collects_experience:  # cloning from a dataset: updates only
             logs = batch.update() if batch else [member.update() for member in members]
             history.append((logs, [parameters(member) for member in members]))
             continue
-        acted = batch.act(obs) if batch else [member.behavior_act(member_obs) for member, member_obs in zip(members, obs)]
+        acted = batch.act(obs, states) if batch else [member.behavior_act(o, state) for member, o, state in zip(members, obs, states)]
         stepped = [env.step(seed_acted.env_actions) for env, seed_acted in zip(envs, acted)]
+        states = [  # a recurrent policy's next state, fresh where an episode ended
+            None if a.state is None else member.reset_state(a.state, torch.as_tensor(s[2] | s[3])) for member, a, s in zip(members, acted, stepped)
+        ]
         seed_transitions = [transitions(o, a, s) for o, a, s in zip(obs, acted, stepped)]
         if batch:
             batch.observe(seed_transitions)
@@ -197,6 +201,88 @@ def resolve(case: str) -> tuple[str, str, dict]:
     return algo, env_id, overrides
 
 
+# recurrent policies: each seed's sequences unrolled from its own states by stacked cells
+CASES["ppo-gru"] = (
+    "CartPole-v1",
+    {
+        "hidden_sizes": [32],
+        "num_steps": 32,
+        "num_envs": 2,
+        "num_minibatches": 2,
+        "num_epochs": 2,
+        "recurrent": "gru",
+        "recurrent_size": 16,
+        "sequence_length": 8,
+    },
+)
+CASES["ppo-lstm-shared-box"] = (
+    "Pendulum-v1",
+    {
+        "hidden_sizes": [32],
+        "num_steps": 32,
+        "num_envs": 2,
+        "num_minibatches": 2,
+        "recurrent": "lstm",
+        "recurrent_size": 16,
+        "sequence_length": 8,
+        "shared_network": True,
+    },
+)
+CASES["dqn-gru"] = (
+    "CartPole-v1",
+    {
+        "hidden_sizes": [32],
+        "batch_size": 4,
+        "learning_starts": 20,
+        "target_update_every": 5,
+        "recurrent": "gru",
+        "recurrent_size": 8,
+        "sequence_length": 4,
+        "burn_in": 2,
+        "obs_extractor_sizes": [8],
+    },
+)
+CASES["sac-lstm"] = (
+    "Pendulum-v1",
+    {
+        "hidden_sizes": [32],
+        "batch_size": 4,
+        "start_steps": 20,
+        "learning_starts": 20,
+        "recurrent": "lstm",
+        "recurrent_size": 8,
+        "sequence_length": 4,
+        "burn_in": 2,
+    },
+)
+CASES["vpg-gru-box"] = (
+    "Pendulum-v1",
+    {
+        "hidden_sizes": [32],
+        "num_steps": 32,
+        "num_envs": 2,
+        "value_epochs": 2,
+        "value_num_minibatches": 2,
+        "recurrent": "gru",
+        "recurrent_size": 16,
+        "sequence_length": 8,
+    },
+)
+CASES["a2c-lstm"] = ("CartPole-v1", {"hidden_sizes": [32], "num_steps": 8, "num_envs": 2, "recurrent": "lstm", "recurrent_size": 16})
+CASES["trpo-gru-box"] = (
+    "Pendulum-v1",
+    {
+        "hidden_sizes": [32],
+        "num_steps": 32,
+        "num_envs": 2,
+        "value_epochs": 2,
+        "value_num_minibatches": 2,
+        "recurrent": "gru",
+        "recurrent_size": 16,
+        "sequence_length": 8,
+    },
+)
+
 ON_POLICY = ("ppo", "ppo_kl", "surrogate_pg", "a2c", "vpg", "reinforce", "trpo")
 
 
@@ -302,9 +388,6 @@ def test_stacked_adam_exports_each_members_state_and_imports_it_back():
 
 
 def test_batching_refuses_what_it_cannot_batch():
-    members = [build("dqn", "CartPole-v1", seed, {"recurrent": "gru"}, 1000)[0] for seed in (0, 1)]
-    with pytest.raises(ConfigError, match="recurrent"):
-        type(members[0]).seed_batch(members)
     mixed = [build("dqn", "CartPole-v1", 0, {}, 1000)[0], build("dqn", "CartPole-v1", 1, {"learning_rate": 1e-3}, 1000)[0]]
     with pytest.raises(ValueError, match="one configuration"):
         type(mixed[0]).seed_batch(mixed)
@@ -328,7 +411,7 @@ def _specs(algo: str, env_id: str, overrides: dict, total: int, every: int):
     return [RunSpec("t", algo, env_id, seed, config, Budget(total, every, 2), device="cpu") for seed in SEEDS]
 
 
-@pytest.mark.parametrize("case", ["dqn", "ppo", "a2c", "bc-dataset", "bc-expert-sgd"])
+@pytest.mark.parametrize("case", ["dqn", "ppo", "a2c", "bc-dataset", "bc-expert-sgd", "dqn-gru", "ppo-gru"])
 def test_run_seeds_batched_evaluates_as_the_separate_runs(case):
     """The whole loop (envs, updates, evaluations): a batch of three seeds gives each seed's
     evaluations of its run alone."""

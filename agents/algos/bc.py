@@ -42,7 +42,7 @@ from agents.nets.mlp import mlp
 from agents.nets.stacked import StackedMLP, stack_parameters
 from agents.optim import adam
 
-OPTIMIZERS = {"adam": adam, "sgd": torch.optim.SGD, "rmsprop": torch.optim.RMSprop}
+OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {"adam": adam, "sgd": torch.optim.SGD, "rmsprop": torch.optim.RMSprop}
 assert tuple(OPTIMIZERS) == OPTIMIZER_NAMES, "BCConfig offers the optimizers built here"
 
 
@@ -81,8 +81,8 @@ class StackedLearnerNetwork(nn.Module):
         super().__init__()
         self.discrete = copies[0].discrete
         self.body = StackedMLP([copy.body for copy in copies])
-        log_stds = [copy.log_std for copy in copies]
-        self.log_std = stack_parameters([[log_std] for log_std in log_stds])[0] if log_stds[0] is not None else None
+        log_stds = [copy.log_std for copy in copies if copy.log_std is not None]
+        self.log_std = stack_parameters([[log_std] for log_std in log_stds])[0] if log_stds else None
 
     def seeded(self, obs: torch.Tensor) -> torch.Tensor:
         return self.body(obs.flatten(2))
@@ -136,7 +136,7 @@ class ExpertPolicy:
         self.name = algo
 
     def act(self, obs: torch.Tensor) -> Acted:
-        if self.mean is not None:
+        if self.mean is not None and self.std is not None:
             obs = ((obs - self.mean) / self.std).clamp(-self.clip, self.clip)
         return self.algorithm.act(obs, None, deterministic=self.deterministic)
 
@@ -241,13 +241,15 @@ class BC(Algorithm):
         self.generator = torch.Generator().manual_seed(seed)
         self.expert: ExpertPolicy | None = None
         self.dataset: tuple[torch.Tensor, torch.Tensor] | None = None
-        if _is_dataset(config.expert):
-            observations, actions = load_dataset(config.expert, spec)
+        source = config.expert
+        assert source is not None  # check_config refused a missing expert
+        if _is_dataset(source):
+            observations, actions = load_dataset(source, spec)
             self.dataset = (torch.as_tensor(observations, device=self.device), torch.as_tensor(actions, device=self.device))
             self.collects_experience = False
             self.samples_per_update = config.batch_size
         else:
-            self.expert = ExpertPolicy(load_expert_checkpoint(config.expert, spec), self.device, config.expert_deterministic)
+            self.expert = ExpertPolicy(load_expert_checkpoint(source, spec), self.device, config.expert_deterministic)
         # the epoch's batch of expert pairs, filled num_envs at a time (rounded up to a multiple)
         capacity = math.ceil(config.batch_size / config.num_envs) * config.num_envs
         action_dtype = torch.long if spec.discrete else torch.float32
@@ -396,7 +398,7 @@ class BCSeedBatch(SeedBatch):
         self.stacked_parameters = list(self.network.parameters())
         self.optimizers = self._stack_optimizers({"policy": ([member.optimizer for member in self.members], self.stacked_parameters)})
 
-    def act(self, obs: Sequence[torch.Tensor]) -> list[Acted]:
+    def act(self, obs: Sequence[torch.Tensor], states: Sequence[Any] | None = None) -> list[Acted]:
         """Each seed's expert acts for its envs (the experts are not trained: nothing to batch)."""
         return [member.behavior_act(member_obs) for member, member_obs in zip(self.members, obs, strict=True)]
 

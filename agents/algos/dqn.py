@@ -130,12 +130,13 @@ class DQNSeedBatch(OffPolicySeedBatch):
     each seed's epsilon-greedy draws and gradient-norm clip its own."""
 
     members: list[DQN]  # type: ignore[assignment]
+    config: DQNConfig
 
     def __init__(self, members: Sequence[DQN]):
         super().__init__(members)
         q_network = StackedDiscreteQ([member.q_network for member in self.members])
         self.networks = DQNNetworks(q_network, StackedDiscreteQ([member.q_target for member in self.members]))
-        self.optimizers = self._stack_optimizers({"q": ([member.optimizer for member in self.members], list(q_network.parameters()))})
+        self.optimizers = self._stack_optimizers({"q": ([member.optimizer for member in self.members], [*self.encoder_parameters, *q_network.parameters()])})
 
     def policy_actions(self, obs: torch.Tensor) -> torch.Tensor:
         greedy = self.networks.q_network(obs).argmax(dim=-1)  # (N, E)
@@ -154,6 +155,7 @@ class DQNSeedBatch(OffPolicySeedBatch):
     def update_targets(self) -> None:
         if self.members[0].num_updates % self.config.target_update_every == 0:
             polyak_update(self.networks.q_target, self.networks.q_network, self.config.tau)
+            self.update_encoder_target(self.config.tau)
 
 
 DQN.seed_batch = DQNSeedBatch

@@ -26,7 +26,7 @@ import abc
 import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -38,7 +38,8 @@ from agents.configs.offpolicy import OffPolicyConfig
 from agents.envs import EnvSpec, goal_functions
 from agents.nets import polyak_update
 from agents.nets.offpolicy import NetworkShape
-from agents.nets.recurrent import RecurrentEncoder
+from agents.nets.recurrent import OneSeedEncoder, RecurrentEncoder
+from agents.nets.stacked import StackedEncoder
 from agents.optim import clip_gradients
 
 
@@ -93,7 +94,7 @@ class OffPolicyAlgorithm(Algorithm):
         return replace(shape, obs_extractor_sizes=()) if self.recurrent else shape
 
     def encoder_modules(self) -> dict[str, torch.nn.Module]:
-        return {"encoder": self.encoder, "encoder_target": self.encoder_target} if self.encoder is not None else {}
+        return {"encoder": self.encoder, "encoder_target": self.encoder_target} if self.encoder is not None and self.encoder_target is not None else {}
 
     def make_buffer(self) -> ReplayBuffer:
         """The replay buffer the config describes."""
@@ -127,6 +128,7 @@ class OffPolicyAlgorithm(Algorithm):
         recent = RecentExperience(config.ere_eta, config.ere_c_min, anneal=config.ere_anneal) if config.emphasize_recent else None
         relabeler = None
         if config.her_strategy != "none":
+            assert spec.goal is not None  # check_settings: her_strategy needs a goal env
             compute_reward, compute_terminated = goal_functions(spec.env_id)
             relabeler = HindsightRelabeler(spec.goal, compute_reward, compute_terminated, config.her_strategy, config.her_k, config.reward_scale)
         return ReplayBuffer(
@@ -208,41 +210,48 @@ class OffPolicyAlgorithm(Algorithm):
             return False
         return len(self.buffer) > 0 and self._steps_since_update >= self.config.update_every
 
-    def encode(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """A flat training batch with ``features``, ``next_features`` and ``target_next_features``.
+    def encode(self, encoder: Any, encoder_target: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A training batch of S seeds (S, ...) with ``features``, ``next_features`` and
+        ``target_next_features`` (S, M, ...), read by ``encoder`` and ``encoder_target`` (this
+        run's as ``OneSeedEncoder``s, or a batch's ``StackedEncoder``s; None without recurrence).
 
-        Recurrent: sequences (L, B) are burned in from their stored state (no gradients), then
-        unrolled over the remaining T steps; the result has T * B rows.
+        Recurrent: sequences (S, L, B) are burned in from their stored state (no gradients), then
+        unrolled over the remaining T steps; the result has M = T * B rows per seed.
         """
-        if self.encoder is None:
+        if encoder is None:
             return {**batch, "features": batch["obs"], "next_features": batch["next_obs"], "target_next_features": batch["next_obs"]}
-        assert self.encoder_target is not None
         burn_in = self.config.burn_in
         obs, next_obs, resets = batch["obs"], batch["next_obs"], batch["resets"]
         hidden = target_hidden = batch["initial_hidden"]
         with torch.no_grad():
             if burn_in > 0:
-                hidden = self.encoder.unroll(obs[:burn_in], hidden, resets[:burn_in])[1][-1]
-                target_hidden = self.encoder_target.unroll(obs[:burn_in], target_hidden, resets[:burn_in])[1][-1]
-        features, states = self.encoder.unroll(obs[burn_in:], hidden, resets[burn_in:])
-        steps, sequences = features.shape[:2]
+                hidden = encoder.unroll(obs[:, :burn_in], hidden, resets[:, :burn_in])[1][:, -1]
+                target_hidden = encoder_target.unroll(obs[:, :burn_in], target_hidden, resets[:, :burn_in])[1][:, -1]
+        features, states = encoder.unroll(obs[:, burn_in:], hidden, resets[:, burn_in:])
+        seeds, steps, sequences = features.shape[:3]
 
         def flat(x: torch.Tensor) -> torch.Tensor:
-            return x.reshape(steps * sequences, *x.shape[2:])
+            return x.reshape(seeds, steps * sequences, *x.shape[3:])
 
         with torch.no_grad():
-            target_states = self.encoder_target.unroll(obs[burn_in:], target_hidden, resets[burn_in:])[1]
-            next_inputs = flat(next_obs[burn_in:])
-            next_features = self.encoder.step(next_inputs, flat(states.detach()))[0]
-            target_next_features = self.encoder_target.step(next_inputs, flat(target_states))[0]
-        encoded = {key: flat(batch[key][burn_in:]) for key in ("actions", "rewards", "discounts", "terminated")}
+            target_states = encoder_target.unroll(obs[:, burn_in:], target_hidden, resets[:, burn_in:])[1]
+            next_inputs = flat(next_obs[:, burn_in:])
+            next_features = encoder.step(next_inputs, flat(states.detach()))[0]
+            target_next_features = encoder_target.step(next_inputs, flat(target_states))[0]
+        encoded = {key: flat(batch[key][:, burn_in:]) for key in ("actions", "rewards", "discounts", "terminated")}
         encoded.update(
             features=flat(features),
             next_features=next_features,
             target_next_features=target_next_features,
-            weights=torch.ones(steps * sequences, device=self.device),
+            weights=torch.ones(seeds, steps * sequences, device=self.device),
         )
         return encoded
+
+    def seed_encoders(self) -> tuple[OneSeedEncoder | None, OneSeedEncoder | None]:
+        """This run's online and target encoders with a seed dimension of 1 (None, None without recurrence)."""
+        if self.encoder is None or self.encoder_target is None:
+            return None, None
+        return OneSeedEncoder(self.encoder), OneSeedEncoder(self.encoder_target)
 
     # -- losses: written once, over a leading seed dimension -------------------------------
 
@@ -271,7 +280,7 @@ class OffPolicyAlgorithm(Algorithm):
     def compute_gradients(self, batch: Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
         """``seeds_gradients`` on one run's batch: every parameter's gradient in the order of
         ``parameter_groups`` (None for a group that does not step now), and the logs."""
-        gradients, logs, errors = self.seeds_gradients(self.networks(), seed_axis(self.encode(batch)), self.seed_tools())
+        gradients, logs, errors = self.seeds_gradients(self.networks(), self.encode(*self.seed_encoders(), seed_axis(batch)), self.seed_tools())
         self.td_errors = None if errors is None else errors[0]
         flat: list[torch.Tensor | None] = []
         for name, (parameters, _) in self.groups.items():
@@ -410,7 +419,7 @@ class SeedTools:
     """``noise(draw, shape)``: each seed's draws of ``shape`` from its own generator, (S, *shape)."""
     clip: Callable[[list[torch.Tensor], float], torch.Tensor]
     """Scale gradients in place so each seed's global norm is at most ``max_norm``; norms before (S,)."""
-    parameters: Callable[[str], list[torch.Tensor]]
+    parameters: Callable[[str], Sequence[torch.Tensor]]
     """An optimizer group's parameters (stacked (N, ...) for a batch)."""
 
     def gradients(self, group: str, loss: torch.Tensor) -> list[torch.Tensor]:
@@ -428,40 +437,73 @@ class OffPolicySeedBatch(SeedBatch):
     then draws the loss's noise seed by seed: the order of draws within a seed is its run's."""
 
     members: list[OffPolicyAlgorithm]  # type: ignore[assignment]
+    config: OffPolicyConfig
 
     def __init__(self, members: Sequence[OffPolicyAlgorithm]):
         super().__init__(members)
         self.td_errors: torch.Tensor | None = None  # (N, B) of the last batch, for PER
         self.networks: Any = None  # the stacked networks, as the members' ``networks()`` gives one seed's
+        self.encoder_parameters = self.stack_encoders()  # recurrent: in the group of the loss that trains them
         self.tools = SeedTools(
             noise=lambda draw, shape: stacked_noise(draw, shape, self.generators, self.device),
             clip=lambda gradients, max_norm: clip_per_seed(gradients, self.num_seeds, max_norm),
             parameters=lambda group: self.optimizers[group].parameters,
         )
 
-    @classmethod
-    def unsupported(cls, algorithm: type[Algorithm], config: Any) -> str | None:
-        if config.recurrent != "none":
-            return f"{algorithm.name} with recurrent={config.recurrent!r} has no batched training of seeds; use one seed per process"
-        return None
+    def stack_encoders(self) -> list[torch.nn.Parameter]:
+        """Recurrent members: their online and target encoders stacked (``self.encoder``,
+        ``self.encoder_target``); the online one's stacked parameters (for its optimizer group)."""
+        self.encoder: StackedEncoder | None = None
+        self.encoder_target: StackedEncoder | None = None
+        if self.members[0].encoder is None:
+            return []
+        self.encoder = StackedEncoder([cast(RecurrentEncoder, member.encoder) for member in self.members])
+        self.encoder_target = StackedEncoder([cast(RecurrentEncoder, member.encoder_target) for member in self.members])
+        return list(self.encoder.parameters())
 
-    def act(self, obs: Sequence[torch.Tensor]) -> list[Acted]:
+    def update_encoder_target(self, tau: float) -> None:
+        if self.encoder is not None and self.encoder_target is not None:
+            polyak_update(self.encoder_target, self.encoder, tau)
+
+    def act(self, obs: Sequence[torch.Tensor], states: Sequence[Any] | None = None) -> list[Acted]:
+        """Each seed's exploring actions (uniform during warm-up) from its observations and, when
+        recurrent, its encoder state (a fresh one at the start)."""
         members = self.members
-        if members[0].num_steps < self.config.start_steps:  # warm-up: each seed's uniform actions
-            return [member.act(member_obs) for member, member_obs in zip(members, obs, strict=True)]
         with torch.inference_mode():
-            actions = self.policy_actions(torch.stack([member_obs.to(self.device) for member_obs in obs]))
-        return [Acted(seed_actions, member.env_actions(seed_actions), None, {}) for member, seed_actions in zip(members, actions)]
+            stacked_obs = torch.stack([member_obs.to(self.device) for member_obs in obs])
+            features, hidden, next_hidden = stacked_obs, None, None
+            if self.encoder is not None:
+                hidden = torch.stack(
+                    [
+                        cast(RecurrentEncoder, member.encoder).initial_state(len(member_obs), self.device) if state is None else state
+                        for member, member_obs, state in zip(members, obs, states or [None] * len(members), strict=True)
+                    ]
+                )
+                features, next_hidden = self.encoder.step(stacked_obs, hidden)
+            if members[0].num_steps < self.config.start_steps:  # warm-up: each seed's uniform actions
+                actions = [member.random_actions(len(member_obs)) for member, member_obs in zip(members, obs, strict=True)]
+            else:
+                actions = list(self.policy_actions(features))
+        return [
+            Acted(
+                seed_actions,
+                member.env_actions(seed_actions),
+                None if next_hidden is None else next_hidden[seed],
+                {} if hidden is None else {"hidden": hidden[seed]},
+            )
+            for seed, (member, seed_actions) in enumerate(zip(members, actions, strict=True))
+        ]
 
     @abc.abstractmethod
     def policy_actions(self, obs: torch.Tensor) -> torch.Tensor:
         """Every seed's exploring actions (N, E, ...) for observations (N, E, *obs_shape)."""
 
-    def compute_gradients(self, batch: Mapping[str, torch.Tensor]) -> tuple[dict[str, list[torch.Tensor | None]], dict[str, torch.Tensor]]:
+    def compute_gradients(self, batch: Mapping[str, torch.Tensor]) -> tuple[dict[str, Sequence[torch.Tensor | None]], dict[str, torch.Tensor]]:
         """The members' ``seeds_gradients`` on the stacked networks: the gradients of each
         optimizer's stacked parameters (None where a group does not step) and each log (N,),
         on a batch with a leading seed dimension."""
-        gradients, logs, self.td_errors = self.members[0].seeds_gradients(self.networks, self.members[0].encode(batch), self.tools)
+        encoded = self.members[0].encode(self.encoder, self.encoder_target, batch)
+        gradients, logs, self.td_errors = self.members[0].seeds_gradients(self.networks, encoded, self.tools)
         return {name: gradients.get(name) or [None] * len(optimizer.parameters) for name, optimizer in self.optimizers.items()}, logs
 
     def update_targets(self) -> None:

@@ -24,7 +24,7 @@ unchanged on either, through the ``Seeds`` protocol.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, cast
 
 import numpy as np
 import torch
@@ -87,8 +87,11 @@ class Seeds(Protocol):
     or N (``OnPolicySeedBatch``), with their network, data and optimizer steps. Batches carry
     a leading seed dimension (S, M, ...); losses and logs are per seed (S,)."""
 
-    members: Sequence[OnPolicyAlgorithm]
     num_seeds: int
+
+    @property
+    def members(self) -> Sequence[OnPolicyAlgorithm]:
+        """The algorithms whose seeds these are (one for a run)."""
 
     @property
     def network(self) -> Any:
@@ -105,7 +108,7 @@ class Seeds(Protocol):
         """Differentiate the per-seed losses (S,) and step every optimizer that got gradients,
         each seed's gradient norm clipped on its own; only the ``active`` seeds step."""
 
-    def policy_parameters(self) -> list[torch.Tensor]:
+    def policy_parameters(self) -> Sequence[torch.Tensor]:
         """The parameters that shape pi (stacked (S, ...) for a batch), in the members' order."""
 
 
@@ -118,6 +121,7 @@ class OnPolicyAlgorithm(Algorithm):
     """
 
     Config: ClassVar[type[OnPolicyConfig]] = OnPolicyConfig
+    config: OnPolicyConfig
     tunable_parameters: ClassVar[tuple[str, ...]] = (
         "learning_rate",
         "policy_ent_coeff",
@@ -311,6 +315,7 @@ class OnPolicyAlgorithm(Algorithm):
         if self.actor_critic.separate_feed_forward:
             # V(s_t) of the whole rollout in one batched pass, instead of a critic forward per env step
             self.storage.values.copy_(self._values(self.storage.obs.flatten(0, 1), None).view_as(self.storage.values))
+        assert self._last_next_obs is not None  # observe() stored the rollout's last step
         last_values = self._values(self._last_next_obs, self._last_state)
         self.storage.compute_returns(last_values, config.gamma, config.gae_lambda)
         return logs
@@ -509,16 +514,17 @@ class OneSeed:
         algorithm = self.algorithm
         algorithm.apply_gradients(list(torch.autograd.grad(loss.sum(), algorithm.parameters, allow_unused=True)))
 
-    def policy_parameters(self) -> list[torch.Tensor]:
+    def policy_parameters(self) -> Sequence[torch.Tensor]:
         return self.algorithm.actor_critic.policy_parameters()
 
 
 class OnPolicySeedBatch(SeedBatch):
-    """N seeds of one feed-forward on-policy configuration: one forward acts for every seed;
-    each seed keeps its rollout, advantages and schedules; the optimization is the algorithm's
+    """N seeds of one on-policy configuration (feed-forward or recurrent): one forward acts for
+    every seed, from each seed's recurrent state; each seed keeps its rollout, advantages and schedules; the optimization is the algorithm's
     own ``_optimize``, run once on this batch as its ``Seeds`` (stacked network and optimizers)."""
 
     members: list[OnPolicyAlgorithm]  # type: ignore[assignment]
+    config: OnPolicyConfig
 
     def __init__(self, members: Sequence[OnPolicyAlgorithm]):
         super().__init__(members)
@@ -530,18 +536,21 @@ class OnPolicySeedBatch(SeedBatch):
             {name: ([member.optimizers[name] for member in self.members], self.stacked_parameters) for name in first.optimizers}
         )
 
-    @classmethod
-    def unsupported(cls, algorithm: type[Algorithm], config: Any) -> str | None:
-        if config.recurrent is not None:
-            return f"{algorithm.name} with recurrent={config.recurrent!r} has no batched training of seeds; use one seed per process"
-        return None
-
-    def act(self, obs: Sequence[torch.Tensor]) -> list[Acted]:
+    def act(self, obs: Sequence[torch.Tensor], states: Sequence[Any] | None = None) -> list[Acted]:
         members = self.members
         with torch.inference_mode():
             stacked_obs = torch.stack([member_obs.to(self.device) for member_obs in obs])
-            if self.separate_feed_forward:  # V of the rollout comes in one pass at its end, as for one seed
-                outputs, values = self.network.policy_outputs(stacked_obs), None
+            acted_from = next_states = values = None
+            if self.network.recurrent is not None:  # each seed from its state (a fresh one at the start)
+                acted_from = torch.stack(
+                    [
+                        cast(torch.Tensor, member.actor_critic.initial_state(len(member_obs), self.device)) if state is None else state
+                        for member, member_obs, state in zip(members, obs, states or [None] * len(members), strict=True)
+                    ]
+                )
+                outputs, values, next_states = self.network.step(stacked_obs, acted_from)
+            elif self.separate_feed_forward:  # V of the rollout comes in one pass at its end, as for one seed
+                outputs = self.network.policy_outputs(stacked_obs)
             else:
                 outputs, values = self.network.heads(stacked_obs)
             params = self.network.dist_params(outputs)
@@ -553,10 +562,12 @@ class OnPolicySeedBatch(SeedBatch):
         for seed, member in enumerate(members):
             extras = {"log_prob": log_probs[seed], "dist_params": params[seed]}
             if values is not None:
-                extras["value"] = values[seed]
+                extras["value"] = values[seed] if member.learns_value else torch.zeros_like(values[seed])
             if entropies is not None:
                 extras["entropy"] = entropies[seed]
-            acted.append(Acted(actions[seed], member.env_actions(actions[seed]), None, extras))
+            if acted_from is not None:
+                extras["state"] = acted_from[seed]
+            acted.append(Acted(actions[seed], member.env_actions(actions[seed]), None if next_states is None else next_states[seed], extras))
         return acted
 
     def update(self) -> list[dict[str, float]]:
@@ -571,17 +582,22 @@ class OnPolicySeedBatch(SeedBatch):
     # -- the Seeds protocol ---------------------------------------------------------------
 
     def full_batch(self) -> dict[str, torch.Tensor]:
-        return stack_batches([member.storage.full_batch(None) for member in self.members])
+        return stack_batches([member.storage.full_batch(member._sequence_length_or_none()) for member in self.members])
 
     def minibatches(self, num_minibatches: int, active: torch.Tensor | None = None) -> Iterator[dict[str, torch.Tensor]]:
         epochs = [
-            member.minibatches(num_minibatches)
-            if active is None or active[seed]
-            else member.storage.minibatches(num_minibatches, torch.Generator())  # filler: the member's generator is not drawn
+            member.minibatches(num_minibatches) if active is None or active[seed] else self._filler(member, num_minibatches)
             for seed, member in enumerate(self.members)
         ]
         for minibatches in zip(*epochs, strict=True):
             yield stack_batches(minibatches)
+
+    @staticmethod
+    def _filler(member: OnPolicyAlgorithm, num_minibatches: int) -> Iterator[dict[str, torch.Tensor]]:
+        """Minibatches of a seed that sits the epoch out: shaped as its own, drawn without its generator."""
+        if member.config.recurrent:
+            return member.storage.sequence_minibatches(num_minibatches, member.sequence_length, torch.Generator())
+        return member.storage.minibatches(num_minibatches, torch.Generator())
 
     def step(self, loss: torch.Tensor, active: torch.Tensor | None = None) -> None:
         gradients = torch.autograd.grad(loss.sum(), self.stacked_parameters, allow_unused=True)

@@ -29,7 +29,7 @@ import copy
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -60,7 +60,7 @@ class SAC(OffPolicyAlgorithm):
         self.critic = make_critics(self.feature_dim, spec.discrete, spec.num_actions, shape, config.num_critics).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.auto_alpha = config.alpha is None
-        initial = config.initial_alpha if self.auto_alpha else config.alpha
+        initial = config.initial_alpha if config.alpha is None else config.alpha
         self.log_alpha = torch.tensor(float(np.log(initial)), device=self.device, requires_grad=self.auto_alpha)
         if config.target_entropy is not None:
             self.target_entropy = config.target_entropy
@@ -113,10 +113,11 @@ class SAC(OffPolicyAlgorithm):
             next_dist = self.policy(networks, next_obs)
             if discrete:  # the expectation over pi, exactly
                 next_q = networks.critic_target(target_next_obs).min(dim=1).values  # (S, B, A)
-                next_log_probs = next_dist.logits.log_softmax(-1)
-                soft_next_value = (next_dist.logits.softmax(-1) * (next_q - alpha[..., None] * next_log_probs)).sum(-1)
+                next_logits = cast(Categorical, next_dist).logits
+                next_log_probs = next_logits.log_softmax(-1)
+                soft_next_value = (next_logits.softmax(-1) * (next_q - alpha[..., None] * next_log_probs)).sum(-1)
             else:
-                next_actions, next_log_probs = next_dist.rsample_with_log_prob(tools.noise(next_dist.draw, next_dist.noise_shape[1:]))
+                next_actions, next_log_probs = cast(TanhGaussian, next_dist).rsample_with_log_prob(tools.noise(next_dist.draw, next_dist.noise_shape[1:]))
                 soft_next_value = networks.critic_target(target_next_obs, next_actions).min(dim=1).values - alpha * next_log_probs
             targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * soft_next_value
         # critic: sum_i (Q_i(s, a) - y)^2
@@ -130,13 +131,14 @@ class SAC(OffPolicyAlgorithm):
         actor_obs = obs.detach()
         dist = self.policy(networks, actor_obs)
         if discrete:
-            probs, all_log_probs = dist.logits.softmax(-1), dist.logits.log_softmax(-1)
+            logits = cast(Categorical, dist).logits
+            probs, all_log_probs = logits.softmax(-1), logits.log_softmax(-1)
             with torch.no_grad():
                 q_pi = networks.critic(actor_obs).min(dim=1).values
             actor_loss = (probs * (alpha[..., None] * all_log_probs - q_pi)).sum(-1).mean(dim=-1)
             log_probs = (probs * all_log_probs).sum(-1).detach()
         else:
-            actions, log_probs = dist.rsample_with_log_prob(tools.noise(dist.draw, dist.noise_shape[1:]))
+            actions, log_probs = cast(TanhGaussian, dist).rsample_with_log_prob(tools.noise(dist.draw, dist.noise_shape[1:]))
             actor_loss = (alpha * log_probs - networks.critic(actor_obs, actions).min(dim=1).values).mean(dim=-1)
             log_probs = log_probs.detach()
         gradients = {"critic": tools.gradients("critic", critic_loss), "actor": tools.gradients("actor", actor_loss)}
@@ -189,6 +191,7 @@ class SACSeedBatch(OffPolicySeedBatch):
     seed's temperature, noise and optimizer moments its own (see ``agents.algos.seeds``)."""
 
     members: list[SAC]  # type: ignore[assignment]
+    config: SACConfig
 
     def __init__(self, members: Sequence[SAC]):
         super().__init__(members)
@@ -198,11 +201,11 @@ class SACSeedBatch(OffPolicySeedBatch):
         log_alpha = stack_parameters([[member.log_alpha] for member in self.members])[0]
         self.networks = SACNetworks(actor, critic, StackedCritics([member.critic_target for member in self.members]), log_alpha)
         groups = {
-            "critic": ([member.critic_optimizer for member in self.members], list(critic.parameters())),
+            "critic": ([member.critic_optimizer for member in self.members], [*self.encoder_parameters, *critic.parameters()]),
             "actor": ([member.actor_optimizer for member in self.members], list(actor.parameters())),
         }
-        if first.auto_alpha:
-            groups["alpha"] = ([member.alpha_optimizer for member in self.members], [log_alpha])
+        if first.auto_alpha:  # then every member has its alpha optimizer (one configuration)
+            groups["alpha"] = (cast("list[torch.optim.Adam]", [member.alpha_optimizer for member in self.members]), [log_alpha])
         self.optimizers = self._stack_optimizers(groups)
 
     def policy_actions(self, obs: torch.Tensor) -> torch.Tensor:
@@ -211,6 +214,7 @@ class SACSeedBatch(OffPolicySeedBatch):
 
     def update_targets(self) -> None:
         polyak_update(self.networks.critic_target, self.networks.critic, self.config.tau)
+        self.update_encoder_target(self.config.tau)
 
 
 SAC.seed_batch = SACSeedBatch

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from agents.api import Acted, Algorithm, ConfigError, Transitions
+from agents.api import Acted, Algorithm, ConfigError, Learner, Transitions
 from agents.optim import adam
 
 
@@ -80,7 +80,7 @@ class StackedOptimizer:
         if isinstance(first, torch.optim.Adam):
             self.optimizer: torch.optim.Optimizer = adam(self.parameters, **{key: setting[key] for key in ("lr", "betas", "eps", "weight_decay")})
         elif isinstance(first, torch.optim.RMSprop):
-            keys = ("lr", "alpha", "eps", "weight_decay", "momentum", "centered")
+            keys: tuple[str, ...] = ("lr", "alpha", "eps", "weight_decay", "momentum", "centered")
             self.optimizer = torch.optim.RMSprop(self.parameters, **{key: setting[key] for key in keys})
         elif isinstance(first, torch.optim.SGD):
             keys = ("lr", "momentum", "dampening", "weight_decay", "nesterov")
@@ -155,7 +155,7 @@ class StackedOptimizer:
 
     def _import(self) -> None:
         pairs = self._pairs()
-        stepped = [optimizer.state.get(parameter) for optimizer, parameter, _, _ in pairs]
+        stepped: list[Any] = [optimizer.state.get(parameter) for optimizer, parameter, _, _ in pairs]  # state dicts, or None before a step
         if not any(stepped):
             return
         if not all(stepped):
@@ -213,8 +213,9 @@ def clip_per_seed(gradients: Sequence[torch.Tensor], num_seeds: int, max_norm: f
     per_tensor = torch.stack([torch.linalg.vector_norm(gradient.reshape(num_seeds, -1), dim=1) for gradient in gradients])
     norms = torch.linalg.vector_norm(per_tensor, dim=0)
     scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
-    for gradient in gradients:
-        gradient.view(num_seeds, -1).mul_(scale.unsqueeze(1))
+    for gradient in gradients:  # (possibly not contiguous: the gradient of a transposed weight)
+        rows = scale.repeat_interleave(gradient.shape[0] // num_seeds)  # each seed's m rows
+        gradient.mul_(rows.view(-1, *[1] * (gradient.dim() - 1)))
     return norms
 
 
@@ -270,15 +271,16 @@ class SeedBatch(abc.ABC):
         self.optimizers: dict[str, StackedOptimizer] = {}
 
     @classmethod
-    def unsupported(cls, algorithm: type[Algorithm], config: Any) -> str | None:
+    def unsupported(cls, algorithm: type[Learner], config: Any) -> str | None:
         """Why ``algorithm`` with ``config`` cannot train batched, or None."""
         return None
 
     # -- the loop's calls, per seed ----------------------------------------------------------
 
     @abc.abstractmethod
-    def act(self, obs: Sequence[torch.Tensor]) -> list[Acted]:
-        """Each seed's behavior actions for its observations obs[i] (E, *obs_shape)."""
+    def act(self, obs: Sequence[torch.Tensor], states: Sequence[Any] | None = None) -> list[Acted]:
+        """Each seed's behavior actions for its observations obs[i] (E, *obs_shape), from its
+        recurrent state states[i] (None: a fresh one; ``states`` None: every seed's fresh)."""
 
     def observe(self, transitions: Sequence[Transitions]) -> None:
         for member, member_transitions in zip(self.members, transitions, strict=True):
@@ -301,5 +303,5 @@ class SeedBatch(abc.ABC):
             optimizer.export()
 
     @staticmethod
-    def _stack_optimizers(pairs: dict[str, tuple[Sequence[torch.optim.Optimizer], Sequence[torch.Tensor]]]) -> dict[str, StackedOptimizer]:
+    def _stack_optimizers(pairs: Mapping[str, tuple[Sequence[torch.optim.Optimizer], Sequence[torch.Tensor]]]) -> dict[str, StackedOptimizer]:
         return {name: StackedOptimizer(optimizers, stacked) for name, (optimizers, stacked) in pairs.items()}

@@ -77,6 +77,25 @@ class RecurrentEncoder(nn.Module):
         return states[..., : self.size], states
 
 
+class OneSeedEncoder:
+    """A run's ``RecurrentEncoder`` seen with a seed dimension of 1, as the losses written over
+    seeds call it (``StackedEncoder`` gives N): every input and output has a leading 1."""
+
+    def __init__(self, encoder: RecurrentEncoder):
+        self.encoder = encoder
+
+    def unroll(self, obs: torch.Tensor, hidden: torch.Tensor, resets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs (1, L, B, *obs_shape), hidden (1, B, state_size), resets (1, L, B) -> features
+        (1, L, B, size) and the states after every step (1, L, B, state_size)."""
+        features, states = self.encoder.unroll(obs[0], hidden[0], resets[0])
+        return features.unsqueeze(0), states.unsqueeze(0)
+
+    def step(self, obs: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs (1, B, *obs_shape), hidden (1, B, state_size) -> features (1, B, size), next hidden."""
+        features, next_hidden = self.encoder.step(obs[0], hidden[0])
+        return features.unsqueeze(0), next_hidden.unsqueeze(0)
+
+
 def unroll(memories: Sequence[RecurrentEncoder], obs: torch.Tensor, hidden: torch.Tensor, resets: torch.Tensor) -> torch.Tensor:
     """K memories of one kind and size over the same sequence, stepped as one stacked cell.
 
@@ -92,13 +111,25 @@ def unroll(memories: Sequence[RecurrentEncoder], obs: torch.Tensor, hidden: torc
     gates_in = torch.stack([F.linear(extract(m.obs_extractor, flat), m.cell.weight_ih, m.cell.bias_ih) for m in memories], dim=1)
     weight_hh = torch.stack([m.cell.weight_hh for m in memories]).transpose(1, 2)  # (K, size, G)
     bias_hh = torch.stack([m.cell.bias_hh for m in memories]).unsqueeze(1)  # (K, 1, G)
+    return run_cells(kind, size, gates_in, weight_hh, bias_hh, hidden, resets[:, None])
+
+
+def run_cells(
+    kind: str, size: int, gates_in: torch.Tensor, weight_hh: torch.Tensor, bias_hh: torch.Tensor, hidden: torch.Tensor, resets: torch.Tensor
+) -> torch.Tensor:
+    """K cells (GRU or LSTM, hidden ``size``) stepped as one over L steps, from their input
+    projections gates_in (L, K, B, G) = W_ih x + b_ih, their hidden-to-hidden weights
+    weight_hh (K, size, G) and biases bias_hh (K, 1, G), and states hidden (K, B, state_size).
+    Where resets (L, K or 1, B) is true a state is zeroed before that step. Returns the states
+    after every step (L, K, B, state_size). The gate equations and their order are those of
+    ``torch.nn.GRUCell`` and ``torch.nn.LSTMCell``."""
     # which steps start an episode somewhere, read once so that the other steps skip the mask
-    keep = (~resets).to(hidden.dtype)[:, None, :, None]  # (L, 1, B, 1)
-    masked = tuple(resets.any(dim=1).tolist())
+    keep = (~resets).to(hidden.dtype).unsqueeze(-1)  # (L, K or 1, B, 1)
+    masked = tuple(resets.flatten(1).any(dim=1).tolist())
     states = []
     if kind == "gru":  # (each indexing of a small tensor costs about an operation: the gates are split once)
         input_r, input_z, input_n = gates_in.chunk(3, dim=-1)
-        for t in range(obs.shape[0]):
+        for t in range(gates_in.shape[0]):
             if masked[t]:
                 hidden = hidden * keep[t]
             # h' = (1 - z) n + z h, r and z = sigmoid(W_i x + b_i + W_h h + b_h), n = tanh(W_in x + b_in + r (W_hn h + b_hn))
@@ -108,7 +139,7 @@ def unroll(memories: Sequence[RecurrentEncoder], obs: torch.Tensor, hidden: torc
             hidden = (hidden - n) * z + n
             states.append(hidden)
     else:
-        for t in range(obs.shape[0]):
+        for t in range(gates_in.shape[0]):
             if masked[t]:
                 hidden = hidden * keep[t]
             # c' = f c + i g, h' = o tanh(c'); the state is cat(h, c)

@@ -13,6 +13,7 @@ trained alone, and they see every update made through the stack.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import nn
@@ -21,6 +22,7 @@ from agents.nets.distributions import DiagGaussian
 from agents.nets.mlp import _FUNCTIONS, MLP
 from agents.nets.offpolicy import ContinuousQ, Critics, DiscreteQ, _ActorBase
 from agents.nets.policies import ActorCritic, PolicyDistribution
+from agents.nets.recurrent import RecurrentEncoder, run_cells
 
 
 def stack_parameters(copies: Sequence[Sequence[torch.Tensor]]) -> list[nn.Parameter]:
@@ -131,8 +133,10 @@ class StackedCritics(nn.Module):
     def __init__(self, copies: Sequence[Critics]):
         super().__init__()
         self.num_critics = len(copies[0].qs)
-        qs = [q for copy in copies for q in copy.qs]
-        self.qs: StackedContinuousQ | StackedDiscreteQ = StackedDiscreteQ(qs) if isinstance(qs[0], DiscreteQ) else StackedContinuousQ(qs)
+        qs = [q for copy in copies for q in copy.qs]  # one kind of Q-function (make_critics)
+        self.qs: StackedContinuousQ | StackedDiscreteQ = (
+            StackedDiscreteQ(cast("list[DiscreteQ]", qs)) if isinstance(qs[0], DiscreteQ) else StackedContinuousQ(cast("list[ContinuousQ]", qs))
+        )
 
     def _repeat(self, inputs: torch.Tensor) -> torch.Tensor:
         """(N, B, ...) -> (N * n, B, ...): each seed's inputs once per critic."""
@@ -165,16 +169,101 @@ class StackedActorTrunk(nn.Module):
         return self.trunk(_extract(self.obs_extractor, _flat(obs)))
 
 
+class StackedMemories(nn.Module):
+    """K copies of an actor-critic's M recurrent memories (M = 1 with a shared trunk, else the
+    actor's and the critic's), stepped together as K * M stacked cells (``run_cells``), each
+    copy on its own observations. States are (K, B, state_size) with each copy's memories'
+    states side by side, as ``ActorCritic`` keeps them."""
+
+    def __init__(self, copies: Sequence[Sequence[RecurrentEncoder]]):
+        super().__init__()
+        first = copies[0][0]
+        if any(not isinstance(memory.obs_extractor, nn.Identity) for memories in copies for memory in memories):
+            raise ValueError("stacked memories read raw observations (no extractor)")
+        self.kind, self.size, self.state_size = first.kind, first.size, first.state_size
+        self.num_memories = len(copies[0])
+        # one stack per role (the actor's memory, the critic's): (K, ...) each, so that an
+        # optimizer of the policy's parameters and one of the value's never share a tensor
+        roles = [[memories[m].cell for memories in copies] for m in range(self.num_memories)]
+
+        def stacked(name: str) -> nn.ParameterList:
+            return nn.ParameterList([stack_parameters([[getattr(cell, name)] for cell in cells])[0] for cells in roles])
+
+        self.weight_ih, self.bias_ih = stacked("weight_ih"), stacked("bias_ih")
+        self.weight_hh, self.bias_hh = stacked("weight_hh"), stacked("bias_hh")
+
+    def _cells(self, stacks: nn.ParameterList) -> torch.Tensor:
+        """The roles' stacks as one (K * M, ...), copy-major."""
+        if self.num_memories == 1:
+            return stacks[0]
+        return torch.stack(list(stacks), dim=1).flatten(0, 1)
+
+    def forward(self, obs: torch.Tensor, states: torch.Tensor, resets: torch.Tensor | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """obs (K, L, B, *obs_shape), states (K, B, M * state_size), resets (K, L, B) or None ->
+        each memory's features (K, L * B, size) (time-major) and the states after every step
+        (L, K, B, M * state_size)."""
+        copies, length, batch = obs.shape[:3]
+        memories = self.num_memories
+        flat = obs.flatten(3).reshape(copies, 1, length * batch, -1).expand(-1, memories, -1, -1).reshape(copies * memories, length * batch, -1)
+        gates_in = torch.baddbmm(self._cells(self.bias_ih).unsqueeze(1), flat, self._cells(self.weight_ih).transpose(1, 2))  # (K * M, L * B, G)
+        gates_in = gates_in.reshape(copies * memories, length, batch, -1).transpose(0, 1)  # (L, K * M, B, G)
+        hidden = states.reshape(copies, batch, memories, self.state_size).transpose(1, 2).reshape(copies * memories, batch, self.state_size)
+        if resets is None:
+            resets = torch.zeros(length, 1, batch, dtype=torch.bool, device=obs.device)
+        else:
+            resets = resets.transpose(0, 1).repeat_interleave(memories, dim=1)  # (L, K * M, B)
+        weight_hh, bias_hh = self._cells(self.weight_hh).transpose(1, 2), self._cells(self.bias_hh).unsqueeze(1)
+        unrolled = run_cells(self.kind, self.size, gates_in, weight_hh, bias_hh, hidden, resets)
+        per_memory = unrolled.reshape(length, copies, memories, batch, self.state_size)
+        features = [per_memory[:, :, m, :, : self.size].transpose(0, 1).reshape(copies, length * batch, self.size) for m in range(memories)]
+        return features, per_memory.transpose(2, 3).reshape(length, copies, batch, memories * self.state_size)
+
+
+class StackedEncoder(nn.Module):
+    """K copies of an off-policy ``RecurrentEncoder`` (extractor and cell), each on its own
+    observations: the calls of ``agents.nets.recurrent.OneSeedEncoder`` with K seeds."""
+
+    def __init__(self, copies: Sequence[RecurrentEncoder]):
+        super().__init__()
+        self.kind, self.size = copies[0].kind, copies[0].size
+        self.obs_extractor = stack_extractor([copy.obs_extractor for copy in copies])
+        cells = [copy.cell for copy in copies]
+        self.weight_ih, self.bias_ih, self.weight_hh, self.bias_hh = stack_parameters(
+            [[cell.weight_ih, cell.bias_ih, cell.weight_hh, cell.bias_hh] for cell in cells]
+        )
+
+    def unroll(self, obs: torch.Tensor, hidden: torch.Tensor, resets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs (K, L, B, *obs_shape), hidden (K, B, state_size), resets (K, L, B) -> features
+        (K, L, B, size) and the states after every step (K, L, B, state_size)."""
+        copies, length, batch = obs.shape[:3]
+        inputs = _extract(self.obs_extractor, obs.flatten(3).reshape(copies, length * batch, -1))
+        gates_in = torch.baddbmm(self.bias_ih.unsqueeze(1), inputs, self.weight_ih.transpose(1, 2)).reshape(copies, length, batch, -1)
+        states = run_cells(
+            self.kind, self.size, gates_in.transpose(0, 1), self.weight_hh.transpose(1, 2), self.bias_hh.unsqueeze(1), hidden, resets.transpose(0, 1)
+        ).transpose(0, 1)
+        return states[..., : self.size], states
+
+    def step(self, obs: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs (K, B, *obs_shape), hidden (K, B, state_size) -> features (K, B, size), next hidden."""
+        no_reset = torch.zeros(obs.shape[0], 1, obs.shape[1], dtype=torch.bool, device=obs.device)
+        features, states = self.unroll(obs.unsqueeze(1), hidden, no_reset)
+        return features[:, 0], states[:, 0]
+
+
 class StackedActorCritic(nn.Module):
-    """K copies of a feed-forward ``ActorCritic`` (separate networks or a shared trunk).
+    """K copies of an ``ActorCritic`` (separate networks or a shared trunk, feed-forward or
+    recurrent).
 
     ``heads(obs)`` maps obs (K, B, *obs_shape) to the actor's outputs (K, B, outputs) (logits,
-    or the Gaussian's mean) and V (K, B); ``log_std`` is (K, d) for Box actions."""
+    or the Gaussian's mean) and V (K, B); ``log_std`` is (K, d) for Box actions. Recurrent
+    copies take their states (and, for sequences, where episodes start)."""
 
     def __init__(self, copies: Sequence[ActorCritic]):
         super().__init__()
-        if copies[0].recurrent is not None:
-            raise ValueError("recurrent actor-critics cannot be stacked")
+        self.recurrent = copies[0].recurrent
+        self.memories = None
+        if self.recurrent is not None:
+            self.memories = StackedMemories([[m for m in (copy.actor_memory, copy.critic_memory) if m is not None] for copy in copies])
         self.shared = copies[0].shared
         if self.shared:
             self.trunk = StackedMLP([copy.trunk for copy in copies])
@@ -183,24 +272,45 @@ class StackedActorCritic(nn.Module):
         else:
             self.actor = StackedMLP([copy.actor for copy in copies])
             self.critic = StackedMLP([copy.critic for copy in copies])
-        self.log_std = None if copies[0].log_std is None else stack_parameters([[copy.log_std] for copy in copies])[0]
+        # the copies share one architecture: all have a log-std or none has
+        self.log_std = None if copies[0].log_std is None else stack_parameters([[cast(nn.Parameter, copy.log_std)] for copy in copies])[0]
         self.distribution = copies[0].distribution  # builds from parameters (K, B, P) as from (B, P)
 
-    def seeded(self, obs: torch.Tensor) -> tuple[PolicyDistribution, torch.Tensor]:
+    def seeded(
+        self, obs: torch.Tensor, states: torch.Tensor | None = None, episode_starts: torch.Tensor | None = None
+    ) -> tuple[PolicyDistribution, torch.Tensor]:
         """Every copy's policy and values on its batch: obs (K, B, *obs_shape) -> distribution
-        (K, B), values (K, B) (``ActorCritic.seeded`` for K = 1)."""
-        outputs, values = self.heads(obs)
+        (K, B), values (K, B); recurrent sequences: obs (K, L, B, *obs_shape) from states
+        (K, B, state_size), episode_starts (K, L, B) -> (K, L * B) (``ActorCritic.seeded`` for K = 1)."""
+        if self.memories is not None:
+            assert states is not None and episode_starts is not None
+            features, _ = self.memories(obs, states, episode_starts)
+            outputs, values = self._heads_of(features)
+        else:
+            outputs, values = self.heads(obs)
         if self.log_std is not None:
             return DiagGaussian(outputs, self.log_std.unsqueeze(1)), values
         return self.distribution(outputs), values
 
+    def step(self, obs: torch.Tensor, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One recurrent step of every copy: obs (K, B, *obs_shape), states (K, B, state_size) ->
+        outputs (K, B, outputs), V (K, B) and the next states (K, B, state_size)."""
+        assert self.memories is not None
+        features, unrolled = self.memories(obs.unsqueeze(1), states)
+        outputs, values = self._heads_of(features)
+        return outputs, values, unrolled[0]
+
     def heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         flat = _flat(obs)
+        return self._heads_of([flat, flat])
+
+    def _heads_of(self, features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The actor's outputs and V from the actor's features and the critic's (features[-1])."""
         if self.shared:
-            hidden = self.trunk(flat)
+            hidden = self.trunk(features[0])
             outputs, values = self.actor_head(hidden), self.critic_head(hidden)
         else:
-            outputs, values = self.actor(flat), self.critic(flat)
+            outputs, values = self.actor(features[0]), self.critic(features[-1])
         return outputs, values.squeeze(-1)
 
     def policy_outputs(self, obs: torch.Tensor) -> torch.Tensor:

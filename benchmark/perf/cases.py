@@ -218,10 +218,16 @@ BATCHED_EXTRA: dict[str, tuple[str, dict[str, Any], int]] = {
     "ppo_kl": (HALF_CHEETAH, {}, 2_048),
     "trpo": (HALF_CHEETAH, {}, 2_048),
     "mpo": (HALF_CHEETAH, {"start_steps": 100, "learning_starts": 100}, 1),
+    # recurrent variants: PPO's rollout in 32 sequences of 64 steps; DQN on R2D2's sequences
+    "ppo_gru": (HALF_CHEETAH, {"recurrent": "gru", "sequence_length": 64}, 2_048),
+    "dqn_gru": (CARTPOLE, {"recurrent": "gru", "learning_starts": 1_000}, 1),
 }
 """Cases measured in the batched rows only (no peer comparison): the environment, our
 hyperparameters on top of the published defaults (the suites' settings) and the env steps of
-one rollout at those defaults (measurements cover whole rollouts)."""
+one rollout at those defaults (measurements cover whole rollouts). A name with a suffix
+(``ppo_gru``) is a variant of the algorithm before it (``BATCHED_ALGORITHMS``)."""
+BATCHED_ALGORITHMS = {"ppo_gru": "ppo", "dqn_gru": "dqn"}
+"""Batched case -> the registered algorithm it trains, where the two names differ."""
 BATCHED_CASES = (*CASES, *BATCHED_EXTRA)
 BATCHED_STEPS = {
     "ppo": 4_096,
@@ -234,6 +240,8 @@ BATCHED_STEPS = {
     "ppo_kl": 4_096,
     "trpo": 4_096,
     "mpo": 600,
+    "ppo_gru": 4_096,
+    "dqn_gru": 3_000,
 }
 """Env steps per seed of a batched measurement (SAC, TD3 and MPO update from step 100 on; the
 on-policy counts are whole rollouts of their defaults)."""

@@ -40,6 +40,7 @@ from typing import Any
 
 from agents.errors import ConfigError
 from benchmark.perf.cases import (  # the settings measured: re-exported for the command and the tests
+    BATCHED_ALGORITHMS,
     BATCHED_CASES,
     BATCHED_COUNTS,
     BATCHED_EXTRA,
@@ -289,7 +290,7 @@ def measure_batched(
         steps = max(int(BATCHED_STEPS[name] * scale), 1)
         rollout = BATCHED_EXTRA[name][2] if name in BATCHED_EXTRA else ours.get("num_steps", 1) * ours.get("num_envs", 1) if name == "ppo" else 1
         steps = max(steps // rollout, 1) * rollout
-        common = {"kind": "seeds", "algo": name, "env_id": env_id, "steps": steps, "threads": threads, "hyperparameters": ours, "device": device}
+        common = {"kind": "seeds", "algo": BATCHED_ALGORITHMS.get(name, name), "env_id": env_id, "steps": steps, "threads": threads, "hyperparameters": ours, "device": device}
         measured: dict[tuple[str, int], list[dict[str, Any]]] = {}
 
         def measure(mode: str, count: int, groups: list[list[int]]) -> None:

@@ -173,8 +173,8 @@ class _Alone:
     def __init__(self, seed: _SeedRun):
         self.seed, self.algo = seed, seed.algo
 
-    def act(self, obs: list[torch.Tensor]) -> list[Acted]:
-        return [self.algo.behavior_act(obs[0], self.seed.state)]
+    def act(self, obs: list[torch.Tensor], states: list[Any]) -> list[Acted]:
+        return [self.algo.behavior_act(obs[0], states[0])]
 
     def ready_to_update(self) -> bool:
         return self.algo.ready_to_update()
@@ -207,7 +207,7 @@ def _train(seeds: list[_SeedRun], batched: bool, stop_together: bool = False) ->
     with StopSignal() as stop:
         while running:
             if collects:
-                for seed, acted in zip(running, learner.act([seed.obs_tensor for seed in running]), strict=True):
+                for seed, acted in zip(running, learner.act([seed.obs_tensor for seed in running], [seed.state for seed in running]), strict=True):
                     seed.guard(seed.collect, acted)
             else:
                 for seed in running:
@@ -381,7 +381,7 @@ class _SeedRun:
                 metric_names.EVAL_RETURN_MEAN: evaluation.mean,
                 metric_names.EVAL_RETURN_STD: evaluation.std,
                 metric_names.EVAL_LENGTH_MEAN: float(np.mean(evaluation.lengths)),
-                **({metric_names.TRAIN_RETURN: evaluation.train_return_mean} if evaluation.train_episodes else {}),
+                **({metric_names.TRAIN_RETURN: evaluation.train_return_mean} if evaluation.train_return_mean is not None else {}),  # set with train_episodes
             },
             step,
         )
