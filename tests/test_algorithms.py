@@ -1,5 +1,6 @@
 """The interface contract, for every registered algorithm on every action space it supports."""
 
+import dataclasses
 import io
 import tempfile
 from pathlib import Path
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 import agents
+from agents.algos.offpolicy import OffPolicyAlgorithm
 from agents.api import ConfigError, Transitions
 from agents.envs import env_spec
 
@@ -209,6 +211,22 @@ def test_learning_rate_update_reaches_the_optimizer():
     vpg = build("vpg", "CartPole-v1")
     vpg.update_parameter("value_learning_rate", 2e-5)
     assert vpg.optimizers["value"].param_groups[0]["lr"] == 2e-5 and vpg.optimizers["policy"].param_groups[0]["lr"] == 3e-4
+
+
+@pytest.mark.parametrize("name", sorted(n for n, cls in ONLINE.items() if issubclass(cls, OffPolicyAlgorithm)))
+def test_each_declared_learning_rate_reaches_its_optimizer_and_no_other(name):
+    """Off-policy learning rates reach optimizers by declaration (``learning_rates``), not by
+    the hyperparameter's name: each declared one changes its group's optimizer alone."""
+    env_id = "CartPole-v1" if name == "dqn" else "Pendulum-v1"
+    cls = ONLINE[name]
+    assert cls.learning_rates and set(cls.learning_rates) <= set(cls.tunable_parameters)
+    for parameter, group in cls.learning_rates.items():
+        algo = build(name, env_id)
+        assert group in algo.groups and parameter in {f.name for f in dataclasses.fields(cls.Config)}
+        before = {g: opt.param_groups[0]["lr"] for g, (_, opt) in algo.groups.items() if opt is not None}
+        algo.update_parameter(parameter, 1.234e-5)
+        after = {g: opt.param_groups[0]["lr"] for g, (_, opt) in algo.groups.items() if opt is not None}
+        assert after == {**before, group: 1.234e-5}, (parameter, before, after)
 
 
 def test_learning_rate_and_clip_range_schedules_anneal_linearly():

@@ -708,3 +708,16 @@ def test_a_killed_batch_resumes_each_seed_in_its_mlflow_run(write_suite, tmp_pat
         (run,) = [r for r in runs if r.data.tags["run_key"] == spec.run_key]
         logged = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "eval/return_mean")}
         assert [logged[e.step] for e in result.evaluations] == [e.mean for e in result.evaluations], spec.seed
+
+
+def test_a_learning_rate_set_on_the_members_reaches_the_stacked_optimizer():
+    """A schedule or ``update_parameter`` changes the members' optimizers; the batch's next
+    update steps with that rate (SAC's critic, by its declared ``critic_lr``)."""
+    env_id, overrides = CASES["sac"]
+    members = [build("sac", env_id, seed, overrides, 1000)[0] for seed in SEEDS]
+    batch = type(members[0]).seed_batch(members)
+    for member in members:
+        member.update_parameter("critic_lr", 1e-6)
+        member._steps_since_update = 0
+    batch.update()  # no gradient step is due: only the rates are read
+    assert batch.optimizers["critic"].lr == 1e-6 and batch.optimizers["actor"].lr == 3e-4

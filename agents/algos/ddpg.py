@@ -55,6 +55,7 @@ class DDPG(OffPolicyAlgorithm):
     Config = DDPGConfig
     config: DDPGConfig
     tunable_parameters = ("actor_lr", "critic_lr", "tau", "noise_sigma", "batch_size", "gradient_steps")
+    learning_rates = {"actor_lr": "actor", "critic_lr": "critic"}
 
     def __init__(self, env_spec, config: DDPGConfig, total_steps: int, device: torch.device | str = "cpu", seed: int = 0):
         super().__init__(env_spec, config, total_steps, device, seed)

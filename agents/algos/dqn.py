@@ -44,6 +44,7 @@ class DQN(OffPolicyAlgorithm):
     Config = DQNConfig
     config: DQNConfig
     tunable_parameters = ("learning_rate", "batch_size", "gradient_steps", "epsilon_final", "target_update_every")
+    learning_rates = {"learning_rate": "q"}
 
     def __init__(self, env_spec, config: DQNConfig, total_steps: int, device: torch.device | str = "cpu", seed: int = 0):
         super().__init__(env_spec, config, total_steps, device, seed)
@@ -54,11 +55,6 @@ class DQN(OffPolicyAlgorithm):
 
     def parameter_groups(self):
         return {"q": (self.q_parameters, self.optimizer)}
-
-    def _on_parameter_updated(self, name: str) -> None:
-        if name == "learning_rate":
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.config.learning_rate
 
     @property
     def epsilon(self) -> float:

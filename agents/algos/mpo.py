@@ -97,6 +97,7 @@ class MPO(OffPolicyAlgorithm):
     Config = MPOConfig
     config: MPOConfig
     tunable_parameters = ("actor_lr", "critic_lr", "dual_lr", "batch_size", "gradient_steps")
+    learning_rates = {"actor_lr": "actor", "critic_lr": "critic", "dual_lr": "dual"}
 
     def __init__(self, env_spec, config: MPOConfig, total_steps: int, device: torch.device | str = "cpu", seed: int = 0):
         super().__init__(env_spec, config, total_steps, device, seed)

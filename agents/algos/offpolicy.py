@@ -46,6 +46,10 @@ from agents.optim import clip_gradients
 class OffPolicyAlgorithm(Algorithm):
     """Acting with warm-up, storage in the configured replay buffer, the update loop, state."""
 
+    #: hyperparameter -> the optimizer group whose learning rate it is (schedules and
+    #: ``update_parameter`` change that optimizer's rate, and a seed batch's stacked one)
+    learning_rates: ClassVar[Mapping[str, str]] = {}
+
     Config: ClassVar[type[OffPolicyConfig]]
     config: OffPolicyConfig
     has_replay_buffer: ClassVar[bool] = True
@@ -334,9 +338,10 @@ class OffPolicyAlgorithm(Algorithm):
         """Move the target networks after a gradient step (Polyak or periodic copies)."""
 
     def _on_parameter_updated(self, name: str) -> None:
-        groups = self.groups
-        for group_name, (_, optimizer) in groups.items():
-            if optimizer is not None and name == f"{group_name}_lr":
+        """A learning rate reaches the optimizer that ``learning_rates`` declares for it."""
+        if name in self.learning_rates:
+            optimizer = self.groups[self.learning_rates[name]][1]
+            if optimizer is not None:
                 for group in optimizer.param_groups:
                     group["lr"] = getattr(self.config, name)
 
@@ -517,6 +522,10 @@ class OffPolicySeedBatch(SeedBatch):
         updates, remainder = counts.pop()
         for member in members:
             member._steps_since_update = remainder
+        for name, optimizer in self.optimizers.items():  # a schedule may have moved the members' rates
+            member_optimizer = members[0].groups[name][1]
+            if member_optimizer is not None:
+                optimizer.lr = member_optimizer.param_groups[0]["lr"]
         logs: dict[str, list[torch.Tensor]] = {}
         for _ in range(updates * config.gradient_steps):
             batch = stack_batches([member.buffer.sample(config.batch_size, member.generator) for member in members])
