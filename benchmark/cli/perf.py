@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
+from benchmark.perf.cases import BATCHED_CASES, BATCHED_EXTRA, CASES  # data only: the parser stays light
+
 if TYPE_CHECKING:
     from benchmark.tables import Output
 
@@ -20,7 +22,7 @@ def add_parser(commands: Any) -> None:
         nargs="+",
         default=None,
         metavar="CASE",
-        help="ppo, sac, td3, dqn (default: all); with --batched-only also a2c, vpg, reinforce, ppo_kl, trpo, mpo (default: all ten)",
+        help=f"{', '.join(CASES)} (default: all); with --batched-only also {', '.join(BATCHED_EXTRA)} (default: all {len(BATCHED_CASES)})",
     )
     perf.add_argument("--pairs", type=int, default=3, help="alternating our/SB3 pairs per case; medians are reported (default 3)")
     perf.add_argument("--scale", type=float, default=1.0, help="multiply every measurement's step count (default 1)")

@@ -290,7 +290,8 @@ def measure_batched(
         steps = max(int(BATCHED_STEPS[name] * scale), 1)
         rollout = BATCHED_EXTRA[name][2] if name in BATCHED_EXTRA else ours.get("num_steps", 1) * ours.get("num_envs", 1) if name == "ppo" else 1
         steps = max(steps // rollout, 1) * rollout
-        common = {"kind": "seeds", "algo": BATCHED_ALGORITHMS.get(name, name), "env_id": env_id, "steps": steps, "threads": threads, "hyperparameters": ours, "device": device}
+        algo = BATCHED_ALGORITHMS.get(name, name)
+        common = {"kind": "seeds", "algo": algo, "env_id": env_id, "steps": steps, "threads": threads, "hyperparameters": ours, "device": device}
         measured: dict[tuple[str, int], list[dict[str, Any]]] = {}
 
         def measure(mode: str, count: int, groups: list[list[int]]) -> None:
