@@ -255,33 +255,19 @@ CASES["sac-lstm"] = (
         "burn_in": 2,
     },
 )
-CASES["vpg-gru-box"] = (
-    "Pendulum-v1",
-    {
-        "hidden_sizes": [32],
-        "num_steps": 32,
-        "num_envs": 2,
-        "value_epochs": 2,
-        "value_num_minibatches": 2,
-        "recurrent": "gru",
-        "recurrent_size": 16,
-        "sequence_length": 8,
-    },
-)
+GRU_WITH_VALUE_FIT = {
+    "hidden_sizes": [32],
+    "num_steps": 32,
+    "num_envs": 2,
+    "value_epochs": 2,
+    "value_num_minibatches": 2,
+    "recurrent": "gru",
+    "recurrent_size": 16,
+    "sequence_length": 8,
+}
+CASES["vpg-gru-box"] = ("Pendulum-v1", GRU_WITH_VALUE_FIT)
 CASES["a2c-lstm"] = ("CartPole-v1", {"hidden_sizes": [32], "num_steps": 8, "num_envs": 2, "recurrent": "lstm", "recurrent_size": 16})
-CASES["trpo-gru-box"] = (
-    "Pendulum-v1",
-    {
-        "hidden_sizes": [32],
-        "num_steps": 32,
-        "num_envs": 2,
-        "value_epochs": 2,
-        "value_num_minibatches": 2,
-        "recurrent": "gru",
-        "recurrent_size": 16,
-        "sequence_length": 8,
-    },
-)
+CASES["trpo-gru-box"] = ("Pendulum-v1", GRU_WITH_VALUE_FIT)
 
 ON_POLICY = ("ppo", "ppo_kl", "surrogate_pg", "a2c", "vpg", "reinforce", "trpo")
 

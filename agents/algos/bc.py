@@ -67,10 +67,7 @@ class LearnerNetwork(nn.Module):
 
     def distribution(self, output: torch.Tensor) -> Categorical | DiagGaussian:
         """Over (..., B, out) outputs; the (d,) log-std broadcasts."""
-        if self.discrete:
-            return Categorical(output)
-        assert self.log_std is not None, "a deterministic policy has no distribution"
-        return DiagGaussian(output, self.log_std)
+        return policy_distribution(self.discrete, output, self.log_std)
 
 
 class StackedLearnerNetwork(nn.Module):
@@ -89,10 +86,15 @@ class StackedLearnerNetwork(nn.Module):
 
     def distribution(self, output: torch.Tensor) -> Categorical | DiagGaussian:
         """Each seed's (N, 1, d) log-std broadcast over its batch."""
-        if self.discrete:
-            return Categorical(output)
-        assert self.log_std is not None, "a deterministic policy has no distribution"
-        return DiagGaussian(output, self.log_std.unsqueeze(1))
+        return policy_distribution(self.discrete, output, None if self.log_std is None else self.log_std.unsqueeze(1))
+
+
+def policy_distribution(discrete: bool, output: torch.Tensor, log_std: torch.Tensor | None) -> Categorical | DiagGaussian:
+    """The cloned policy's distribution: logits, or a Gaussian mean with ``log_std`` broadcast."""
+    if discrete:
+        return Categorical(output)
+    assert log_std is not None, "a deterministic policy has no distribution"
+    return DiagGaussian(output, log_std)
 
 
 def load_expert_checkpoint(path: str, spec: EnvSpec) -> dict[str, Any]:
