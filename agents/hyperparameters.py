@@ -102,6 +102,13 @@ class Hyperparameters:
     clip_rewards: float = hp(10.0, gt=0.0)
     """Clip scaled rewards to [-c, c] (only with normalize_rewards)."""
 
+    #: other libraries' names for fields, accepted as documented aliases where parity with them
+    #: is the point (garage's, the seed libraries'): alias -> this class's name
+    aliases: ClassVar[Mapping[str, str]] = {}
+    #: fields renamed after results were recorded: this class's name -> the name run keys hash,
+    #: so that stored runs, bundles and baselines keep matching (``key_form``)
+    key_names: ClassVar[Mapping[str, str]] = {}
+
     #: which action spaces the algorithm acts in
     supports_discrete: ClassVar[bool] = True
     supports_continuous: ClassVar[bool] = True
@@ -118,13 +125,32 @@ class Hyperparameters:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any] | None = None) -> Self:
-        """Build from a mapping, naming any unknown key and the valid ones."""
-        values = dict(values or {})
+        """Build from a mapping (aliases translated), naming any unknown key and the valid ones."""
+        values = cls.canonical(values or {})
         names = [f.name for f in dataclasses.fields(cls)]
         for key in values:
             if key not in names:
                 raise ConfigError(f"unknown hyperparameter {key!r} for {cls.__name__}{suggest(key, names)}; valid: {', '.join(sorted(names))}")
         return cls(**values)
+
+    @classmethod
+    def canonical(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+        """``values`` with aliases under this class's names; ConfigError when a setting is given
+        under both."""
+        translated: dict[str, Any] = {}
+        for key, value in values.items():
+            name = cls.aliases.get(key, key)
+            if name in translated:
+                alias = key if name != key else next(a for a, n in cls.aliases.items() if n == name)
+                raise ConfigError(f"hyperparameter {name!r} is given twice (also as its alias {alias!r})")
+            translated[name] = value
+        return translated
+
+    @classmethod
+    def key_form(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+        """A resolved configuration (``to_dict``) as run keys hash it: renamed fields under the
+        names they had when runs were first recorded (``key_names``)."""
+        return {cls.key_names.get(key, key): value for key, value in values.items()}
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values (tuples become lists) for YAML, JSON and MLflow."""

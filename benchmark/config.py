@@ -49,6 +49,16 @@ SUITES_DIR = PROJECT_ROOT / "suites"
 RUN_KEY_VERSION = 1  # bump when the meaning of a RunSpec field changes
 
 
+def key_form(algo: str, hyperparameters: dict[str, Any]) -> dict[str, Any]:
+    """``hyperparameters`` as run keys hash them: fields renamed since runs were first recorded
+    under their recorded names (``Hyperparameters.key_form``), so a rename retrains nothing."""
+    from agents.registry import REGISTRY  # torch-free
+
+    if algo not in REGISTRY:  # a spec of an algorithm this version does not know: hashed as it is
+        return hyperparameters
+    return REGISTRY[algo][0].key_form(hyperparameters)
+
+
 @dataclass(frozen=True)
 class Budget:
     """How long a run trains and how it is evaluated."""
@@ -113,7 +123,7 @@ class RunSpec:
             "algo": self.algo,
             "env_id": self.env_id,
             "seed": self.seed,
-            "hyperparameters": self.hyperparameters,
+            "hyperparameters": key_form(self.algo, self.hyperparameters),
             "budget": dataclasses.asdict(self.budget),
         }
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))

@@ -59,6 +59,9 @@ def algorithm_page(name: str) -> str:
             heading = SHARED.get(owner, f"{name}'s own" if owner == config_class.__name__ else f"From `{owner}`")
             lines += ["", f"## {heading}", "", "| hyperparameter | type | default | range | meaning |", "|---|---|---|---|---|"]
         lines.append(f"| `{field.name}` | {_cell(field.type)} | `{_cell(field.default)}` | {_cell(field.range)} | {_cell(field.meaning)} |")
+    if config_class.aliases:
+        lines += ["", "## Aliases", "", "Other libraries' names, accepted and translated ([glossary](../glossary.md)):", ""]
+        lines += [f"- `{alias}` for `{name}`" for alias, name in config_class.aliases.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -64,9 +64,9 @@ VARIANTS = {
     "trpo-multidiscrete-max-entropy": (
         "trpo",
         "reprorl/MultiDiscreteMatch-v0",
-        {"entropy_method": "max", "policy_ent_coeff": 0.1, "use_softplus_entropy": True},
+        {"entropy_method": "max", "entropy_coef": 0.1, "use_softplus_entropy": True},
     ),
-    "vpg-shared-regularized": ("vpg", "CartPole-v1", {"shared_network": True, "entropy_method": "regularized", "policy_ent_coeff": 0.01}),
+    "vpg-shared-regularized": ("vpg", "CartPole-v1", {"shared_network": True, "entropy_method": "regularized", "entropy_coef": 0.01}),
     "a2c-adam-lstm-pendulum": ("a2c", "Pendulum-v1", {"optimizer": "adam", "recurrent": "lstm", "recurrent_size": 8}),
     "reinforce-positive-adv": ("reinforce", "CartPole-v1", {"center_adv": True, "positive_adv": True}),
 }
@@ -258,7 +258,7 @@ def test_learning_rate_and_clip_range_schedules_anneal_linearly():
         ("sac", {"batch_size": 1.5}, "must be an integer"),
         ("sac", {"hidden_sizes": 256}, "must be a list"),
         ("sac", {"alpha": -0.2}, "must be > 0"),
-        ("vpg", {"policy_ent_coeff": 0.1}, "policy_ent_coeff is 0.1 but entropy_method is 'no_entropy'"),
+        ("vpg", {"entropy_coef": 0.1}, "entropy_coef is 0.1 but entropy_method is 'no_entropy'"),
         ("ppo", {"entropy_method": "maximum"}, "'entropy_method' must be one of"),
         ("trpo", {"max_kl": 0}, "'max_kl' must be > 0"),
         ("ppo", {"recurrent": "rnn"}, "'recurrent' must be one of"),

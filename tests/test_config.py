@@ -63,7 +63,7 @@ def test_shipped_suites_are_valid():
     }
     assert len(classic.specs) == 5 * (6 + 4 * len(on_policy))
     memory = load_suite("memory")
-    assert sorted(str(s.hyperparameters["recurrent"]) for s in memory.specs) == ["None"] * 3 + ["gru"] * 3
+    assert sorted(str(s.hyperparameters["recurrent"]) for s in memory.specs) == ["gru"] * 3 + ["none"] * 3
     her = load_suite("her")
     assert sorted(s.hyperparameters["her_strategy"] for s in her.specs) == ["future"] * 3 + ["none"] * 3
 
@@ -143,3 +143,39 @@ def test_bad_seeds_in_process_is_a_clear_error(write_suite, where, value):
     )
     with pytest.raises(ConfigError, match="seeds_in_process must be a positive integer"):
         load_suite(str(path))
+
+
+# ---------------------------------------------------------------- one name per concept
+
+
+def test_garage_names_are_accepted_as_aliases_and_other_old_names_are_refused_with_the_new_one():
+    import agents
+
+    ppo = agents.resolve_config("ppo", {"policy_ent_coeff": 0.01, "entropy_method": "regularized"})
+    assert ppo.entropy_coef == 0.01 and "policy_ent_coeff" not in ppo.to_dict()
+    pearl = agents.resolve_config("pearl", {"soft_target_tau": 0.01, "replay_buffer_size": 5000, "qf_lr": 1e-3})
+    assert (pearl.tau, pearl.buffer_size, pearl.critic_lr) == (0.01, 5000, 1e-3)
+    with pytest.raises(ConfigError, match="'entropy_coef' is given twice"):
+        agents.resolve_config("ppo", {"policy_ent_coeff": 0.01, "entropy_coef": 0.02})
+    with pytest.raises(ConfigError, match="did you mean 'entropy_coef'"):
+        agents.resolve_config("vpg", {"entropy_coeff": 0.01})
+    # YAML null, the earlier spelling of a feed-forward policy
+    assert agents.resolve_config("ppo", {"recurrent": None}).recurrent == "none"
+
+
+def test_every_committed_run_keeps_its_run_key():
+    """Each run of every committed bundle, configured again from its recorded overrides by the
+    code as it is, has the run key it was recorded under: renamed fields are hashed under their
+    recorded names (``key_names``), so no record needs retraining because a name changed."""
+    import agents
+    from benchmark import bundles
+    from benchmark.config import PROJECT_ROOT, RunSpec
+
+    checked = 0
+    for directory in sorted((PROJECT_ROOT / "results" / "published").iterdir()):
+        for key, run in bundles.read(directory).runs.items():
+            spec = run.spec
+            fresh = RunSpec(spec.suite, spec.algo, spec.env_id, spec.seed, agents.resolve_config(spec.algo, spec.overrides).to_dict(), spec.budget)
+            assert fresh.run_key == key, (directory.name, spec.label)
+            checked += 1
+    assert checked >= 200

@@ -17,7 +17,7 @@ SPECS = {
         "CartPole-v1",
         {"num_envs": 2, "num_steps": 64, "recurrent": "lstm", "recurrent_size": 16, "sequence_length": 16, "value_epochs": 2, "value_num_minibatches": 2},
     ),
-    "a2c-max-entropy": ("a2c", "Pendulum-v1", {"num_envs": 4, "entropy_method": "max", "policy_ent_coeff": 0.01}),
+    "a2c-max-entropy": ("a2c", "Pendulum-v1", {"num_envs": 4, "entropy_method": "max", "entropy_coef": 0.01}),
     "vpg-multidiscrete": ("vpg", "reprorl/MultiDiscreteMatch-v0", {"num_envs": 2, "num_steps": 64, "value_epochs": 4}),
     "sac": ("sac", "Pendulum-v1", {"start_steps": 200, "learning_starts": 200, "batch_size": 64, "hidden_sizes": [32, 32]}),
     "td3-ou-noise": ("td3", "Pendulum-v1", {"start_steps": 200, "learning_starts": 200, "batch_size": 64, "hidden_sizes": [32, 32], "exploration_noise": "ou"}),

@@ -44,7 +44,7 @@ SMALL = {
         "num_extra_rl_steps_posterior": 150,
         "batch_size": 16,
         "embedding_batch_size": 16,
-        "replay_buffer_size": 1000,
+        "buffer_size": 1000,
     },
 }
 
@@ -423,7 +423,7 @@ PEARL_POINT = {
     "num_extra_rl_steps_posterior": 100,
     "batch_size": 64,
     "embedding_batch_size": 64,
-    "replay_buffer_size": 10_000,
+    "buffer_size": 10_000,
 }
 
 
@@ -543,7 +543,7 @@ def test_a_meta_suite_through_the_cli_logs_meta_metrics_and_reports_adaptation(w
             envs: [reprorl/PointNav-v0]
             hyperparameters: {num_train_tasks: 3, latent_dim: 2, encoder_hidden_sizes: [8], hidden_sizes: [8], meta_batch_size: 2,
                               num_steps_per_epoch: 5, num_initial_steps: 100, num_tasks_sample: 2, num_steps_prior: 50,
-                              num_extra_rl_steps_posterior: 50, batch_size: 16, embedding_batch_size: 16, replay_buffer_size: 1000}
+                              num_extra_rl_steps_posterior: 50, batch_size: 16, embedding_batch_size: 16, buffer_size: 1000}
         """
     )
     results = tmp_path / "results"

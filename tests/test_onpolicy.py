@@ -174,7 +174,7 @@ def fixed_batch_losses(**options):
 
 def test_regularized_entropy_subtracts_coeff_times_mean_entropy_from_the_loss():
     _, _, plain, info, plain_gradients = fixed_batch_losses()
-    _, _, regularized, _, gradients = fixed_batch_losses(entropy_method="regularized", policy_ent_coeff=0.1)
+    _, _, regularized, _, gradients = fixed_batch_losses(entropy_method="regularized", entropy_coef=0.1)
     # a Gaussian with state-independent log-std: H = sum_i (0.5 log(2 pi e) + log_std_i) = 1.419 - 1.5 < 0
     entropy = 0.5 * math.log(2 * math.pi * math.e) - 1.5
     assert info["entropy"] == pytest.approx(entropy, abs=1e-5)
@@ -185,31 +185,31 @@ def test_regularized_entropy_subtracts_coeff_times_mean_entropy_from_the_loss():
 
 def test_softplus_entropy_keeps_the_bonus_positive():
     _, _, plain, _, _ = fixed_batch_losses()
-    _, _, softplus, _, _ = fixed_batch_losses(entropy_method="regularized", policy_ent_coeff=0.1, use_softplus_entropy=True)
+    _, _, softplus, _, _ = fixed_batch_losses(entropy_method="regularized", entropy_coef=0.1, use_softplus_entropy=True)
     entropy = torch.tensor(0.5 * math.log(2 * math.pi * math.e) - 1.5)
     torch.testing.assert_close(softplus, plain - 0.1 * F.softplus(entropy), atol=1e-5, rtol=0)
 
 
 def test_stopped_entropy_gradient_changes_the_loss_but_not_the_gradients():
     _, _, plain, _, plain_gradients = fixed_batch_losses()
-    _, _, stopped, _, gradients = fixed_batch_losses(entropy_method="regularized", policy_ent_coeff=0.1, stop_entropy_gradient=True)
+    _, _, stopped, _, gradients = fixed_batch_losses(entropy_method="regularized", entropy_coef=0.1, stop_entropy_gradient=True)
     assert not torch.isclose(stopped, plain)
     for gradient, plain_gradient in zip(gradients, plain_gradients):
         torch.testing.assert_close(gradient, plain_gradient)
 
 
 def test_max_entropy_adds_the_entropy_to_every_reward_and_not_to_the_loss():
-    algo, raw_rewards, loss, info, _ = fixed_batch_losses(entropy_method="max", policy_ent_coeff=0.1)
+    algo, raw_rewards, loss, info, _ = fixed_batch_losses(entropy_method="max", entropy_coef=0.1)
     entropy = 0.5 * math.log(2 * math.pi * math.e) - 1.5
     torch.testing.assert_close(algo.storage.rewards, raw_rewards + 0.1 * entropy)
     _, plain_rewards, plain_loss, _, _ = fixed_batch_losses()
     torch.testing.assert_close(raw_rewards, plain_rewards)  # same seed, same rollout
-    softplus_algo, raw, _, _, _ = fixed_batch_losses(entropy_method="max", policy_ent_coeff=0.1, use_softplus_entropy=True)
+    softplus_algo, raw, _, _, _ = fixed_batch_losses(entropy_method="max", entropy_coef=0.1, use_softplus_entropy=True)
     torch.testing.assert_close(softplus_algo.storage.rewards, raw + 0.1 * F.softplus(torch.tensor(entropy)))
 
 
 def test_max_entropy_on_a_categorical_policy_uses_each_states_entropy():
-    algo = build("ppo", entropy_method="max", policy_ent_coeff=0.5, num_envs=2)
+    algo = build("ppo", entropy_method="max", entropy_coef=0.5, num_envs=2)
     collect(algo)
     raw_rewards = algo.storage.rewards.clone()
     with torch.no_grad():

@@ -174,7 +174,7 @@ experiments:
     envs: [InvertedPendulum-v5]
     hyperparameters:
       num_envs: 8
-      policy_ent_coeff: 0.0
+      entropy_coef: 0.0
       anneal_lr: true
       normalize_observations: true
       normalize_rewards: true

@@ -56,7 +56,7 @@ def test_powers_of_two_layer_stacks_and_conditions(tmp_path):
         num_steps: {low: 64, high: 1024, power_of_two: true}
         learning_rate: {low: 1.0e-5, high: 1.0e-2, log: true}
         entropy_method: {choices: [no_entropy, regularized]}
-        policy_ent_coeff: {low: 1.0e-6, high: 0.1, log: true, when: {entropy_method: regularized}}
+        entropy_coef: {low: 1.0e-6, high: 0.1, log: true, when: {entropy_method: regularized}}
         hidden_sizes: {width: {choices: [16, 32]}, depth: {low: 1, high: 3}}
     """,
         ),
@@ -71,7 +71,7 @@ def test_powers_of_two_layer_stacks_and_conditions(tmp_path):
         assert 1e-5 <= values["learning_rate"] <= 1e-2
         width, depth = values["hidden_sizes"][0], len(values["hidden_sizes"])
         assert values["hidden_sizes"] == [width] * depth and width in (16, 32) and 1 <= depth <= 3
-        assert ("policy_ent_coeff" in values) == (values["entropy_method"] == "regularized")
+        assert ("entropy_coef" in values) == (values["entropy_method"] == "regularized")
         seen_methods.add(values["entropy_method"])
     assert seen_methods == {"no_entropy", "regularized"}
 
@@ -93,7 +93,7 @@ def test_extends_and_exclude_inherit_a_space():
         ("learning_rate: {low: 0.0, high: 0.1, log: true}", "needs low > 0"),
         ("learning_rate: {low: 0.1, high: 0.01}", "low must be below high"),
         ("learning_rate: {lo: 0.1, high: 0.01}", "unknown parameter 'learning_rate' key 'lo'"),
-        ("policy_ent_coeff: {low: 0.001, high: 0.1, when: {entropy_method: regularized}}", "not a fixed value or a parameter declared before"),
+        ("entropy_coef: {low: 0.001, high: 0.1, when: {entropy_method: regularized}}", "not a fixed value or a parameter declared before"),
     ],
 )
 def test_bad_search_space_is_a_clear_error(tmp_path, parameters, message):

@@ -111,7 +111,7 @@ def load_expert_checkpoint(path: str, spec: EnvSpec) -> dict[str, Any]:
     expert_spec = env_spec(env_id)
     if (expert_spec.observation_shape, expert_spec.action_shape, expert_spec.discrete) != (spec.observation_shape, spec.action_shape, spec.discrete):
         raise ConfigError(f"the expert was trained on {env_id}, whose spaces differ from {spec.env_id}'s")
-    if hyperparameters.get("recurrent"):
+    if hyperparameters.get("recurrent") not in (None, "none"):
         raise ConfigError(f"the expert {algo} is recurrent; bc clones feed-forward experts only")
     return payload
 

@@ -180,7 +180,7 @@ class MAML(MetaAlgorithm[AdaptedPolicy]):
     """The inner loop and the meta-gradient; subclasses give the outer objective and step."""
 
     Config: ClassVar[type[MAMLConfig]] = MAMLConfig
-    tunable_parameters: ClassVar[tuple[str, ...]] = ("inner_lr", "outer_lr", "policy_ent_coeff", "gae_lambda")
+    tunable_parameters: ClassVar[tuple[str, ...]] = ("inner_lr", "outer_lr", "entropy_coef", "gae_lambda")
     config: MAMLConfig
 
     def __init__(self, env_spec: EnvSpec, config: MAMLConfig, total_steps: int, device: torch.device | str = "cpu", seed: int = 0):
@@ -240,13 +240,13 @@ class MAML(MetaAlgorithm[AdaptedPolicy]):
         rewards = episodes.rewards
         if config.entropy_method == "max" and episodes.dist_params is not None:
             entropy = self.network.distribution(episodes.dist_params.flatten(0, 1)).entropy().view_as(rewards)
-            rewards = rewards + config.policy_ent_coeff * entropy_transform(config, entropy).detach() * episodes.mask
+            rewards = rewards + config.entropy_coef * entropy_transform(config, entropy).detach() * episodes.mask
         values = linear_baseline(episodes, rewards, config.gamma, config.baseline_reg_coeff)
         advantages = episodes.valid(episode_advantages(rewards, values, episodes.mask.float(), config.gamma, config.gae_lambda))
         return Batch(episodes, process_advantages(config, advantages))
 
     def entropy_bonus(self, dist: Categorical | DiagGaussian) -> torch.Tensor:
-        """policy_ent_coeff * mean entropy under ``regularized``, else 0."""
+        """entropy_coef * mean entropy under ``regularized``, else 0."""
         return entropy_bonus(self.config, dist.entropy())
 
     def distribution(self, parameters: Parameters, batch: Batch) -> Categorical | DiagGaussian:

@@ -3,13 +3,13 @@
     repeat:
         act for num_steps in each of num_envs envs (storing log-probs, values, the policy's
             distribution parameters and, for recurrent policies, the state acted from)
-        [entropy_method == "max"]  r_t += policy_ent_coeff * H[pi(.|s_t)]
+        [entropy_method == "max"]  r_t += entropy_coef * H[pi(.|s_t)]
         advantages A_t by GAE(gamma, gae_lambda); returns R_t = A_t + V(s_t)
         [center_adv]    A <- (A - mean A) / std A        [positive_adv]  A <- A - min A + 1e-8
         the algorithm's own optimization of its policy objective and value loss (_optimize)
 
 The options and their names follow garage's VPG family (center_adv, positive_adv,
-policy_ent_coeff, use_softplus_entropy, stop_entropy_gradient, entropy_method; Levine 2018,
+entropy_coef, use_softplus_entropy, stop_entropy_gradient, entropy_method; Levine 2018,
 arXiv:1805.00909, for "max"). The discount is ``gamma``, as for every algorithm in the suite.
 Recurrent policies replay whole sequences of ``sequence_length`` steps from the recurrent state
 they were acted from, with the state zeroed where an episode began.
@@ -72,14 +72,14 @@ def entropy_transform(options: PolicyGradientOptions, entropy: torch.Tensor) -> 
 
 
 def entropy_bonus(options: PolicyGradientOptions, entropy: torch.Tensor) -> torch.Tensor:
-    """The objective's entropy term, per seed: H (..., M) -> policy_ent_coeff * mean H (...,)
+    """The objective's entropy term, per seed: H (..., M) -> entropy_coef * mean H (...,)
     under 'regularized', else 0."""
     if options.entropy_method != "regularized":
         return entropy.new_zeros(entropy.shape[:-1])
     entropy = entropy_transform(options, entropy)
     if options.stop_entropy_gradient:
         entropy = entropy.detach()
-    return options.policy_ent_coeff * entropy.mean(dim=-1)
+    return options.entropy_coef * entropy.mean(dim=-1)
 
 
 class Seeds(Protocol):
@@ -124,7 +124,7 @@ class OnPolicyAlgorithm(Algorithm):
     config: OnPolicyConfig
     tunable_parameters: ClassVar[tuple[str, ...]] = (
         "learning_rate",
-        "policy_ent_coeff",
+        "entropy_coef",
         "value_coef",
         "value_clip_range",
         "max_grad_norm",
@@ -153,7 +153,7 @@ class OnPolicyAlgorithm(Algorithm):
             config.activation,
             config.initial_log_std,
             shared=config.shared_network,
-            recurrent=config.recurrent,
+            recurrent=None if config.recurrent == "none" else config.recurrent,
             recurrent_size=config.recurrent_size,
         ).to(self.device)
         self.parameters = parameters_of(self.actor_critic)
@@ -309,7 +309,7 @@ class OnPolicyAlgorithm(Algorithm):
     def _finish_rollout(self) -> dict[str, float]:
         config, logs = self.config, {}
         if config.entropy_method == "max":
-            bonus = config.policy_ent_coeff * entropy_transform(self.config, self.storage.entropies)
+            bonus = config.entropy_coef * entropy_transform(self.config, self.storage.entropies)
             self.storage.rewards += bonus
             logs["entropy_reward"] = float(bonus.mean())
         if self.actor_critic.separate_feed_forward:
@@ -321,11 +321,11 @@ class OnPolicyAlgorithm(Algorithm):
         return logs
 
     def _sequence_length_or_none(self) -> int | None:
-        return self.sequence_length if self.config.recurrent else None
+        return self.sequence_length if self.config.recurrent != "none" else None
 
     def minibatches(self, num_minibatches: int) -> Iterator[dict[str, torch.Tensor]]:
         """One shuffled epoch over the rollout: samples, or whole sequences when recurrent."""
-        if self.config.recurrent:
+        if self.config.recurrent != "none":
             return self.storage.sequence_minibatches(num_minibatches, self.sequence_length, self.generator)
         return self.storage.minibatches(num_minibatches, self.generator)
 
@@ -334,7 +334,7 @@ class OnPolicyAlgorithm(Algorithm):
     def evaluate_seeds(self, network: Any, batch: Mapping[str, torch.Tensor]) -> tuple[PolicyDistribution, torch.Tensor, dict[str, torch.Tensor]]:
         """Every seed's current policy and values on its batch (S, M), and the batch's per-step
         tensors flattened to (S, M, ...): recurrent sequences are unrolled from their states."""
-        if self.config.recurrent:
+        if self.config.recurrent != "none":
             dist, values = network.seeded(batch["obs"], batch["states"], batch["episode_starts"])
             flat = {key: tensor.flatten(1, 2) for key, tensor in batch.items() if key not in ("states", "episode_starts")}
             return dist, values, flat
@@ -413,7 +413,7 @@ class OnPolicyAlgorithm(Algorithm):
     def evaluate(self, batch: Mapping[str, torch.Tensor]) -> tuple[PolicyDistribution, torch.Tensor, dict[str, torch.Tensor]]:
         """The current policy and values on one run's batch, and its per-step tensors flattened
         to (M, ...): a recurrent batch of sequences is unrolled from its initial states."""
-        if self.config.recurrent:
+        if self.config.recurrent != "none":
             dist, values, _ = self.actor_critic.policy_and_value(batch["obs"], batch["states"], batch["episode_starts"])
             flat = {key: tensor.flatten(0, 1) for key, tensor in batch.items() if key not in ("states", "episode_starts")}
         else:
@@ -595,7 +595,7 @@ class OnPolicySeedBatch(SeedBatch):
     @staticmethod
     def _filler(member: OnPolicyAlgorithm, num_minibatches: int) -> Iterator[dict[str, torch.Tensor]]:
         """Minibatches of a seed that sits the epoch out: shaped as its own, drawn without its generator."""
-        if member.config.recurrent:
+        if member.config.recurrent != "none":
             return member.storage.sequence_minibatches(num_minibatches, member.sequence_length, torch.Generator())
         return member.storage.minibatches(num_minibatches, torch.Generator())
 

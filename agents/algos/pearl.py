@@ -153,7 +153,7 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
     name = "pearl"
     Config: ClassVar[type[PEARLConfig]] = PEARLConfig
     has_replay_buffer = True
-    tunable_parameters = ("kl_lambda", "reward_scale", "policy_lr", "qf_lr", "vf_lr", "context_lr")
+    tunable_parameters = ("kl_lambda", "reward_scale", "actor_lr", "critic_lr", "value_lr", "context_lr")
     meta_test_exploration_episodes = 1
     meta_test_deterministic = True
     config: PEARLConfig
@@ -173,15 +173,15 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
         self.vf = mlp(obs_dim + latent, hidden, 1, "relu").to(self.device)
         self.target_vf = copy.deepcopy(self.vf).requires_grad_(False)
         self.optimizers = {
-            "policy": adam(self.policy.parameters(), lr=config.policy_lr),
-            "qf1": adam(self.qf1.parameters(), lr=config.qf_lr),
-            "qf2": adam(self.qf2.parameters(), lr=config.qf_lr),
-            "vf": adam(self.vf.parameters(), lr=config.vf_lr),
+            "policy": adam(self.policy.parameters(), lr=config.actor_lr),
+            "qf1": adam(self.qf1.parameters(), lr=config.critic_lr),
+            "qf2": adam(self.qf2.parameters(), lr=config.critic_lr),
+            "vf": adam(self.vf.parameters(), lr=config.value_lr),
             "context": adam(self.encoder.parameters(), lr=config.context_lr),
         }
         self.parameters = parameters_of(self.encoder, self.policy, self.qf1, self.qf2, self.vf)
-        self.rl_buffers = [TaskBuffer(obs_dim, action_dim, config.replay_buffer_size, self.device) for _ in range(config.num_train_tasks)]
-        self.encoder_buffers = [TaskBuffer(obs_dim, action_dim, config.replay_buffer_size, self.device) for _ in range(config.num_train_tasks)]
+        self.rl_buffers = [TaskBuffer(obs_dim, action_dim, config.buffer_size, self.device) for _ in range(config.num_train_tasks)]
+        self.encoder_buffers = [TaskBuffer(obs_dim, action_dim, config.buffer_size, self.device) for _ in range(config.num_train_tasks)]
         self.train_tasks: list[Task] | None = None
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, TASK_STREAM]))
         self.generator = torch.Generator().manual_seed(seed)  # batches and the update's z samples
@@ -365,9 +365,9 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
         vf_loss = F.mse_loss(v, (min_q_new - log_pi).detach())
         policy_loss = (
             (log_pi - min_q_new).mean()
-            + config.policy_mean_reg_coeff * policy_mean.pow(2).mean()
-            + config.policy_std_reg_coeff * policy_log_std.pow(2).mean()
-            + config.policy_pre_activation_coeff * pre_tanh.pow(2).sum(-1).mean()
+            + config.policy_mean_reg_coef * policy_mean.pow(2).mean()
+            + config.policy_std_reg_coef * policy_log_std.pow(2).mean()
+            + config.policy_pre_activation_coef * pre_tanh.pow(2).sum(-1).mean()
         )
         losses = {"context": config.kl_lambda * kl + qf_loss, "qf": qf_loss, "vf": vf_loss, "policy": policy_loss}
         logs = {
@@ -411,7 +411,7 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
         for optimizer in self.optimizers.values():
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        polyak_update(self.target_vf, self.vf, self.config.soft_target_tau)
+        polyak_update(self.target_vf, self.vf, self.config.tau)
 
     def update(self, batch: Mapping[str, torch.Tensor] | None = None) -> dict[str, float]:
         gradients, logs = self.compute_gradients(self.sample_batch() if batch is None else batch)
@@ -419,7 +419,7 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
         return logs
 
     def _on_parameter_updated(self, name: str) -> None:
-        rates = {"policy": "policy_lr", "qf1": "qf_lr", "qf2": "qf_lr", "vf": "vf_lr", "context": "context_lr"}
+        rates = {"policy": "actor_lr", "qf1": "critic_lr", "qf2": "critic_lr", "vf": "value_lr", "context": "context_lr"}
         for optimizer_name, field in rates.items():
             for group in self.optimizers[optimizer_name].param_groups:
                 group["lr"] = getattr(self.config, field)
@@ -450,7 +450,7 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
         self.epochs = int(state["epochs"])
         self.train_tasks = state["train_tasks"]
         self.config = self.Config.from_dict(state["config"])
-        self._on_parameter_updated("policy_lr")
+        self._on_parameter_updated("actor_lr")
 
     def replay_state_dict(self) -> dict[str, Any]:
         return {"rl": [b.state_dict() for b in self.rl_buffers], "encoder": [b.state_dict() for b in self.encoder_buffers]}

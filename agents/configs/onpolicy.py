@@ -3,6 +3,7 @@ policy-gradient family (also MAML's), rollouts, optimizers, networks and recurre
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -18,6 +19,9 @@ class PolicyGradientOptions(Hyperparameters):
     on-policy algorithms and MAML (``agents.algos.onpolicy`` applies them to advantages and
     entropies)."""
 
+    aliases: ClassVar[Mapping[str, str]] = {"policy_ent_coeff": "entropy_coef"}  # garage's name
+    key_names: ClassVar[Mapping[str, str]] = {"entropy_coef": "policy_ent_coeff"}
+
     gae_lambda: float = hp(0.95, ge=0.0, le=1.0)
     """GAE lambda (1: Monte-Carlo returns minus the baseline; 0: one-step TD errors)."""
     center_adv: bool = hp(True)
@@ -26,7 +30,7 @@ class PolicyGradientOptions(Hyperparameters):
     """Shift advantages to be positive (after centering, if both)."""
     entropy_method: str = hp("no_entropy", choices=ENTROPY_METHODS)
     """no_entropy; regularized: entropy bonus in the objective; max: entropy added to every reward."""
-    policy_ent_coeff: float = hp(0.0, ge=0.0)
+    entropy_coef: float = hp(0.0, ge=0.0)
     """Weight of the policy entropy under regularized or max."""
     use_softplus_entropy: bool = hp(False)
     """Pass the entropy through softplus, so the bonus never turns negative (Gaussian policies)."""
@@ -35,10 +39,9 @@ class PolicyGradientOptions(Hyperparameters):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.entropy_method == "no_entropy" and self.policy_ent_coeff > 0:
+        if self.entropy_method == "no_entropy" and self.entropy_coef > 0:
             raise ConfigError(
-                f"policy_ent_coeff is {self.policy_ent_coeff} but entropy_method is 'no_entropy'; "
-                "set entropy_method to 'regularized' or 'max', or policy_ent_coeff to 0"
+                f"entropy_coef is {self.entropy_coef} but entropy_method is 'no_entropy'; set entropy_method to 'regularized' or 'max', or entropy_coef to 0"
             )
 
 
@@ -68,8 +71,8 @@ class OnPolicyConfig(PolicyGradientOptions):
     """Hidden activation."""
     initial_log_std: float = hp(0.0)
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
-    recurrent: str | None = hp(None, choices=("gru", "lstm"))
-    """A GRU or LSTM cell in front of each network (None: feed-forward)."""
+    recurrent: str = hp("none", choices=("none", "gru", "lstm"))
+    """A GRU or LSTM cell in front of each network; none: feed-forward (YAML null is read as none)."""
     recurrent_size: int = hp(64, ge=1)
     """Width of the recurrent state (per network)."""
     sequence_length: int | None = hp(None, ge=1)
@@ -80,6 +83,20 @@ class OnPolicyConfig(PolicyGradientOptions):
         if self.sequence_length is not None and self.num_steps % self.sequence_length:
             raise ConfigError(f"sequence_length {self.sequence_length} must divide num_steps {self.num_steps}")
 
+    @classmethod
+    def canonical(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+        translated = super().canonical(values)
+        if "recurrent" in translated and translated["recurrent"] is None:  # null: the earlier spelling of none
+            translated["recurrent"] = "none"
+        return translated
+
+    @classmethod
+    def key_form(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+        keyed = super().key_form(values)
+        if keyed.get("recurrent") == "none":  # run keys were first recorded with null
+            keyed["recurrent"] = None
+        return keyed
+
     @property
     def num_sequences(self) -> int:
         """Sequences per rollout for a recurrent policy."""
@@ -87,11 +104,11 @@ class OnPolicyConfig(PolicyGradientOptions):
 
     def check_minibatches(self, name: str, count: int) -> None:
         """ConfigError if a rollout cannot be split into ``count`` minibatches."""
-        available = self.num_sequences if self.recurrent else self.num_envs * self.num_steps
-        unit = "sequences (num_envs x num_steps / sequence_length)" if self.recurrent else "samples (num_envs x num_steps)"
+        available = self.num_sequences if self.recurrent != "none" else self.num_envs * self.num_steps
+        unit = "sequences (num_envs x num_steps / sequence_length)" if self.recurrent != "none" else "samples (num_envs x num_steps)"
         if count > available:
             raise ConfigError(f"{name} is {count} but a rollout has only {available} {unit}")
 
     def check_settings(self, spec: Any, algorithm: str) -> None:
-        if self.recurrent is None and self.sequence_length is not None:
+        if self.recurrent == "none" and self.sequence_length is not None:
             raise ConfigError("sequence_length applies only to recurrent policies; set recurrent to gru or lstm")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -15,6 +16,27 @@ class PEARLConfig(Hyperparameters):
 
     supports_discrete: ClassVar[bool] = False
     meta_learning: ClassVar[bool] = True
+    #: garage's PEARL names, accepted for parity with it; run keys keep them
+    aliases: ClassVar[Mapping[str, str]] = {
+        "policy_lr": "actor_lr",
+        "qf_lr": "critic_lr",
+        "vf_lr": "value_lr",
+        "policy_mean_reg_coeff": "policy_mean_reg_coef",
+        "policy_std_reg_coeff": "policy_std_reg_coef",
+        "policy_pre_activation_coeff": "policy_pre_activation_coef",
+        "soft_target_tau": "tau",
+        "replay_buffer_size": "buffer_size",
+    }
+    key_names: ClassVar[Mapping[str, str]] = {
+        "actor_lr": "policy_lr",
+        "critic_lr": "qf_lr",
+        "value_lr": "vf_lr",
+        "policy_mean_reg_coef": "policy_mean_reg_coeff",
+        "policy_std_reg_coef": "policy_std_reg_coeff",
+        "policy_pre_activation_coef": "policy_pre_activation_coeff",
+        "tau": "soft_target_tau",
+        "buffer_size": "replay_buffer_size",
+    }
 
     num_train_tasks: int = hp(100, ge=1)
     """The fixed set of training tasks (HalfCheetah-Vel: 100)."""
@@ -24,21 +46,21 @@ class PEARLConfig(Hyperparameters):
     """Context encoder hidden layers."""
     hidden_sizes: tuple[int, ...] = hp((300, 300, 300), ge=1)
     """Hidden layers of the policy, Q-functions and value function."""
-    policy_lr: float = hp(3e-4, gt=0.0, le=1.0)
+    actor_lr: float = hp(3e-4, gt=0.0, le=1.0)
     """Adam step size of the policy."""
-    qf_lr: float = hp(3e-4, gt=0.0, le=1.0)
+    critic_lr: float = hp(3e-4, gt=0.0, le=1.0)
     """Adam step size of the Q-functions."""
-    vf_lr: float = hp(3e-4, gt=0.0, le=1.0)
+    value_lr: float = hp(3e-4, gt=0.0, le=1.0)
     """Adam step size of the value function."""
     context_lr: float = hp(3e-4, gt=0.0, le=1.0)
     """Adam step size of the context encoder."""
-    policy_mean_reg_coeff: float = hp(1e-3, ge=0.0)
+    policy_mean_reg_coef: float = hp(1e-3, ge=0.0)
     """Weight of the policy's mean^2 penalty."""
-    policy_std_reg_coeff: float = hp(1e-3, ge=0.0)
+    policy_std_reg_coef: float = hp(1e-3, ge=0.0)
     """Weight of the policy's log-std^2 penalty."""
-    policy_pre_activation_coeff: float = hp(0.0, ge=0.0)
+    policy_pre_activation_coef: float = hp(0.0, ge=0.0)
     """Weight of the policy's pre-tanh^2 penalty."""
-    soft_target_tau: float = hp(0.005, gt=0.0, le=1.0)
+    tau: float = hp(0.005, gt=0.0, le=1.0)
     """Polyak rate of the target value function."""
     kl_lambda: float = hp(0.1, ge=0.0)
     """Weight of KL(q(z|c) || N(0, I)) in the encoder's loss."""
@@ -64,7 +86,7 @@ class PEARLConfig(Hyperparameters):
     """RL transitions per task per gradient step."""
     embedding_batch_size: int = hp(64, ge=1)
     """Context transitions per task per gradient step."""
-    replay_buffer_size: int = hp(1_000_000, ge=1)
+    buffer_size: int = hp(1_000_000, ge=1)
     """Transitions kept per task (RL and encoder buffers each)."""
     reward_scale: float = hp(5.0, gt=0.0)
     """Rewards are multiplied by this in the Q targets (the entropy weight is 1)."""

@@ -68,7 +68,7 @@ class A2CConfig(OnPolicyConfig):
     """A2C uses the raw advantages."""
     entropy_method: str = hp("regularized", choices=("no_entropy", "regularized", "max"))
     """Entropy regularization of the paper."""
-    policy_ent_coeff: float = hp(0.01, ge=0.0)
+    entropy_coef: float = hp(0.01, ge=0.0)
     """beta of the paper's entropy term."""
     max_grad_norm: float | None = hp(0.5, gt=0.0)
     """Global gradient-norm clip."""

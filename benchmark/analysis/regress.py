@@ -29,7 +29,7 @@ from benchmark import provenance
 from benchmark.analysis import reference, stats
 from benchmark.analysis.records import RunRecord
 from benchmark.analysis.report import Group, group_records
-from benchmark.config import PROJECT_ROOT
+from benchmark.config import PROJECT_ROOT, key_form
 
 BASELINE_DIR = PROJECT_ROOT / "results" / "baselines"
 BASELINE_FORMAT = 1
@@ -176,8 +176,9 @@ def compare(
         verdict = Verdict(key, group.env_id, baseline.tolist(), current, _scale(group.env_id, baseline))
         unfinished = [r.spec.seed for r in group.records if not r.finished]
         spec = group.records[0].spec
-        current_settings = {**spec.hyperparameters, **{f"budget.{k}": v for k, v in spec.budget.__dict__.items()}}
-        baseline_settings = {**base["hyperparameters"], **{f"budget.{k}": v for k, v in base["budget"].items()}}
+        # both in the form run keys hash: a field renamed since the baseline is not a changed setting
+        current_settings = {**key_form(spec.algo, spec.hyperparameters), **{f"budget.{k}": v for k, v in spec.budget.__dict__.items()}}
+        baseline_settings = {**key_form(spec.algo, base["hyperparameters"]), **{f"budget.{k}": v for k, v in base["budget"].items()}}
         changed = sorted(k for k, v in current_settings.items() if baseline_settings.get(k) != v)
         if changed:
             verdict.note = (

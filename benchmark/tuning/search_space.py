@@ -13,7 +13,7 @@ A search space file::
       num_steps: {low: 64, high: 2048, power_of_two: true}        # 64, 128, ..., 2048
       gamma: {choices: [0.95, 0.99, 0.999]}                       # categorical (null allowed)
       entropy_method: {choices: [no_entropy, regularized]}
-      policy_ent_coeff: {low: 1.0e-8, high: 0.1, log: true, when: {entropy_method: regularized}}
+      entropy_coef: {low: 1.0e-8, high: 0.1, log: true, when: {entropy_method: regularized}}
       hidden_sizes: {width: {choices: [64, 128, 256]}, depth: {low: 1, high: 3}}   # [w] * d
 
 Every name must be a hyperparameter of the algorithm, and every bound and choice a value
@@ -264,9 +264,10 @@ def _parse_distribution(name: str, spec: Any) -> Distribution:
 def _check_names(space: SearchSpace) -> None:
     """Every parameter and fixed value is a hyperparameter of the algorithm, and each
     condition names a parameter sampled before it."""
-    names = [field.name for field in dataclasses.fields(agents.config_class(space.algo))]
+    config_class = agents.config_class(space.algo)
+    names = [field.name for field in dataclasses.fields(config_class)]
     for name in [*space.fixed, *(parameter.name for parameter in space.parameters)]:
-        if name not in names:
+        if config_class.aliases.get(name, name) not in names:  # an alias samples the field it names
             raise ConfigError(f"unknown hyperparameter {name!r} for {space.algo}{suggest(name, names)}; valid: {', '.join(sorted(names))}")
     earlier: set[str] = set(space.fixed)
     for parameter in space.parameters:
