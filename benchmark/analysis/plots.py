@@ -17,7 +17,7 @@ COLORS = matplotlib.color_sequences["tab10"]  # the colours of the tab10 colorma
 
 def _save(figure: plt.Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=110, bbox_inches="tight")  # a legend wider than the axes is kept whole
     plt.close(figure)
     return path
 
