@@ -23,10 +23,10 @@ def step(algo, n: int, dims: int, done: bool = False) -> None:
 def test_gradient_steps_per_env_step_do_not_depend_on_num_envs_and_start_after_warm_up(num_envs):
     config = {"learning_starts": 8, "update_every": 2, "gradient_steps": 3, "batch_size": 4, "hidden_sizes": [8], "num_envs": num_envs, "start_steps": 0}
     algo = agents.make("sac", env_spec("Pendulum-v1"), config, total_steps=1000)
-    while algo.num_steps < 8:
+    while algo.env_steps < 8:
         step(algo, num_envs, 3)
         assert not algo.ready_to_update()  # no updates during warm-up, and no burst when it ends
-    while algo.num_steps < 24:
+    while algo.env_steps < 24:
         step(algo, num_envs, 3)
         if algo.ready_to_update():
             algo.update()
@@ -38,7 +38,7 @@ def test_start_steps_act_uniformly_at_random_then_follow_the_policy():
     obs = torch.zeros(500, 3)
     random_actions = algo.act(obs).actions
     assert random_actions.std() > 0.5  # uniform on (-1, 1): std 0.58
-    algo.num_steps = 100
+    algo.env_steps = 100
     policy_actions = algo.act(obs).actions
     assert torch.allclose(policy_actions, policy_actions[0].expand_as(policy_actions))  # same obs, no noise
 
@@ -46,7 +46,7 @@ def test_start_steps_act_uniformly_at_random_then_follow_the_policy():
 def test_dqn_epsilon_decays_linearly_then_stays():
     algo = agents.make("dqn", env_spec("CartPole-v1"), {"exploration_fraction": 0.5, "epsilon_final": 0.1}, total_steps=1000)
     for steps, epsilon in ((0, 1.0), (250, 0.55), (500, 0.1), (900, 0.1)):
-        algo.num_steps = steps
+        algo.env_steps = steps
         assert algo.epsilon == pytest.approx(epsilon)
 
 
@@ -142,3 +142,15 @@ def test_mpo_e_step_temperature_makes_the_kl_to_the_old_policy_equal_epsilon():
     kl = (weights * torch.log(weights * sampled_q.shape[0])).sum(0).mean().item()
     assert kl == pytest.approx(epsilon, rel=0.1)
     assert math.isclose(weights.sum(0).mean().item(), 1.0, rel_tol=1e-5)
+
+
+def test_a_checkpoint_written_before_the_counter_was_renamed_still_loads():
+    """Off-policy states once stored their env-step counter as ``num_steps`` (the name of the
+    on-policy horizon); it is ``env_steps`` now, and the older key still restores it."""
+    algo = agents.make("sac", env_spec("Pendulum-v1"), {"hidden_sizes": [8]}, total_steps=1000)
+    algo.env_steps = 321
+    state = algo.state_dict()
+    state["num_steps"] = state.pop("env_steps")
+    other = agents.make("sac", env_spec("Pendulum-v1"), {"hidden_sizes": [8]}, total_steps=1000)
+    other.load_state_dict(state)
+    assert other.env_steps == 321

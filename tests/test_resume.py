@@ -182,7 +182,7 @@ def test_resume_without_replay_buffer_refills_it_and_trains_to_the_budget(tmp_pa
     assert [e.step for e in resumed.evaluations] == [400, 800, 1200]
     final = checkpoint.load(payload_dir / spec.run_key / checkpoint.FINAL)["algorithm"]
     # one update per step after learning_starts (200), none while the empty buffer refills to 200
-    assert final["num_steps"] == 1200 and final["num_updates"] == (1200 - 200) - 200
+    assert final["env_steps"] == 1200 and final["num_updates"] == (1200 - 200) - 200
 
 
 def test_resume_restarts_episodes_when_the_env_state_cannot_be_captured(tmp_path, monkeypatch):

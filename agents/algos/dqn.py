@@ -60,7 +60,7 @@ class DQN(OffPolicyAlgorithm):
     def epsilon(self) -> float:
         """Linear decay from epsilon_start to epsilon_final over exploration_fraction of training."""
         config = self.config
-        progress = min(1.0, self.num_steps / (config.exploration_fraction * self.total_steps))
+        progress = min(1.0, self.env_steps / (config.exploration_fraction * self.total_steps))
         return config.epsilon_start + progress * (config.epsilon_final - config.epsilon_start)
 
     def policy_actions(self, features: torch.Tensor, deterministic: bool) -> torch.Tensor:

@@ -68,7 +68,7 @@ class OffPolicyAlgorithm(Algorithm):
         self.total_steps = max(1, total_steps)
         self.obs_dim = int(np.prod(env_spec.observation_shape))
         self.generator = torch.Generator().manual_seed(seed)
-        self.num_steps = 0  # env steps observed, summed over envs
+        self.env_steps = 0  # env steps observed, summed over envs
         self.num_updates = 0  # gradient steps applied
         self._steps_since_update = 0
         if not env_spec.discrete:
@@ -161,7 +161,7 @@ class OffPolicyAlgorithm(Algorithm):
             hidden = state if state is not None else self.encoder.initial_state(obs.shape[0], self.device)
             features, next_state = self.encoder.step(obs, hidden)
             extras = {"hidden": hidden}
-        if not deterministic and self.num_steps < self.config.start_steps:
+        if not deterministic and self.env_steps < self.config.start_steps:
             actions = self.random_actions(obs.shape[0])
         else:
             actions = self.policy_actions(features, deterministic)
@@ -199,15 +199,15 @@ class OffPolicyAlgorithm(Algorithm):
             transitions.truncated,
             extras={"hidden": transitions.acted.extras["hidden"]} if self.recurrent else None,
         )
-        previous = self.num_steps
-        self.num_steps += transitions.obs.shape[0]
+        previous = self.env_steps
+        self.env_steps += transitions.obs.shape[0]
         # only steps after the warm-up count toward updates: no burst of updates when it ends
-        self._steps_since_update += max(0, self.num_steps - max(previous, self.config.learning_starts))
+        self._steps_since_update += max(0, self.env_steps - max(previous, self.config.learning_starts))
         if self.recurrent and self.buffer.num_sequences() == 0:  # type: ignore[attr-defined]
             self._steps_since_update = 0  # nor when the first whole sequence is stored
         if len(self.buffer) <= self._refill_to:  # as after warm-up: the first update comes with the next step
             self._steps_since_update = 0
-        self.buffer.set_progress(self.num_steps / self.total_steps)
+        self.buffer.set_progress(self.env_steps / self.total_steps)
 
     def ready_to_update(self) -> bool:
         if self.recurrent and self.buffer.num_sequences() == 0:  # type: ignore[attr-defined]
@@ -360,7 +360,7 @@ class OffPolicyAlgorithm(Algorithm):
             "modules": {name: module.state_dict() for name, module in self.modules().items()},
             "optimizers": {name: optimizer.state_dict() for name, (_, optimizer) in self.groups.items() if optimizer is not None},
             "extra": self.extra_state(),
-            "num_steps": self.num_steps,
+            "env_steps": self.env_steps,
             "num_updates": self.num_updates,
             "steps_since_update": self._steps_since_update,
             "generator": self.generator.get_state(),
@@ -386,7 +386,8 @@ class OffPolicyAlgorithm(Algorithm):
             if optimizer is not None:
                 optimizer.load_state_dict(state["optimizers"][name])
         self.load_extra_state(state["extra"])
-        self.num_steps, self.num_updates = int(state["num_steps"]), int(state["num_updates"])
+        self.env_steps = int(state["env_steps"] if "env_steps" in state else state["num_steps"])  # the older checkpoints' key
+        self.num_updates = int(state["num_updates"])
         self._steps_since_update = int(state["steps_since_update"])
         self.generator.set_state(state["generator"])
         # the buffer is not part of this state (see replay_state_dict): refill before updating
@@ -485,7 +486,7 @@ class OffPolicySeedBatch(SeedBatch):
                     ]
                 )
                 features, next_hidden = self.encoder.step(stacked_obs, hidden)
-            if members[0].num_steps < self.config.start_steps:  # warm-up: each seed's uniform actions
+            if members[0].env_steps < self.config.start_steps:  # warm-up: each seed's uniform actions
                 actions = [member.random_actions(len(member_obs)) for member, member_obs in zip(members, obs, strict=True)]
             else:
                 actions = list(self.policy_actions(features))
