@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import tempfile
 from pathlib import Path
 
@@ -160,7 +161,7 @@ def expert_dataset(env_id: str) -> str:
         EXPERTS.mkdir(exist_ok=True)
         spec, rng = env_spec(env_id), np.random.default_rng(0)
         actions = rng.integers(0, spec.num_actions, 256) if spec.discrete else rng.uniform(-1, 1, (256, *spec.action_shape))
-        partial = path.with_suffix(".partial.npz")  # another test process may be writing it too
+        partial = path.with_name(f"{path.stem}.{os.getpid()}.npz")  # another test process may be writing it too
         np.savez(partial, observations=rng.normal(size=(256, *spec.observation_shape)).astype(np.float32), actions=actions)
         partial.replace(path)
     return str(path)
@@ -173,7 +174,7 @@ def expert_checkpoint(env_id: str) -> str:
         EXPERTS.mkdir(exist_ok=True)
         hyperparameters = {"hidden_sizes": [16]}
         policy = agents.make("ppo", env_spec(env_id), hyperparameters, total_steps=1000, seed=7)
-        partial = path.with_suffix(".partial")
+        partial = path.with_name(f"{path.stem}.{os.getpid()}.partial")
         torch.save({"spec": {"algo": "ppo", "env_id": env_id, "hyperparameters": hyperparameters}, "algorithm": policy.state_dict()}, partial)
         partial.replace(path)
     return str(path)
