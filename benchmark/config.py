@@ -42,6 +42,7 @@ import yaml
 import agents
 from agents.envs import check_env_id, env_spec
 from agents.errors import ConfigError, suggest
+from agents.registry import REGISTRY
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 """The checkout: suites/, results/ (reference scores, baselines, throughput) are found from here."""
@@ -52,8 +53,6 @@ RUN_KEY_VERSION = 1  # bump when the meaning of a RunSpec field changes
 def key_form(algo: str, hyperparameters: dict[str, Any]) -> dict[str, Any]:
     """``hyperparameters`` as run keys hash them: fields renamed since runs were first recorded
     under their recorded names (``Hyperparameters.key_form``), so a rename retrains nothing."""
-    from agents.registry import REGISTRY  # torch-free
-
     if algo not in REGISTRY:  # a spec of an algorithm this version does not know: hashed as it is
         return hyperparameters
     return REGISTRY[algo][0].key_form(hyperparameters)

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from agents.api import Acted, Algorithm, ConfigError, Learner, Transitions
+from agents.api import Acted, Algorithm, Transitions
 from agents.optim import adam
 
 
@@ -260,20 +260,12 @@ class SeedBatch(abc.ABC):
         configs = {repr(member.config) for member in members}
         if len(configs) != 1:
             raise ValueError("the members of a seed batch must share one configuration")
-        reason = self.unsupported(type(members[0]), members[0].config)
-        if reason:
-            raise ConfigError(reason)
         self.members = members
         self.num_seeds = len(members)
         self.device = members[0].device
         self.config = members[0].config
         self.generators = [member.generator for member in members]
         self.optimizers: dict[str, StackedOptimizer] = {}
-
-    @classmethod
-    def unsupported(cls, algorithm: type[Learner], config: Any) -> str | None:
-        """Why ``algorithm`` with ``config`` cannot train batched, or None."""
-        return None
 
     # -- the loop's calls, per seed ----------------------------------------------------------
 

@@ -120,7 +120,7 @@ def batchable(spec: RunSpec) -> str | None:
     cls = agents.algorithm_class(spec.algo)
     if cls.seed_batch is None:
         return f"{spec.algo} has no batched training of seeds (it has: {', '.join(sorted(n for n, c in agents.ALGORITHMS.items() if c.seed_batch))})"
-    return cls.seed_batch.unsupported(cls, agents.resolve_config(spec.algo, spec.hyperparameters))
+    return None
 
 
 def run_seeds(
