@@ -18,7 +18,7 @@ from agents.errors import ConfigError, suggest  # noqa: F401 - re-exported: the 
 from agents.hyperparameters import Hyperparameters, hp  # noqa: F401 - re-exported: the package's face
 
 if TYPE_CHECKING:
-    from agents.algos.seeds import SeedBatch
+    from agents.algos.seeds import MetaSeedBatch, SeedBatch
     from agents.envs import EnvSpec
 
 # --------------------------------------------------------------------------------------------
@@ -75,8 +75,9 @@ class Learner(abc.ABC):
     #: whether it learns from a replay buffer (which checkpoints hold only when asked to)
     has_replay_buffer: ClassVar[bool] = False
 
-    #: the ``agents.algos.seeds.SeedBatch`` that trains N seeds of it as one batched model, if any
-    seed_batch: ClassVar[type[SeedBatch] | None] = None
+    #: the ``agents.algos.seeds.SeedBatch`` (``MetaSeedBatch`` for a meta-learner) that trains N
+    #: seeds of it as one batched model, if any
+    seed_batch: ClassVar[type[SeedBatch] | type[MetaSeedBatch] | None] = None
 
     config: Hyperparameters
 

@@ -230,6 +230,8 @@ class MetaAlgorithm(Learner, Generic[PolicyT]):
     meta_test_deterministic: bool = False
     #: sub-envs a collection uses (more would step unrecorded)
     collection_envs: int = 1
+    #: the generator its acting-time draws come from (a meta-test lends it a fresh one)
+    generator: torch.Generator
 
     @abc.abstractmethod
     def train_epoch(self, task_envs: TaskEnvs) -> dict[str, float]:
@@ -261,13 +263,19 @@ def meta_test(algo: MetaAlgorithm[PolicyT], task_envs: TaskEnvs, tasks: list[Tas
     adapted policy (deterministic actions if ``meta_test_deterministic``). The pre-adaptation
     return is that of the first round's exploration.
 
-    The torch RNG is forked and seeded with ``seed``: a meta-test draws the same action noise
-    and latent samples each time and leaves the training streams untouched.
+    The torch RNG is forked and seeded with ``seed``, and the algorithm's generator is replaced
+    by one seeded with ``seed`` meanwhile: a meta-test draws the same action noise and latent
+    samples each time and leaves the training streams untouched.
     """
     devices = list(range(torch.cuda.device_count())) if task_envs.device.type == "cuda" else []
+    own = algo.generator
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
-        return _meta_test(algo, task_envs, tasks)
+        algo.generator = torch.Generator().manual_seed(seed)
+        try:
+            return _meta_test(algo, task_envs, tasks)
+        finally:
+            algo.generator = own
 
 
 def _meta_test(algo: MetaAlgorithm[PolicyT], task_envs: TaskEnvs, tasks: list[Task]) -> list[TaskResult]:

@@ -173,6 +173,17 @@ def flatten_seeds(tensors: Sequence[torch.Tensor], seeds: int) -> torch.Tensor:
     return torch.cat([t.reshape(seeds, -1) for t in tensors], dim=1)
 
 
+def split_seeds(vector: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The inverse of ``flatten_seeds``: each seed's row of (S, P) cut into tensors shaped as
+    ``like`` (stacked (S, ...) or, for S = 1, one run's own (...))."""
+    parts, offset = [], 0
+    for tensor in like:
+        size = tensor.numel() // vector.shape[0]
+        parts.append(vector[:, offset : offset + size].reshape(tensor.shape))
+        offset += size
+    return parts
+
+
 def conjugate_gradient(
     matrix_vector_product: Callable[[torch.Tensor], torch.Tensor],
     b: torch.Tensor,

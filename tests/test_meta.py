@@ -146,13 +146,16 @@ def test_collect_pads_ended_episodes_and_counts_steps():
 
 
 def test_collect_is_reproducible_from_the_seed_and_round_counter():
+    """The same env seeds and the same draws of the run's generator give the same episodes."""
     algo = agents.make("maml_vpg", env_spec(POINT), SMALL["maml_vpg"], total_steps=1, seed=0)
-    torch.manual_seed(3)
+    algo.generator.manual_seed(3)
     first = TaskEnvs(POINT, 3, seed=5).collect({"goal": [0.1, 0.2]}, algo.get_exploration_policy(), 4)
-    torch.manual_seed(3)
+    algo.generator.manual_seed(3)
     second = TaskEnvs(POINT, 3, seed=5).collect({"goal": [0.1, 0.2]}, algo.get_exploration_policy(), 4)
     torch.testing.assert_close(first.actions, second.actions)
     torch.testing.assert_close(first.rewards, second.rewards)
+    third = TaskEnvs(POINT, 3, seed=5).collect({"goal": [0.1, 0.2]}, algo.get_exploration_policy(), 4)
+    assert not torch.equal(first.actions, third.actions)  # the generator moved on: new draws
 
 
 # -- baseline and advantages ---------------------------------------------------------------
@@ -199,26 +202,39 @@ def _tiny_problem(name="maml_vpg", first_order=False):
     generator = torch.Generator().manual_seed(1)
 
     def batch():
-        episodes = _episodes(
-            torch.randn(4, 5, 2, generator=generator, dtype=torch.float64),
-            torch.zeros(4, 5, dtype=torch.float64),
-            actions=torch.randn(4, 5, 2, generator=generator, dtype=torch.float64),
+        """20 steps of one seed, the last 3 padding (which no loss may read)."""
+        mask = torch.ones(1, 20, dtype=torch.bool)
+        mask[0, -3:] = False
+        return Batch(
+            observations=torch.randn(1, 20, 2, generator=generator, dtype=torch.float64),
+            actions=torch.randn(1, 20, 2, generator=generator, dtype=torch.float64),
+            mask=mask,
+            advantages=torch.randn(1, 20, generator=generator, dtype=torch.float64) * mask,
+            log_probs=torch.zeros(1, 20, dtype=torch.float64),
+            dist_params=torch.zeros(1, 20, 4, dtype=torch.float64),
+            returns=torch.zeros(1, dtype=torch.float64),
         )
-        return Batch(episodes, torch.randn(20, generator=generator, dtype=torch.float64))
 
     return algo, [TaskBatch([batch()], batch())]
 
 
+def _vpg_loss(algo, theta, batch):
+    """-mean(log pi(a|s) A) over the valid steps, written out with one run's network."""
+    valid = batch.mask[0]
+    params = torch.func.functional_call(algo.network, theta, (batch.observations[0][valid],))
+    log_probs = algo.network.distribution(params).log_prob(batch.actions[0][valid])
+    return -(log_probs * batch.advantages[0][valid]).mean()
+
+
 def _outer_loss_at(algo, task_batch, vector):
-    """L_out(theta - alpha grad L_in(theta)) at theta = ``vector``, recomputed from scratch."""
+    """L_out(theta - alpha grad L_in(theta)) at theta = ``vector``, recomputed from scratch
+    (both losses VPG's, on the valid steps only)."""
     shapes = [p.shape for p in algo.parameters]
     pieces = vector.split([int(np.prod(s)) for s in shapes])
     theta = {name: piece.view(shape).clone().requires_grad_() for name, piece, shape in zip(algo.names, pieces, shapes)}
-    inner = algo.inner_loss(theta, task_batch.inner[0])
-    gradients = torch.autograd.grad(inner, list(theta.values()))
+    gradients = torch.autograd.grad(_vpg_loss(algo, theta, task_batch.inner[0]), list(theta.values()))
     adapted = {k: v - algo.config.inner_lr * g for (k, v), g in zip(theta.items(), gradients)}
-    loss, _ = algo.outer_loss(adapted, task_batch.validation)
-    return loss.item()
+    return _vpg_loss(algo, adapted, task_batch.validation).item()
 
 
 def test_the_meta_gradient_differentiates_through_the_inner_step():
@@ -240,9 +256,10 @@ def test_the_meta_gradient_differentiates_through_the_inner_step():
     second_order_term = (meta_gradient - approximate).norm() / meta_gradient.norm()
     assert second_order_term > 0.05, f"the second-order term is only {second_order_term:.3g} of the gradient"
     # first order: exactly the outer gradient at the adapted parameters, as if they were theta
-    adapted = {k: v.detach().requires_grad_() for k, v in first_order.adapted_parameters(batch[0], second_order=False).items()}
+    theta = {k: v.unsqueeze(0) for k, v in first_order.meta_parameters().items()}
+    adapted = {k: v.detach().requires_grad_() for k, v in first_order.adapted_parameters(theta, batch[0], second_order=False).items()}
     loss, _ = first_order.outer_loss(adapted, batch[0].validation)
-    direct = torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(adapted.values()))])
+    direct = torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss.sum(), list(adapted.values()))])
     torch.testing.assert_close(approximate, direct)
 
 
@@ -254,7 +271,7 @@ def test_adapt_policy_takes_one_inner_step_from_the_exploration_policy():
     adapted = algo.adapt_policy(policy, episodes)
     batch = algo.make_batch(episodes)
     theta = {k: v.detach().requires_grad_() for k, v in policy.parameters.items()}
-    gradients = torch.autograd.grad(algo.inner_loss(theta, batch), list(theta.values()))
+    gradients = torch.autograd.grad(_vpg_loss(algo, theta, batch), list(theta.values()))
     for (name, value), gradient in zip(theta.items(), gradients):
         torch.testing.assert_close(adapted.parameters[name], value.detach() - algo.config.inner_lr * gradient)
     for name, value in algo.meta_parameters().items():  # theta itself is untouched
@@ -538,6 +555,8 @@ def test_a_meta_suite_through_the_cli_logs_meta_metrics_and_reports_adaptation(w
         experiments:
           - algo: maml_vpg
             envs: [reprorl/PointNav-v0]
+            seeds: [0, 1]
+            seeds_in_process: 2
             hyperparameters: {meta_batch_size: 2, episodes_per_task: 3, num_envs: 3, hidden_sizes: [8]}
           - algo: pearl
             envs: [reprorl/PointNav-v0]
@@ -551,7 +570,8 @@ def test_a_meta_suite_through_the_cli_logs_meta_metrics_and_reports_adaptation(w
     assert completed.returncode == 0, completed.stderr
     client, runs = all_runs(f"sqlite:///{results / 'mlflow.db'}")
     children = [run for run in runs if run.data.tags.get("run_key")]
-    assert len(children) == 2 and all(run.info.status == "FINISHED" for run in children)
+    assert len(children) == 3 and all(run.info.status == "FINISHED" for run in children)
+    assert sorted(run.data.tags.get("batch_seeds", "") for run in children) == ["", "0 1", "0 1"]  # MAML's two seeds in one batch
     for run in children:
         metrics = run.data.metrics
         assert {"meta_test/pre_adaptation_return", "meta_test/post_adaptation_return", "meta_test/task1/post_adaptation_return"} <= set(metrics)
@@ -560,4 +580,4 @@ def test_a_meta_suite_through_the_cli_logs_meta_metrics_and_reports_adaptation(w
     assert completed.returncode == 0, completed.stderr
     report = (results / "reports" / "tiny_meta" / "report.md").read_text()
     assert "| algorithm | seeds | pre-adaptation [95% CI] | post-adaptation [95% CI] | gain [95% CI] |" in report
-    assert "| maml_vpg | 1 |" in report and "| pearl | 1 |" in report
+    assert "| maml_vpg | 2 |" in report and "| pearl | 1 |" in report

@@ -378,7 +378,7 @@ def test_batching_refuses_what_it_cannot_batch():
     mixed = [build("dqn", "CartPole-v1", 0, {}, 1000)[0], build("dqn", "CartPole-v1", 1, {"learning_rate": 1e-3}, 1000)[0]]
     with pytest.raises(ValueError, match="one configuration"):
         type(mixed[0]).seed_batch(mixed)
-    assert agents.algorithm_class("maml_vpg").seed_batch is None
+    assert agents.algorithm_class("pearl").seed_batch is None
 
 
 def test_a_stacked_adam_steps_only_the_active_seeds_each_with_its_own_count():
@@ -459,8 +459,8 @@ def test_run_seeds_refuses_runs_that_differ_beyond_the_seed():
         training_loop.run_seeds([training_loop.SeedJob(specs[0]), training_loop.SeedJob(other[1])])
     spec = RunSpec("t", "bc", "CartPole-v1", 0, {"expert": "expert.npz"}, Budget(100, 100, 2))
     assert training_loop.batchable(spec) is None  # every online algorithm batches its seeds
-    with pytest.raises(ConfigError, match="cannot train seeds of maml_vpg batched: maml_vpg is a meta-learner"):
-        training_loop.run_seeds([training_loop.SeedJob(spec) for spec in _specs("maml_vpg", "reprorl/HalfCheetahVel-v5", {}, 100, 100)])
+    with pytest.raises(ConfigError, match="cannot train seeds of pearl batched: pearl has no batched training of seeds"):
+        training_loop.run_seeds([training_loop.SeedJob(spec) for spec in _specs("pearl", "reprorl/HalfCheetahVel-v5", {}, 100, 100)])
 
 
 # ---------------------------------------------------------------- through the runner, the CLI, tune
@@ -493,6 +493,9 @@ def test_the_runner_batches_seeds_of_one_configuration_n_at_a_time(write_suite):
   - algo: maml_vpg
     envs: [reprorl/HalfCheetahVel-v5]
     seeds: [0, 1]
+  - algo: pearl
+    envs: [reprorl/HalfCheetahVel-v5]
+    seeds: [0, 1]
   - algo: dqn
     envs: [CartPole-v1]
     seeds: [0, 1]
@@ -506,12 +509,13 @@ def test_the_runner_batches_seeds_of_one_configuration_n_at_a_time(write_suite):
         [("ppo", "CartPole-v1", 3e-4, 0), ("ppo", "CartPole-v1", 3e-4, 1), ("ppo", "CartPole-v1", 3e-4, 2)],
         [("ppo", "CartPole-v1", 3e-4, 3)],  # N at a time: the fourth seed alone
         *([(*setting, 0), (*setting, 1)] for setting in ppo),  # each grid point and env its own batch
-        [("maml_vpg", "reprorl/HalfCheetahVel-v5", None, 0)],  # no batched MAML: one seed per process, with a notice
-        [("maml_vpg", "reprorl/HalfCheetahVel-v5", None, 1)],
+        [("maml_vpg", "reprorl/HalfCheetahVel-v5", None, 0), ("maml_vpg", "reprorl/HalfCheetahVel-v5", None, 1)],  # meta-learners batch too
+        [("pearl", "reprorl/HalfCheetahVel-v5", None, 0)],  # no batched PEARL: one seed per process, with a notice
+        [("pearl", "reprorl/HalfCheetahVel-v5", None, 1)],
         [("dqn", "CartPole-v1", 1e-4, 0)],  # the experiment's own seeds_in_process: 1
         [("dqn", "CartPole-v1", 1e-4, 1)],
     ]
-    assert notices == ["maml_vpg on reprorl/HalfCheetahVel-v5: one seed per process (maml_vpg is a meta-learner)"]
+    assert len(notices) == 1 and notices[0].startswith("pearl on reprorl/HalfCheetahVel-v5: one seed per process (pearl has no batched training of seeds")
 
 
 def test_a_batched_suite_logs_each_seed_as_its_own_mlflow_run_and_reproduces_it(write_suite, tmp_path):
@@ -708,3 +712,147 @@ def test_a_learning_rate_set_on_the_members_reaches_the_stacked_optimizer():
         member._steps_since_update = 0
     batch.update()  # no gradient step is due: only the rates are read
     assert batch.optimizers["critic"].lr == 1e-6 and batch.optimizers["actor"].lr == 3e-4
+
+
+# ---------------------------------------------------------------- meta-learners
+
+POINT = "reprorl/PointNav-v0"
+META_CASES = {
+    "maml_vpg": {"meta_batch_size": 2, "episodes_per_task": 3, "num_envs": 3, "hidden_sizes": [8]},
+    "maml_ppo": {
+        "meta_batch_size": 2,
+        "episodes_per_task": 3,
+        "num_envs": 3,
+        "hidden_sizes": [8],
+        "outer_iterations": 2,
+        "entropy_method": "regularized",
+        "entropy_coef": 0.01,
+    },
+    "maml_trpo": {"meta_batch_size": 2, "episodes_per_task": 3, "num_envs": 3, "hidden_sizes": [8], "num_grad_updates": 2},
+}
+
+
+def test_every_batched_meta_learner_has_a_case():
+    assert set(META_CASES) == {name for name, cls in agents.ALGORITHMS.items() if agents.is_meta(name) and cls.seed_batch is not None}
+
+
+@pytest.mark.parametrize("algo", sorted(META_CASES))
+def test_first_epochs_of_a_meta_batch_match_separate_runs(algo):
+    """Each seed samples its own tasks, collects through its own task envs with its own draws;
+    batched, its logs and parameters after each epoch are those of its run alone."""
+    from agents.meta import TaskEnvs
+
+    def members():
+        return [build(algo, POINT, seed, META_CASES[algo], 1)[0] for seed in SEEDS]
+
+    alone = members()
+    separate = []
+    for member, seed in zip(alone, SEEDS):
+        envs = TaskEnvs(POINT, member.collection_envs, seed=seed)
+        separate.append([(member.train_epoch(envs), parameters(member)) for _ in range(3)])
+    batched_members = members()
+    batch = type(batched_members[0]).seed_batch(batched_members)
+    envs = [TaskEnvs(POINT, batched_members[0].collection_envs, seed=seed) for seed in SEEDS]
+    batched = []
+    for _ in range(3):
+        logs = batch.train_epoch(envs)
+        batched.append((logs, [parameters(member) for member in batched_members]))
+    for epoch, (logs, seed_parameters) in enumerate(batched):
+        for seed in range(len(SEEDS)):
+            their_logs, their_parameters = separate[seed][epoch]
+            assert logs[seed].keys() == their_logs.keys()
+            for key, value in their_logs.items():
+                assert math.isclose(logs[seed][key], value, rel_tol=1e-4, abs_tol=1e-5), (epoch, seed, key)
+            for mine, theirs in zip(seed_parameters[seed], their_parameters, strict=True):
+                torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5)
+    final = [torch.cat([p.flatten() for p in seed_parameters]) for seed_parameters in batched[-1][1]]
+    assert not torch.allclose(final[0], final[1])  # the seeds really differ
+
+
+def _meta_specs(algo: str, total: int, every: int):
+    from benchmark.config import Budget, RunSpec
+
+    config = agents.resolve_config(algo, META_CASES[algo]).to_dict()
+    return [RunSpec("t", algo, POINT, seed, config, Budget(total, every, 2), device="cpu", checkpoint_every=1) for seed in SEEDS]
+
+
+def test_a_batched_meta_run_meta_tests_each_seed_as_its_run_alone(monkeypatch):
+    """The whole meta loop: each seed meta-tests at its own env steps (its episodes are its own)
+    with the results of its run alone, and leaves the batch at its own budget (seed 1's
+    collections count 500 more steps here, as if its episodes were longer)."""
+    from agents.meta import TaskEnvs
+    from benchmark.training import loop as training_loop
+    from benchmark.training.results import RunResult
+
+    collect = TaskEnvs.collect
+
+    def longer(self, *arguments, **options):
+        episodes = collect(self, *arguments, **options)
+        self.steps += 500 * (self.seed == 1)
+        return episodes
+
+    monkeypatch.setattr(TaskEnvs, "collect", longer)
+    specs = _meta_specs("maml_vpg", 3000, 1200)
+    batched = training_loop.run_seeds([training_loop.SeedJob(spec) for spec in specs])
+    steps = []
+    for spec, outcome in zip(specs, batched):
+        alone = training_loop.run(spec)
+        assert isinstance(outcome, RunResult)
+        assert [e.step for e in outcome.evaluations] == [e.step for e in alone.evaluations]
+        for mine, theirs in zip(outcome.evaluations, alone.evaluations):
+            np.testing.assert_allclose(mine.returns, theirs.returns, rtol=1e-4)
+        steps.append([e.step for e in outcome.evaluations])
+    assert len({tuple(s) for s in steps}) > 1  # the seeds' steps differ: each left at its own budget
+
+
+def test_a_batched_meta_run_resumes_from_its_checkpoints_as_if_never_stopped(tmp_path):
+    from benchmark.training import checkpoint
+    from benchmark.training import loop as training_loop
+
+    specs = _meta_specs("maml_trpo", 3000, 600)
+    whole = training_loop.run_seeds([training_loop.SeedJob(spec) for spec in specs])
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_two(evaluation):
+        seen.append(evaluation)
+        if len(seen) == 2:
+            raise Stop
+
+    seen: list = []
+    jobs = [training_loop.SeedJob(spec, on_evaluation=stop_after_two if spec.seed == 0 else None) for spec in specs]
+    first = training_loop.run_seeds(jobs, checkpoint_dir=tmp_path, stop_together=True)
+    assert all(isinstance(outcome, Stop) for outcome in first)
+    payloads = [checkpoint.load(tmp_path / spec.run_key / checkpoint.LATEST) for spec in specs]
+    assert len({payload["loop"]["epoch"] for payload in payloads}) == 1  # saved together, at one epoch
+    resumed = training_loop.run_seeds([training_loop.SeedJob(spec, resume=payload) for spec, payload in zip(specs, payloads)], checkpoint_dir=tmp_path)
+    for mine, theirs in zip(resumed, whole):
+        assert [e.step for e in mine.evaluations] == [e.step for e in theirs.evaluations]
+        np.testing.assert_allclose([e.returns for e in mine.evaluations], [e.returns for e in theirs.evaluations], rtol=1e-5)
+
+
+def test_a_meta_seed_whose_envs_fail_ends_alone_and_the_others_redo_the_epoch(monkeypatch):
+    """Seed 1's envs raise in its second epoch: its run ends with that error; seeds 0 and 2
+    redo the epoch without it and finish as their runs alone."""
+    from agents.meta import TaskEnvs
+    from benchmark.training import loop as training_loop
+    from benchmark.training.results import RunResult
+
+    specs = _meta_specs("maml_ppo", 2400, 1200)
+    collect = TaskEnvs.collect
+
+    def failing(self, *arguments, **options):
+        if self.seed == 1 and self.rounds >= 5:  # in its second epoch (4 collections of one round each per epoch)
+            raise OSError("simulator crashed")
+        return collect(self, *arguments, **options)
+
+    monkeypatch.setattr(TaskEnvs, "collect", failing)
+    outcomes = training_loop.run_seeds([training_loop.SeedJob(spec) for spec in specs])
+    monkeypatch.undo()
+    assert isinstance(outcomes[1], OSError)
+    for seed in (0, 2):
+        alone = training_loop.run(specs[seed])
+        assert isinstance(outcomes[seed], RunResult)
+        assert [e.step for e in outcomes[seed].evaluations] == [e.step for e in alone.evaluations]
+        np.testing.assert_allclose([e.returns for e in outcomes[seed].evaluations], [e.returns for e in alone.evaluations], rtol=1e-4)

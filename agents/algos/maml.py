@@ -26,12 +26,17 @@ The baseline is the linear feature baseline of Duan et al. (2016) (features obs,
 t^3, 1, refitted by ridge regression on each batch), the MAML paper's choice. Episodes end at
 termination or the horizon without bootstrapping. Option names follow garage's MAMLVPG,
 MAMLPPO and MAMLTRPO.
+
+Every loss is written once over a leading seed dimension S: parameters are {name: (S, ...)}
+and a task's batch is (S, M, ...) (each seed's episodes, padding masked out). A run evaluates
+them with S = 1 (its own parameters, ``OneSeed``); ``MAMLSeedBatch`` trains N seeds with
+their parameters stacked, each seed sampling its own tasks and acting with its own draws.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
@@ -41,21 +46,21 @@ from torch import nn
 from torch.func import functional_call
 
 from agents.algos.onpolicy import entropy_bonus, entropy_transform, process_advantages
+from agents.algos.seeds import MetaSeedBatch, StackedOptimizer, per_seed_logs
 from agents.api import Acted, set_gradients
 from agents.configs.maml import MAMLConfig, MAMLPPOConfig, MAMLTRPOConfig, MAMLVPGConfig
 from agents.envs import EnvSpec
 from agents.meta import Episodes, MetaAlgorithm, PolicyOutput, TaskEnvs
 from agents.nets.distributions import Categorical, DiagGaussian
-from agents.nets.mlp import mlp
-from agents.optim import adam, backtracking_line_search, flatten, subtract_gradients, trust_region_step
+from agents.nets.mlp import _FUNCTIONS, mlp
+from agents.nets.stacked import stack_parameters
+from agents.optim import adam, backtracking_line_search, flatten_seeds, split_seeds, subtract_gradients, trust_region_step
+from agents.tasks import Task
 
 Parameters = dict[str, torch.Tensor]
 TASK_STREAM = 1  # the task-sampling RNG is seeded by SeedSequence([seed, TASK_STREAM])
+ACTING_STREAM = 2  # the acting draws' generator by SeedSequence([seed, ACTING_STREAM])
 
-
-# --------------------------------------------------------------------------------------------
-# Hyperparameters
-# --------------------------------------------------------------------------------------------
 
 # --------------------------------------------------------------------------------------------
 # The policy, acting from any parameter set
@@ -64,7 +69,7 @@ TASK_STREAM = 1  # the task-sampling RNG is seeded by SeedSequence([seed, TASK_S
 
 class PolicyNetwork(nn.Module):
     """pi(a | s): an MLP giving logits (Discrete) or the mean of a Gaussian with a
-    state-independent log-std (Box); evaluated at any parameters with ``torch.func``."""
+    state-independent log-std (Box); evaluated at any parameters, one set or S stacked."""
 
     def __init__(self, spec: EnvSpec, hidden_sizes: tuple[int, ...], activation: str, initial_log_std: float):
         super().__init__()
@@ -79,6 +84,20 @@ class PolicyNetwork(nn.Module):
             out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
         return out
 
+    def seeded(self, parameters: Mapping[str, torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
+        """``forward`` at S parameter sets {name: (S, ...)}: obs (S, B, *obs_shape) -> (S, B, P),
+        seed s at its own parameters (one batched matmul per layer)."""
+        out = obs.flatten(2)
+        for index, layer in enumerate(self.body):
+            if isinstance(layer, nn.Linear):
+                weight, bias = parameters[f"body.{index}.weight"], parameters[f"body.{index}.bias"]
+                out = torch.baddbmm(bias.unsqueeze(1), out, weight.transpose(1, 2))
+            else:
+                out = _FUNCTIONS[type(layer)](out)
+        if self.log_std is not None:
+            out = torch.cat([out, parameters["log_std"].unsqueeze(1).expand_as(out)], dim=-1)
+        return out
+
     def distribution(self, params: torch.Tensor) -> Categorical | DiagGaussian:
         if self.discrete:
             return Categorical(params)
@@ -87,16 +106,17 @@ class PolicyNetwork(nn.Module):
 
 
 class AdaptedPolicy:
-    """The policy network at one parameter set (the meta-policy's, or a task's adapted one)."""
+    """The policy network at one parameter set (the meta-policy's, or a task's adapted one),
+    drawing its actions from ``generator``."""
 
-    def __init__(self, network: PolicyNetwork, parameters: Parameters, spec: EnvSpec):
-        self.network, self.parameters, self.spec = network, parameters, spec
+    def __init__(self, network: PolicyNetwork, parameters: Parameters, spec: EnvSpec, generator: torch.Generator):
+        self.network, self.parameters, self.spec, self.generator = network, parameters, spec, generator
 
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> PolicyOutput:
         with torch.no_grad():
             params = functional_call(self.network, self.parameters, (obs,))
             dist = self.network.distribution(params)
-            actions = dist.mode() if deterministic else dist.sample()
+            actions = dist.mode() if deterministic else dist.sample(dist.draw_noise(self.generator))
             log_probs = dist.log_prob(actions)
         env_actions = actions.cpu().numpy()
         if not self.spec.discrete:
@@ -155,12 +175,33 @@ def episode_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.
     return advantages
 
 
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each seed's mean over its valid steps: (S, M) -> (S,)."""
+    weights = mask.to(values.dtype)
+    return (values * weights).sum(dim=-1) / weights.sum(dim=-1).clamp_min(1.0)
+
+
 @dataclass
 class Batch:
-    """Episodes of one task with their (constant) advantages at the valid steps (N,)."""
+    """One task's episodes for each of S seeds, the E x T steps flattened to M slots (padding
+    masked out), with the (constant) advantages: what the inner and outer losses read."""
 
-    episodes: Episodes
-    advantages: torch.Tensor
+    observations: torch.Tensor  # (S, M, *obs_shape)
+    actions: torch.Tensor  # (S, M, *action_shape)
+    mask: torch.Tensor  # (S, M) bool: a valid step
+    advantages: torch.Tensor  # (S, M), 0 on padding
+    log_probs: torch.Tensor  # (S, M) of the collecting policy
+    dist_params: torch.Tensor  # (S, M, P) of the collecting policy
+    returns: torch.Tensor  # (S,) mean undiscounted episode return
+
+    @classmethod
+    def stack(cls, batches: Sequence[Batch]) -> Batch:
+        """Seeds' batches (S_i, ...) side by side: (sum S_i, ...)."""
+        return cls(**{name: torch.cat([getattr(batch, name) for batch in batches]) for name in cls.__dataclass_fields__})
+
+    def seed(self, index: int) -> Batch:
+        """Seed ``index``'s part (1, ...)."""
+        return Batch(**{name: getattr(self, name)[index : index + 1] for name in self.__dataclass_fields__})
 
 
 @dataclass
@@ -169,6 +210,64 @@ class TaskBatch:
 
     inner: list[Batch]
     validation: Batch
+
+    def seed(self, index: int) -> TaskBatch:
+        return TaskBatch([batch.seed(index) for batch in self.inner], self.validation.seed(index))
+
+
+# --------------------------------------------------------------------------------------------
+# The seeds an update works on
+# --------------------------------------------------------------------------------------------
+
+
+class OneSeed:
+    """A run's own parameters as a batch of one seed (S = 1)."""
+
+    num_seeds = 1
+
+    def __init__(self, algorithm: MAML):
+        self.members: list[MAML] = [algorithm]
+        self.leaves: list[torch.Tensor] = list(algorithm.parameters)
+
+    def theta(self) -> Parameters:
+        """theta {name: (1, ...)}: views of the run's parameters (the meta-gradient reaches them)."""
+        return {name: parameter.unsqueeze(0) for name, parameter in zip(self.members[0].names, self.leaves)}
+
+    def apply(self, gradients: Sequence[torch.Tensor | None]) -> None:
+        self.members[0].apply_gradients(list(gradients))
+
+
+class MAMLSeedBatch(MetaSeedBatch):
+    """N seeds of one MAML configuration, their policy parameters stacked (N, ...) (each
+    member's are views of its slice) and their Adam stacked; see ``MetaSeedBatch``."""
+
+    def __init__(self, members: Sequence[MAML]):
+        super().__init__(members)
+        self.members: list[MAML] = list(members)
+        first = self.members[0]
+        self.names = first.names
+        self.leaves: list[torch.Tensor] = list(stack_parameters([member.parameters for member in self.members]))
+        if first.uses_optimizer:
+            self.optimizers["outer"] = StackedOptimizer([cast(torch.optim.Optimizer, member.optimizer) for member in self.members], self.leaves)
+
+    def theta(self) -> Parameters:
+        return dict(zip(self.names, self.leaves))
+
+    def apply(self, gradients: Sequence[torch.Tensor | None]) -> None:
+        set_gradients(cast(list[nn.Parameter], self.leaves), list(gradients))
+        if "outer" in self.optimizers:
+            self.optimizers["outer"].lr = self.members[0].config.outer_lr
+            self.optimizers["outer"].step()
+            for leaf in self.leaves:
+                leaf.grad = None
+        else:
+            subtract_gradients(cast(list[nn.Parameter], self.leaves))
+
+    def train_epoch(self, task_envs: Sequence[TaskEnvs]) -> list[dict[str, float]]:
+        return self.members[0].train_seeds(self, task_envs)
+
+
+Seeds = OneSeed | MAMLSeedBatch
 
 
 # --------------------------------------------------------------------------------------------
@@ -192,6 +291,7 @@ class MAML(MetaAlgorithm[AdaptedPolicy]):
         self.names = [name for name, _ in self.network.named_parameters()]
         self.optimizer = adam(self.parameters, lr=config.outer_lr) if self.uses_optimizer else None
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, TASK_STREAM]))
+        self.generator = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, ACTING_STREAM]).generate_state(1)[0]))
         self.last_batch: list[TaskBatch] = []
 
     uses_optimizer: ClassVar[bool] = True
@@ -220,116 +320,157 @@ class MAML(MetaAlgorithm[AdaptedPolicy]):
         """theta, as live tensors (the meta-gradient reaches them)."""
         return dict(zip(self.names, self.parameters))
 
+    def policy_at(self, parameters: Parameters) -> AdaptedPolicy:
+        """The policy at one parameter set {name: (...)}, acting with this run's draws."""
+        return AdaptedPolicy(self.network, parameters, self.spec, self.generator)
+
     def act(self, obs: torch.Tensor, state: Any = None, deterministic: bool = False) -> Acted:
         """The meta-policy (before adaptation)."""
         out = self.get_exploration_policy().act(obs, deterministic)
         return Acted(out.actions, out.env_actions, state, {"log_probs": cast(torch.Tensor, out.log_probs)})  # an AdaptedPolicy gives them
 
     def get_exploration_policy(self) -> AdaptedPolicy:
-        return AdaptedPolicy(self.network, {k: v.detach().clone() for k, v in self.meta_parameters().items()}, self.spec)
+        return self.policy_at({k: v.detach().clone() for k, v in self.meta_parameters().items()})
 
     def adapt_policy(self, exploration_policy: AdaptedPolicy, episodes: Episodes) -> AdaptedPolicy:
         """One inner gradient step from the exploration policy's parameters on ``episodes``."""
-        return self._step_policy(exploration_policy, self.make_batch(episodes))
+        start = {k: v.unsqueeze(0) for k, v in exploration_policy.parameters.items()}
+        adapted = self.inner_step(start, self.make_batch(episodes))
+        return self.policy_at({k: v[0] for k, v in adapted.items()})
 
     # -- the inner loop ---------------------------------------------------------------------
 
     def make_batch(self, episodes: Episodes) -> Batch:
-        """Advantages of ``episodes`` over a linear baseline fitted on them."""
+        """This run's episodes of one task as a batch of one seed, with advantages over a
+        linear baseline fitted on them."""
         config = self.config
         rewards = episodes.rewards
         if config.entropy_method == "max" and episodes.dist_params is not None:
             entropy = self.network.distribution(episodes.dist_params.flatten(0, 1)).entropy().view_as(rewards)
             rewards = rewards + config.entropy_coef * entropy_transform(config, entropy).detach() * episodes.mask
         values = linear_baseline(episodes, rewards, config.gamma, config.baseline_reg_coeff)
-        advantages = episodes.valid(episode_advantages(rewards, values, episodes.mask.float(), config.gamma, config.gae_lambda))
-        return Batch(episodes, process_advantages(config, advantages))
-
-    def entropy_bonus(self, dist: Categorical | DiagGaussian) -> torch.Tensor:
-        """entropy_coef * mean entropy under ``regularized``, else 0."""
-        return entropy_bonus(self.config, dist.entropy())
+        mask = episodes.mask.flatten().unsqueeze(0)
+        advantages = episode_advantages(rewards, values, episodes.mask.float(), config.gamma, config.gae_lambda).flatten().unsqueeze(0)
+        assert episodes.log_probs is not None and episodes.dist_params is not None  # collected by an AdaptedPolicy
+        return Batch(
+            observations=episodes.observations.flatten(0, 1).unsqueeze(0),
+            actions=episodes.actions.flatten(0, 1).unsqueeze(0),
+            mask=mask,
+            advantages=process_advantages(config, advantages, counted=mask),
+            log_probs=episodes.log_probs.flatten(0, 1).unsqueeze(0),
+            dist_params=episodes.dist_params.flatten(0, 1).unsqueeze(0),
+            returns=episodes.returns.mean().reshape(1),
+        )
 
     def distribution(self, parameters: Parameters, batch: Batch) -> Categorical | DiagGaussian:
-        """pi(. | s) at ``parameters`` for the valid steps of ``batch``."""
-        obs = batch.episodes.valid(batch.episodes.observations)
-        return self.network.distribution(functional_call(self.network, parameters, (obs,)))
+        """pi(. | s) at each seed's ``parameters`` (S, ...) for its steps of ``batch`` (S, M)."""
+        return self.network.distribution(self.network.seeded(parameters, batch.observations))
+
+    def entropy_bonus(self, dist: Categorical | DiagGaussian, batch: Batch) -> torch.Tensor:
+        """entropy_coef * each seed's mean entropy (S,) under ``regularized``, else 0."""
+        return entropy_bonus(self.config, dist.entropy(), counted=batch.mask)
 
     def inner_loss(self, parameters: Parameters, batch: Batch) -> torch.Tensor:
-        """The adaptation loss: -mean(log pi(a|s) A) minus the entropy bonus."""
+        """The adaptation loss per seed (S,): -mean(log pi(a|s) A) minus the entropy bonus."""
         dist = self.distribution(parameters, batch)
-        log_probs = dist.log_prob(batch.episodes.valid(batch.episodes.actions))
-        return -(log_probs * batch.advantages).mean() - self.entropy_bonus(dist)
+        return -masked_mean(dist.log_prob(batch.actions) * batch.advantages, batch.mask) - self.entropy_bonus(dist, batch)
 
     def adapt(self, parameters: Parameters, batch: Batch, create_graph: bool) -> Parameters:
-        """One inner step theta' = theta - inner_lr * grad inner_loss(theta).
+        """One inner step theta' = theta - inner_lr * grad inner_loss(theta), every seed's own.
 
         With ``create_graph`` the step is part of the graph, so a loss at theta' differentiates
         back to theta through the Hessian of the inner loss; without it the gradient is a
-        constant and d theta' / d theta = I (first order).
+        constant and d theta' / d theta = I (first order). The seeds share no parameter, so
+        the gradient of their summed losses is each seed's own.
         """
         names = list(parameters)
-        gradients = torch.autograd.grad(self.inner_loss(parameters, batch), [parameters[k] for k in names], create_graph=create_graph)
+        gradients = torch.autograd.grad(self.inner_loss(parameters, batch).sum(), [parameters[k] for k in names], create_graph=create_graph)
         return {k: parameters[k] - self.config.inner_lr * g for k, g in zip(names, gradients)}
 
-    def adapted_parameters(self, task_batch: TaskBatch, second_order: bool | None = None) -> Parameters:
-        """theta_i(theta): the inner steps replayed from theta, through their Hessians when
+    def inner_step(self, parameters: Parameters, batch: Batch) -> Parameters:
+        """The parameters one inner step on from ``parameters`` (S, ...), as values (no graph)."""
+        with torch.enable_grad():
+            start = {k: v.detach().requires_grad_() for k, v in parameters.items()}
+            adapted = self.adapt(start, batch, create_graph=False)
+        return {k: v.detach() for k, v in adapted.items()}
+
+    def adapted_parameters(self, theta: Parameters, task_batch: TaskBatch, second_order: bool | None = None) -> Parameters:
+        """theta_i(theta): the inner steps replayed from ``theta``, through their Hessians when
         ``second_order`` (by default: unless first_order)."""
         second_order = not self.config.first_order if second_order is None else second_order
-        parameters = self.meta_parameters()
+        parameters = theta
         for batch in task_batch.inner:
             parameters = self.adapt(parameters, batch, create_graph=second_order)
         return parameters
 
     def train_epoch(self, task_envs: TaskEnvs) -> dict[str, float]:
         """Sample tasks, adapt to each on fresh episodes, meta-update on the validation episodes."""
+        return self.train_seeds(OneSeed(self), [task_envs])[0]
+
+    def train_seeds(self, seeds: Seeds, task_envs: Sequence[TaskEnvs]) -> list[dict[str, float]]:
+        """``train_epoch`` of every seed at once: each samples its tasks and collects through
+        its own ``task_envs[s]``; the inner steps and the meta-update run batched. Each seed's logs."""
         config = self.config
-        tasks = task_envs.sampler.sample(config.meta_batch_size, self.rng)
-        batch, pre_returns = [], []
-        for task in tasks:
-            policy = self.get_exploration_policy()
+        tasks = [envs.sampler.sample(config.meta_batch_size, member.rng) for member, envs in zip(seeds.members, task_envs, strict=True)]
+        batch = []
+        for index in range(config.meta_batch_size):
+            seed_tasks = [member_tasks[index] for member_tasks in tasks]
+            parameters = {k: v.detach() for k, v in seeds.theta().items()}
             inner = []
             for _ in range(config.num_grad_updates):
-                episodes = task_envs.collect(task, policy, config.episodes_per_task)
-                inner.append(self.make_batch(episodes))
-                policy = self._step_policy(policy, inner[-1])
-            validation = self.make_batch(task_envs.collect(task, policy, config.episodes_per_task))
-            batch.append(TaskBatch(inner, validation))
-            pre_returns.append(float(inner[0].episodes.returns.mean()))
-        logs = self.update(batch)
-        logs["pre_adaptation_return"] = float(np.mean(pre_returns))
-        logs["post_adaptation_return"] = float(np.mean([float(b.validation.episodes.returns.mean()) for b in batch]))
-        return logs
+                inner.append(self.collect(seeds, task_envs, seed_tasks, parameters))
+                parameters = self.inner_step(parameters, inner[-1])
+            batch.append(TaskBatch(inner, self.collect(seeds, task_envs, seed_tasks, parameters)))
+        for s, member in enumerate(seeds.members):  # what ``update()`` takes by default
+            member.last_batch = [task_batch.seed(s) for task_batch in batch]
+        logs = self.update_seeds(seeds, batch)
+        logs["pre_adaptation_return"] = torch.stack([task_batch.inner[0].returns for task_batch in batch]).mean(dim=0)
+        logs["post_adaptation_return"] = torch.stack([task_batch.validation.returns for task_batch in batch]).mean(dim=0)
+        return per_seed_logs(logs, seeds.num_seeds)
 
-    def _step_policy(self, policy: AdaptedPolicy, batch: Batch) -> AdaptedPolicy:
-        """The policy one inner step on from ``policy`` (values only: no graph to theta)."""
-        with torch.enable_grad():
-            start = {k: v.detach().requires_grad_() for k, v in policy.parameters.items()}
-            adapted = self.adapt(start, batch, create_graph=False)
-        return AdaptedPolicy(self.network, {k: v.detach() for k, v in adapted.items()}, self.spec)
+    def collect(self, seeds: Seeds, task_envs: Sequence[TaskEnvs], tasks: Sequence[Task], parameters: Parameters) -> Batch:
+        """episodes_per_task episodes of each seed's task by its policy at its ``parameters[s]``."""
+        return Batch.stack(
+            [
+                member.make_batch(envs.collect(task, member.policy_at({k: v[s] for k, v in parameters.items()}), self.config.episodes_per_task))
+                for s, (member, envs, task) in enumerate(zip(seeds.members, task_envs, tasks, strict=True))
+            ]
+        )
 
     # -- the outer step ---------------------------------------------------------------------
 
     @abc.abstractmethod
-    def outer_loss(self, parameters: Parameters, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        """The outer algorithm's loss of the adapted policy on one task's validation batch."""
+    def outer_loss(self, parameters: Parameters, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The outer algorithm's loss (S,) of the adapted policies on one task's validation batch."""
 
-    def meta_loss(self, batch: list[TaskBatch]) -> tuple[torch.Tensor, dict[str, float]]:
-        """mean_i L_outer(theta_i(theta); D_i'), differentiable w.r.t. theta."""
+    def meta_loss(self, theta: Parameters, batch: list[TaskBatch]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """mean_i L_outer(theta_i(theta); D_i') per seed (S,), differentiable w.r.t. theta."""
         losses, logs = [], []
         for task_batch in batch:
-            loss, info = self.outer_loss(self.adapted_parameters(task_batch), task_batch.validation)
+            loss, info = self.outer_loss(self.adapted_parameters(theta, task_batch), task_batch.validation)
             losses.append(loss)
             logs.append(info)
-        keys = logs[0].keys() if logs else ()
-        return torch.stack(losses).mean(), {k: float(np.mean([info[k] for info in logs])) for k in keys}
+        return torch.stack(losses).mean(dim=0), {k: torch.stack([info[k] for info in logs]).mean(dim=0) for k in logs[0]}
+
+    def meta_gradients(self, seeds: Seeds, batch: list[TaskBatch]) -> tuple[list[torch.Tensor | None], dict[str, torch.Tensor]]:
+        """The meta-gradient of every seed's parameters (the order of ``seeds.leaves``)."""
+        loss, logs = self.meta_loss(seeds.theta(), batch)
+        gradients = torch.autograd.grad(loss.sum(), seeds.leaves, allow_unused=True)
+        present = [g if g is not None else torch.zeros_like(p) for g, p in zip(gradients, seeds.leaves)]
+        logs["meta_loss"] = loss.detach()
+        logs["meta_gradient_norm"] = flatten_seeds(present, seeds.num_seeds).norm(dim=1)
+        return list(gradients), logs
+
+    def update_seeds(self, seeds: Seeds, batch: list[TaskBatch]) -> dict[str, torch.Tensor]:
+        """The meta-update of every seed on its meta-batch (one Adam step); logs (S,)."""
+        gradients, logs = self.meta_gradients(seeds, batch)
+        seeds.apply(gradients)
+        return logs
 
     def compute_gradients(self, batch: list[TaskBatch]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
         """The meta-gradient of every policy parameter (the order of ``self.parameters``)."""
-        loss, logs = self.meta_loss(batch)
-        gradients = torch.autograd.grad(loss, self.parameters, allow_unused=True)
-        logs["meta_loss"] = loss.item()
-        logs["meta_gradient_norm"] = flatten([g for g in gradients if g is not None]).norm().item()
-        return list(gradients), logs
+        gradients, logs = self.meta_gradients(OneSeed(self), batch)
+        return gradients, per_seed_logs(logs, 1)[0]
 
     def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
         """An Adam step of the outer learning rate."""
@@ -341,10 +482,7 @@ class MAML(MetaAlgorithm[AdaptedPolicy]):
 
     def update(self, batch: list[TaskBatch] | None = None) -> dict[str, float]:
         """The meta-update on ``batch`` (the last epoch's by default)."""
-        batch = self._batch_or_last(batch)
-        gradients, logs = self.compute_gradients(batch)
-        self.apply_gradients(gradients)
-        return logs
+        return per_seed_logs(self.update_seeds(OneSeed(self), self._batch_or_last(batch)), 1)[0]
 
     def _batch_or_last(self, batch: list[TaskBatch] | None) -> list[TaskBatch]:
         if batch is None:
@@ -369,6 +507,7 @@ class MAML(MetaAlgorithm[AdaptedPolicy]):
             "policy": self.network.state_dict(),
             "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
             "rng": self.rng.bit_generator.state,
+            "generator": self.generator.get_state(),
             "config": self.config.to_dict(),
         }
 
@@ -377,6 +516,8 @@ class MAML(MetaAlgorithm[AdaptedPolicy]):
         if self.optimizer is not None:
             self.optimizer.load_state_dict(state["optimizer"])
         self.rng.bit_generator.state = state["rng"]
+        if "generator" in state:  # checkpoints before the acting draws had their own generator lack it
+            self.generator.set_state(state["generator"])
         self.config = self.Config.from_dict(state["config"])
         self._on_parameter_updated("outer_lr")
 
@@ -387,10 +528,8 @@ class MAMLVPG(MAML):
     name = "maml_vpg"
     Config: ClassVar[type[MAMLVPGConfig]] = MAMLVPGConfig
 
-    def outer_loss(self, parameters: Parameters, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        dist = self.distribution(parameters, batch)
-        log_probs = dist.log_prob(batch.episodes.valid(batch.episodes.actions))
-        return -(log_probs * batch.advantages).mean() - self.entropy_bonus(dist), {}
+    def outer_loss(self, parameters: Parameters, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return self.inner_loss(parameters, batch), {}
 
 
 class MAMLPPO(MAML):
@@ -401,27 +540,26 @@ class MAMLPPO(MAML):
     tunable_parameters = (*MAML.tunable_parameters, "lr_clip_range")
     config: MAMLPPOConfig
 
-    def outer_loss(self, parameters: Parameters, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        episodes = batch.episodes
-        assert episodes.log_probs is not None  # collected by an AdaptedPolicy
+    def outer_loss(self, parameters: Parameters, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         dist = self.distribution(parameters, batch)
-        ratio = (dist.log_prob(episodes.valid(episodes.actions)) - episodes.valid(episodes.log_probs)).exp()
+        ratio = (dist.log_prob(batch.actions) - batch.log_probs).exp()
         clip = self.config.lr_clip_range
-        surrogate = torch.min(ratio * batch.advantages, ratio.clamp(1 - clip, 1 + clip) * batch.advantages).mean()
-        clip_fraction = ((ratio - 1).abs() > clip).float().mean().item()
-        return -surrogate - self.entropy_bonus(dist), {"clip_fraction": clip_fraction}
+        surrogate = masked_mean(torch.min(ratio * batch.advantages, ratio.clamp(1 - clip, 1 + clip) * batch.advantages), batch.mask)
+        clip_fraction = masked_mean(((ratio - 1).abs() > clip).float(), batch.mask).detach()
+        return -surrogate - self.entropy_bonus(dist, batch), {"clip_fraction": clip_fraction}
 
-    def update(self, batch: list[TaskBatch] | None = None) -> dict[str, float]:
-        batch = self._batch_or_last(batch)
-        logs: dict[str, float] = {}
+    def update_seeds(self, seeds: Seeds, batch: list[TaskBatch]) -> dict[str, torch.Tensor]:
+        """outer_iterations Adam steps on the meta-batch."""
+        logs: dict[str, torch.Tensor] = {}
         for _ in range(self.config.outer_iterations):
-            gradients, logs = self.compute_gradients(batch)
-            self.apply_gradients(gradients)
+            gradients, logs = self.meta_gradients(seeds, batch)
+            seeds.apply(gradients)
         return logs
 
 
 class MAMLTRPO(MAML):
-    """MAML with TRPO's natural-gradient step as the meta-update."""
+    """MAML with TRPO's natural-gradient step as the meta-update, every seed its own
+    conjugate gradient and line search."""
 
     name = "maml_trpo"
     Config: ClassVar[type[MAMLTRPOConfig]] = MAMLTRPOConfig
@@ -429,47 +567,46 @@ class MAMLTRPO(MAML):
     uses_optimizer = False
     config: MAMLTRPOConfig
 
-    def objective(self, batch: list[TaskBatch], second_order: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Surrogate mean_i mean(r A) (+ entropy bonus) and the mean KL between each task's
-        adapted policy at collection and now, both as functions of theta."""
+    def objective(self, theta: Parameters, batch: list[TaskBatch], second_order: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per seed (S,): the surrogate mean_i mean(r A) (+ entropy bonus) and the mean KL
+        between each task's adapted policy at collection and now, as functions of theta."""
         surrogates, kls = [], []
         for task_batch in batch:
-            parameters = self.adapted_parameters(task_batch, second_order)
+            parameters = self.adapted_parameters(theta, task_batch, second_order)
             validation = task_batch.validation
             loss, _ = self.outer_loss(parameters, validation)
-            assert validation.episodes.dist_params is not None  # collected by an AdaptedPolicy
-            old = self.network.distribution(validation.episodes.valid(validation.episodes.dist_params))
-            kls.append(old.kl(self.distribution(parameters, validation)).mean())
+            old = self.network.distribution(validation.dist_params)
+            kls.append(masked_mean(old.kl(self.distribution(parameters, validation)), validation.mask))
             surrogates.append(-loss)
-        return torch.stack(surrogates).mean(), torch.stack(kls).mean()
+        return torch.stack(surrogates).mean(dim=0), torch.stack(kls).mean(dim=0)
 
-    def outer_loss(self, parameters: Parameters, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        episodes = batch.episodes
-        assert episodes.log_probs is not None  # collected by an AdaptedPolicy
+    def outer_loss(self, parameters: Parameters, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         dist = self.distribution(parameters, batch)
-        ratio = (dist.log_prob(episodes.valid(episodes.actions)) - episodes.valid(episodes.log_probs)).exp()
-        return -(ratio * batch.advantages).mean() - self.entropy_bonus(dist), {}
+        ratio = (dist.log_prob(batch.actions) - batch.log_probs).exp()
+        return -masked_mean(ratio * batch.advantages, batch.mask) - self.entropy_bonus(dist, batch), {}
 
-    def compute_gradients(self, batch: list[TaskBatch]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
-        """Minus the accepted trust-region step (so ``apply_gradients``' theta - g takes it)."""
+    def meta_gradients(self, seeds: Seeds, batch: list[TaskBatch]) -> tuple[list[torch.Tensor | None], dict[str, torch.Tensor]]:
+        """Minus each seed's accepted trust-region step (so that theta - g takes it)."""
         config = self.config
-        surrogate, mean_kl = self.objective(batch)
-        full_step, gradient = trust_region_step(surrogate, mean_kl, self.parameters, config.max_kl, config.cg_iterations, config.cg_damping)
+        surrogate, mean_kl = self.objective(seeds.theta(), batch)
+        full_step, gradient = trust_region_step(surrogate, mean_kl, seeds.leaves, config.max_kl, config.cg_iterations, config.cg_damping)
         step, logs = backtracking_line_search(
-            self.parameters,
-            lambda: self.objective(batch, second_order=False),  # scoring a candidate needs no graph to theta
+            seeds.leaves,
+            lambda: self.objective(seeds.theta(), batch, second_order=False),  # scoring a candidate needs no graph to theta
             full_step,
-            surrogate.item(),
+            surrogate.detach(),
             config.max_kl,
             config.line_search_shrink,
             config.line_search_max_steps,
         )
-        logs.update({"surrogate": surrogate.item(), "meta_gradient_norm": gradient.norm().item()})
-        steps = step.split([p.numel() for p in self.parameters])
-        return [-s.view_as(p) for s, p in zip(steps, self.parameters)], logs
+        logs.update({"surrogate": surrogate.detach(), "meta_gradient_norm": gradient.norm(dim=-1)})
+        return [-part for part in split_seeds(step, seeds.leaves)], logs
 
     def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
         """theta <- theta - g: takes the trust-region step."""
         if gradients is not None:
             set_gradients(self.parameters, gradients)
         subtract_gradients(self.parameters)
+
+
+MAML.seed_batch = MAMLSeedBatch

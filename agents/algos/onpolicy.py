@@ -71,15 +71,19 @@ def entropy_transform(options: PolicyGradientOptions, entropy: torch.Tensor) -> 
     return F.softplus(entropy) if options.use_softplus_entropy else entropy
 
 
-def entropy_bonus(options: PolicyGradientOptions, entropy: torch.Tensor) -> torch.Tensor:
+def entropy_bonus(options: PolicyGradientOptions, entropy: torch.Tensor, counted: torch.Tensor | None = None) -> torch.Tensor:
     """The objective's entropy term, per seed: H (..., M) -> entropy_coef * mean H (...,)
-    under 'regularized', else 0."""
+    under 'regularized', else 0; with ``counted`` (bool, same shape) the mean is over those
+    samples only."""
     if options.entropy_method != "regularized":
         return entropy.new_zeros(entropy.shape[:-1])
     entropy = entropy_transform(options, entropy)
     if options.stop_entropy_gradient:
         entropy = entropy.detach()
-    return options.entropy_coef * entropy.mean(dim=-1)
+    if counted is None:
+        return options.entropy_coef * entropy.mean(dim=-1)
+    weights = counted.to(entropy.dtype)
+    return options.entropy_coef * (entropy * weights).sum(dim=-1) / weights.sum(dim=-1).clamp_min(1.0)
 
 
 class Seeds(Protocol):

@@ -33,12 +33,15 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from agents.api import Acted, Algorithm, Transitions
+from agents.api import Acted, Algorithm, Learner, Transitions
 from agents.optim import adam
+
+if TYPE_CHECKING:
+    from agents.meta import MetaAlgorithm, TaskEnvs
 
 
 def stacked_index(stacked: Sequence[torch.Tensor]) -> dict[int, tuple[torch.Tensor, int]]:
@@ -246,20 +249,25 @@ def per_seed_logs(logs: dict[str, torch.Tensor], num_seeds: int) -> list[dict[st
     return [{name: row[seed] for name, row in zip(names, values)} for seed in range(num_seeds)]
 
 
+def check_members(batch: object, members: Sequence[Learner]) -> None:
+    """ValueError unless ``members`` are learners of one class, batched by ``batch``'s class,
+    with one configuration."""
+    if not members:
+        raise ValueError("a seed batch needs at least one member")
+    classes = {type(member) for member in members}
+    if len(classes) != 1 or classes.pop().seed_batch is not type(batch):
+        raise ValueError(f"{type(batch).__name__} does not batch {sorted({type(m).name for m in members})}")
+    if len({repr(member.config) for member in members}) != 1:
+        raise ValueError("the members of a seed batch must share one configuration")
+
+
 class SeedBatch(abc.ABC):
     """N members (algorithms of one class and configuration, built with their own seeds)
     trained as one batched model; see the module docstring."""
 
     def __init__(self, members: Sequence[Algorithm]):
         members = list(members)
-        if not members:
-            raise ValueError("a seed batch needs at least one member")
-        classes = {type(member) for member in members}
-        if len(classes) != 1 or classes.pop().seed_batch is not type(self):
-            raise ValueError(f"{type(self).__name__} does not batch {sorted({type(m).name for m in members})}")
-        configs = {repr(member.config) for member in members}
-        if len(configs) != 1:
-            raise ValueError("the members of a seed batch must share one configuration")
+        check_members(self, members)
         self.members = members
         self.num_seeds = len(members)
         self.device = members[0].device
@@ -297,3 +305,25 @@ class SeedBatch(abc.ABC):
     @staticmethod
     def _stack_optimizers(pairs: Mapping[str, tuple[Sequence[torch.optim.Optimizer], Sequence[torch.Tensor]]]) -> dict[str, StackedOptimizer]:
         return {name: StackedOptimizer(optimizers, stacked) for name, (optimizers, stacked) in pairs.items()}
+
+
+class MetaSeedBatch(abc.ABC):
+    """N seeds of one meta-learner's configuration trained as one batched model: every epoch
+    each seed samples its own tasks and collects through its own task envs with its own
+    draws, as its run alone would; the adaptation and meta-update steps of all seeds run as
+    one over their stacked parameters. The members' parameters are views of the stacks, so
+    they meta-test, save and load as alone; ``sync_members`` copies the stacked optimizers'
+    state into them before a save."""
+
+    def __init__(self, members: Sequence[MetaAlgorithm[Any]]):
+        check_members(self, members)
+        self.num_seeds = len(members)
+        self.optimizers: dict[str, StackedOptimizer] = {}
+
+    @abc.abstractmethod
+    def train_epoch(self, task_envs: Sequence[TaskEnvs]) -> list[dict[str, float]]:
+        """One ``train_epoch`` of every seed, seed s collecting through ``task_envs[s]``; each seed's logs."""
+
+    def sync_members(self) -> None:
+        for optimizer in self.optimizers.values():
+            optimizer.export()

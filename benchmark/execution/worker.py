@@ -178,6 +178,14 @@ class _ChildRun:
     def resumes_from(self) -> int:
         return int(self.payload["loop"]["step"]) if self.payload else 0
 
+    @property
+    def batch_position(self) -> tuple[str, int]:
+        """Where it resumes, as the seeds of one batch share it: the step, or a meta-learner's
+        epoch (its seeds' env steps differ within an epoch)."""
+        if self.payload and self.payload.get("kind") == "meta":
+            return ("epoch", int(self.payload["loop"]["epoch"]))
+        return ("step", self.resumes_from)
+
     def open(self) -> None:
         """Reopen the run of a resumable checkpoint, or start a new child run."""
         latest = self.latest
@@ -259,11 +267,12 @@ class _ChildRun:
 
 
 def _batches_by_step(children: list[_ChildRun]) -> list[list[_ChildRun]]:
-    """The seeds that train together: one batch per step they resume from (0: from scratch)."""
-    steps: dict[int, list[_ChildRun]] = {}
+    """The seeds that train together: one batch per step (a meta-learner's: epoch) they
+    resume from (0: from scratch)."""
+    positions: dict[tuple[str, int], list[_ChildRun]] = {}
     for child in children:
-        steps.setdefault(child.resumes_from, []).append(child)
-    return [steps[step] for step in sorted(steps)]
+        positions.setdefault(child.batch_position, []).append(child)
+    return [positions[position] for position in sorted(positions)]
 
 
 def _train_batch(batch: list[_ChildRun], context: _WorkerContext) -> list[Any]:

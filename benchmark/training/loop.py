@@ -18,7 +18,6 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +51,8 @@ from benchmark.training.control import (
 )
 from benchmark.training.evaluate import EVAL_SEED_OFFSET, evaluate
 from benchmark.training.hooks import NO_HOOKS, LoopHooks
-from benchmark.training.meta_loop import run_meta
-from benchmark.training.results import EvaluationCallback, NullTracker, ProgressCallback, RunResult, Tracker
+from benchmark.training.meta_loop import run_meta, run_meta_seeds
+from benchmark.training.results import EvaluationCallback, NullTracker, ProgressCallback, RunResult, SeedJob, Tracker
 
 
 def run(
@@ -92,18 +91,6 @@ def run(
     return outcome
 
 
-@dataclass
-class SeedJob:
-    """One run of ``run_seeds``: its spec and what ``run`` takes for it."""
-
-    spec: RunSpec
-    tracker: Tracker | None = None
-    progress: ProgressCallback | None = None
-    resume: dict[str, Any] | None = None
-    checkpoint_metadata: dict[str, Any] | None = None
-    on_evaluation: EvaluationCallback | None = None
-
-
 def batch_key(spec: RunSpec) -> str:
     """What the runs of one batch share: the spec without its seed (two specs with equal keys
     differ only by seed)."""
@@ -115,8 +102,6 @@ def batch_key(spec: RunSpec) -> str:
 
 def batchable(spec: RunSpec) -> str | None:
     """Why ``spec`` cannot train in a batch of seeds, or None when it can."""
-    if agents.is_meta(spec.algo):
-        return f"{spec.algo} is a meta-learner"
     cls = agents.algorithm_class(spec.algo)
     if cls.seed_batch is None:
         return f"{spec.algo} has no batched training of seeds (it has: {', '.join(sorted(n for n, c in agents.ALGORITHMS.items() if c.seed_batch))})"
@@ -137,7 +122,7 @@ def run_seeds(
     that ended it: a run that diverges (non-finite losses), whose evaluation callback raises,
     or whose envs fail ends alone, and the others go on; with ``stop_together`` (a tuning
     trial, which one failed or pruned seed ends) the others end there with the same exception.
-    Resumed runs must be at one step.
+    Resumed runs must be at one step. Meta-learners train in ``meta_loop.run_meta_seeds``.
     """
     if batched:
         keys = {batch_key(job.spec) for job in jobs}
@@ -149,6 +134,8 @@ def run_seeds(
     elif len(jobs) != 1:
         raise ValueError("unbatched, run_seeds trains one run")
     spec = jobs[0].spec
+    if agents.is_meta(spec.algo):
+        return run_meta_seeds(jobs, checkpoint_dir, remove_latest_on_finish, batched, stop_together, hooks)
     torch.set_num_threads(spec.torch_threads)
     device = resolve_device(spec.device)
     seeds: list[_SeedRun] = []

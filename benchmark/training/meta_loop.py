@@ -1,5 +1,5 @@
-"""One meta-RL training run: epochs of ``train_epoch`` over a task family, meta-tested on
-held-out tasks.
+"""One meta-RL training run, or a batch of runs that differ only by seed: epochs of
+``train_epoch`` over a task family, meta-tested on held-out tasks.
 
     repeat until budget.total_steps env steps (summed over every task and episode):
         logs = algo.train_epoch(train task envs)             sample tasks, collect, adapt, update
@@ -14,12 +14,20 @@ episodes each task gets is the algorithm's (``meta_test_*``). Checkpoints are wr
 boundaries, where no episode is in flight, so a resumed run continues exactly (PEARL's
 per-task buffers only when the checkpoint holds them: ``checkpoint.replay_buffer``; without
 them it refills every task's buffers before its next update).
+
+Seeds batched (the algorithm's ``MetaSeedBatch``) train their epochs together: one call
+trains every running seed's epoch. Each seed counts its own env steps (its episodes' lengths
+are its own), so it meta-tests at its own steps and leaves the batch when it reaches its
+budget, as its run alone would; all seeds checkpoint together (at one epoch: a resumed batch
+starts from one epoch) once any is due.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +44,7 @@ from benchmark.training import checkpoint
 from benchmark.training.control import Counters, Preempted, ResumeError, StopSignal, check_finite, finish, resolve_device, seed_everything
 from benchmark.training.evaluate import EVAL_SEED_OFFSET  # meta-test episodes never share env seeds with meta-training ones
 from benchmark.training.hooks import NO_HOOKS, LoopHooks
-from benchmark.training.results import Evaluation, EvaluationCallback, ProgressCallback, RunResult, Tracker
+from benchmark.training.results import Evaluation, EvaluationCallback, NullTracker, ProgressCallback, RunResult, SeedJob, Tracker
 
 
 @dataclass
@@ -76,105 +84,282 @@ def run_meta(
     hooks: LoopHooks = NO_HOOKS,
 ) -> RunResult:
     """``benchmark.training.loop.run`` for a meta-learner (same arguments, same RunResult)."""
-    torch.set_num_threads(spec.torch_threads)
-    seed_everything(spec.seed)
-    device = resolve_device(spec.device)
-    config = agents.resolve_config(spec.algo, spec.hyperparameters)
-    budget = spec.budget
-    run_dir = checkpoint.run_directory(checkpoint_dir, spec.run_key) if checkpoint_dir is not None else None
-    if run_dir is not None:
-        checkpoint.remove_partial_writes(run_dir)
-    algo = hooks.algorithm(agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=budget.total_steps, device=device, seed=spec.seed))
-    assert isinstance(algo, MetaAlgorithm)
-    train_envs = TaskEnvs(spec.env_id, algo.collection_envs, seed=spec.seed, device=device)
-    test_envs = TaskEnvs(spec.env_id, algo.collection_envs, seed=spec.seed + EVAL_SEED_OFFSET, device=device)
-    test_tasks = train_envs.sampler.test_tasks(budget.eval_episodes)
-    result = RunResult(spec, device=str(device))
-    loop = MetaCounters(next_eval=budget.eval_every, next_checkpoint=spec.checkpoint_interval)
+    job = SeedJob(spec, tracker, progress, resume, checkpoint_metadata, on_evaluation)
+    outcome = run_meta_seeds([job], checkpoint_dir, remove_latest_on_finish, batched=False, hooks=hooks)[0]
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
 
-    def evaluate_now(step: int) -> None:
-        test_envs.rounds = 0  # every meta-test sees the same env seeds and (seeded) action noise
-        with hooks.evaluating():
-            results = meta_test(algo, test_envs, test_tasks, seed=spec.seed + EVAL_SEED_OFFSET)
+
+def run_meta_seeds(
+    jobs: list[SeedJob],
+    checkpoint_dir: Path | None = None,
+    remove_latest_on_finish: bool = True,
+    batched: bool = True,
+    stop_together: bool = False,
+    hooks: LoopHooks = NO_HOOKS,
+) -> list[RunResult | BaseException]:
+    """``benchmark.training.loop.run_seeds`` for a meta-learner: the runs (one, or with
+    ``batched`` seeds of one configuration as one batched model) each with its own task envs,
+    meta-tests, checkpoints and tracker; each run's result or the exception that ended it.
+    Resumed runs must be at one epoch."""
+    spec = jobs[0].spec
+    torch.set_num_threads(spec.torch_threads)
+    device = resolve_device(spec.device)
+    seeds: list[_MetaSeedRun] = []
+    try:
+        for job in jobs:
+            seeds.append(_MetaSeedRun(job, device, checkpoint_dir, hooks))
+        epochs = {seed.counters.epoch for seed in seeds if seed.error is None}
+        if len(epochs) > 1:
+            raise ValueError(f"resumed meta runs at different epochs cannot train as one batch: {[seed.counters.epoch for seed in seeds]}")
+        _train(seeds, batched, stop_together)
+        for seed in seeds:
+            if seed.error is None:
+                seed.guard(seed.finish, remove_latest_on_finish)
+    finally:
+        for seed in seeds:
+            seed.close()
+    return [seed.error if seed.error is not None else seed.result for seed in seeds]
+
+
+class _Alone:
+    """One meta-learner behind the interface of a ``MetaSeedBatch``."""
+
+    def __init__(self, algo: MetaAlgorithm[Any]):
+        self.algo = algo
+
+    def train_epoch(self, task_envs: list[TaskEnvs]) -> list[dict[str, float]]:
+        return [self.algo.train_epoch(task_envs[0])]
+
+    def sync_members(self) -> None:
+        pass
+
+
+def _learner(seeds: list[_MetaSeedRun], batched: bool) -> Any:
+    if not batched:
+        return _Alone(seeds[0].algo)
+    members = [seed.algo for seed in seeds]
+    return type(members[0]).seed_batch(members)  # type: ignore[arg-type, misc]
+
+
+def _train(seeds: list[_MetaSeedRun], batched: bool, stop_together: bool) -> None:
+    """Epochs of every running seed at once; then each seed's logs, meta-tests and progress.
+    A seed that reaches its budget, or fails, leaves the batch (with ``stop_together``, the
+    first failure ends every seed)."""
+    running = [seed for seed in seeds if seed.error is None and not seed.done]
+    if not running:
+        return
+    learner = _learner(running, batched)
+    for seed in running:
+        seed.start_clock()
+    with StopSignal() as stop:
+        while running:
+            snapshots: list[dict[str, Any]] = []
+            if len(running) > 1:  # to redo the epoch without a seed whose envs fail
+                learner.sync_members()
+                snapshots = [seed.snapshot() for seed in running]
+            try:
+                logs = learner.train_epoch([_Attributed(seed.train_envs, index) for index, seed in enumerate(running)])
+            except SeedFailure as failure:  # one seed's envs failed: it ends; the others redo the epoch without it
+                running[failure.index].error = failure.error
+                if stop_together:
+                    _share_first_error(running)
+                    break
+                learner.sync_members()
+                for seed, snapshot in zip(running, snapshots, strict=True):
+                    if seed.error is None:
+                        seed.restore(snapshot)
+                running = [seed for seed in running if seed.error is None]
+                learner = _learner(running, batched)
+                continue
+            except Exception as error:  # noqa: BLE001 - an update that fails fails every seed it trained
+                for seed in running:
+                    seed.error = error
+                break
+            for seed, seed_logs in zip(running, logs, strict=True):
+                seed.guard(seed.record_epoch, seed_logs)
+            if stop_together:
+                _share_first_error(running)
+            still = [seed for seed in running if seed.error is None and not seed.done]
+            due = [seed for seed in still if seed.checkpoint_due()]
+            if due or stop.received:
+                learner.sync_members()
+                for seed in still if due else []:  # together: a resumed batch starts from one epoch
+                    seed.guard(seed.save)
+                if stop.received:
+                    for seed in still:
+                        seed.guard(seed.preempt)
+            if len(still) < len(running) or any(seed.error is not None for seed in still):
+                learner.sync_members()
+                running = [seed for seed in still if seed.error is None]
+                if running:
+                    learner = _learner(running, batched)
+    learner.sync_members()
+
+
+class SeedFailure(Exception):
+    """Seed ``index`` of a batch failed in its own envs with ``error``."""
+
+    def __init__(self, index: int, error: Exception):
+        super().__init__(f"seed {index}: {error}")
+        self.index, self.error = index, error
+
+
+class _Attributed:
+    """A seed's task envs whose failures name the seed (``SeedFailure``)."""
+
+    def __init__(self, envs: TaskEnvs, index: int):
+        self._envs, self._index = envs, index
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._envs, name)
+
+    def collect(self, *arguments: Any, **options: Any) -> Any:
+        try:
+            return self._envs.collect(*arguments, **options)
+        except Exception as error:  # noqa: BLE001 - attributed, then handled by the loop
+            raise SeedFailure(self._index, error) from error
+
+
+def _share_first_error(seeds: list[_MetaSeedRun]) -> None:
+    first = next((seed.error for seed in seeds if seed.error is not None), None)
+    if first is not None:
+        for seed in seeds:
+            if seed.error is None:
+                seed.error = first
+
+
+class _MetaSeedRun:
+    """One meta run's part of the loop: its task envs, algorithm, counters, meta-tests and checkpoints."""
+
+    def __init__(self, job: SeedJob, device: torch.device, checkpoint_dir: Path | None, hooks: LoopHooks):
+        spec = self.spec = job.spec
+        self.job, self.hooks = job, hooks
+        self.tracker: Tracker = job.tracker or NullTracker()
+        self.error: BaseException | None = None
+        self.result = RunResult(spec, device=str(device))
+        self.counters = MetaCounters(next_eval=spec.budget.eval_every, next_checkpoint=spec.checkpoint_interval)
+        self.check_finite = hooks.logging(check_finite)
+        self.started = 0.0
+        seed_everything(spec.seed)
+        config = agents.resolve_config(spec.algo, spec.hyperparameters)
+        self.run_dir = checkpoint.run_directory(checkpoint_dir, spec.run_key) if checkpoint_dir is not None else None
+        if self.run_dir is not None:
+            checkpoint.remove_partial_writes(self.run_dir)
+        algo = hooks.algorithm(agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=spec.budget.total_steps, device=device, seed=spec.seed))
+        assert isinstance(algo, MetaAlgorithm)
+        self.algo: MetaAlgorithm[Any] = algo
+        self.train_envs = TaskEnvs(spec.env_id, algo.collection_envs, seed=spec.seed, device=device)
+        self.test_envs = TaskEnvs(spec.env_id, algo.collection_envs, seed=spec.seed + EVAL_SEED_OFFSET, device=device)
+        self.test_tasks = self.train_envs.sampler.test_tasks(spec.budget.eval_episodes)
+        if job.resume is not None:
+            try:
+                checkpoint.restore_learner(job.resume, algo, self.counters, self.result, spec, kind="meta")
+                self.train_envs.load_state_dict(job.resume["task_envs"])
+                checkpoint.set_rng_state(job.resume["rng"])
+            except (KeyError, ValueError, RuntimeError, TypeError) as error:
+                self.error = ResumeError(f"cannot resume {spec.label} from its checkpoint: {type(error).__name__}: {error}")
+                self.error.__cause__ = error
+
+    @property
+    def done(self) -> bool:
+        return self.counters.step >= self.spec.budget.total_steps
+
+    def guard(self, step: Callable[..., Any], *arguments: Any) -> None:
+        """Run one of this seed's steps; an exception ends this seed's run (Ctrl-C ends all)."""
+        try:
+            step(*arguments)
+        except Exception as error:  # noqa: BLE001 - kept as the run's outcome
+            self.error = error
+
+    def start_clock(self) -> None:
+        """Wall time before a resume counts."""
+        self.started = time.perf_counter() - self.counters.train_seconds - self.counters.eval_seconds
+
+    def record_epoch(self, logs: dict[str, float]) -> None:
+        """Log one epoch; meta-test when due (and at the end); report progress."""
+        counters, budget = self.counters, self.spec.budget
+        self.check_finite(logs, self.train_envs.steps)
+        counters.step = step = self.train_envs.steps
+        counters.epoch += 1
+        counters.train_seconds = time.perf_counter() - self.started - counters.eval_seconds
+        self.tracker.log_metrics(
+            {
+                **{f"train/{k}": v for k, v in logs.items()},
+                "train/epoch": float(counters.epoch),
+                metric_names.STEPS_PER_SECOND: step / max(counters.train_seconds, 1e-9),
+            },
+            step,
+        )
+        if step >= counters.next_eval or step >= budget.total_steps:
+            eval_started = time.perf_counter()
+            self.evaluate_now(step)
+            counters.eval_seconds += time.perf_counter() - eval_started
+            while counters.next_eval <= step:
+                counters.next_eval += budget.eval_every
+            self.tracker.flush()
+            if self.job.on_evaluation is not None:
+                self.job.on_evaluation(self.result.evaluations[-1])
+        if self.job.progress is not None and (step >= counters.next_progress or step >= budget.total_steps):
+            self.job.progress(min(step, budget.total_steps), budget.total_steps, self.result.evaluations[-1].mean if self.result.evaluations else None)
+            counters.next_progress = step + max(budget.total_steps // 100, 1)
+
+    def evaluate_now(self, step: int) -> None:
+        self.test_envs.rounds = 0  # every meta-test sees the same env seeds and (seeded) action noise
+        with self.hooks.evaluating():
+            results = meta_test(self.algo, self.test_envs, self.test_tasks, seed=self.spec.seed + EVAL_SEED_OFFSET)
         metrics = meta_test_metrics(results)
         lengths = [int(round(r.post_adaptation_length)) for r in results]
-        result.evaluations.append(Evaluation(step, [r.post_adaptation_return for r in results], lengths))
-        tracker.log_metrics({**metrics, "meta_test/epoch": float(loop.epoch)}, step)
+        self.result.evaluations.append(Evaluation(step, [r.post_adaptation_return for r in results], lengths))
+        self.tracker.log_metrics({**metrics, "meta_test/epoch": float(self.counters.epoch)}, step)
 
-    def payload() -> dict[str, Any]:
-        loop.train_seconds = time.perf_counter() - started - loop.eval_seconds
-        return {
+    def snapshot(self) -> dict[str, Any]:
+        """What an epoch changes (the algorithm's state, the envs' counters), to redo it."""
+        return {"algorithm": copy.deepcopy(self.algo.state_dict()), "task_envs": self.train_envs.state_dict()}
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        self.algo.load_state_dict(snapshot["algorithm"])
+        self.train_envs.load_state_dict(snapshot["task_envs"])
+
+    def checkpoint_due(self) -> bool:
+        counters, interval = self.counters, self.spec.checkpoint_interval
+        return self.run_dir is not None and bool(interval) and counters.step >= counters.next_checkpoint
+
+    def save(self) -> Path:
+        """Flush the metrics first: everything logged up to here is stored before the
+        checkpoint a resume starts from exists."""
+        assert self.run_dir is not None
+        counters, spec, algo = self.counters, self.spec, self.algo
+        while counters.next_checkpoint <= counters.step:
+            counters.next_checkpoint += spec.checkpoint_interval
+        self.tracker.flush()
+        counters.train_seconds = time.perf_counter() - self.started - counters.eval_seconds
+        payload = {
             "format": checkpoint.FORMAT,
             "kind": "meta",
             "spec": spec.to_dict(),
-            "metadata": dict(checkpoint_metadata or {}),
-            "loop": dataclasses.asdict(loop),
-            "evaluations": [dataclasses.asdict(evaluation) for evaluation in result.evaluations],
+            "metadata": dict(self.job.checkpoint_metadata or {}),
+            "loop": dataclasses.asdict(counters),
+            "evaluations": [dataclasses.asdict(evaluation) for evaluation in self.result.evaluations],
             "algorithm": algo.state_dict(),
             "replay": algo.replay_state_dict() if spec.checkpoint_replay_buffer else None,
             # epochs end with no episode in flight: exact unless a replay buffer is left out
             "exact": spec.checkpoint_replay_buffer or not algo.has_replay_buffer,
-            "task_envs": train_envs.state_dict(),
+            "task_envs": self.train_envs.state_dict(),
             "rng": checkpoint.rng_state(),
         }
+        return checkpoint.write_atomic(payload, self.run_dir / checkpoint.LATEST)
 
-    def save() -> Path:
-        assert run_dir is not None
-        tracker.flush()  # everything logged up to here is stored before the checkpoint a resume starts from
-        return checkpoint.write_atomic(payload(), run_dir / checkpoint.LATEST)
+    def preempt(self) -> None:
+        where = f"; checkpoint {self.save()}" if self.run_dir is not None else ""
+        raise Preempted(f"stopped by SIGTERM at env step {self.counters.step}{where}")
 
-    try:
-        if resume is not None:
-            try:
-                _restore(resume, algo, train_envs, loop, result, spec)
-            except (KeyError, ValueError, RuntimeError, TypeError) as error:
-                raise ResumeError(f"cannot resume {spec.label} from its checkpoint: {type(error).__name__}: {error}") from error
-        started = time.perf_counter() - loop.train_seconds - loop.eval_seconds
-        check = hooks.logging(check_finite)
-        with StopSignal() as stop:
-            while loop.step < budget.total_steps:
-                logs = algo.train_epoch(train_envs)
-                check(logs, train_envs.steps)
-                loop.step = step = train_envs.steps
-                loop.epoch += 1
-                loop.train_seconds = time.perf_counter() - started - loop.eval_seconds
-                tracker.log_metrics(
-                    {
-                        **{f"train/{k}": v for k, v in logs.items()},
-                        "train/epoch": float(loop.epoch),
-                        metric_names.STEPS_PER_SECOND: step / max(loop.train_seconds, 1e-9),
-                    },
-                    step,
-                )
-                if step >= loop.next_eval or step >= budget.total_steps:
-                    eval_started = time.perf_counter()
-                    evaluate_now(step)
-                    loop.eval_seconds += time.perf_counter() - eval_started
-                    while loop.next_eval <= step:
-                        loop.next_eval += budget.eval_every
-                    tracker.flush()
-                    if on_evaluation is not None:
-                        on_evaluation(result.evaluations[-1])
-                if progress is not None and (step >= loop.next_progress or step >= budget.total_steps):
-                    progress(min(step, budget.total_steps), budget.total_steps, result.evaluations[-1].mean if result.evaluations else None)
-                    loop.next_progress = step + max(budget.total_steps // 100, 1)
-                if step >= budget.total_steps:
-                    break
-                if run_dir is not None and spec.checkpoint_interval and step >= loop.next_checkpoint:
-                    while loop.next_checkpoint <= step:
-                        loop.next_checkpoint += spec.checkpoint_interval
-                    save()
-                if stop.received:
-                    where = f"; checkpoint {save()}" if run_dir is not None else ""
-                    raise Preempted(f"stopped by SIGTERM at env step {step}{where}")
+    def finish(self, remove_latest_on_finish: bool) -> None:
+        final = checkpoint.policy_payload(self.algo, None, self.spec)
+        finish(self.result, self.counters, self.started, self.tracker, self.run_dir, final, remove_latest_on_finish)
 
-        return finish(result, loop, started, tracker, run_dir, checkpoint.policy_payload(algo, None, spec), remove_latest_on_finish)
-    finally:
-        train_envs.close()
-        test_envs.close()
-
-
-def _restore(payload: dict[str, Any], algo: MetaAlgorithm, train_envs: TaskEnvs, loop: MetaCounters, result: RunResult, spec: RunSpec) -> None:
-    checkpoint.restore_learner(payload, algo, loop, result, spec, kind="meta")
-    train_envs.load_state_dict(payload["task_envs"])
-    checkpoint.set_rng_state(payload["rng"])
+    def close(self) -> None:
+        for envs in ("train_envs", "test_envs"):
+            if hasattr(self, envs):
+                getattr(self, envs).close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -73,3 +73,15 @@ class RunResult:
 
 ProgressCallback = Callable[[int, int, float | None], None]  # (step, total_steps, last eval mean)
 EvaluationCallback = Callable[[Evaluation], None]  # called after each evaluation; may raise to stop the run
+
+
+@dataclass
+class SeedJob:
+    """One run of ``benchmark.training.loop.run_seeds``: its spec and what ``run`` takes for it."""
+
+    spec: RunSpec
+    tracker: Tracker | None = None
+    progress: ProgressCallback | None = None
+    resume: dict[str, Any] | None = None
+    checkpoint_metadata: dict[str, Any] | None = None
+    on_evaluation: EvaluationCallback | None = None
