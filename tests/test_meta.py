@@ -475,9 +475,8 @@ def test_pearl_encoder_learns_from_the_q_loss_and_the_kl_term():
     assert any(not torch.allclose(a, b) for a, b in zip(gradients[0.0][:encoder], gradients[1.0][:encoder]))
     for a, b in zip(gradients[0.0][encoder:], gradients[1.0][encoder:]):
         torch.testing.assert_close(a, b)
-    # the KL term alone: its gradient reaches the encoder and nothing else
-    losses, _ = algo.losses(batch)
-    mean, var = algo.posterior(batch["context"])
+    # the KL term alone: its gradient reaches the encoder
+    mean, var = algo.posterior(algo.networks().encoder, batch["context"].unsqueeze(0))
     kl = __import__("agents.algos.pearl", fromlist=["x"]).gaussian_kl_to_unit(mean, var).sum()
     kl_gradients = torch.autograd.grad(kl, list(algo.encoder.parameters()))
     assert all(g.abs().sum() > 0 for g in kl_gradients)
@@ -494,7 +493,7 @@ def test_pearl_adapts_the_policy_by_posterior_sampling_from_its_context():
     assert adapted.context.shape == (first.num_steps, 2 + 2 + 1)
     again = algo.adapt_policy(adapted, envs.collect({"goal": [0.2, 0.2]}, adapted, 1))
     assert len(again.context) > len(adapted.context)  # context accumulates over rounds
-    mean, var = algo.posterior(again.context.unsqueeze(0))
+    mean, var = algo.posterior(algo.networks().encoder, again.context[None, None])
     assert var.max() < 1.0  # more context, a narrower posterior than the unit prior
 
 

@@ -378,7 +378,6 @@ def test_batching_refuses_what_it_cannot_batch():
     mixed = [build("dqn", "CartPole-v1", 0, {}, 1000)[0], build("dqn", "CartPole-v1", 1, {"learning_rate": 1e-3}, 1000)[0]]
     with pytest.raises(ValueError, match="one configuration"):
         type(mixed[0]).seed_batch(mixed)
-    assert agents.algorithm_class("pearl").seed_batch is None
 
 
 def test_a_stacked_adam_steps_only_the_active_seeds_each_with_its_own_count():
@@ -449,7 +448,7 @@ def test_a_divergent_seed_fails_alone(monkeypatch):
         assert all(math.isfinite(r) for e in outcomes[seed].evaluations for r in e.returns)
 
 
-def test_run_seeds_refuses_runs_that_differ_beyond_the_seed():
+def test_run_seeds_refuses_runs_that_differ_beyond_the_seed(monkeypatch):
     from benchmark.config import Budget, RunSpec
     from benchmark.training import loop as training_loop
 
@@ -459,7 +458,9 @@ def test_run_seeds_refuses_runs_that_differ_beyond_the_seed():
         training_loop.run_seeds([training_loop.SeedJob(specs[0]), training_loop.SeedJob(other[1])])
     spec = RunSpec("t", "bc", "CartPole-v1", 0, {"expert": "expert.npz"}, Budget(100, 100, 2))
     assert training_loop.batchable(spec) is None  # every online algorithm batches its seeds
-    with pytest.raises(ConfigError, match="cannot train seeds of pearl batched: pearl has no batched training of seeds"):
+    # an algorithm without a batch (a plug-in may have none) is refused, naming those that have one
+    monkeypatch.setattr(agents.algorithm_class("pearl"), "seed_batch", None)
+    with pytest.raises(ConfigError, match="cannot train seeds of pearl batched: pearl has no batched training of seeds .it has: a2c, bc, "):
         training_loop.run_seeds([training_loop.SeedJob(spec) for spec in _specs("pearl", "reprorl/HalfCheetahVel-v5", {}, 100, 100)])
 
 
@@ -478,9 +479,11 @@ experiments:
 """
 
 
-def test_the_runner_batches_seeds_of_one_configuration_n_at_a_time(write_suite):
+def test_the_runner_batches_seeds_of_one_configuration_n_at_a_time(write_suite, monkeypatch):
     from benchmark.config import load_suite
     from benchmark.execution.plan import plan_processes
+
+    monkeypatch.setattr(agents.algorithm_class("pearl"), "seed_batch", None)  # as a plug-in without a batch
 
     path = write_suite(
         BATCHED_SUITE
@@ -510,7 +513,7 @@ def test_the_runner_batches_seeds_of_one_configuration_n_at_a_time(write_suite):
         [("ppo", "CartPole-v1", 3e-4, 3)],  # N at a time: the fourth seed alone
         *([(*setting, 0), (*setting, 1)] for setting in ppo),  # each grid point and env its own batch
         [("maml_vpg", "reprorl/HalfCheetahVel-v5", None, 0), ("maml_vpg", "reprorl/HalfCheetahVel-v5", None, 1)],  # meta-learners batch too
-        [("pearl", "reprorl/HalfCheetahVel-v5", None, 0)],  # no batched PEARL: one seed per process, with a notice
+        [("pearl", "reprorl/HalfCheetahVel-v5", None, 0)],  # no batch: one seed per process, with a notice
         [("pearl", "reprorl/HalfCheetahVel-v5", None, 1)],
         [("dqn", "CartPole-v1", 1e-4, 0)],  # the experiment's own seeds_in_process: 1
         [("dqn", "CartPole-v1", 1e-4, 1)],
@@ -717,7 +720,24 @@ def test_a_learning_rate_set_on_the_members_reaches_the_stacked_optimizer():
 # ---------------------------------------------------------------- meta-learners
 
 POINT = "reprorl/PointNav-v0"
+PEARL_CASE = {
+    "num_train_tasks": 3,
+    "latent_dim": 2,
+    "encoder_hidden_sizes": [8],
+    "hidden_sizes": [8],
+    "meta_batch_size": 2,
+    "num_steps_per_epoch": 5,
+    "num_initial_steps": 100,
+    "num_tasks_sample": 2,
+    "num_steps_prior": 50,
+    "num_steps_posterior": 50,
+    "num_extra_rl_steps_posterior": 50,
+    "batch_size": 16,
+    "embedding_batch_size": 16,
+    "buffer_size": 1000,
+}
 META_CASES = {
+    "pearl": PEARL_CASE,
     "maml_vpg": {"meta_batch_size": 2, "episodes_per_task": 3, "num_envs": 3, "hidden_sizes": [8]},
     "maml_ppo": {
         "meta_batch_size": 2,
@@ -776,7 +796,8 @@ def _meta_specs(algo: str, total: int, every: int):
     return [RunSpec("t", algo, POINT, seed, config, Budget(total, every, 2), device="cpu", checkpoint_every=1) for seed in SEEDS]
 
 
-def test_a_batched_meta_run_meta_tests_each_seed_as_its_run_alone(monkeypatch):
+@pytest.mark.parametrize("algo", ["maml_vpg", "pearl"])
+def test_a_batched_meta_run_meta_tests_each_seed_as_its_run_alone(monkeypatch, algo):
     """The whole meta loop: each seed meta-tests at its own env steps (its episodes are its own)
     with the results of its run alone, and leaves the batch at its own budget (seed 1's
     collections count 500 more steps here, as if its episodes were longer)."""
@@ -792,7 +813,7 @@ def test_a_batched_meta_run_meta_tests_each_seed_as_its_run_alone(monkeypatch):
         return episodes
 
     monkeypatch.setattr(TaskEnvs, "collect", longer)
-    specs = _meta_specs("maml_vpg", 3000, 1200)
+    specs = _meta_specs(algo, 3000, 1200)
     batched = training_loop.run_seeds([training_loop.SeedJob(spec) for spec in specs])
     steps = []
     for spec, outcome in zip(specs, batched):
@@ -832,18 +853,19 @@ def test_a_batched_meta_run_resumes_from_its_checkpoints_as_if_never_stopped(tmp
         np.testing.assert_allclose([e.returns for e in mine.evaluations], [e.returns for e in theirs.evaluations], rtol=1e-5)
 
 
-def test_a_meta_seed_whose_envs_fail_ends_alone_and_the_others_redo_the_epoch(monkeypatch):
+@pytest.mark.parametrize("algo", ["maml_ppo", "pearl"])
+def test_a_meta_seed_whose_envs_fail_ends_alone(monkeypatch, algo):
     """Seed 1's envs raise in its second epoch: its run ends with that error; seeds 0 and 2
-    redo the epoch without it and finish as their runs alone."""
+    finish as their runs alone (MAML's redo the epoch without it; PEARL's collect apart from it)."""
     from agents.meta import TaskEnvs
     from benchmark.training import loop as training_loop
     from benchmark.training.results import RunResult
 
-    specs = _meta_specs("maml_ppo", 2400, 1200)
+    specs = _meta_specs(algo, 2400, 1200)
     collect = TaskEnvs.collect
 
     def failing(self, *arguments, **options):
-        if self.seed == 1 and self.rounds >= 5:  # in its second epoch (4 collections of one round each per epoch)
+        if self.seed == 1 and self.rounds >= 5:  # MAML: in its second epoch (4 one-round collections an epoch); PEARL: in its first
             raise OSError("simulator crashed")
         return collect(self, *arguments, **options)
 

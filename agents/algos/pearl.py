@@ -32,25 +32,34 @@ All losses are computed at the same parameters, then every optimizer steps, so t
 can be computed on one process and applied on another; the authors' code steps the
 Q-functions before computing the value and policy losses. Defaults are the authors' default
 configuration (their rlkit-based code, configs/default.py); garage's PEARL names the options.
+
+The losses are written once over a leading seed dimension (``seeds_losses``): a run evaluates
+them with its own networks (S = 1), ``PEARLSeedBatch`` with N seeds' networks stacked. Every
+draw (latent samples, actions, replay indices, task choices) comes from the run's own
+generators, so a batched seed is its run alone.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from agents.algos.offpolicy import one_seed
+from agents.algos.seeds import MetaSeedBatch, StackedOptimizer, per_seed_logs, stacked_noise
 from agents.api import Acted, parameters_of, set_gradients
 from agents.configs.pearl import PEARLConfig
 from agents.envs import EnvSpec
 from agents.meta import Episodes, MetaAlgorithm, PolicyOutput, TaskEnvs
-from agents.nets.distributions import TanhGaussian
+from agents.nets.distributions import TanhGaussian, standard_normal
 from agents.nets.mlp import mlp, polyak_update
+from agents.nets.stacked import StackedMLP
 from agents.optim import adam
 from agents.tasks import Task
 
@@ -58,28 +67,24 @@ TASK_STREAM = 1  # the task-choice RNG is seeded by SeedSequence([seed, TASK_STR
 
 
 class ContextEncoder(nn.Module):
-    """Each context transition -> (mu, sigma^2) of one Gaussian factor of q(z | c)."""
+    """The MLP ``body`` maps each context transition to (mu, raw) of one Gaussian factor of
+    q(z | c), sigma^2 = softplus(raw) (``PEARL.posterior`` applies it, for one seed or many)."""
 
     def __init__(self, in_features: int, hidden_sizes: tuple[int, ...], latent_dim: int):
         super().__init__()
         self.latent_dim = latent_dim
         self.body = mlp(in_features, hidden_sizes, 2 * latent_dim, "relu")
 
-    def forward(self, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """context (T, N, C) -> factor means and variances (T, N, latent)."""
-        mu, raw = self.body(context).split(self.latent_dim, dim=-1)
-        return mu, F.softplus(raw).clamp_min(1e-7)
-
 
 def product_of_gaussians(mu: torch.Tensor, var: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The (normalized) product of N Gaussian factors along dim -2: (T, N, L) -> (T, L)."""
+    """The (normalized) product of N Gaussian factors along dim -2: (..., N, L) -> (..., L)."""
     precision = 1.0 / var
     posterior_var = 1.0 / precision.sum(dim=-2)
     return posterior_var * (mu * precision).sum(dim=-2), posterior_var
 
 
 def gaussian_kl_to_unit(mu: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
-    """KL(N(mu, var) || N(0, I)) summed over the latent dimensions: (T, L) -> (T,)."""
+    """KL(N(mu, var) || N(0, I)) summed over the latent dimensions: (..., L) -> (...,)."""
     return 0.5 * (var + mu**2 - 1.0 - var.log()).sum(dim=-1)
 
 
@@ -143,8 +148,27 @@ class ContextPolicy:
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> PolicyOutput:
         with torch.no_grad():
             dist = self.algo.policy_distribution(obs, self.z.expand(obs.shape[0], -1))
-            actions = dist.mode() if deterministic else dist.sample()
+            actions = dist.mode() if deterministic else dist.sample(dist.draw_noise(self.algo.generator))
         return PolicyOutput(actions, self.algo.to_env_actions(actions))
+
+
+Network = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class PEARLNetworks:
+    """What the losses run on, each (S, B, in) -> (S, B, out): one run's networks seen as S = 1
+    (``PEARL.networks``) or N seeds' stacked (``PEARLSeedBatch``). ``*_frozen`` are the
+    Q-functions with their parameters detached (the policy's loss must not train them)."""
+
+    encoder: Network
+    policy: Network
+    qf1: Network
+    qf2: Network
+    vf: Network
+    target_vf: Network
+    qf1_frozen: Network
+    qf2_frozen: Network
 
 
 class PEARL(MetaAlgorithm[ContextPolicy]):
@@ -184,7 +208,7 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
         self.encoder_buffers = [TaskBuffer(obs_dim, action_dim, config.buffer_size, self.device) for _ in range(config.num_train_tasks)]
         self.train_tasks: list[Task] | None = None
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, TASK_STREAM]))
-        self.generator = torch.Generator().manual_seed(seed)  # batches and the update's z samples
+        self.generator = torch.Generator().manual_seed(seed)  # every torch draw: z samples, actions, replay indices
         self.epochs = 0
         self._low = torch.as_tensor(env_spec.action_low, dtype=torch.float32, device=self.device)
         self._high = torch.as_tensor(env_spec.action_high, dtype=torch.float32, device=self.device)
@@ -210,21 +234,23 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
         return TanhGaussian(mean, log_std.clamp(-20.0, 2.0))
 
     def prior_z(self) -> torch.Tensor:
-        """z ~ N(0, I) (1, latent), from the global torch RNG like every acting-time draw."""
-        return torch.randn(1, self.config.latent_dim, device=self.device)
+        """z ~ N(0, I) (1, latent)."""
+        return standard_normal((1, self.config.latent_dim), self.generator, self.device)
 
-    def posterior(self, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """q(z | c) for context (T, N, C): means and variances (T, latent)."""
-        mu, var = self.encoder(context)
+    def posterior(self, encoder: Network, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q(z | c) of each seed's context (S, T, N, C) by its encoder: means and variances (S, T, latent)."""
+        seeds, tasks, count, _ = context.shape
+        latent = self.config.latent_dim
+        mu, raw = encoder(context.flatten(1, 2)).view(seeds, tasks, count, 2 * latent).split(latent, dim=-1)
         if self.config.use_information_bottleneck:
-            return product_of_gaussians(mu, var)
-        return mu.mean(dim=-2), torch.zeros_like(mu[:, 0])
+            return product_of_gaussians(mu, F.softplus(raw).clamp_min(1e-7))
+        return mu.mean(dim=-2), torch.zeros_like(mu[:, :, 0])
 
     def sample_posterior(self, context: torch.Tensor) -> torch.Tensor:
         """One z (1, latent) from q(z | context (N, C)), without gradients."""
         with torch.no_grad():
-            mean, var = self.posterior(context.unsqueeze(0))
-            return mean + var.sqrt() * torch.randn_like(mean)
+            mean, var = self.posterior(one_seed(self.encoder.body), context[None, None])
+            return mean[0] + var[0].sqrt() * standard_normal(tuple(mean[0].shape), self.generator, self.device)
 
     def act(self, obs: torch.Tensor, state: Any = None, deterministic: bool = False) -> Acted:
         """The policy before any context: z drawn from the prior, or (deterministic) the
@@ -291,6 +317,50 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
         return prior_returns, posterior_returns
 
     def train_epoch(self, task_envs: TaskEnvs) -> dict[str, float]:
+        logs = self.train_seeds(OneSeed(self), [task_envs])[0]
+        if isinstance(logs, Exception):
+            raise logs
+        return logs
+
+    def train_seeds(self, seeds: Seeds, task_envs: Sequence[TaskEnvs]) -> list[dict[str, float] | Exception]:
+        """``train_epoch`` of every seed: each collects through its own ``task_envs[s]`` (a seed
+        whose envs fail gets its exception in its place and leaves the epoch), then
+        num_steps_per_epoch gradient steps of the others, batched. Each seed's logs."""
+        returns: list[tuple[list[float], list[float]] | Exception] = []
+        for member, envs in zip(seeds.members, task_envs, strict=True):
+            try:
+                returns.append(member.collect_epoch(envs))
+            except Exception as error:  # noqa: BLE001 - this seed's outcome; the others go on
+                returns.append(error)
+        alive = [index for index, outcome in enumerate(returns) if not isinstance(outcome, Exception)]
+        if len(alive) < seeds.num_seeds:
+            if not alive:
+                return cast("list[dict[str, float] | Exception]", returns)
+            seeds = seeds.subset(alive)
+        logs: dict[str, list[torch.Tensor]] = {}
+        for _ in range(self.config.num_steps_per_epoch):
+            for key, value in self.update_seeds(seeds, seeds.sample_batch()).items():
+                logs.setdefault(key, []).append(value)
+        means = iter(per_seed_logs({key: torch.stack(values).mean(dim=0) for key, values in logs.items()}, seeds.num_seeds))
+        outcomes: list[dict[str, float] | Exception] = []
+        for outcome in returns:
+            if isinstance(outcome, Exception):
+                outcomes.append(outcome)
+                continue
+            summary = next(means)
+            prior_returns, posterior_returns = outcome
+            if prior_returns:
+                summary["pre_adaptation_return"] = float(np.mean(prior_returns))  # z ~ prior
+            if posterior_returns:
+                summary["post_adaptation_return"] = float(np.mean(posterior_returns))  # z ~ posterior
+            outcomes.append(summary)
+        for member in seeds.members:
+            member.epochs += 1
+        return outcomes
+
+    def collect_epoch(self, task_envs: TaskEnvs) -> tuple[list[float], list[float]]:
+        """One epoch's collection on the training tasks; the returns of the episodes acted
+        with a prior z and with a posterior z."""
         config = self.config
         if self.train_tasks is None:
             self.train_tasks = task_envs.sampler.train_tasks(config.num_train_tasks)
@@ -314,17 +384,7 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
                 collect(index, config.num_steps_posterior, True, True)
             if config.num_extra_rl_steps_posterior:
                 collect(index, config.num_extra_rl_steps_posterior, True, False)
-        logs: dict[str, list[float]] = {}
-        for _ in range(config.num_steps_per_epoch):
-            for key, value in self.update(self.sample_batch()).items():
-                logs.setdefault(key, []).append(value)
-        self.epochs += 1
-        summary = {key: float(np.mean(values)) for key, values in logs.items()}
-        if prior_returns:
-            summary["pre_adaptation_return"] = float(np.mean(prior_returns))  # z ~ prior
-        if posterior_returns:
-            summary["post_adaptation_return"] = float(np.mean(posterior_returns))  # z ~ posterior
-        return summary
+        return prior_returns, posterior_returns
 
     def sample_batch(self) -> dict[str, torch.Tensor]:
         """meta_batch_size training tasks: RL transitions (T, B, .) and context (T, N, C)."""
@@ -336,73 +396,96 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
         batch["context"] = torch.stack(context)
         return batch
 
-    def losses(self, batch: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-        """Every loss at the current parameters, each differentiable only where it trains."""
+    def networks(self) -> PEARLNetworks:
+        """This run's networks seen with a seed dimension of 1."""
+
+        def frozen(module: nn.Module) -> Network:
+            return lambda inputs: torch.func.functional_call(module, {k: v.detach() for k, v in module.named_parameters()}, (inputs,))
+
+        return PEARLNetworks(
+            encoder=one_seed(self.encoder.body),
+            policy=one_seed(self.policy),
+            qf1=one_seed(self.qf1),
+            qf2=one_seed(self.qf2),
+            vf=one_seed(self.vf),
+            target_vf=one_seed(self.target_vf),
+            qf1_frozen=one_seed(frozen(self.qf1)),
+            qf2_frozen=one_seed(frozen(self.qf2)),
+        )
+
+    def seeds_losses(
+        self, networks: PEARLNetworks, batch: Mapping[str, torch.Tensor], noise: Callable[[Sequence[int]], torch.Tensor]
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Every loss per seed (S,) at the current parameters, each differentiable only where it
+        trains. ``batch``: RL transitions (S, T, B, ...) and context (S, T, N, C) of T tasks;
+        ``noise(shape)``: each seed's standard-normal draws (S, *shape) from its generator."""
         config = self.config
-        tasks, per_task = batch["obs"].shape[:2]
-        mean, var = self.posterior(batch["context"])
-        noise = torch.randn(mean.shape, generator=self.generator).to(self.device)
-        task_z = mean + var.sqrt() * noise if config.use_information_bottleneck else mean  # (T, L), reparameterized
-        z = task_z.unsqueeze(1).expand(tasks, per_task, -1).reshape(tasks * per_task, -1)
-        obs, actions = batch["obs"].flatten(0, 1), batch["actions"].flatten(0, 1)
-        rewards, next_obs, terminated = batch["rewards"].flatten(), batch["next_obs"].flatten(0, 1), batch["terminated"].flatten()
+        seeds, tasks, per_task = batch["obs"].shape[:3]
+        # z_i ~ q(z | c_i), reparameterized
+        mean, var = self.posterior(networks.encoder, batch["context"])  # (S, T, L)
+        task_z = mean + var.sqrt() * noise((tasks, config.latent_dim)) if config.use_information_bottleneck else mean
+        z = task_z.unsqueeze(2).expand(seeds, tasks, per_task, -1).flatten(1, 2)  # (S, T * B, L)
+        obs, actions = batch["obs"].flatten(1, 2), batch["actions"].flatten(1, 2)
+        rewards, next_obs, terminated = batch["rewards"].flatten(1), batch["next_obs"].flatten(1, 2), batch["terminated"].flatten(1)
 
-        kl = gaussian_kl_to_unit(mean, var).sum() if config.use_information_bottleneck else torch.zeros((), device=self.device)
-        q1 = self.qf1(torch.cat([obs, actions, z], dim=-1)).squeeze(-1)
-        q2 = self.qf2(torch.cat([obs, actions, z], dim=-1)).squeeze(-1)
+        # L_KL and L_Q (they train the encoder)
+        kl = gaussian_kl_to_unit(mean, var).sum(dim=-1) if config.use_information_bottleneck else mean.new_zeros(seeds)
+        q1 = networks.qf1(torch.cat([obs, actions, z], dim=-1)).squeeze(-1)
+        q2 = networks.qf2(torch.cat([obs, actions, z], dim=-1)).squeeze(-1)
         with torch.no_grad():
-            target_v = self.target_vf(torch.cat([next_obs, z], dim=-1)).squeeze(-1)
+            target_v = networks.target_vf(torch.cat([next_obs, z], dim=-1)).squeeze(-1)
             q_target = config.reward_scale * rewards + (1.0 - terminated) * config.gamma * target_v
-        qf_loss = F.mse_loss(q1, q_target) + F.mse_loss(q2, q_target)
+        qf_loss = (q1 - q_target).pow(2).mean(dim=-1) + (q2 - q_target).pow(2).mean(dim=-1)
 
-        z = z.detach()  # only the Q-functions' loss and the KL train the encoder
-        policy_out = self.policy(torch.cat([obs, z], dim=-1))
-        policy_mean, policy_log_std = policy_out.split(self.action_dim, dim=-1)
+        # L_V and L_pi on z detached
+        z = z.detach()
+        policy_mean, policy_log_std = networks.policy(torch.cat([obs, z], dim=-1)).split(self.action_dim, dim=-1)
         policy_log_std = policy_log_std.clamp(-20.0, 2.0)
-        new_actions, log_pi, pre_tanh = TanhGaussian(policy_mean, policy_log_std).rsample_with_pre_tanh()
-        min_q_new = torch.min(self._q_frozen(self.qf1, obs, new_actions, z), self._q_frozen(self.qf2, obs, new_actions, z))
-        v = self.vf(torch.cat([obs, z], dim=-1)).squeeze(-1)
-        vf_loss = F.mse_loss(v, (min_q_new - log_pi).detach())
+        new_actions, log_pi, pre_tanh = TanhGaussian(policy_mean, policy_log_std).rsample_with_pre_tanh(noise((tasks * per_task, self.action_dim)))
+        new_inputs = torch.cat([obs, new_actions, z], dim=-1)
+        min_q_new = torch.min(networks.qf1_frozen(new_inputs), networks.qf2_frozen(new_inputs)).squeeze(-1)
+        v = networks.vf(torch.cat([obs, z], dim=-1)).squeeze(-1)
+        vf_loss = (v - (min_q_new - log_pi).detach()).pow(2).mean(dim=-1)
         policy_loss = (
-            (log_pi - min_q_new).mean()
-            + config.policy_mean_reg_coef * policy_mean.pow(2).mean()
-            + config.policy_std_reg_coef * policy_log_std.pow(2).mean()
-            + config.policy_pre_activation_coef * pre_tanh.pow(2).sum(-1).mean()
+            (log_pi - min_q_new).mean(dim=-1)
+            + config.policy_mean_reg_coef * policy_mean.pow(2).mean(dim=(1, 2))
+            + config.policy_std_reg_coef * policy_log_std.pow(2).mean(dim=(1, 2))
+            + config.policy_pre_activation_coef * pre_tanh.pow(2).sum(-1).mean(dim=-1)
         )
         losses = {"context": config.kl_lambda * kl + qf_loss, "qf": qf_loss, "vf": vf_loss, "policy": policy_loss}
         logs = {
-            "qf_loss": qf_loss.item(),
-            "vf_loss": vf_loss.item(),
-            "policy_loss": policy_loss.item(),
-            "kl": kl.item(),
-            "q_mean": q1.mean().item(),
-            "z_mean_abs": mean.abs().mean().item(),
-            "z_var": var.mean().item(),
-            "log_pi": log_pi.mean().item(),
+            "qf_loss": qf_loss,
+            "vf_loss": vf_loss,
+            "policy_loss": policy_loss,
+            "kl": kl,
+            "q_mean": q1.mean(dim=-1),
+            "z_mean_abs": mean.abs().mean(dim=(1, 2)),
+            "z_var": var.mean(dim=(1, 2)),
+            "log_pi": log_pi.mean(dim=-1),
         }
-        return losses, logs
+        return losses, {key: value.detach() for key, value in logs.items()}
 
-    @staticmethod
-    def _q_frozen(qf: nn.Module, obs: torch.Tensor, actions: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """Q(s, a, z) differentiable in the actions only (the policy's loss must not train Q)."""
-        weights = dict(qf.named_parameters())
-        return torch.func.functional_call(qf, {k: v.detach() for k, v in weights.items()}, (torch.cat([obs, actions, z], dim=-1),)).squeeze(-1)
+    def seeds_gradients(self, seeds: Seeds, batch: Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, torch.Tensor]]:
+        """Gradients in ``seeds.parameters`` order: the encoder's from L_KL + L_Q, the
+        Q-functions' from L_Q, the value function's from L_V, the policy's from L_pi; logs (S,)."""
+        losses, logs = self.seeds_losses(seeds.networks(), batch, seeds.noise)
+        gradients: dict[int, torch.Tensor | None] = {}
+        for name, params in seeds.groups().items():
+            grads = torch.autograd.grad(losses[name].sum(), params, retain_graph=True, allow_unused=True)
+            gradients.update({id(p): g for p, g in zip(params, grads)})
+        return [gradients[id(p)] for p in seeds.parameters], logs
+
+    def update_seeds(self, seeds: Seeds, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One gradient step of every seed: all losses at the same parameters, then every
+        optimizer steps and the target value functions move toward V."""
+        gradients, logs = self.seeds_gradients(seeds, batch)
+        seeds.apply(gradients)
+        return logs
 
     def compute_gradients(self, batch: Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
-        """Gradients in ``self.parameters`` order: the encoder's from L_KL + L_Q, the
-        Q-functions' from L_Q, the value function's from L_V, the policy's from L_pi."""
-        losses, logs = self.losses(batch)
-        groups = {
-            "context": list(self.encoder.parameters()),
-            "policy": list(self.policy.parameters()),
-            "qf": [*self.qf1.parameters(), *self.qf2.parameters()],
-            "vf": list(self.vf.parameters()),
-        }
-        gradients: dict[int, torch.Tensor | None] = {}
-        for name, params in groups.items():
-            grads = torch.autograd.grad(losses[name], params, retain_graph=True, allow_unused=True)
-            gradients.update({id(p): g for p, g in zip(params, grads)})
-        return [gradients[id(p)] for p in self.parameters], logs
+        """Gradients in ``self.parameters`` order (``seeds_gradients`` of this run alone)."""
+        gradients, logs = self.seeds_gradients(OneSeed(self), {key: value.unsqueeze(0) for key, value in batch.items()})
+        return gradients, per_seed_logs(logs, 1)[0]
 
     def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
         """Every optimizer steps; then the target value function moves toward V."""
@@ -418,9 +501,20 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
         self.apply_gradients(gradients)
         return logs
 
+    def groups(self) -> dict[str, list[torch.Tensor]]:
+        """The parameters each loss trains."""
+        return {
+            "context": list(self.encoder.parameters()),
+            "policy": list(self.policy.parameters()),
+            "qf": [*self.qf1.parameters(), *self.qf2.parameters()],
+            "vf": list(self.vf.parameters()),
+        }
+
+    #: each optimizer's learning-rate hyperparameter
+    learning_rates: ClassVar[dict[str, str]] = {"policy": "actor_lr", "qf1": "critic_lr", "qf2": "critic_lr", "vf": "value_lr", "context": "context_lr"}
+
     def _on_parameter_updated(self, name: str) -> None:
-        rates = {"policy": "actor_lr", "qf1": "critic_lr", "qf2": "critic_lr", "vf": "value_lr", "context": "context_lr"}
-        for optimizer_name, field in rates.items():
+        for optimizer_name, field in self.learning_rates.items():
             for group in self.optimizers[optimizer_name].param_groups:
                 group["lr"] = getattr(self.config, field)
 
@@ -460,3 +554,116 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
             buffer.load_state_dict(saved)
         for buffer, saved in zip(self.encoder_buffers, state["encoder"]):
             buffer.load_state_dict(saved)
+
+
+# --------------------------------------------------------------------------------------------
+# The seeds an update works on
+# --------------------------------------------------------------------------------------------
+
+
+class OneSeed:
+    """A run's own networks, optimizers and draws as a batch of one seed (S = 1)."""
+
+    num_seeds = 1
+
+    def __init__(self, algorithm: PEARL):
+        self.members = [algorithm]
+        self.parameters = algorithm.parameters
+
+    def networks(self) -> PEARLNetworks:
+        return self.members[0].networks()
+
+    def groups(self) -> dict[str, list[torch.Tensor]]:
+        return self.members[0].groups()
+
+    def noise(self, shape: Sequence[int]) -> torch.Tensor:
+        member = self.members[0]
+        return standard_normal((1, *shape), member.generator, member.device)
+
+    def sample_batch(self) -> dict[str, torch.Tensor]:
+        return {key: value.unsqueeze(0) for key, value in self.members[0].sample_batch().items()}
+
+    def apply(self, gradients: list[torch.Tensor | None]) -> None:
+        self.members[0].apply_gradients(gradients)
+
+    def subset(self, indices: Sequence[int]) -> OneSeed:
+        return self
+
+
+class PEARLSeedBatch(MetaSeedBatch):
+    """N seeds of one PEARL configuration: their encoders, policies, Q- and value functions
+    stacked (N, ...) (each member's are views of its slice) and their five Adams stacked. Every
+    seed collects with its own draws into its own per-task buffers and samples its own
+    batches; a seed whose envs fail leaves the epoch without disturbing the others."""
+
+    isolates_failures = True
+
+    def __init__(self, members: Sequence[PEARL]):
+        super().__init__(members)
+        self.members: list[PEARL] = list(members)
+        self.device = self.members[0].device
+        self.stacks = {
+            name: StackedMLP([cast(nn.Module, getattr(member, name) if name != "encoder" else member.encoder.body) for member in self.members])
+            for name in ("encoder", "policy", "qf1", "qf2", "vf", "target_vf")
+        }
+        module_of = {"context": "encoder", "policy": "policy", "qf1": "qf1", "qf2": "qf2", "vf": "vf"}
+        self.optimizers.update(
+            {
+                name: StackedOptimizer([member.optimizers[name] for member in self.members], list(self.stacks[module].parameters()))
+                for name, module in module_of.items()
+            }
+        )
+        self.parameters = [parameter for name in ("encoder", "policy", "qf1", "qf2", "vf") for parameter in self.stacks[name].parameters()]
+
+    def networks(self) -> PEARLNetworks:
+        stacks = self.stacks
+        return PEARLNetworks(
+            encoder=stacks["encoder"],
+            policy=stacks["policy"],
+            qf1=stacks["qf1"],
+            qf2=stacks["qf2"],
+            vf=stacks["vf"],
+            target_vf=stacks["target_vf"],
+            qf1_frozen=lambda inputs: stacks["qf1"](inputs, frozen=True),
+            qf2_frozen=lambda inputs: stacks["qf2"](inputs, frozen=True),
+        )
+
+    def groups(self) -> dict[str, list[torch.Tensor]]:
+        stacks = self.stacks
+        return {
+            "context": list(stacks["encoder"].parameters()),
+            "policy": list(stacks["policy"].parameters()),
+            "qf": [*stacks["qf1"].parameters(), *stacks["qf2"].parameters()],
+            "vf": list(stacks["vf"].parameters()),
+        }
+
+    def noise(self, shape: Sequence[int]) -> torch.Tensor:
+        return stacked_noise(standard_normal, shape, [member.generator for member in self.members], self.device)
+
+    def sample_batch(self) -> dict[str, torch.Tensor]:
+        batches = [member.sample_batch() for member in self.members]
+        return {key: torch.stack([batch[key] for batch in batches]) for key in batches[0]}
+
+    def apply(self, gradients: list[torch.Tensor | None]) -> None:
+        set_gradients(self.parameters, gradients)
+        config = self.members[0].config
+        for name, optimizer in self.optimizers.items():
+            optimizer.lr = getattr(config, PEARL.learning_rates[name])
+            optimizer.step()
+        for parameter in self.parameters:
+            parameter.grad = None
+        with torch.no_grad():
+            torch._foreach_lerp_(list(self.stacks["target_vf"].parameters()), list(self.stacks["vf"].parameters()), config.tau)
+
+    def subset(self, indices: Sequence[int]) -> PEARLSeedBatch:
+        """This batch narrowed to the members at ``indices`` (stacked anew from their state)."""
+        self.sync_members()
+        self.__init__([self.members[index] for index in indices])  # type: ignore[misc]
+        return self
+
+    def train_epoch(self, task_envs: Sequence[TaskEnvs]) -> list[dict[str, float] | Exception]:
+        return self.members[0].train_seeds(self, task_envs)
+
+
+Seeds = OneSeed | PEARLSeedBatch
+PEARL.seed_batch = PEARLSeedBatch

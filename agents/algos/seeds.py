@@ -320,8 +320,13 @@ class MetaSeedBatch(abc.ABC):
         self.num_seeds = len(members)
         self.optimizers: dict[str, StackedOptimizer] = {}
 
+    #: whether a seed whose envs fail gets its exception in its place in ``train_epoch``'s
+    #: result while the others finish their epoch as alone (otherwise the exception
+    #: propagates and the caller redoes the epoch without that seed)
+    isolates_failures: bool = False
+
     @abc.abstractmethod
-    def train_epoch(self, task_envs: Sequence[TaskEnvs]) -> list[dict[str, float]]:
+    def train_epoch(self, task_envs: Sequence[TaskEnvs]) -> list[dict[str, float]] | list[dict[str, float] | Exception]:
         """One ``train_epoch`` of every seed, seed s collecting through ``task_envs[s]``; each seed's logs."""
 
     def sync_members(self) -> None:

@@ -62,12 +62,15 @@ class StackedMLP(nn.Module):
         biases = stack_parameters([[linear.bias for linear in column] for column in zip(*linears)])
         self.weights, self.biases = nn.ParameterList(weights), nn.ParameterList(biases)
 
-    def forward(self, inputs: torch.Tensor, every: int = 1) -> torch.Tensor:
-        """With ``every`` = m, only copies 0, m, 2m, ... (inputs (K / m, B, in))."""
+    def forward(self, inputs: torch.Tensor, every: int = 1, frozen: bool = False) -> torch.Tensor:
+        """With ``every`` = m, only copies 0, m, 2m, ... (inputs (K / m, B, in)); ``frozen``:
+        with the parameters detached (differentiable in the inputs only)."""
         outputs, linear = inputs, 0
         for function in self.functions:
             if function is None:
                 weight, bias = self.weights[linear][::every], self.biases[linear][::every]
+                if frozen:
+                    weight, bias = weight.detach(), bias.detach()
                 outputs = torch.baddbmm(bias.unsqueeze(1), outputs, weight.transpose(1, 2))
                 linear += 1
             else:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-HALF_CHEETAH, CARTPOLE = "HalfCheetah-v5", "CartPole-v1"
+HALF_CHEETAH, CARTPOLE, POINT_NAV = "HalfCheetah-v5", "CartPole-v1", "reprorl/PointNav-v0"
 PAIRS_DEFAULT = 3
 REPLAY_CAPACITY = 1_000_000
 REPLAY_TARGET = 1.2  # at most this times the raw bytes of a transition's fields
@@ -221,6 +221,28 @@ BATCHED_EXTRA: dict[str, tuple[str, dict[str, Any], int]] = {
     # recurrent variants: PPO's rollout in 32 sequences of 64 steps; DQN on R2D2's sequences
     "ppo_gru": (HALF_CHEETAH, {"recurrent": "gru", "sequence_length": 64}, 2_048),
     "dqn_gru": (CARTPOLE, {"recurrent": "gru", "learning_starts": 1_000}, 1),
+    # meta-learners on 2-D navigation (the MAML paper's first task family), settings of
+    # tests/test_meta.py's learning tests; a MAML epoch is at most 10 tasks x 10 episodes x 2 x 100 steps
+    "maml_trpo": (POINT_NAV, {"meta_batch_size": 10, "episodes_per_task": 10, "num_envs": 10, "hidden_sizes": [32, 32]}, 1),
+    "pearl": (
+        POINT_NAV,
+        {
+            "num_train_tasks": 10,
+            "latent_dim": 2,
+            "encoder_hidden_sizes": [64, 64],
+            "hidden_sizes": [64, 64],
+            "meta_batch_size": 5,
+            "num_steps_per_epoch": 100,
+            "num_initial_steps": 200,
+            "num_tasks_sample": 5,
+            "num_steps_prior": 100,
+            "num_extra_rl_steps_posterior": 100,
+            "batch_size": 64,
+            "embedding_batch_size": 64,
+            "buffer_size": 10_000,
+        },
+        1,
+    ),
 }
 """Cases measured in the batched rows only (no peer comparison): the environment, our
 hyperparameters on top of the published defaults (the suites' settings) and the env steps of
@@ -242,9 +264,12 @@ BATCHED_STEPS = {
     "mpo": 600,
     "ppo_gru": 4_096,
     "dqn_gru": 3_000,
+    "maml_trpo": 40_000,
+    "pearl": 6_000,
 }
 """Env steps per seed of a batched measurement (SAC, TD3 and MPO update from step 100 on; the
-on-policy counts are whole rollouts of their defaults)."""
+on-policy counts are whole rollouts of their defaults; MAML-TRPO about two epochs, PEARL about
+five, each ending at the first epoch past the count)."""
 BATCHED_GPU_TARGET = ("sac", 10, 5.0)
 """The issue's aim on a GPU: SAC, 10 seeds in one process, 5x the aggregate rate of 10 separate processes."""
 

@@ -156,7 +156,7 @@ def _train(seeds: list[_MetaSeedRun], batched: bool, stop_together: bool) -> Non
     with StopSignal() as stop:
         while running:
             snapshots: list[dict[str, Any]] = []
-            if len(running) > 1:  # to redo the epoch without a seed whose envs fail
+            if len(running) > 1 and not getattr(learner, "isolates_failures", False):  # to redo the epoch without a seed whose envs fail
                 learner.sync_members()
                 snapshots = [seed.snapshot() for seed in running]
             try:
@@ -178,7 +178,10 @@ def _train(seeds: list[_MetaSeedRun], batched: bool, stop_together: bool) -> Non
                     seed.error = error
                 break
             for seed, seed_logs in zip(running, logs, strict=True):
-                seed.guard(seed.record_epoch, seed_logs)
+                if isinstance(seed_logs, Exception):  # its envs failed; the batch's other seeds went on
+                    seed.error = seed_logs.error if isinstance(seed_logs, SeedFailure) else seed_logs
+                else:
+                    seed.guard(seed.record_epoch, seed_logs)
             if stop_together:
                 _share_first_error(running)
             still = [seed for seed in running if seed.error is None and not seed.done]
