@@ -1,6 +1,7 @@
 """Loss terms against hand-computed values."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,7 +19,7 @@ def ratio_batch(ratios: list[float]):
     """A uniform 2-action policy and stored log-probs that make pi / pi_old equal ``ratios``."""
     dist = Categorical(torch.zeros(len(ratios), 2))
     log_probs = torch.full((len(ratios),), math.log(0.5)) - torch.tensor(ratios).log()
-    return dist, {"actions": torch.zeros(len(ratios), dtype=torch.long), "log_probs": log_probs}
+    return dist, SimpleNamespace(actions=torch.zeros(len(ratios), dtype=torch.long), log_probs=log_probs)  # the fields the policy loss reads
 
 
 def test_ppo_clipped_surrogate():

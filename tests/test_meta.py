@@ -16,6 +16,7 @@ from agents.algos.maml import (
     episode_advantages,
     linear_baseline,
 )
+from agents.algos.seeds import seed_axis
 from agents.api import ConfigError
 from agents.envs import env_spec
 from agents.meta import Episodes, MetaAlgorithm, TaskEnvs, meta_test
@@ -269,7 +270,7 @@ def test_adapt_policy_takes_one_inner_step_from_the_exploration_policy():
     policy = algo.get_exploration_policy()
     episodes = envs.collect({"goal": [0.4, -0.2]}, policy, 3)
     adapted = algo.adapt_policy(policy, episodes)
-    batch = algo.make_batch(episodes)
+    batch = seed_axis(algo.make_batch(episodes))
     theta = {k: v.detach().requires_grad_() for k, v in policy.parameters.items()}
     gradients = torch.autograd.grad(_vpg_loss(algo, theta, batch), list(theta.values()))
     for (name, value), gradient in zip(theta.items(), gradients):

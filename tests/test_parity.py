@@ -16,6 +16,7 @@ import torch
 from scipy import stats
 
 import agents
+from agents.batches import RolloutBatch
 from benchmark.analysis import parity_records
 from benchmark.cli.app import EXIT_CONFIG_ERROR, EXIT_TERMINATED, main
 from benchmark.perf import parity, parity_settings
@@ -122,7 +123,8 @@ def test_trpo_takes_sb3_contribs_step_on_the_same_data_and_weights():
             for name in policy:
                 named[name].copy_(seen["before"][peer_name(name)])
             dist_params = ours.actor_critic.policy_params(seen["batch"]["obs"])
-        batch = {**seen["batch"], "dist_params": dist_params}
+        unread = torch.zeros(len(dist_params))  # the value fields: the policy's step does not read them
+        batch = RolloutBatch(**seen["batch"], dist_params=dist_params, values=unread, returns=unread, complete=unread.bool())
         seeds, seeded = OneSeed(ours), seed_axis(batch)
         full_step, surrogate, _ = ours.search_direction(seeds, seeded)
         step, _ = ours.line_search(seeds, seeded, full_step, surrogate)

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import agents
+from agents.algos.seeds import seed_axis
 from agents.api import ConfigError, Transitions
 from agents.envs import env_spec, make_vector_env, true_next_obs
 
@@ -77,11 +78,11 @@ def test_reset_state_zeroes_only_the_envs_whose_episode_ended():
 def test_encoded_batch_covers_the_steps_after_burn_in():
     algo = collect("dqn", "CartPole-v1", 60)
     batch = algo.buffer.sample(8, torch.Generator().manual_seed(0))
-    encoded = algo.encode(*algo.seed_encoders(), {key: tensor.unsqueeze(0) for key, tensor in batch.items()})  # one seed
+    encoded = algo.encode(*algo.seed_encoders(), seed_axis(batch))  # one seed
     steps = algo.config.sequence_length
-    assert encoded["features"].shape == (1, steps * 8, 16) and encoded["features"].requires_grad
-    torch.testing.assert_close(encoded["rewards"][0], batch["rewards"][algo.config.burn_in :].reshape(-1))
-    assert not encoded["target_next_features"].requires_grad
+    assert encoded.features.shape == (1, steps * 8, 16) and encoded.features.requires_grad
+    torch.testing.assert_close(encoded.rewards[0], batch.rewards[algo.config.burn_in :].reshape(-1))
+    assert not encoded.target_next_features.requires_grad
 
 
 @pytest.mark.parametrize(

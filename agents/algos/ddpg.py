@@ -40,6 +40,7 @@ import torch
 
 from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, SeedTools, one_seed, per_seed_weighted_mse, td_errors
 from agents.api import Transitions, parameters_of
+from agents.batches import EncodedBatch
 from agents.configs.ddpg import DDPGConfig, TD3Config
 from agents.nets import polyak_update
 from agents.nets.distributions import standard_normal
@@ -114,21 +115,21 @@ class DDPG(OffPolicyAlgorithm):
             first_critic=one_seed(self.critic.qs[0]),
         )
 
-    def seeds_gradients(self, networks: DDPGNetworks, batch: Mapping[str, torch.Tensor], tools: SeedTools):
+    def seeds_gradients(self, networks: DDPGNetworks, batch: EncodedBatch, tools: SeedTools):
         """Critic loss, then (every policy_delay updates) the actor's, per seed."""
-        config, obs = self.config, batch["obs"]
+        config, obs = self.config, batch.obs
         # y = r + gamma (1 - d) min_i Q'_i(s', clip(mu'(s') + clip(eps, -c, c), -1, 1))  (TD3; DDPG: one critic, no eps)
         with torch.no_grad():
-            next_actions = DeterministicActor.head(networks.actor_target(batch["next_obs"]))
+            next_actions = DeterministicActor.head(networks.actor_target(batch.next_obs))
             if config.target_policy_noise > 0:
                 noise = tools.noise(standard_normal, next_actions.shape[1:])
                 noise = (noise * config.target_policy_noise).clamp(-config.target_noise_clip, config.target_noise_clip)
                 next_actions = (next_actions + noise).clamp(-1.0, 1.0)
-            next_q = networks.critic_target(batch["next_obs"], next_actions).min(dim=1).values
-            targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * next_q
+            next_q = networks.critic_target(batch.next_obs, next_actions).min(dim=1).values
+            targets = batch.rewards + batch.discounts * (1.0 - batch.terminated) * next_q
         # critic: sum_i (Q_i(s, a) - y)^2
-        q_values = networks.critic(obs, batch["actions"])  # (S, num_critics, B)
-        critic_loss = per_seed_weighted_mse(q_values, targets, batch["weights"])
+        q_values = networks.critic(obs, batch.actions)  # (S, num_critics, B)
+        critic_loss = per_seed_weighted_mse(q_values, targets, batch.weights)
         gradients = {"critic": tools.gradients("critic", critic_loss)}
         logs = {"critic_loss": critic_loss.detach(), "q_mean": q_values.detach().mean(dim=(1, 2))}
         # actor: -Q_1(s, mu(s)), on the delayed steps only

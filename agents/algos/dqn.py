@@ -22,7 +22,7 @@ al. 2019, without its value rescaling).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, SeedTools, one_seed, td_errors
 from agents.api import parameters_of
+from agents.batches import EncodedBatch
 from agents.configs.dqn import DQNConfig
 from agents.nets import polyak_update
 from agents.nets.offpolicy import DiscreteQ
@@ -78,22 +79,22 @@ class DQN(OffPolicyAlgorithm):
     def networks(self) -> DQNNetworks:
         return DQNNetworks(q_network=one_seed(self.q_network), q_target=one_seed(self.q_target))
 
-    def seeds_gradients(self, networks: DQNNetworks, batch: Mapping[str, torch.Tensor], tools: SeedTools):
+    def seeds_gradients(self, networks: DQNNetworks, batch: EncodedBatch, tools: SeedTools):
         """The TD loss per seed -> gradients of the Q-network, each seed's norm clipped on its own."""
         config = self.config
         # y = r + gamma (1 - d) Q'(s', argmax_a Q(s', a))  (max_a Q'(s', a) without double Q)
         with torch.no_grad():
-            next_q_target = networks.q_target(batch["target_next_features"])  # (S, B, A)
+            next_q_target = networks.q_target(batch.target_next_features)  # (S, B, A)
             if config.double_q:
-                next_actions = networks.q_network(batch["next_features"]).argmax(dim=-1, keepdim=True)
+                next_actions = networks.q_network(batch.next_features).argmax(dim=-1, keepdim=True)
                 next_values = next_q_target.gather(2, next_actions).squeeze(2)
             else:
                 next_values = next_q_target.max(dim=-1).values
-            targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * next_values
+            targets = batch.rewards + batch.discounts * (1.0 - batch.terminated) * next_values
         # minimize Huber(Q(s, a) - y)
-        q_values = networks.q_network(batch["features"]).gather(2, batch["actions"].long().unsqueeze(2)).squeeze(2)  # (S, B)
+        q_values = networks.q_network(batch.features).gather(2, batch.actions.long().unsqueeze(2)).squeeze(2)  # (S, B)
         elementwise = F.smooth_l1_loss(q_values, targets, reduction="none") if config.huber else (q_values - targets).pow(2)
-        loss = (elementwise * batch["weights"]).mean(dim=-1)
+        loss = (elementwise * batch.weights).mean(dim=-1)
         gradients = tools.gradients("q", loss)
         logs = {"loss": loss.detach(), "q_mean": q_values.detach().mean(dim=-1), "epsilon": self._epsilons(loss.shape[0])}
         if config.max_grad_norm is not None:

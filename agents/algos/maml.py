@@ -46,8 +46,9 @@ from torch import nn
 from torch.func import functional_call
 
 from agents.algos.onpolicy import entropy_bonus, entropy_transform, process_advantages
-from agents.algos.seeds import MetaSeedBatch, StackedOptimizer, per_seed_logs
+from agents.algos.seeds import MetaSeedBatch, StackedOptimizer, per_seed_logs, seed_axis
 from agents.api import Acted, set_gradients
+from agents.batches import TensorBatch
 from agents.configs.maml import MAMLConfig, MAMLPPOConfig, MAMLTRPOConfig, MAMLVPGConfig
 from agents.envs import EnvSpec
 from agents.meta import Episodes, MetaAlgorithm, PolicyOutput, TaskEnvs
@@ -181,27 +182,23 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * weights).sum(dim=-1) / weights.sum(dim=-1).clamp_min(1.0)
 
 
-@dataclass
-class Batch:
-    """One task's episodes for each of S seeds, the E x T steps flattened to M slots (padding
-    masked out), with the (constant) advantages: what the inner and outer losses read."""
+@dataclass(eq=False)
+class Batch(TensorBatch):
+    """One task's episodes, the E x T steps flattened to M slots (padding masked out), with the
+    (constant) advantages: what the inner and outer losses read, with a leading seed dimension
+    (S, M, ...) (``TensorBatch.stack`` of the seeds' own)."""
 
-    observations: torch.Tensor  # (S, M, *obs_shape)
-    actions: torch.Tensor  # (S, M, *action_shape)
-    mask: torch.Tensor  # (S, M) bool: a valid step
-    advantages: torch.Tensor  # (S, M), 0 on padding
-    log_probs: torch.Tensor  # (S, M) of the collecting policy
-    dist_params: torch.Tensor  # (S, M, P) of the collecting policy
-    returns: torch.Tensor  # (S,) mean undiscounted episode return
-
-    @classmethod
-    def stack(cls, batches: Sequence[Batch]) -> Batch:
-        """Seeds' batches (S_i, ...) side by side: (sum S_i, ...)."""
-        return cls(**{name: torch.cat([getattr(batch, name) for batch in batches]) for name in cls.__dataclass_fields__})
+    observations: torch.Tensor  # (M, *obs_shape)
+    actions: torch.Tensor  # (M, *action_shape)
+    mask: torch.Tensor  # (M,) bool: a valid step
+    advantages: torch.Tensor  # (M,), 0 on padding
+    log_probs: torch.Tensor  # (M,) of the collecting policy
+    dist_params: torch.Tensor  # (M, P) of the collecting policy
+    returns: torch.Tensor  # () mean undiscounted episode return
 
     def seed(self, index: int) -> Batch:
-        """Seed ``index``'s part (1, ...)."""
-        return Batch(**{name: getattr(self, name)[index : index + 1] for name in self.__dataclass_fields__})
+        """Seed ``index``'s part of a batch of seeds, as a batch of one (1, ...)."""
+        return self.apply(lambda tensor: tensor[index : index + 1])
 
 
 @dataclass
@@ -335,31 +332,31 @@ class MAML(MetaAlgorithm[AdaptedPolicy]):
     def adapt_policy(self, exploration_policy: AdaptedPolicy, episodes: Episodes) -> AdaptedPolicy:
         """One inner gradient step from the exploration policy's parameters on ``episodes``."""
         start = {k: v.unsqueeze(0) for k, v in exploration_policy.parameters.items()}
-        adapted = self.inner_step(start, self.make_batch(episodes))
+        adapted = self.inner_step(start, seed_axis(self.make_batch(episodes)))
         return self.policy_at({k: v[0] for k, v in adapted.items()})
 
     # -- the inner loop ---------------------------------------------------------------------
 
     def make_batch(self, episodes: Episodes) -> Batch:
-        """This run's episodes of one task as a batch of one seed, with advantages over a
-        linear baseline fitted on them."""
+        """This run's episodes of one task as a batch (no seed dimension), with advantages over
+        a linear baseline fitted on them."""
         config = self.config
         rewards = episodes.rewards
         if config.entropy_method == "max" and episodes.dist_params is not None:
             entropy = self.network.distribution(episodes.dist_params.flatten(0, 1)).entropy().view_as(rewards)
             rewards = rewards + config.entropy_coef * entropy_transform(config, entropy).detach() * episodes.mask
         values = linear_baseline(episodes, rewards, config.gamma, config.baseline_reg_coeff)
-        mask = episodes.mask.flatten().unsqueeze(0)
-        advantages = episode_advantages(rewards, values, episodes.mask.float(), config.gamma, config.gae_lambda).flatten().unsqueeze(0)
+        mask = episodes.mask.flatten()
+        advantages = episode_advantages(rewards, values, episodes.mask.float(), config.gamma, config.gae_lambda).flatten()
         assert episodes.log_probs is not None and episodes.dist_params is not None  # collected by an AdaptedPolicy
         return Batch(
-            observations=episodes.observations.flatten(0, 1).unsqueeze(0),
-            actions=episodes.actions.flatten(0, 1).unsqueeze(0),
+            observations=episodes.observations.flatten(0, 1),
+            actions=episodes.actions.flatten(0, 1),
             mask=mask,
             advantages=process_advantages(config, advantages, counted=mask),
-            log_probs=episodes.log_probs.flatten(0, 1).unsqueeze(0),
-            dist_params=episodes.dist_params.flatten(0, 1).unsqueeze(0),
-            returns=episodes.returns.mean().reshape(1),
+            log_probs=episodes.log_probs.flatten(0, 1),
+            dist_params=episodes.dist_params.flatten(0, 1),
+            returns=episodes.returns.mean(),
         )
 
     def distribution(self, parameters: Parameters, batch: Batch) -> Categorical | DiagGaussian:

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 
 from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, SeedTools, one_seed, per_seed_weighted_mse, td_errors
 from agents.api import parameters_of
+from agents.batches import EncodedBatch
 from agents.configs.mpo import MPOConfig
 from agents.nets.distributions import standard_normal
 from agents.nets.offpolicy import GaussianActor, NetworkShape, make_critics
@@ -157,9 +158,9 @@ class MPO(OffPolicyAlgorithm):
         q_values = critic(repeated_obs, actions.clamp(-1.0, 1.0).reshape(seeds, samples * batch, -1))
         return q_values.min(dim=1).values.reshape(seeds, samples, batch)
 
-    def seeds_gradients(self, networks: MPONetworks, batch: Mapping[str, torch.Tensor], tools: SeedTools):
+    def seeds_gradients(self, networks: MPONetworks, batch: EncodedBatch, tools: SeedTools):
         """Critic, policy and dual-variable losses per seed, differentiated in that order."""
-        obs, next_obs = batch["obs"], batch["next_obs"]
+        obs, next_obs = batch.obs, batch.next_obs
         config = self.config
         samples = config.num_action_samples
 
@@ -170,12 +171,12 @@ class MPO(OffPolicyAlgorithm):
         with torch.no_grad():
             next_mean, next_std = self._policy(networks.actor_target, next_obs)
             next_values = self._q_of_samples(networks.critic_target, next_obs, sample(next_mean, next_std)).mean(dim=1)
-            targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * next_values
+            targets = batch.rewards + batch.discounts * (1.0 - batch.terminated) * next_values
             old_mean, old_std = self._policy(networks.actor_target, obs)
             sampled_actions = sample(old_mean, old_std)  # (S, N, B, d)
             sampled_q = self._q_of_samples(networks.critic_target, obs, sampled_actions)  # (S, N, B)
-        q_values = networks.critic(obs, batch["actions"])  # (S, num_critics, B)
-        critic_loss = per_seed_weighted_mse(q_values, targets, batch["weights"])
+        q_values = networks.critic(obs, batch.actions)  # (S, num_critics, B)
+        critic_loss = per_seed_weighted_mse(q_values, targets, batch.weights)
 
         # E-step: q(a_j|s) = softmax_j(Q'(s, a_j) / eta), and eta's dual
         temperature = F.softplus(networks.temperature_param) + 1e-8  # (S, 1)

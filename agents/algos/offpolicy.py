@@ -33,6 +33,7 @@ import torch
 
 from agents.algos.seeds import SeedBatch, clip_per_seed, per_seed_logs, seed_axis, stack_batches, stacked_noise
 from agents.api import Acted, Algorithm, Transitions, set_gradients
+from agents.batches import EncodedBatch, ReplayBatch
 from agents.buffers import HindsightRelabeler, PrioritizedSampler, RecentExperience, ReplayBuffer, SequenceReplayBuffer
 from agents.configs.offpolicy import OffPolicyConfig
 from agents.envs import EnvSpec, goal_functions
@@ -214,7 +215,7 @@ class OffPolicyAlgorithm(Algorithm):
             return False
         return len(self.buffer) > 0 and self._steps_since_update >= self.config.update_every
 
-    def encode(self, encoder: Any, encoder_target: Any, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def encode(self, encoder: Any, encoder_target: Any, batch: ReplayBatch) -> EncodedBatch:
         """A training batch of S seeds (S, ...) with ``features``, ``next_features`` and
         ``target_next_features`` (S, M, ...), read by ``encoder`` and ``encoder_target`` (this
         run's as ``OneSeedEncoder``s, or a batch's ``StackedEncoder``s; None without recurrence).
@@ -223,10 +224,23 @@ class OffPolicyAlgorithm(Algorithm):
         unrolled over the remaining T steps; the result has M = T * B rows per seed.
         """
         if encoder is None:
-            return {**batch, "features": batch["obs"], "next_features": batch["next_obs"], "target_next_features": batch["next_obs"]}
+            assert batch.weights is not None  # a replay buffer's transitions carry them
+            return EncodedBatch(
+                obs=batch.obs,
+                actions=batch.actions,
+                rewards=batch.rewards,
+                next_obs=batch.next_obs,
+                terminated=batch.terminated,
+                discounts=batch.discounts,
+                weights=batch.weights,
+                features=batch.obs,
+                next_features=batch.next_obs,
+                target_next_features=batch.next_obs,
+            )
         burn_in = self.config.burn_in
-        obs, next_obs, resets = batch["obs"], batch["next_obs"], batch["resets"]
-        hidden = target_hidden = batch["initial_hidden"]
+        obs, next_obs, resets = batch.obs, batch.next_obs, batch.resets
+        assert resets is not None and batch.initial_hidden is not None  # sequences carry them
+        hidden = target_hidden = batch.initial_hidden
         with torch.no_grad():
             if burn_in > 0:
                 hidden = encoder.unroll(obs[:, :burn_in], hidden, resets[:, :burn_in])[1][:, -1]
@@ -242,14 +256,13 @@ class OffPolicyAlgorithm(Algorithm):
             next_inputs = flat(next_obs[:, burn_in:])
             next_features = encoder.step(next_inputs, flat(states.detach()))[0]
             target_next_features = encoder_target.step(next_inputs, flat(target_states))[0]
-        encoded = {key: flat(batch[key][:, burn_in:]) for key in ("actions", "rewards", "discounts", "terminated")}
-        encoded.update(
+        return EncodedBatch(
+            **{key: flat(batch[key][:, burn_in:]) for key in ("obs", "actions", "rewards", "next_obs", "terminated", "discounts")},
+            weights=torch.ones(seeds, steps * sequences, device=self.device),
             features=flat(features),
             next_features=next_features,
             target_next_features=target_next_features,
-            weights=torch.ones(seeds, steps * sequences, device=self.device),
         )
-        return encoded
 
     def seed_encoders(self) -> tuple[OneSeedEncoder | None, OneSeedEncoder | None]:
         """This run's online and target encoders with a seed dimension of 1 (None, None without recurrence)."""
@@ -265,7 +278,7 @@ class OffPolicyAlgorithm(Algorithm):
         raise NotImplementedError(f"{self.name} has no seed-dimension loss")
 
     def seeds_gradients(
-        self, networks: Any, batch: Mapping[str, torch.Tensor], tools: SeedTools
+        self, networks: Any, batch: EncodedBatch, tools: SeedTools
     ) -> tuple[dict[str, list[torch.Tensor]], dict[str, torch.Tensor], torch.Tensor | None]:
         """One gradient step's losses for every seed of ``batch`` (S, B, ...), differentiated:
         the gradients of each optimizer group that steps now, each log (S,), and the TD errors
@@ -281,10 +294,11 @@ class OffPolicyAlgorithm(Algorithm):
             parameters=lambda group: groups[group][0],
         )
 
-    def compute_gradients(self, batch: Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+    def compute_gradients(self, batch: ReplayBatch | Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
         """``seeds_gradients`` on one run's batch: every parameter's gradient in the order of
         ``parameter_groups`` (None for a group that does not step now), and the logs."""
-        gradients, logs, errors = self.seeds_gradients(self.networks(), self.encode(*self.seed_encoders(), seed_axis(batch)), self.seed_tools())
+        typed = batch if isinstance(batch, ReplayBatch) else ReplayBatch(**batch)
+        gradients, logs, errors = self.seeds_gradients(self.networks(), self.encode(*self.seed_encoders(), seed_axis(typed)), self.seed_tools())
         self.td_errors = None if errors is None else errors[0]
         flat: list[torch.Tensor | None] = []
         for name, (parameters, _) in self.groups.items():
@@ -304,8 +318,8 @@ class OffPolicyAlgorithm(Algorithm):
             batch = self.buffer.sample(self.config.batch_size, self.generator)
             gradients, info = self.compute_gradients(batch)
             self.apply_gradients(gradients)
-            if self.config.prioritized and self.td_errors is not None and "indices" in batch:
-                self.buffer.update_priorities(batch["indices"], self.td_errors)
+            if self.config.prioritized and self.td_errors is not None and batch.indices is not None:
+                self.buffer.update_priorities(batch.indices, self.td_errors)
             for key, value in info.items():
                 logs.setdefault(key, []).append(value)
         return {key: float(sum(values) / len(values)) for key, values in logs.items()}
@@ -504,7 +518,7 @@ class OffPolicySeedBatch(SeedBatch):
     def policy_actions(self, obs: torch.Tensor) -> torch.Tensor:
         """Every seed's exploring actions (N, E, ...) for observations (N, E, *obs_shape)."""
 
-    def compute_gradients(self, batch: Mapping[str, torch.Tensor]) -> tuple[dict[str, Sequence[torch.Tensor | None]], dict[str, torch.Tensor]]:
+    def compute_gradients(self, batch: ReplayBatch) -> tuple[dict[str, Sequence[torch.Tensor | None]], dict[str, torch.Tensor]]:
         """The members' ``seeds_gradients`` on the stacked networks: the gradients of each
         optimizer's stacked parameters (None where a group does not step) and each log (N,),
         on a batch with a leading seed dimension."""

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from agents.algos.seeds import SeedBatch, clip_per_seed, per_seed_logs, seed_axis, stack_batches, stacked_index, stacked_noise
 from agents.api import Acted, Algorithm, Transitions, parameters_of, set_gradients
+from agents.batches import RolloutBatch
 from agents.buffers import RolloutStorage
 from agents.configs.onpolicy import OnPolicyConfig, PolicyGradientOptions
 from agents.envs import EnvSpec
@@ -41,6 +42,11 @@ from agents.nets.stacked import StackedActorCritic
 from agents.optim import adam, clip_gradients
 
 PARTS = ("policy", "value")
+
+
+def rollout_batch(batch: RolloutBatch | Mapping[str, torch.Tensor]) -> RolloutBatch:
+    """A batch given as a mapping of its fields (from another process, say) as a ``RolloutBatch``."""
+    return batch if isinstance(batch, RolloutBatch) else RolloutBatch(**batch)
 
 
 def process_advantages(options: PolicyGradientOptions, advantages: torch.Tensor, counted: torch.Tensor | None = None) -> torch.Tensor:
@@ -101,10 +107,10 @@ class Seeds(Protocol):
     def network(self) -> Any:
         """``seeded(obs, states=None, episode_starts=None) -> (distribution (S, M), values (S, M))``."""
 
-    def full_batch(self) -> dict[str, torch.Tensor]:
+    def full_batch(self) -> RolloutBatch:
         """Every seed's whole rollout (S, T * E, ...) (sequences (S, L, B, ...) when recurrent)."""
 
-    def minibatches(self, num_minibatches: int, active: torch.Tensor | None = None) -> Iterator[dict[str, torch.Tensor]]:
+    def minibatches(self, num_minibatches: int, active: torch.Tensor | None = None) -> Iterator[RolloutBatch]:
         """One shuffled epoch of every seed's rollout, each seed in its own order; a seed not
         ``active`` (S,) draws no order (its run stopped its epochs) and gets filler rows."""
 
@@ -327,7 +333,7 @@ class OnPolicyAlgorithm(Algorithm):
     def _sequence_length_or_none(self) -> int | None:
         return self.sequence_length if self.config.recurrent != "none" else None
 
-    def minibatches(self, num_minibatches: int) -> Iterator[dict[str, torch.Tensor]]:
+    def minibatches(self, num_minibatches: int) -> Iterator[RolloutBatch]:
         """One shuffled epoch over the rollout: samples, or whole sequences when recurrent."""
         if self.config.recurrent != "none":
             return self.storage.sequence_minibatches(num_minibatches, self.sequence_length, self.generator)
@@ -335,15 +341,14 @@ class OnPolicyAlgorithm(Algorithm):
 
     # -- losses: written once, over a leading seed dimension -------------------------------
 
-    def evaluate_seeds(self, network: Any, batch: Mapping[str, torch.Tensor]) -> tuple[PolicyDistribution, torch.Tensor, dict[str, torch.Tensor]]:
+    def evaluate_seeds(self, network: Any, batch: RolloutBatch) -> tuple[PolicyDistribution, torch.Tensor, RolloutBatch]:
         """Every seed's current policy and values on its batch (S, M), and the batch's per-step
         tensors flattened to (S, M, ...): recurrent sequences are unrolled from their states."""
         if self.config.recurrent != "none":
-            dist, values = network.seeded(batch["obs"], batch["states"], batch["episode_starts"])
-            flat = {key: tensor.flatten(1, 2) for key, tensor in batch.items() if key not in ("states", "episode_starts")}
-            return dist, values, flat
-        dist, values = network.seeded(batch["obs"])
-        return dist, values, dict(batch)
+            dist, values = network.seeded(batch.obs, batch.states, batch.episode_starts)
+            return dist, values, batch.replace(states=None, episode_starts=None).apply(lambda tensor: tensor.flatten(1, 2))
+        dist, values = network.seeded(batch.obs)
+        return dist, values, batch
 
     @property
     def value_clip_range(self) -> float | None:
@@ -360,27 +365,25 @@ class OnPolicyAlgorithm(Algorithm):
             errors = torch.max(errors, (clipped_values - returns).pow(2))
         return 0.5 * errors.mean(dim=-1)
 
-    def _policy_loss(
-        self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor], advantages: torch.Tensor
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def _policy_loss(self, dist: PolicyDistribution, batch: RolloutBatch, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The algorithm's policy loss per seed (S,) and its logs (S,); here the vanilla policy
         gradient -mean(log pi(a|s) A)."""
-        return -(dist.log_prob(batch["actions"]) * advantages).mean(dim=-1), {}
+        return -(dist.log_prob(batch.actions) * advantages).mean(dim=-1), {}
 
-    def _policy_advantages(self, flat: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | float]:
+    def _policy_advantages(self, flat: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor | float]:
         """Processed advantages (S, M) and the weight (S,) that turns the loss's mean into the
         mean over the steps that count. Without a baseline there is no value to bootstrap an
         unfinished episode from, so only steps of episodes that ended within the rollout count
         (their returns-to-go are exact); the rest get advantage 0, as if whole episodes had
         been sampled."""
-        advantages = flat["advantages"]
+        advantages = flat.advantages
         if self.learns_value:
             return process_advantages(self.config, advantages), 1.0
-        complete = flat["complete"]
+        complete = flat.complete
         counted = process_advantages(self.config, advantages, complete)
         return counted, advantages.shape[-1] / complete.sum(dim=-1).clamp_min(1)
 
-    def seeds_loss(self, network: Any, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def seeds_loss(self, network: Any, batch: RolloutBatch, parts: tuple[str, ...] = PARTS) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """policy loss - entropy bonus + value_coef * value loss (the parts asked for), per
         seed (S,), on a batch (S, M, ...); each log (S,)."""
         dist, values, flat = self.evaluate_seeds(network, batch)
@@ -396,7 +399,7 @@ class OnPolicyAlgorithm(Algorithm):
                 terms.append(-entropy_bonus(self.config, entropy))
             info.update(policy_loss=policy_loss.detach(), entropy=entropy.detach().mean(dim=-1))
         if "value" in parts and self.learns_value:
-            value_loss = self.value_loss(values, flat["values"], flat["returns"])
+            value_loss = self.value_loss(values, flat.values, flat.returns)
             terms.append(self.config.value_coef * value_loss)
             info["value_loss"] = value_loss.detach()
         loss = sum(terms[1:], terms[0]) if terms else values.new_zeros(values.shape[:1])
@@ -414,20 +417,19 @@ class OnPolicyAlgorithm(Algorithm):
 
     # -- one run's view of the losses (the seeds' Algorithm interface) ----------------------
 
-    def evaluate(self, batch: Mapping[str, torch.Tensor]) -> tuple[PolicyDistribution, torch.Tensor, dict[str, torch.Tensor]]:
+    def evaluate(self, batch: RolloutBatch | Mapping[str, torch.Tensor]) -> tuple[PolicyDistribution, torch.Tensor, RolloutBatch]:
         """The current policy and values on one run's batch, and its per-step tensors flattened
         to (M, ...): a recurrent batch of sequences is unrolled from its initial states."""
+        rollout = rollout_batch(batch)
         if self.config.recurrent != "none":
-            dist, values, _ = self.actor_critic.policy_and_value(batch["obs"], batch["states"], batch["episode_starts"])
-            flat = {key: tensor.flatten(0, 1) for key, tensor in batch.items() if key not in ("states", "episode_starts")}
-        else:
-            dist, values, _ = self.actor_critic.policy_and_value(batch["obs"])
-            flat = dict(batch)
-        return dist, values, flat
+            dist, values, _ = self.actor_critic.policy_and_value(rollout.obs, rollout.states, rollout.episode_starts)
+            return dist, values, rollout.replace(states=None, episode_starts=None).apply(lambda tensor: tensor.flatten(0, 1))
+        dist, values, _ = self.actor_critic.policy_and_value(rollout.obs)
+        return dist, values, rollout
 
     def loss(self, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS) -> tuple[torch.Tensor, dict[str, float]]:
         """``seeds_loss`` on one run's batch: the scalar loss and its logs."""
-        loss, info = self.seeds_loss(self.actor_critic, seed_axis(batch), parts)
+        loss, info = self.seeds_loss(self.actor_critic, seed_axis(rollout_batch(batch)), parts)
         return loss[0], per_seed_logs(info, 1)[0]
 
     def compute_gradients(self, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS) -> tuple[list[torch.Tensor | None], dict[str, float]]:
@@ -507,11 +509,11 @@ class OneSeed:
         self.members = [algorithm]
         self.network = algorithm.actor_critic
 
-    def full_batch(self) -> dict[str, torch.Tensor]:
+    def full_batch(self) -> RolloutBatch:
         algorithm = self.algorithm
         return seed_axis(algorithm.storage.full_batch(algorithm._sequence_length_or_none()))
 
-    def minibatches(self, num_minibatches: int, active: torch.Tensor | None = None) -> Iterator[dict[str, torch.Tensor]]:
+    def minibatches(self, num_minibatches: int, active: torch.Tensor | None = None) -> Iterator[RolloutBatch]:
         return (seed_axis(batch) for batch in self.algorithm.minibatches(num_minibatches))
 
     def step(self, loss: torch.Tensor, active: torch.Tensor | None = None) -> None:
@@ -585,10 +587,10 @@ class OnPolicySeedBatch(SeedBatch):
 
     # -- the Seeds protocol ---------------------------------------------------------------
 
-    def full_batch(self) -> dict[str, torch.Tensor]:
+    def full_batch(self) -> RolloutBatch:
         return stack_batches([member.storage.full_batch(member._sequence_length_or_none()) for member in self.members])
 
-    def minibatches(self, num_minibatches: int, active: torch.Tensor | None = None) -> Iterator[dict[str, torch.Tensor]]:
+    def minibatches(self, num_minibatches: int, active: torch.Tensor | None = None) -> Iterator[RolloutBatch]:
         epochs = [
             member.minibatches(num_minibatches) if active is None or active[seed] else self._filler(member, num_minibatches)
             for seed, member in enumerate(self.members)
@@ -597,7 +599,7 @@ class OnPolicySeedBatch(SeedBatch):
             yield stack_batches(minibatches)
 
     @staticmethod
-    def _filler(member: OnPolicyAlgorithm, num_minibatches: int) -> Iterator[dict[str, torch.Tensor]]:
+    def _filler(member: OnPolicyAlgorithm, num_minibatches: int) -> Iterator[RolloutBatch]:
         """Minibatches of a seed that sits the epoch out: shaped as its own, drawn without its generator."""
         if member.config.recurrent != "none":
             return member.storage.sequence_minibatches(num_minibatches, member.sequence_length, torch.Generator())

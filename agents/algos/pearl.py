@@ -52,8 +52,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from agents.algos.offpolicy import one_seed
-from agents.algos.seeds import MetaSeedBatch, StackedOptimizer, per_seed_logs, stacked_noise
+from agents.algos.seeds import MetaSeedBatch, StackedOptimizer, per_seed_logs, seed_axis, stack_batches, stacked_noise
 from agents.api import Acted, parameters_of, set_gradients
+from agents.batches import TensorBatch
 from agents.configs.pearl import PEARLConfig
 from agents.envs import EnvSpec
 from agents.meta import Episodes, MetaAlgorithm, PolicyOutput, TaskEnvs
@@ -153,6 +154,19 @@ class ContextPolicy:
 
 
 Network = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(eq=False)
+class PEARLBatch(TensorBatch):
+    """One gradient step's data of T training tasks: B RL transitions (T, B, ...) and N context
+    transitions (T, N, C) of each; a leading seed dimension (S, ...) where the losses read it."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    next_obs: torch.Tensor
+    terminated: torch.Tensor
+    context: torch.Tensor
 
 
 @dataclass
@@ -386,15 +400,13 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
                 collect(index, config.num_extra_rl_steps_posterior, True, False)
         return prior_returns, posterior_returns
 
-    def sample_batch(self) -> dict[str, torch.Tensor]:
+    def sample_batch(self) -> PEARLBatch:
         """meta_batch_size training tasks: RL transitions (T, B, .) and context (T, N, C)."""
         config = self.config
         indices = self.rng.choice(config.num_train_tasks, size=config.meta_batch_size, replace=config.meta_batch_size > config.num_train_tasks)
         rl = [self.rl_buffers[i].sample(config.batch_size, self.generator) for i in indices]
         context = [self._context(self.encoder_buffers[i].sample(config.embedding_batch_size, self.generator)) for i in indices]
-        batch = {key: torch.stack([sample[key] for sample in rl]) for key in rl[0]}
-        batch["context"] = torch.stack(context)
-        return batch
+        return PEARLBatch(**{key: torch.stack([sample[key] for sample in rl]) for key in rl[0]}, context=torch.stack(context))
 
     def networks(self) -> PEARLNetworks:
         """This run's networks seen with a seed dimension of 1."""
@@ -414,19 +426,19 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
         )
 
     def seeds_losses(
-        self, networks: PEARLNetworks, batch: Mapping[str, torch.Tensor], noise: Callable[[Sequence[int]], torch.Tensor]
+        self, networks: PEARLNetworks, batch: PEARLBatch, noise: Callable[[Sequence[int]], torch.Tensor]
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Every loss per seed (S,) at the current parameters, each differentiable only where it
         trains. ``batch``: RL transitions (S, T, B, ...) and context (S, T, N, C) of T tasks;
         ``noise(shape)``: each seed's standard-normal draws (S, *shape) from its generator."""
         config = self.config
-        seeds, tasks, per_task = batch["obs"].shape[:3]
+        seeds, tasks, per_task = batch.obs.shape[:3]
         # z_i ~ q(z | c_i), reparameterized
-        mean, var = self.posterior(networks.encoder, batch["context"])  # (S, T, L)
+        mean, var = self.posterior(networks.encoder, batch.context)  # (S, T, L)
         task_z = mean + var.sqrt() * noise((tasks, config.latent_dim)) if config.use_information_bottleneck else mean
         z = task_z.unsqueeze(2).expand(seeds, tasks, per_task, -1).flatten(1, 2)  # (S, T * B, L)
-        obs, actions = batch["obs"].flatten(1, 2), batch["actions"].flatten(1, 2)
-        rewards, next_obs, terminated = batch["rewards"].flatten(1), batch["next_obs"].flatten(1, 2), batch["terminated"].flatten(1)
+        obs, actions = batch.obs.flatten(1, 2), batch.actions.flatten(1, 2)
+        rewards, next_obs, terminated = batch.rewards.flatten(1), batch.next_obs.flatten(1, 2), batch.terminated.flatten(1)
 
         # L_KL and L_Q (they train the encoder)
         kl = gaussian_kl_to_unit(mean, var).sum(dim=-1) if config.use_information_bottleneck else mean.new_zeros(seeds)
@@ -465,7 +477,7 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
         }
         return losses, {key: value.detach() for key, value in logs.items()}
 
-    def seeds_gradients(self, seeds: Seeds, batch: Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, torch.Tensor]]:
+    def seeds_gradients(self, seeds: Seeds, batch: PEARLBatch) -> tuple[list[torch.Tensor | None], dict[str, torch.Tensor]]:
         """Gradients in ``seeds.parameters`` order: the encoder's from L_KL + L_Q, the
         Q-functions' from L_Q, the value function's from L_V, the policy's from L_pi; logs (S,)."""
         losses, logs = self.seeds_losses(seeds.networks(), batch, seeds.noise)
@@ -475,16 +487,17 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
             gradients.update({id(p): g for p, g in zip(params, grads)})
         return [gradients[id(p)] for p in seeds.parameters], logs
 
-    def update_seeds(self, seeds: Seeds, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def update_seeds(self, seeds: Seeds, batch: PEARLBatch) -> dict[str, torch.Tensor]:
         """One gradient step of every seed: all losses at the same parameters, then every
         optimizer steps and the target value functions move toward V."""
         gradients, logs = self.seeds_gradients(seeds, batch)
         seeds.apply(gradients)
         return logs
 
-    def compute_gradients(self, batch: Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+    def compute_gradients(self, batch: PEARLBatch | Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
         """Gradients in ``self.parameters`` order (``seeds_gradients`` of this run alone)."""
-        gradients, logs = self.seeds_gradients(OneSeed(self), {key: value.unsqueeze(0) for key, value in batch.items()})
+        typed = batch if isinstance(batch, PEARLBatch) else PEARLBatch(**batch)
+        gradients, logs = self.seeds_gradients(OneSeed(self), seed_axis(typed))
         return gradients, per_seed_logs(logs, 1)[0]
 
     def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
@@ -496,7 +509,7 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
             optimizer.zero_grad(set_to_none=True)
         polyak_update(self.target_vf, self.vf, self.config.tau)
 
-    def update(self, batch: Mapping[str, torch.Tensor] | None = None) -> dict[str, float]:
+    def update(self, batch: PEARLBatch | None = None) -> dict[str, float]:
         gradients, logs = self.compute_gradients(self.sample_batch() if batch is None else batch)
         self.apply_gradients(gradients)
         return logs
@@ -580,8 +593,8 @@ class OneSeed:
         member = self.members[0]
         return standard_normal((1, *shape), member.generator, member.device)
 
-    def sample_batch(self) -> dict[str, torch.Tensor]:
-        return {key: value.unsqueeze(0) for key, value in self.members[0].sample_batch().items()}
+    def sample_batch(self) -> PEARLBatch:
+        return seed_axis(self.members[0].sample_batch())
 
     def apply(self, gradients: list[torch.Tensor | None]) -> None:
         self.members[0].apply_gradients(gradients)
@@ -640,9 +653,8 @@ class PEARLSeedBatch(MetaSeedBatch):
     def noise(self, shape: Sequence[int]) -> torch.Tensor:
         return stacked_noise(standard_normal, shape, [member.generator for member in self.members], self.device)
 
-    def sample_batch(self) -> dict[str, torch.Tensor]:
-        batches = [member.sample_batch() for member in self.members]
-        return {key: torch.stack([batch[key] for batch in batches]) for key in batches[0]}
+    def sample_batch(self) -> PEARLBatch:
+        return stack_batches([member.sample_batch() for member in self.members])
 
     def apply(self, gradients: list[torch.Tensor | None]) -> None:
         set_gradients(self.parameters, gradients)

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import torch
 
 from agents.algos.onpolicy import OnPolicyAlgorithm, Seeds
+from agents.batches import RolloutBatch
 from agents.configs.ppo import PPOAdaptiveKLConfig, PPOConfig, SurrogateConfig
 from agents.nets.policies import PolicyDistribution
 
@@ -66,17 +67,15 @@ class SurrogatePG(OnPolicyAlgorithm):
                     break
         return {key: total / steps.to(total.device) for key, total in sums.items()}
 
-    def _ratio(self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def _ratio(self, dist: PolicyDistribution, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """r_t (S, M) and the approximate KL E[(r - 1) - log r] (Schulman's low-variance estimator)."""
-        log_ratio = dist.log_prob(batch["actions"]) - batch["log_probs"]
+        log_ratio = dist.log_prob(batch.actions) - batch.log_probs
         ratio = log_ratio.exp()
         with torch.no_grad():
             approx_kl = ((ratio - 1) - log_ratio).mean(dim=-1)
         return ratio, {"approx_kl": approx_kl}
 
-    def _policy_loss(
-        self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor], advantages: torch.Tensor
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def _policy_loss(self, dist: PolicyDistribution, batch: RolloutBatch, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         ratio, info = self._ratio(dist, batch)
         return -(ratio * advantages).mean(dim=-1), info
 
@@ -104,9 +103,7 @@ class PPO(SurrogatePG):
         clip = self.config.value_clip_range
         return None if clip is None else clip * self._clip_fraction()
 
-    def _policy_loss(
-        self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor], advantages: torch.Tensor
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def _policy_loss(self, dist: PolicyDistribution, batch: RolloutBatch, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """-min(r A, clip(r, 1-eps, 1+eps) A), averaged."""
         ratio, info = self._ratio(dist, batch)
         eps = self.clip_range
@@ -131,12 +128,10 @@ class PPOAdaptiveKL(SurrogatePG):
         self.kl_coef = self.config.kl_penalty
         self._kl_coefs: torch.Tensor | None = None  # (S,): the betas of the seeds being optimized
 
-    def _policy_loss(
-        self, dist: PolicyDistribution, batch: Mapping[str, torch.Tensor], advantages: torch.Tensor
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def _policy_loss(self, dist: PolicyDistribution, batch: RolloutBatch, advantages: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """-E[r A] + beta KL[pi_old, pi], the old policy rebuilt from the stored parameters."""
         ratio, info = self._ratio(dist, batch)
-        kl = self.actor_critic.distribution(batch["dist_params"]).kl(dist).mean(dim=-1)
+        kl = self.actor_critic.distribution(batch.dist_params).kl(dist).mean(dim=-1)
         info["kl"] = kl.detach()
         kl_coefs = self._kl_coefs if self._kl_coefs is not None else self.kl_coef
         return -(ratio * advantages).mean(dim=-1) + kl_coefs * kl, info
@@ -150,7 +145,7 @@ class PPOAdaptiveKL(SurrogatePG):
             self._kl_coefs = None
         with torch.no_grad():
             dist, _, flat = self.evaluate_seeds(seeds.network, seeds.full_batch())
-            measured = self.actor_critic.distribution(flat["dist_params"]).kl(dist).mean(dim=-1)
+            measured = self.actor_critic.distribution(flat.dist_params).kl(dist).mean(dim=-1)
         for member, member_kl in zip(seeds.members, measured.tolist()):
             member.kl_coef = self.adapt_kl_coef(member.kl_coef, member_kl, self.config.kl_target)  # type: ignore[attr-defined]
         logs.update(measured_kl=measured, kl_coef=torch.tensor([member.kl_coef for member in seeds.members], device=device))  # type: ignore[attr-defined]

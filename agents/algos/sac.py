@@ -36,6 +36,7 @@ import torch
 
 from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, SeedTools, one_seed, per_seed_weighted_mse, td_errors
 from agents.api import parameters_of
+from agents.batches import EncodedBatch
 from agents.configs.sac import SACConfig
 from agents.nets import polyak_update
 from agents.nets.distributions import Categorical, TanhGaussian
@@ -101,12 +102,12 @@ class SAC(OffPolicyAlgorithm):
             return CategoricalActor.head(features)
         return SquashedGaussianActor.head(features, self.spec.num_actions)
 
-    def seeds_gradients(self, networks: SACNetworks, batch: Mapping[str, torch.Tensor], tools: SeedTools):
+    def seeds_gradients(self, networks: SACNetworks, batch: EncodedBatch, tools: SeedTools):
         """Algorithm 1's critic, actor and temperature losses per seed, differentiated in that order.
 
         ``batch`` holds observations or, when recurrent, the encoder's features (``encode``);
         the actor reads them detached, so the encoder learns from the critic loss alone."""
-        obs, next_obs, target_next_obs = batch["features"], batch["next_features"], batch["target_next_features"]
+        obs, next_obs, target_next_obs = batch.features, batch.next_features, batch.target_next_features
         alpha = networks.log_alpha.exp().detach()[:, None]  # (S, 1)
         discrete = self.spec.discrete
         # y = r + gamma (1 - d) (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi(.|s')
@@ -120,14 +121,14 @@ class SAC(OffPolicyAlgorithm):
             else:
                 next_actions, next_log_probs = cast(TanhGaussian, next_dist).rsample_with_log_prob(tools.noise(next_dist.draw, next_dist.noise_shape[1:]))
                 soft_next_value = networks.critic_target(target_next_obs, next_actions).min(dim=1).values - alpha * next_log_probs
-            targets = batch["rewards"] + batch["discounts"] * (1.0 - batch["terminated"]) * soft_next_value
+            targets = batch.rewards + batch.discounts * (1.0 - batch.terminated) * soft_next_value
         # critic: sum_i (Q_i(s, a) - y)^2
         if discrete:
             q_all = networks.critic(obs)  # (S, num_critics, B, A)
-            q_values = q_all.gather(3, batch["actions"].long()[:, None, :, None].expand(*q_all.shape[:3], 1)).squeeze(-1)
+            q_values = q_all.gather(3, batch.actions.long()[:, None, :, None].expand(*q_all.shape[:3], 1)).squeeze(-1)
         else:
-            q_values = networks.critic(obs, batch["actions"])  # (S, num_critics, B)
-        critic_loss = per_seed_weighted_mse(q_values, targets, batch["weights"])
+            q_values = networks.critic(obs, batch.actions)  # (S, num_critics, B)
+        critic_loss = per_seed_weighted_mse(q_values, targets, batch.weights)
         # actor: alpha log pi(a~|s) - min_i Q_i(s, a~), a~ ~ pi(.|s) reparameterized
         actor_obs = obs.detach()
         dist = self.policy(networks, actor_obs)

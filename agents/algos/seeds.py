@@ -33,15 +33,18 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
 from agents.api import Acted, Algorithm, Learner, Transitions
+from agents.batches import TensorBatch
 from agents.optim import adam
 
 if TYPE_CHECKING:
     from agents.meta import MetaAlgorithm, TaskEnvs
+
+BatchT = TypeVar("BatchT", bound=TensorBatch)
 
 
 def stacked_index(stacked: Sequence[torch.Tensor]) -> dict[int, tuple[torch.Tensor, int]]:
@@ -222,14 +225,14 @@ def clip_per_seed(gradients: Sequence[torch.Tensor], num_seeds: int, max_norm: f
     return norms
 
 
-def seed_axis(batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def seed_axis(batch: BatchT) -> BatchT:
     """One run's batch as a batch of one seed: a leading dimension of size 1 on every tensor."""
-    return {key: tensor.unsqueeze(0) for key, tensor in batch.items()}
+    return batch.apply(lambda tensor: tensor.unsqueeze(0))
 
 
-def stack_batches(batches: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Per-seed batches with the same keys -> one batch with a leading seed dimension."""
-    return {key: torch.stack([batch[key] for batch in batches]) for key in batches[0]}
+def stack_batches(batches: Sequence[BatchT]) -> BatchT:
+    """Per-seed batches with the same fields -> one batch with a leading seed dimension."""
+    return type(batches[0]).stack(batches)
 
 
 def stacked_noise(draw: Any, shape: Sequence[int], generators: Sequence[torch.Generator], device: torch.device) -> torch.Tensor:

@@ -24,9 +24,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from agents.algos.onpolicy import PARTS, OneSeed, OnPolicyAlgorithm, Seeds, entropy_bonus, process_advantages
+from agents.algos.onpolicy import PARTS, OneSeed, OnPolicyAlgorithm, Seeds, entropy_bonus, process_advantages, rollout_batch
 from agents.algos.seeds import per_seed_logs, seed_axis
 from agents.api import set_gradients
+from agents.batches import RolloutBatch
 from agents.configs.trpo import TRPOConfig
 from agents.optim import adam, assign_flat, backtracking_line_search, flatten_seeds, subtract_gradients, trust_region_step
 
@@ -60,18 +61,18 @@ class TRPO(OnPolicyAlgorithm):
 
     # -- the natural-gradient step ----------------------------------------------------------
 
-    def policy_objective(self, network: Any, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def policy_objective(self, network: Any, batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Per seed (S,): the surrogate L = mean(r A) (+ the regularized entropy bonus) and the
         mean KL[pi_old, pi], at the current parameters; pi_old is rebuilt from the stored
         distribution parameters."""
         dist, _, flat = self.evaluate_seeds(network, batch)
-        advantages = process_advantages(self.config, flat["advantages"])
-        ratio = (dist.log_prob(flat["actions"]) - flat["log_probs"]).exp()
+        advantages = process_advantages(self.config, flat.advantages)
+        ratio = (dist.log_prob(flat.actions) - flat.log_probs).exp()
         surrogate = (ratio * advantages).mean(dim=-1) + entropy_bonus(self.config, dist.entropy())
-        mean_kl = self.actor_critic.distribution(flat["dist_params"]).kl(dist).mean(dim=-1)
+        mean_kl = self.actor_critic.distribution(flat.dist_params).kl(dist).mean(dim=-1)
         return surrogate, mean_kl
 
-    def search_direction(self, seeds: Seeds, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    def search_direction(self, seeds: Seeds, batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """Each seed's full step s (S, P) of the quadratic trust-region model, L at theta_old
         (S,), and the logs (S,)."""
         config = self.config
@@ -81,7 +82,7 @@ class TRPO(OnPolicyAlgorithm):
 
     @torch.no_grad()
     def line_search(
-        self, seeds: Seeds, batch: Mapping[str, torch.Tensor], full_step: torch.Tensor, surrogate_before: torch.Tensor
+        self, seeds: Seeds, batch: RolloutBatch, full_step: torch.Tensor, surrogate_before: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Each seed backtracks from its ``full_step`` to the first step with KL <= max_kl and a
         better surrogate; returns those steps (S, P) (zeros where none) and the logs (S,); the
@@ -97,7 +98,7 @@ class TRPO(OnPolicyAlgorithm):
             config.line_search_max_steps,
         )
 
-    def policy_step(self, seeds: Seeds, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def policy_step(self, seeds: Seeds, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Each seed's accepted step (S, P) and the logs (S,); the parameters are left unchanged."""
         full_step, surrogate_before, logs = self.search_direction(seeds, batch)
         step, search_logs = self.line_search(seeds, batch, full_step, surrogate_before)
@@ -109,7 +110,7 @@ class TRPO(OnPolicyAlgorithm):
         gradients: list[torch.Tensor | None] = [None] * len(self.parameters)
         info: dict[str, float] = {}
         if "policy" in parts:
-            step, logs = self.policy_step(OneSeed(self), seed_axis(batch))
+            step, logs = self.policy_step(OneSeed(self), seed_axis(rollout_batch(batch)))
             info.update(per_seed_logs(logs, 1)[0])
             steps = iter(step[0].split([p.numel() for p in self.policy_parameters]))
             for i, parameter in enumerate(self.parameters):

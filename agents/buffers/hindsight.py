@@ -27,6 +27,7 @@ import torch
 from agents.envs import GoalLayout
 
 if TYPE_CHECKING:
+    from agents.batches import ReplayBatch
     from agents.buffers.replay import ReplayBuffer
 
 STRATEGIES = ("future", "final", "episode")
@@ -61,7 +62,7 @@ class HindsightRelabeler:
     def relabel(
         self,
         buffer: ReplayBuffer,
-        batch: dict[str, torch.Tensor],
+        batch: ReplayBatch,
         rows: torch.Tensor,
         envs: torch.Tensor,
         generator: torch.Generator | None,
@@ -77,18 +78,18 @@ class HindsightRelabeler:
         achieved, desired = self.layout.achieved_goal, self.layout.desired_goal
         goals = buffer.storage["next_obs"][goal_rows, envs, achieved[0] : achieved[1]]
 
-        obs, next_obs = batch["obs"][chosen], batch["next_obs"][chosen]
+        obs, next_obs = batch.obs[chosen], batch.next_obs[chosen]
         obs[:, desired[0] : desired[1]] = goals
         next_obs[:, desired[0] : desired[1]] = goals
-        batch["obs"][chosen], batch["next_obs"][chosen] = obs, next_obs
+        batch.obs[chosen], batch.next_obs[chosen] = obs, next_obs
 
         next_achieved = next_obs[:, achieved[0] : achieved[1]].cpu().numpy()
         goals_np = goals.cpu().numpy()
         rewards = np.asarray(self.compute_reward(next_achieved, goals_np, {}), dtype=np.float32)
-        batch["rewards"][chosen] = torch.as_tensor(rewards * self.reward_scale, device=buffer.device)
+        batch.rewards[chosen] = torch.as_tensor(rewards * self.reward_scale, device=buffer.device)
         if self.compute_terminated is not None:
             terminated = np.asarray(self.compute_terminated(next_achieved, goals_np, {}), dtype=np.float32)
-            batch["terminated"][chosen] = torch.as_tensor(np.broadcast_to(terminated, rewards.shape).copy(), device=buffer.device)
+            batch.terminated[chosen] = torch.as_tensor(np.broadcast_to(terminated, rewards.shape).copy(), device=buffer.device)
 
     def _goal_steps(self, buffer: ReplayBuffer, rows: torch.Tensor, envs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """Absolute step of the state whose achieved goal becomes the new desired goal."""

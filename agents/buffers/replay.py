@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from agents.batches import ReplayBatch
 from agents.buffers.prioritized import PrioritizedSampler, UniformSampler, Window
 from agents.buffers.recent import RecentExperience
 
@@ -229,7 +230,7 @@ class ReplayBuffer:
         start_row = (self.position - rows) % self.num_rows
         return Window(start_row * self.num_envs, rows * self.num_envs, self.capacity)
 
-    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> ReplayBatch:
         """A batch of ``batch_size`` transitions (with replacement).
 
         Keys: obs, actions, rewards (n-step discounted sums), next_obs, terminated (of the last
@@ -243,8 +244,7 @@ class ReplayBuffer:
             # a flat index t * num_envs + e is the row of the (time * env)-flattened storage: one gather per field
             batch = {name: self._flat[name][indices] for name in self.storage if name != "truncated"}
             batch["terminated"] = batch["terminated"].float()
-            batch.update(discounts=self._constant("gamma", batch_size, self.gamma), indices=indices, weights=batch_weights)
-            return batch
+            return ReplayBatch(**batch, discounts=self._constant("gamma", batch_size, self.gamma), indices=indices, weights=batch_weights)
         rows, envs = indices // self.num_envs, indices % self.num_envs
         batch = {name: tensor[rows, envs] for name, tensor in self.storage.items() if name not in ("rewards", "next_obs", "terminated", "truncated")}
         if self.n_step == 1:
@@ -257,9 +257,10 @@ class ReplayBuffer:
         batch["terminated"] = self.storage["terminated"][last_rows, envs].float()
         batch["indices"] = indices
         batch["weights"] = batch_weights
+        sampled = ReplayBatch(**batch)
         if self.relabeler is not None:
-            self.relabeler.relabel(self, batch, rows, envs, generator)
-        return batch
+            self.relabeler.relabel(self, sampled, rows, envs, generator)
+        return sampled
 
     def _constant(self, name: str, size: int, value: float) -> torch.Tensor:
         """A (size,) tensor filled with ``value``, made once: batches share it, so it must never

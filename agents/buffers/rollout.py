@@ -6,6 +6,8 @@ from collections.abc import Iterator
 
 import torch
 
+from agents.batches import RolloutBatch
+
 
 def compute_gae(
     rewards: torch.Tensor,
@@ -155,19 +157,20 @@ class RolloutStorage:
         # a step is complete if its env reaches an episode end at that step or later
         self.complete = dones.int().flip(0).cummax(dim=0).values.flip(0).bool()
 
-    def _per_step(self) -> dict[str, torch.Tensor]:
-        return {
-            "obs": self.obs,
-            "actions": self.actions,
-            "log_probs": self.log_probs,
-            "values": self.values,
-            "advantages": self.advantages,
-            "returns": self.returns,
-            "complete": self.complete,
-            "dist_params": self.dist_params,
-        }
+    def _per_step(self) -> RolloutBatch:
+        """Every stored step (T, N, ...)."""
+        return RolloutBatch(
+            obs=self.obs,
+            actions=self.actions,
+            log_probs=self.log_probs,
+            values=self.values,
+            advantages=self.advantages,
+            returns=self.returns,
+            complete=self.complete,
+            dist_params=self.dist_params,
+        )
 
-    def minibatches(self, num_minibatches: int, generator: torch.Generator | None = None) -> Iterator[dict[str, torch.Tensor]]:
+    def minibatches(self, num_minibatches: int, generator: torch.Generator | None = None) -> Iterator[RolloutBatch]:
         """One epoch of shuffled minibatches over all T*N samples, flattened to (B, ...)."""
         size = self.num_steps * self.num_envs
         order = torch.randperm(size, generator=generator).to(self.obs.device)
@@ -175,7 +178,7 @@ class RolloutStorage:
         # (exactly num_minibatches of them: tensor_split, unlike chunk, never gives fewer)
         splits = {key: tensor.flatten(0, 1)[order].tensor_split(num_minibatches) for key, tensor in self._per_step().items()}
         for i in range(num_minibatches):
-            yield {key: parts[i] for key, parts in splits.items()}
+            yield RolloutBatch(**{key: parts[i] for key, parts in splits.items()})
 
     def sequence_minibatches(
         self,
@@ -183,7 +186,7 @@ class RolloutStorage:
         sequence_length: int,
         generator: torch.Generator | None = None,
         shuffle: bool = True,
-    ) -> Iterator[dict[str, torch.Tensor]]:
+    ) -> Iterator[RolloutBatch]:
         """One epoch of shuffled minibatches of whole sequences, for recurrent policies.
 
         Each env's T steps are cut into T / L sequences of ``sequence_length`` L (which must
@@ -199,21 +202,18 @@ class RolloutStorage:
             chunks = tensor.reshape(T // L, L, N, *tensor.shape[2:]).transpose(0, 1)
             return chunks.reshape(L, (T // L) * N, *tensor.shape[2:])
 
-        sequences = {key: to_sequences(tensor) for key, tensor in self._per_step().items()}
-        sequences["episode_starts"] = to_sequences(self.episode_starts)
+        sequences = self._per_step().apply(to_sequences).replace(episode_starts=to_sequences(self.episode_starts))
         initial_states = to_sequences(self.states)[0]
         count = (T // L) * N
         order = torch.randperm(count, generator=generator) if shuffle else torch.arange(count)
         for indices in order.to(self.obs.device).tensor_split(num_minibatches):
-            batch = {key: tensor[:, indices] for key, tensor in sequences.items()}
-            batch["states"] = initial_states[indices]
-            yield batch
+            yield sequences.apply(lambda tensor: tensor[:, indices]).replace(states=initial_states[indices])
 
-    def full_batch(self, sequence_length: int | None = None) -> dict[str, torch.Tensor]:
+    def full_batch(self, sequence_length: int | None = None) -> RolloutBatch:
         """Every stored step as one batch: flat (T*N, ...), or as sequences of ``sequence_length``
         (in a fixed order) when given."""
         if sequence_length is None:
-            return {key: tensor.flatten(0, 1) for key, tensor in self._per_step().items()}
+            return self._per_step().apply(lambda tensor: tensor.flatten(0, 1))
         return next(self.sequence_minibatches(1, sequence_length, shuffle=False))
 
     def reset(self) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from agents.batches import ReplayBatch
 from agents.buffers.replay import ReplayBuffer
 
 HIDDEN = "hidden"
@@ -77,7 +78,7 @@ class SequenceReplayBuffer(ReplayBuffer):
         last = (last_start // self.stride) * self.stride if last_start >= 0 else -1
         return first, last
 
-    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> ReplayBatch:
         """``batch_size`` sequences, time-major: each value is (L, B, ...) with L = burn_in +
         sequence_length, plus ``initial_hidden`` (B, *hidden_shape), the stored state before
         the first step, and ``resets`` (L, B), true at the first step of an episode."""
@@ -91,13 +92,13 @@ class SequenceReplayBuffer(ReplayBuffer):
         steps = starts.to(self.device)[None, :] + torch.arange(self.total_length, device=self.device)[:, None]  # (L, B)
         rows = steps % self.num_rows
         columns = envs[None, :].expand_as(rows)
-        batch = {name: tensor[rows, columns] for name, tensor in self.storage.items() if name != HIDDEN}
+        batch = {name: tensor[rows, columns] for name, tensor in self.storage.items() if name not in (HIDDEN, "truncated")}
         batch["terminated"] = batch["terminated"].float()
         batch["discounts"] = torch.full(rows.shape, self.gamma, device=self.device)
         batch["resets"] = self.episode_start[rows, columns] == steps
         batch["initial_hidden"] = self.storage[HIDDEN][rows[0], envs]
         batch["envs"], batch["starts"] = envs, starts.to(self.device)  # where each sequence lies
-        return batch
+        return ReplayBatch(**batch)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "sequence_length": self.sequence_length, "burn_in": self.burn_in}
