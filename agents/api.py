@@ -106,12 +106,59 @@ class Learner(abc.ABC):
         return state
 
     @abc.abstractmethod
-    def compute_gradients(self, batch: Any) -> tuple[list[torch.Tensor | None], dict[str, float]]:
-        """Losses on one batch -> gradients of every trainable parameter (no optimizer step)."""
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """Every parameter a loss trains, in the order of ``gradient_list``."""
 
     @abc.abstractmethod
-    def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
-        """Optimizer step, first setting ``gradients`` (in ``compute_gradients`` order) if given."""
+    def gradient_list(self, batch: Any) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+        """Losses on one batch -> the gradient of each of ``trainable_parameters()`` (None where
+        no loss reaches it now), and the logs; no optimizer step."""
+
+    @abc.abstractmethod
+    def apply_gradient_list(self, gradients: list[torch.Tensor | None] | None = None) -> None:
+        """Optimizer step, first setting ``gradients`` (``gradient_list``'s order) if given."""
+
+    def compute_gradients(self, batch: Any) -> tuple[Gradients, dict[str, float]]:
+        """Losses on one batch -> the gradient of every trainable parameter by its name
+        (``parameter_names``), and the logs; no optimizer step. What travels between processes:
+        by name, so no order has to agree between them."""
+        gradients, logs = self.gradient_list(batch)
+        return dict(zip(self.parameter_names(), gradients, strict=True)), logs
+
+    def apply_gradients(self, gradients: Mapping[str, torch.Tensor | None] | None = None) -> None:
+        """Optimizer step, first setting ``gradients`` (by parameter name, as ``compute_gradients``
+        gives them; a name left out has no gradient) if given."""
+        if gradients is None:
+            self.apply_gradient_list(None)
+            return
+        names = self.parameter_names()
+        unknown = sorted(set(gradients) - set(names))
+        if unknown:
+            known = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
+            raise ValueError(f"gradients of unknown parameters {', '.join(unknown[:5])}: {self.name}'s are {known}")
+        self.apply_gradient_list([gradients.get(name) for name in names])
+
+    def parameter_names(self) -> list[str]:
+        """The name of each of ``trainable_parameters()``: ``<network>.<parameter>`` for the
+        networks of ``modules()``, else the attribute that holds it (``log_alpha``)."""
+        parameters = self.trainable_parameters()
+        key = tuple(map(id, parameters))
+        cached = self.__dict__.get("_parameter_names")
+        if cached is not None and cached[0] == key:
+            return list(cached[1])
+        index: dict[int, str] = {}
+        for module_name, module in self.modules().items():
+            for name, parameter in module.named_parameters():
+                index.setdefault(id(parameter), f"{module_name}.{name}")
+        for attribute, value in vars(self).items():
+            if isinstance(value, torch.Tensor):
+                index.setdefault(id(value), attribute)
+        missing = [position for position, parameter in enumerate(parameters) if id(parameter) not in index]
+        if missing:
+            raise ValueError(f"{self.name}: trainable parameters {missing} belong to no network of modules() and no attribute")
+        names = [index[id(parameter)] for parameter in parameters]
+        self._parameter_names = (key, names)
+        return list(names)
 
     @abc.abstractmethod
     def modules(self) -> dict[str, torch.nn.Module]:
@@ -200,6 +247,10 @@ class Algorithm(Learner):
 def parameters_of(*modules: torch.nn.Module) -> list[torch.nn.Parameter]:
     """Trainable parameters of several modules, in a fixed order."""
     return [p for m in modules for p in m.parameters() if p.requires_grad]
+
+
+Gradients = dict[str, torch.Tensor | None]
+"""Gradients by parameter name (``Learner.compute_gradients``)."""
 
 
 def set_gradients(parameters: list[torch.nn.Parameter], gradients: list[torch.Tensor | None]) -> None:

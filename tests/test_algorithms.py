@@ -183,13 +183,17 @@ def test_gradients_computed_on_one_learner_apply_on_another(name, env_id, varian
     assert info and all(np.isfinite(v) for v in info.values())
     torch.manual_seed(3)
     local_gradients, _ = learner.compute_gradients(batch)
-    for remote, local in zip(gradients, local_gradients):
-        torch.testing.assert_close(remote, local)
-    learner.apply_gradients(gradients)
+    assert list(gradients) == learner.parameter_names() and len(set(gradients)) == len(gradients)  # by name, every parameter once
+    for name, remote in gradients.items():
+        torch.testing.assert_close(remote, local_gradients[name])
+    # what travels is keyed by name: its order does not matter, an unknown name is refused
+    learner.apply_gradients(dict(reversed(list(gradients.items()))))
     worker.apply_gradients(local_gradients)
     for net, weights in learner.get_weights().items():
         for key, value in weights.items():
             torch.testing.assert_close(worker.get_weights()[net][key], value)
+    with pytest.raises(ValueError, match="gradients of unknown parameters nope"):
+        learner.apply_gradients({"nope": None})
 
 
 @pytest.mark.parametrize("name,env_id,variant", CASES)

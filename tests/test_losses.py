@@ -58,6 +58,7 @@ def test_sac_fixed_alpha_is_not_trained():
     gradients, info = algo.compute_gradients(algo.buffer.sample(4))
     groups = algo.parameter_groups()
     assert len(gradients) == len(groups["critic"][0]) + len(groups["actor"][0])
+    assert all(name.startswith(("critic.", "actor.")) for name in gradients)  # no log_alpha: it is fixed
     algo.apply_gradients(gradients)
     assert abs(info["alpha"] - 0.2) < 1e-6 and abs(algo.log_alpha.exp().item() - 0.2) < 1e-6 and "alpha_loss" not in info
 

@@ -243,7 +243,7 @@ def test_the_meta_gradient_differentiates_through_the_inner_step():
     a function of theta (through the inner step); the first-order gradient does not."""
     algo, batch = _tiny_problem()
     gradients, _ = algo.compute_gradients(batch)
-    meta_gradient = torch.cat([g.reshape(-1) for g in gradients])
+    meta_gradient = torch.cat([g.reshape(-1) for g in gradients.values()])
     theta = torch.cat([p.detach().reshape(-1) for p in algo.parameters])
     numeric = torch.zeros_like(theta)
     for i in range(theta.numel()):
@@ -253,7 +253,7 @@ def test_the_meta_gradient_differentiates_through_the_inner_step():
     torch.testing.assert_close(meta_gradient, numeric, atol=1e-7, rtol=1e-5)
 
     first_order, _ = _tiny_problem(first_order=True)
-    approximate = torch.cat([g.reshape(-1) for g in first_order.compute_gradients(batch)[0]])
+    approximate = torch.cat([g.reshape(-1) for g in first_order.compute_gradients(batch)[0].values()])
     second_order_term = (meta_gradient - approximate).norm() / meta_gradient.norm()
     assert second_order_term > 0.05, f"the second-order term is only {second_order_term:.3g} of the gradient"
     # first order: exactly the outer gradient at the adapted parameters, as if they were theta
@@ -469,7 +469,8 @@ def test_pearl_encoder_learns_from_the_q_loss_and_the_kl_term():
         algo.update_parameter("kl_lambda", kl_lambda)
         algo.generator.manual_seed(6)  # the same z samples and actions for both
         torch.manual_seed(7)
-        gradients[kl_lambda], logs = algo.compute_gradients(batch)
+        named, logs = algo.compute_gradients(batch)
+        gradients[kl_lambda] = list(named.values())
         assert logs["kl"] > 0
     encoder = len(list(algo.encoder.parameters()))  # the encoder's parameters come first
     assert all(g is not None and g.abs().sum() > 0 for g in gradients[1.0][:encoder])

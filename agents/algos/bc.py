@@ -317,19 +317,22 @@ class BC(Algorithm):
         observations, actions = batch
         return self.seeds_loss(self.network, observations.unsqueeze(0), actions.unsqueeze(0))[0]
 
-    def compute_gradients(self, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return self.parameters
+
+    def gradient_list(self, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
         loss = self.loss(batch)
         gradients = torch.autograd.grad(loss, self.parameters, allow_unused=True)
         return list(gradients), {"loss": loss.item()}
 
-    def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
+    def apply_gradient_list(self, gradients: list[torch.Tensor | None] | None = None) -> None:
         if gradients is not None:
             set_gradients(self.parameters, gradients)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
     def _step_alone(self, losses: torch.Tensor) -> None:
-        self.apply_gradients(list(torch.autograd.grad(losses[0], self.parameters, allow_unused=True)))
+        self.apply_gradient_list(list(torch.autograd.grad(losses[0], self.parameters, allow_unused=True)))
 
     def update(self) -> dict[str, float]:
         """One epoch of this run (the update of a batch of one seed)."""

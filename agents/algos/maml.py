@@ -231,7 +231,7 @@ class OneSeed:
         return {name: parameter.unsqueeze(0) for name, parameter in zip(self.members[0].names, self.leaves)}
 
     def apply(self, gradients: Sequence[torch.Tensor | None]) -> None:
-        self.members[0].apply_gradients(list(gradients))
+        self.members[0].apply_gradient_list(list(gradients))
 
 
 class MAMLSeedBatch(MetaSeedBatch):
@@ -464,12 +464,15 @@ class MAML(MetaAlgorithm[AdaptedPolicy]):
         seeds.apply(gradients)
         return logs
 
-    def compute_gradients(self, batch: list[TaskBatch]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return self.parameters
+
+    def gradient_list(self, batch: list[TaskBatch]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
         """The meta-gradient of every policy parameter (the order of ``self.parameters``)."""
         gradients, logs = self.meta_gradients(OneSeed(self), batch)
         return gradients, per_seed_logs(logs, 1)[0]
 
-    def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
+    def apply_gradient_list(self, gradients: list[torch.Tensor | None] | None = None) -> None:
         """An Adam step of the outer learning rate."""
         assert self.optimizer is not None
         if gradients is not None:
@@ -599,7 +602,7 @@ class MAMLTRPO(MAML):
         logs.update({"surrogate": surrogate.detach(), "meta_gradient_norm": gradient.norm(dim=-1)})
         return [-part for part in split_seeds(step, seeds.leaves)], logs
 
-    def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
+    def apply_gradient_list(self, gradients: list[torch.Tensor | None] | None = None) -> None:
         """theta <- theta - g: takes the trust-region step."""
         if gradients is not None:
             set_gradients(self.parameters, gradients)

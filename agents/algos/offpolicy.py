@@ -294,7 +294,7 @@ class OffPolicyAlgorithm(Algorithm):
             parameters=lambda group: groups[group][0],
         )
 
-    def compute_gradients(self, batch: ReplayBatch | Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+    def gradient_list(self, batch: ReplayBatch | Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
         """``seeds_gradients`` on one run's batch: every parameter's gradient in the order of
         ``parameter_groups`` (None for a group that does not step now), and the logs."""
         typed = batch if isinstance(batch, ReplayBatch) else ReplayBatch(**batch)
@@ -316,8 +316,8 @@ class OffPolicyAlgorithm(Algorithm):
         logs: dict[str, list[float]] = {}
         for _ in range(updates * self.config.gradient_steps):
             batch = self.buffer.sample(self.config.batch_size, self.generator)
-            gradients, info = self.compute_gradients(batch)
-            self.apply_gradients(gradients)
+            gradients, info = self.gradient_list(batch)
+            self.apply_gradient_list(gradients)
             if self.config.prioritized and self.td_errors is not None and batch.indices is not None:
                 self.buffer.update_priorities(batch.indices, self.td_errors)
             for key, value in info.items():
@@ -326,7 +326,7 @@ class OffPolicyAlgorithm(Algorithm):
 
     @abc.abstractmethod
     def parameter_groups(self) -> dict[str, tuple[list[torch.nn.Parameter], torch.optim.Optimizer | None]]:
-        """Trainable parameters by optimizer, in the order ``compute_gradients`` returns them."""
+        """Trainable parameters by optimizer, in the order ``gradient_list`` returns them."""
 
     @property
     def groups(self) -> dict[str, tuple[list[torch.nn.Parameter], torch.optim.Optimizer | None]]:
@@ -338,7 +338,7 @@ class OffPolicyAlgorithm(Algorithm):
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for parameters, _ in self.groups.values() for p in parameters]
 
-    def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
+    def apply_gradient_list(self, gradients: list[torch.Tensor | None] | None = None) -> None:
         """Set ``gradients`` (if given), step every optimizer, then the target networks."""
         if gradients is not None:
             set_gradients(self.trainable_parameters(), gradients)

@@ -127,7 +127,7 @@ class OnPolicyAlgorithm(Algorithm):
 
     The default objective is the vanilla policy gradient -E[log pi(a|s) A]; subclasses
     override ``_policy_loss``. Optimizers are named (``joint``, or ``policy`` and ``value``);
-    ``compute_gradients(batch, parts)`` differentiates the chosen parts of the loss.
+    ``gradient_list(batch, parts)`` differentiates the chosen parts of the loss.
     """
 
     Config: ClassVar[type[OnPolicyConfig]] = OnPolicyConfig
@@ -432,13 +432,16 @@ class OnPolicyAlgorithm(Algorithm):
         loss, info = self.seeds_loss(self.actor_critic, seed_axis(rollout_batch(batch)), parts)
         return loss[0], per_seed_logs(info, 1)[0]
 
-    def compute_gradients(self, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return self.parameters
+
+    def gradient_list(self, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS) -> tuple[list[torch.Tensor | None], dict[str, float]]:
         """Gradients of ``loss(batch, parts)`` for every parameter (None where unused)."""
         loss, info = self.loss(batch, parts)
         gradients = torch.autograd.grad(loss, self.parameters, allow_unused=True)
         return list(gradients), info
 
-    def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
+    def apply_gradient_list(self, gradients: list[torch.Tensor | None] | None = None) -> None:
         """Clip each optimizer's gradient norm, step every optimizer with gradients, clear them."""
         if gradients is not None:
             set_gradients(self.parameters, gradients)
@@ -518,7 +521,7 @@ class OneSeed:
 
     def step(self, loss: torch.Tensor, active: torch.Tensor | None = None) -> None:
         algorithm = self.algorithm
-        algorithm.apply_gradients(list(torch.autograd.grad(loss.sum(), algorithm.parameters, allow_unused=True)))
+        algorithm.apply_gradient_list(list(torch.autograd.grad(loss.sum(), algorithm.parameters, allow_unused=True)))
 
     def policy_parameters(self) -> Sequence[torch.Tensor]:
         return self.algorithm.actor_critic.policy_parameters()

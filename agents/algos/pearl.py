@@ -494,13 +494,16 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
         seeds.apply(gradients)
         return logs
 
-    def compute_gradients(self, batch: PEARLBatch | Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return self.parameters
+
+    def gradient_list(self, batch: PEARLBatch | Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor | None], dict[str, float]]:
         """Gradients in ``self.parameters`` order (``seeds_gradients`` of this run alone)."""
         typed = batch if isinstance(batch, PEARLBatch) else PEARLBatch(**batch)
         gradients, logs = self.seeds_gradients(OneSeed(self), seed_axis(typed))
         return gradients, per_seed_logs(logs, 1)[0]
 
-    def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
+    def apply_gradient_list(self, gradients: list[torch.Tensor | None] | None = None) -> None:
         """Every optimizer steps; then the target value function moves toward V."""
         if gradients is not None:
             set_gradients(self.parameters, gradients)
@@ -510,8 +513,8 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
         polyak_update(self.target_vf, self.vf, self.config.tau)
 
     def update(self, batch: PEARLBatch | None = None) -> dict[str, float]:
-        gradients, logs = self.compute_gradients(self.sample_batch() if batch is None else batch)
-        self.apply_gradients(gradients)
+        gradients, logs = self.gradient_list(self.sample_batch() if batch is None else batch)
+        self.apply_gradient_list(gradients)
         return logs
 
     def groups(self) -> dict[str, list[torch.Tensor]]:
@@ -597,7 +600,7 @@ class OneSeed:
         return seed_axis(self.members[0].sample_batch())
 
     def apply(self, gradients: list[torch.Tensor | None]) -> None:
-        self.members[0].apply_gradients(gradients)
+        self.members[0].apply_gradient_list(gradients)
 
     def subset(self, indices: Sequence[int]) -> OneSeed:
         return self

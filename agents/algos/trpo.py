@@ -104,8 +104,8 @@ class TRPO(OnPolicyAlgorithm):
         step, search_logs = self.line_search(seeds, batch, full_step, surrogate_before)
         return step, {**logs, **search_logs}
 
-    def compute_gradients(self, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS) -> tuple[list[torch.Tensor | None], dict[str, float]]:
-        """Policy entries: minus the accepted trust-region step, so that ``apply_gradients``'
+    def gradient_list(self, batch: Mapping[str, torch.Tensor], parts: tuple[str, ...] = PARTS) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+        """Policy entries: minus the accepted trust-region step, so that ``apply_gradient_list``'
         theta <- theta - g takes it; value entries: gradients of the value loss."""
         gradients: list[torch.Tensor | None] = [None] * len(self.parameters)
         info: dict[str, float] = {}
@@ -117,14 +117,14 @@ class TRPO(OnPolicyAlgorithm):
                 if self._is_policy[i]:
                     gradients[i] = -next(steps).view_as(parameter)
         if "value" in parts:
-            value_gradients, value_info = super().compute_gradients(batch, parts=("value",))
+            value_gradients, value_info = super().gradient_list(batch, parts=("value",))
             gradients = [v if not policy else g for g, v, policy in zip(gradients, value_gradients, self._is_policy)]
             info.update(value_info)
         return gradients, info
 
-    def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
+    def apply_gradient_list(self, gradients: list[torch.Tensor | None] | None = None) -> None:
         """theta_pi <- theta_pi - g (the trust-region step), then the value optimizer's step."""
         if gradients is not None:
             set_gradients(self.parameters, gradients)
         subtract_gradients(self.policy_parameters)
-        super().apply_gradients()
+        super().apply_gradient_list()
