@@ -16,6 +16,32 @@ from typing import Any, ClassVar, Self
 
 from agents.errors import ConfigError, suggest
 
+#: other libraries' names of our fields (Stable-Baselines3, garage, Spinning Up), for "did you
+#: mean" when one is given where it is not an accepted alias
+OTHER_NAMES: dict[str, str] = {
+    "soft_target_tau": "tau",
+    "target_update_tau": "tau",
+    "replay_buffer_size": "buffer_size",
+    "policy_ent_coeff": "entropy_coef",
+    "ent_coef": "entropy_coef",
+    "vf_coef": "value_coef",
+    "n_steps": "num_steps",
+    "n_epochs": "num_epochs",
+    "n_envs": "num_envs",
+    "train_freq": "update_every",
+    "target_update_interval": "target_update_every",
+    "exploration_final_eps": "epsilon_final",
+    "exploration_initial_eps": "epsilon_start",
+    "policy_lr": "actor_lr",
+    "qf_lr": "critic_lr",
+    "vf_lr": "value_lr",
+    "pi_lr": "actor_lr",
+    "net_arch": "hidden_sizes",
+    "activation_fn": "activation",
+    "clip_range_vf": "value_clip_range",
+    "normalize_advantage": "center_adv",
+}
+
 
 def hp(
     default: Any,
@@ -130,8 +156,26 @@ class Hyperparameters:
         names = [f.name for f in dataclasses.fields(cls)]
         for key in values:
             if key not in names:
-                raise ConfigError(f"unknown hyperparameter {key!r} for {cls.__name__}{suggest(key, names)}; valid: {', '.join(sorted(names))}")
+                raise ConfigError(f"unknown hyperparameter {key!r} for {cls.__name__}{cls.suggest_name(key, names)}; valid: {', '.join(sorted(names))}")
         return cls(**values)
+
+    @classmethod
+    def suggest_name(cls, key: str, names: list[str]) -> str:
+        """' (did you mean X?)' for an unknown ``key``: the field it was renamed to, the field
+        another library's name stands for, or a close spelling."""
+        former = {old: new for new, old in cls.key_names.items()}
+        meant = former.get(key) or OTHER_NAMES.get(key)
+        if meant in names:
+            return f" (did you mean {meant!r}?)"
+        return suggest(key, names)
+
+    @classmethod
+    def from_stored(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Settings as a stored run recorded them (a checkpoint, an MLflow run, a bundle row)
+        under this version's names: fields renamed since (``key_names``) read under their new
+        name, so stored runs keep loading; the run key is unchanged (``key_form``)."""
+        former = {old: new for new, old in cls.key_names.items() if old not in cls.aliases}
+        return {former.get(key, key): value for key, value in values.items()}
 
     @classmethod
     def canonical(cls, values: Mapping[str, Any]) -> dict[str, Any]:

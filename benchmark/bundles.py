@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from agents.errors import ConfigError
-from benchmark.config import Budget, RunSpec
+from benchmark.config import Budget, RunSpec, stored_hyperparameters
 
 FORMAT = "reprorl-bundle"
 SCHEMA_VERSION = 2
@@ -348,7 +348,7 @@ def _read_runs(directory: Path, data: dict[str, bytes], curve_columns: tuple[str
                 algo=row["algo"],
                 env_id=row["env_id"],
                 seed=int(row["seed"]),
-                hyperparameters=json.loads(row["hyperparameters"]),
+                hyperparameters=stored_hyperparameters(row["algo"], json.loads(row["hyperparameters"])),
                 budget=Budget(int(row["total_steps"]), int(row["eval_every"]), int(row["eval_episodes"])),
                 overrides=json.loads(row["overrides"]),
             )

@@ -58,6 +58,14 @@ def key_form(algo: str, hyperparameters: dict[str, Any]) -> dict[str, Any]:
     return REGISTRY[algo][0].key_form(hyperparameters)
 
 
+def stored_hyperparameters(algo: str, hyperparameters: dict[str, Any]) -> dict[str, Any]:
+    """Hyperparameters a stored run recorded, under this version's names (fields renamed since
+    read under their new names); unchanged for an algorithm this version does not know."""
+    if algo not in REGISTRY:
+        return hyperparameters
+    return REGISTRY[algo][0].from_stored(hyperparameters)
+
+
 @dataclass(frozen=True)
 class Budget:
     """How long a run trains and how it is evaluated."""
@@ -137,8 +145,11 @@ class RunSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunSpec:
+        """A spec as ``to_dict`` stored it (a checkpoint, an MLflow run's config.json), its
+        hyperparameters under this version's names (``stored_hyperparameters``)."""
         data = {k: v for k, v in data.items() if k != "run_key"}
-        return cls(**{**data, "budget": Budget(**data["budget"])})
+        hyperparameters = stored_hyperparameters(data["algo"], data["hyperparameters"])
+        return cls(**{**data, "hyperparameters": hyperparameters, "budget": Budget(**data["budget"])})
 
 
 @dataclass(frozen=True)

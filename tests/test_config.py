@@ -163,6 +163,41 @@ def test_garage_names_are_accepted_as_aliases_and_other_old_names_are_refused_wi
     assert agents.resolve_config("ppo", {"recurrent": None}).recurrent == "none"
 
 
+def test_a_renamed_field_is_refused_under_its_old_name_yet_stored_runs_keep_loading_and_their_key():
+    """MAML's baseline_reg_coeff became baseline_reg_coef (one spelling of coefficient per
+    config): a suite giving the old name is refused with the new one suggested; a spec stored
+    under the old name (a checkpoint, an MLflow run) loads under the new name with the run key
+    it was recorded under."""
+    import agents
+    from benchmark.config import Budget, RunSpec
+
+    with pytest.raises(ConfigError, match="unknown hyperparameter 'baseline_reg_coeff' .*did you mean 'baseline_reg_coef'"):
+        agents.resolve_config("maml_trpo", {"baseline_reg_coeff": 1e-4})
+    config = agents.resolve_config("maml_trpo", {"baseline_reg_coef": 1e-4}).to_dict()
+    spec = RunSpec("meta", "maml_trpo", "reprorl/PointNav-v0", 0, config, Budget(1000, 500, 2))
+    stored = {**spec.to_dict(), "hyperparameters": {("baseline_reg_coeff" if k == "baseline_reg_coef" else k): v for k, v in config.items()}}
+    loaded = RunSpec.from_dict(stored)
+    assert loaded.hyperparameters["baseline_reg_coef"] == 1e-4 and "baseline_reg_coeff" not in loaded.hyperparameters
+    assert loaded.run_key == spec.run_key == stored["run_key"]
+    assert agents.resolve_config("maml_trpo", loaded.hyperparameters).baseline_reg_coef == 1e-4
+
+
+@pytest.mark.parametrize(
+    "algo,other,ours",
+    [
+        ("sac", "soft_target_tau", "tau"),
+        ("td3", "target_update_tau", "tau"),
+        ("ppo", "n_epochs", "num_epochs"),
+        ("dqn", "target_update_interval", "target_update_every"),
+    ],
+)
+def test_other_libraries_names_get_ours_suggested(algo, other, ours):
+    import agents
+
+    with pytest.raises(ConfigError, match=f"unknown hyperparameter '{other}' .*did you mean '{ours}'"):
+        agents.resolve_config(algo, {other: 1})
+
+
 def test_every_committed_run_keeps_its_run_key():
     """Each run of every committed bundle, configured again from its recorded overrides by the
     code as it is, has the run key it was recorded under: renamed fields are hashed under their

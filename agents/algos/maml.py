@@ -345,7 +345,7 @@ class MAML(MetaAlgorithm[AdaptedPolicy]):
         if config.entropy_method == "max" and episodes.dist_params is not None:
             entropy = self.network.distribution(episodes.dist_params.flatten(0, 1)).entropy().view_as(rewards)
             rewards = rewards + config.entropy_coef * entropy_transform(config, entropy).detach() * episodes.mask
-        values = linear_baseline(episodes, rewards, config.gamma, config.baseline_reg_coeff)
+        values = linear_baseline(episodes, rewards, config.gamma, config.baseline_reg_coef)
         mask = episodes.mask.flatten()
         advantages = episode_advantages(rewards, values, episodes.mask.float(), config.gamma, config.gae_lambda).flatten()
         assert episodes.log_probs is not None and episodes.dist_params is not None  # collected by an AdaptedPolicy

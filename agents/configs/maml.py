@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -16,6 +17,7 @@ class MAMLConfig(PolicyGradientOptions):
     The advantage and entropy options are the on-policy family's (garage's names)."""
 
     meta_learning: ClassVar[bool] = True
+    key_names: ClassVar[Mapping[str, str]] = {**PolicyGradientOptions.key_names, "baseline_reg_coef": "baseline_reg_coeff"}
 
     num_envs: int = hp(20, ge=1)
     """Sub-envs collecting a task's episodes in parallel (at most episodes_per_task are used)."""
@@ -39,7 +41,7 @@ class MAMLConfig(PolicyGradientOptions):
     """Hidden activation (ReLU in the paper)."""
     initial_log_std: float = hp(0.0)
     """Initial log standard deviation of the Gaussian policy (state-independent)."""
-    baseline_reg_coeff: float = hp(1e-5, gt=0.0)
+    baseline_reg_coef: float = hp(1e-5, gt=0.0)
     """Ridge coefficient of the linear baseline (raised x10 while the solve is not finite)."""
 
     def check_settings(self, spec: Any, algorithm: str) -> None:
