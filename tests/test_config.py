@@ -180,6 +180,14 @@ def test_a_renamed_field_is_refused_under_its_old_name_yet_stored_runs_keep_load
     assert loaded.hyperparameters["baseline_reg_coef"] == 1e-4 and "baseline_reg_coeff" not in loaded.hyperparameters
     assert loaded.run_key == spec.run_key == stored["run_key"]
     assert agents.resolve_config("maml_trpo", loaded.hyperparameters).baseline_reg_coef == 1e-4
+    # and an algorithm's saved state (a checkpoint) that recorded its settings under the old name
+    from agents.envs import env_spec
+
+    state = agents.make("maml_trpo", env_spec("reprorl/PointNav-v0"), config, total_steps=1).state_dict()
+    state["config"] = stored["hyperparameters"]
+    restored = agents.make("maml_trpo", env_spec("reprorl/PointNav-v0"), {}, total_steps=1)
+    restored.load_state_dict(state)
+    assert restored.config.baseline_reg_coef == 1e-4
 
 
 @pytest.mark.parametrize(

@@ -386,7 +386,7 @@ class BC(Algorithm):
         self.filled = len(state["batch"]["observations"])
         self.observations[: self.filled] = state["batch"]["observations"].to(self.device)
         self.actions[: self.filled] = state["batch"]["actions"].to(self.device)
-        self.config = self.Config.from_dict(state["config"])
+        self.config = self.Config.from_dict(self.Config.from_stored(state["config"]))  # saved under the names of its version
         self._on_parameter_updated("learning_rate")
 
 

@@ -518,7 +518,7 @@ class MAML(MetaAlgorithm[AdaptedPolicy]):
         self.rng.bit_generator.state = state["rng"]
         if "generator" in state:  # checkpoints before the acting draws had their own generator lack it
             self.generator.set_state(state["generator"])
-        self.config = self.Config.from_dict(state["config"])
+        self.config = self.Config.from_dict(self.Config.from_stored(state["config"]))  # saved under the names of its version
         self._on_parameter_updated("outer_lr")
 
 

@@ -559,7 +559,7 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
         self.generator.set_state(state["generator"])
         self.epochs = int(state["epochs"])
         self.train_tasks = state["train_tasks"]
-        self.config = self.Config.from_dict(state["config"])
+        self.config = self.Config.from_dict(self.Config.from_stored(state["config"]))  # saved under the names of its version
         self._on_parameter_updated("actor_lr")
 
     def replay_state_dict(self) -> dict[str, Any]:
