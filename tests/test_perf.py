@@ -168,3 +168,16 @@ def test_batched_arguments_are_checked(capsys):
     assert "contradict" in capsys.readouterr().err
     assert main(["perf", "--batched-only", "--batched-seeds", "0", "4"]) == EXIT_CONFIG_ERROR
     assert "--batched-seeds must be distinct positive counts" in capsys.readouterr().err
+
+
+def test_batched_rows_of_bc_and_the_meta_learners_run_on_generated_data(tmp_path):
+    """BC clones a dataset the harness writes for the measurement (and records as such); the
+    meta-learners' rows train epochs over their task family."""
+    output = tmp_path / "batched.json"
+    completed = run_cli_in_process("perf", "--batched-only", "--cases", "bc", "pearl", "--batched-seeds", "2", "--scale", "0.01", "--output", str(output))
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    data = json.loads(output.read_text())
+    assert data["cases"]["bc"]["hyperparameters"]["expert"].startswith("random pairs of HalfCheetah-v5's shapes")
+    for case in ("bc", "pearl"):
+        rows = data["cases"][case]["rows"]
+        assert [row["seeds"] for row in rows] == [2] and rows[0]["one_process"]["seeds_per_process"] == [2]

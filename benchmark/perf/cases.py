@@ -221,6 +221,8 @@ BATCHED_EXTRA: dict[str, tuple[str, dict[str, Any], int]] = {
     # recurrent variants: PPO's rollout in 32 sequences of 64 steps; DQN on R2D2's sequences
     "ppo_gru": (HALF_CHEETAH, {"recurrent": "gru", "sequence_length": 64}, 2_048),
     "dqn_gru": (CARTPOLE, {"recurrent": "gru", "learning_starts": 1_000}, 1),
+    # behavioral cloning from a dataset of HalfCheetah's shapes (random pairs, written when measured)
+    "bc": (HALF_CHEETAH, {"expert": None}, 1),
     # meta-learners on 2-D navigation (the MAML paper's first task family), settings of
     # tests/test_meta.py's learning tests; a MAML epoch is at most 10 tasks x 10 episodes x 2 x 100 steps
     "maml_trpo": (POINT_NAV, {"meta_batch_size": 10, "episodes_per_task": 10, "num_envs": 10, "hidden_sizes": [32, 32]}, 1),
@@ -264,12 +266,14 @@ BATCHED_STEPS = {
     "mpo": 600,
     "ppo_gru": 4_096,
     "dqn_gru": 3_000,
-    "maml_trpo": 40_000,
-    "pearl": 6_000,
+    "bc": 1_000_000,
+    "maml_trpo": 100_000,
+    "pearl": 20_000,
 }
 """Env steps per seed of a batched measurement (SAC, TD3 and MPO update from step 100 on; the
-on-policy counts are whole rollouts of their defaults; MAML-TRPO about two epochs, PEARL about
-five, each ending at the first epoch past the count)."""
+on-policy counts are whole rollouts of their defaults; BC's are expert pairs consumed by its
+updates; MAML-TRPO about five epochs, PEARL about twenty, each ending at the first epoch past
+the count)."""
 BATCHED_GPU_TARGET = ("sac", 10, 5.0)
 """The issue's aim on a GPU: SAC, 10 seeds in one process, 5x the aggregate rate of 10 separate processes."""
 

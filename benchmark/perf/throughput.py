@@ -285,6 +285,43 @@ def measure_batched(
     cores = cores or os.cpu_count() or 1
     rows: dict[str, list[dict[str, Any]]] = {}
     settings = {name: batched_setting(name) for name in cases}
+    with tempfile.TemporaryDirectory(prefix="reprorl-perf-") as scratch:
+        for name, (env_id, ours) in settings.items():
+            if BATCHED_ALGORITHMS.get(name, name) == "bc" and ours.get("expert") is None:
+                settings[name] = (env_id, {**ours, "expert": expert_dataset(env_id, Path(scratch))})
+        measured = _measure_batched(cases, settings, counts, repeats, scale, threads, device, cores, rows, on_measurement)
+    for name, case in measured["cases"].items():
+        if BATCHED_ALGORITHMS.get(name, name) == "bc" and batched_setting(name)[1].get("expert") is None:
+            case["hyperparameters"]["expert"] = f"random pairs of {case['env_id']}'s shapes (generated for the measurement)"
+    return measured
+
+
+def expert_dataset(env_id: str, directory: Path, pairs: int = 10_000) -> str:
+    """A dataset of ``pairs`` random (observation, action) pairs of ``env_id``'s shapes for BC
+    to clone (its speed, not what it learns, is measured); the file's path."""
+    import numpy as np
+
+    from agents.envs import env_spec
+
+    spec, rng = env_spec(env_id), np.random.default_rng(0)
+    actions = rng.integers(0, spec.num_actions, pairs) if spec.discrete else rng.uniform(-1, 1, (pairs, *spec.action_shape)).astype(np.float32)
+    path = directory / f"{env_id}-random.npz"
+    np.savez(path, observations=rng.normal(size=(pairs, *spec.observation_shape)).astype(np.float32), actions=actions)
+    return str(path)
+
+
+def _measure_batched(
+    cases: list[str],
+    settings: dict[str, tuple[str, dict[str, Any]]],
+    counts: Sequence[int],
+    repeats: int,
+    scale: float,
+    threads: int,
+    device: str,
+    cores: int,
+    rows: dict[str, list[dict[str, Any]]],
+    on_measurement: Callable[[str, int, str, dict[str, Any]], None] | None,
+) -> dict[str, Any]:
     for name in cases:
         env_id, ours = settings[name]
         steps = max(int(BATCHED_STEPS[name] * scale), 1)
