@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_meta import SMALL as SMALL_META
 
 import agents
 from agents.algos.seeds import StackedOptimizer, clip_per_seed
@@ -720,25 +721,9 @@ def test_a_learning_rate_set_on_the_members_reaches_the_stacked_optimizer():
 # ---------------------------------------------------------------- meta-learners
 
 POINT = "reprorl/PointNav-v0"
-PEARL_CASE = {
-    "num_train_tasks": 3,
-    "latent_dim": 2,
-    "encoder_hidden_sizes": [8],
-    "hidden_sizes": [8],
-    "meta_batch_size": 2,
-    "num_steps_per_epoch": 5,
-    "num_initial_steps": 100,
-    "num_tasks_sample": 2,
-    "num_steps_prior": 50,
-    "num_steps_posterior": 50,
-    "num_extra_rl_steps_posterior": 50,
-    "batch_size": 16,
-    "embedding_batch_size": 16,
-    "buffer_size": 1000,
-}
-META_CASES = {
-    "pearl": PEARL_CASE,
-    "maml_vpg": {"meta_batch_size": 2, "episodes_per_task": 3, "num_envs": 3, "hidden_sizes": [8]},
+META_CASES = {  # test_meta's small settings; PEARL's with a posterior phase, MAML's variants as named
+    "pearl": {**SMALL_META["pearl"], "num_steps_posterior": 50, "num_extra_rl_steps_posterior": 50},
+    "maml_vpg": SMALL_META["maml_vpg"],
     "maml_ppo": {
         "meta_batch_size": 2,
         "episodes_per_task": 3,

@@ -9,7 +9,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,3 +154,27 @@ def finish(
         tracker.log_artifact(path, "checkpoints")
     tracker.flush()
     return result
+
+
+class SeedOutcome:
+    """One run's part of a loop that trains several (a batch of seeds): the exception that
+    ended it, if one did."""
+
+    error: BaseException | None = None
+
+    def guard(self, step: Callable[..., Any], *arguments: Any) -> None:
+        """Run one of this seed's steps; an exception ends this seed's run (Ctrl-C ends all)."""
+        try:
+            step(*arguments)
+        except Exception as error:  # noqa: BLE001 - kept as the run's outcome, raised by run()
+            self.error = error
+
+
+def share_first_error(seeds: Sequence[SeedOutcome]) -> None:
+    """Once one seed has failed, every other seed ends with the same exception (a tuning
+    trial, which one failed or pruned seed ends)."""
+    first = next((seed.error for seed in seeds if seed.error is not None), None)
+    if first is not None:
+        for seed in seeds:
+            if seed.error is None:
+                seed.error = first

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +42,13 @@ from benchmark.training.control import (
     Counters,
     Preempted,
     ResumeError,
+    SeedOutcome,
     StopSignal,
     check_finite,
     finish,
     resolve_device,
     seed_everything,
+    share_first_error,
 )
 from benchmark.training.evaluate import EVAL_SEED_OFFSET, evaluate
 from benchmark.training.hooks import NO_HOOKS, LoopHooks
@@ -214,7 +215,7 @@ def _train(seeds: list[_SeedRun], batched: bool, stop_together: bool = False) ->
                 if seed.error is None:
                     seed.guard(seed.report_progress)
             if stop_together:
-                _share_first_error(running)
+                share_first_error(running)
             if any(seed.error is None and seed.counters.step >= seed.spec.budget.total_steps for seed in running):
                 break
             due = [seed for seed in running if seed.error is None and seed.checkpoint_due()]
@@ -228,7 +229,7 @@ def _train(seeds: list[_SeedRun], batched: bool, stop_together: bool = False) ->
                     if seed.error is None:
                         seed.guard(seed.preempt)
             if stop_together:
-                _share_first_error(running)
+                share_first_error(running)
             still = [seed for seed in running if seed.error is None]
             if len(still) < len(running):
                 learner.sync_members()
@@ -239,16 +240,7 @@ def _train(seeds: list[_SeedRun], batched: bool, stop_together: bool = False) ->
         learner.sync_members()
 
 
-def _share_first_error(seeds: list[_SeedRun]) -> None:
-    """Once one seed has failed, every other seed ends with the same exception."""
-    first = next((seed.error for seed in seeds if seed.error is not None), None)
-    if first is not None:
-        for seed in seeds:
-            if seed.error is None:
-                seed.error = first
-
-
-class _SeedRun:
+class _SeedRun(SeedOutcome):
     """One run's part of the loop: its envs, algorithm, counters, evaluations and checkpoints."""
 
     def __init__(self, job: SeedJob, device: torch.device, checkpoint_dir: Path | None, hooks: LoopHooks):
@@ -297,13 +289,6 @@ class _SeedRun:
                 self.error.__cause__ = error
                 return
         self.obs_tensor = torch.as_tensor(self.obs, dtype=torch.float32, device=device)
-
-    def guard(self, step: Callable[..., Any], *arguments: Any) -> None:
-        """Run one of this seed's steps; an exception ends this seed's run (Ctrl-C ends all)."""
-        try:
-            step(*arguments)
-        except Exception as error:  # noqa: BLE001 - kept as the run's outcome, raised by run()
-            self.error = error
 
     def start_clock(self) -> None:
         """Wall time before a resume counts."""

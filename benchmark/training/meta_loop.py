@@ -27,7 +27,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,18 @@ from agents.meta import MetaAlgorithm, TaskEnvs, TaskResult, meta_test
 from benchmark import metric_names
 from benchmark.config import RunSpec
 from benchmark.training import checkpoint
-from benchmark.training.control import Counters, Preempted, ResumeError, StopSignal, check_finite, finish, resolve_device, seed_everything
+from benchmark.training.control import (
+    Counters,
+    Preempted,
+    ResumeError,
+    SeedOutcome,
+    StopSignal,
+    check_finite,
+    finish,
+    resolve_device,
+    seed_everything,
+    share_first_error,
+)
 from benchmark.training.evaluate import EVAL_SEED_OFFSET  # meta-test episodes never share env seeds with meta-training ones
 from benchmark.training.hooks import NO_HOOKS, LoopHooks
 from benchmark.training.results import Evaluation, EvaluationCallback, NullTracker, ProgressCallback, RunResult, SeedJob, Tracker
@@ -164,7 +174,7 @@ def _train(seeds: list[_MetaSeedRun], batched: bool, stop_together: bool) -> Non
             except SeedFailure as failure:  # one seed's envs failed: it ends; the others redo the epoch without it
                 running[failure.index].error = failure.error
                 if stop_together:
-                    _share_first_error(running)
+                    share_first_error(running)
                     break
                 learner.sync_members()
                 for seed, snapshot in zip(running, snapshots, strict=True):
@@ -183,7 +193,7 @@ def _train(seeds: list[_MetaSeedRun], batched: bool, stop_together: bool) -> Non
                 else:
                     seed.guard(seed.record_epoch, seed_logs)
             if stop_together:
-                _share_first_error(running)
+                share_first_error(running)
             still = [seed for seed in running if seed.error is None and not seed.done]
             due = [seed for seed in still if seed.checkpoint_due()]
             if due or stop.received:
@@ -225,15 +235,7 @@ class _Attributed:
             raise SeedFailure(self._index, error) from error
 
 
-def _share_first_error(seeds: list[_MetaSeedRun]) -> None:
-    first = next((seed.error for seed in seeds if seed.error is not None), None)
-    if first is not None:
-        for seed in seeds:
-            if seed.error is None:
-                seed.error = first
-
-
-class _MetaSeedRun:
+class _MetaSeedRun(SeedOutcome):
     """One meta run's part of the loop: its task envs, algorithm, counters, meta-tests and checkpoints."""
 
     def __init__(self, job: SeedJob, device: torch.device, checkpoint_dir: Path | None, hooks: LoopHooks):
@@ -268,13 +270,6 @@ class _MetaSeedRun:
     @property
     def done(self) -> bool:
         return self.counters.step >= self.spec.budget.total_steps
-
-    def guard(self, step: Callable[..., Any], *arguments: Any) -> None:
-        """Run one of this seed's steps; an exception ends this seed's run (Ctrl-C ends all)."""
-        try:
-            step(*arguments)
-        except Exception as error:  # noqa: BLE001 - kept as the run's outcome
-            self.error = error
 
     def start_clock(self) -> None:
         """Wall time before a resume counts."""
