@@ -213,7 +213,7 @@ def test_learning_rate_update_reaches_the_optimizer():
     algo.update_parameter("learning_rate", 1e-5)
     assert algo.optimizers["joint"].param_groups[0]["lr"] == 1e-5
     vpg = build("vpg", "CartPole-v1")
-    vpg.update_parameter("value_learning_rate", 2e-5)
+    vpg.update_parameter("value_lr", 2e-5)
     assert vpg.optimizers["value"].param_groups[0]["lr"] == 2e-5 and vpg.optimizers["policy"].param_groups[0]["lr"] == 3e-4
 
 

@@ -173,6 +173,8 @@ def test_a_renamed_field_is_refused_under_its_old_name_yet_stored_runs_keep_load
 
     with pytest.raises(ConfigError, match="unknown hyperparameter 'baseline_reg_coeff' .*did you mean 'baseline_reg_coef'"):
         agents.resolve_config("maml_trpo", {"baseline_reg_coeff": 1e-4})
+    with pytest.raises(ConfigError, match="unknown hyperparameter 'value_learning_rate' .*did you mean 'value_lr'"):
+        agents.resolve_config("vpg", {"value_learning_rate": 1e-4})
     config = agents.resolve_config("maml_trpo", {"baseline_reg_coef": 1e-4}).to_dict()
     spec = RunSpec("meta", "maml_trpo", "reprorl/PointNav-v0", 0, config, Budget(1000, 500, 2))
     stored = {**spec.to_dict(), "hyperparameters": {("baseline_reg_coeff" if k == "baseline_reg_coef" else k): v for k, v in config.items()}}

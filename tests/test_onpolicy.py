@@ -278,7 +278,7 @@ def test_advantages_are_processed_per_seed_and_over_the_counted_steps_only():
 
 
 def test_vpg_takes_one_policy_step_and_fits_the_value_function_with_its_own_optimizer():
-    algo = build("vpg", num_envs=2, value_epochs=30, value_learning_rate=1e-2)
+    algo = build("vpg", num_envs=2, value_epochs=30, value_lr=1e-2)
     collect(algo)
     policy_before = [p.detach().clone() for p in algo.actor_critic.policy_parameters()]
     batch = rollout_batch(algo)

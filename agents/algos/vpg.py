@@ -35,7 +35,7 @@ class VPG(OnPolicyAlgorithm):
 
     name = "vpg"
     Config: ClassVar[type[VPGConfig]] = VPGConfig
-    tunable_parameters = (*OnPolicyAlgorithm.tunable_parameters, "value_learning_rate")
+    tunable_parameters = (*OnPolicyAlgorithm.tunable_parameters, "value_lr")
 
     config: VPGConfig
 
@@ -52,13 +52,13 @@ class VPG(OnPolicyAlgorithm):
             return super()._make_optimizers()
         return {
             "policy": adam(self.actor_critic.policy_parameters(), lr=self.config.learning_rate),
-            "value": adam(self.actor_critic.value_parameters(), lr=self.config.value_learning_rate),
+            "value": adam(self.actor_critic.value_parameters(), lr=self.config.value_lr),
         }
 
     def _base_learning_rates(self) -> dict[str, float]:
         if not self._split:
             return super()._base_learning_rates()
-        return {"policy": self.config.learning_rate, "value": self.config.value_learning_rate}
+        return {"policy": self.config.learning_rate, "value": self.config.value_lr}
 
     def _optimize(self, seeds: Seeds) -> dict[str, torch.Tensor]:
         """With separate networks: one policy step on the whole rollout, then V fitted by its

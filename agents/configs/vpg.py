@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from agents.configs.onpolicy import OnPolicyConfig
 from agents.hyperparameters import hp
@@ -14,6 +15,8 @@ class VPGConfig(OnPolicyConfig):
     """Defaults of Spinning Up's VPG (Achiam 2018: 4000 steps per epoch, policy Adam 3e-4,
     value Adam 1e-3 for 80 iterations, gamma 0.99, lambda 0.97, 64x64 tanh)."""
 
+    key_names: ClassVar[Mapping[str, str]] = {**OnPolicyConfig.key_names, "value_lr": "value_learning_rate"}
+
     num_steps: int = hp(4000, ge=1)
     """Steps per env per update (one policy-gradient step each)."""
     learning_rate: float = hp(3e-4, gt=0.0, le=1.0)
@@ -22,7 +25,7 @@ class VPGConfig(OnPolicyConfig):
     """GAE lambda."""
     baseline: bool = hp(True)
     """Learn V(s) and use it as the baseline (False: REINFORCE on discounted returns-to-go)."""
-    value_learning_rate: float = hp(1e-3, gt=0.0, le=1.0)
+    value_lr: float = hp(1e-3, gt=0.0, le=1.0)
     """Adam step size of the value function (separate networks)."""
     value_epochs: int = hp(80, ge=1)
     """Passes of value regression per update (separate networks)."""
