@@ -668,3 +668,28 @@ def test_a_pruned_batch_stops_every_seed(tmp_path):
     for seed in settings(seeds_per_trial=3).trial_seeds(0):
         history = client.get_metric_history(run.info.run_id, f"seed{seed}/eval/return_mean")
         assert [m.step for m in history] == [256], seed
+
+
+def test_a_study_stored_before_a_field_was_renamed_reads_it_under_its_new_name():
+    """A study keeps the space it was created with: VPG's former value_learning_rate reads as
+    value_lr (in its parameters, its fixed settings and its base setting)."""
+    from benchmark.tuning.search_space import space_from_dict
+    from benchmark.tuning.settings import StudySettings
+
+    space = space_from_dict(
+        {"algo": "vpg", "fixed": {"value_learning_rate": 1e-3}, "parameters": {"value_learning_rate": {"low": 1e-4, "high": 1e-2, "log": True}}}
+    )
+    assert [parameter.name for parameter in space.parameters] == ["value_lr"] and space.fixed == {"value_lr": 1e-3}
+    stored = {
+        "algo": "vpg",
+        "env_id": "CartPole-v1",
+        "budget": {"total_steps": 1000, "eval_every": 500, "eval_episodes": 2},
+        "seeds_per_trial": 1,
+        "base_suite": None,
+        "base_hyperparameters": {"value_learning_rate": 1e-3},
+        "space": {},
+        "random_score": 0.0,
+        "reference_score": 1.0,
+        "reference_source": "test",
+    }
+    assert StudySettings.from_dict(stored).base_hyperparameters == {"value_lr": 1e-3}

@@ -30,7 +30,7 @@ from typing import Any
 
 import agents
 from agents.errors import ConfigError, suggest
-from benchmark.config import PROJECT_ROOT, check_keys, read_yaml
+from benchmark.config import PROJECT_ROOT, check_keys, read_yaml, stored_hyperparameters
 
 SEARCH_DIR = PROJECT_ROOT / "suites" / "search"
 
@@ -146,9 +146,11 @@ class SearchSpace:
 
 def space_from_dict(data: dict[str, Any]) -> SearchSpace:
     """The space ``SearchSpace.to_dict`` wrote (a study keeps the space it was created with),
-    validated again against the algorithm's hyperparameters."""
-    parameters = tuple(_parse_parameter(str(name), spec) for name, spec in data["parameters"].items())
-    space = SearchSpace(str(data["algo"]), str(data.get("description", "")), dict(data.get("fixed") or {}), parameters)
+    validated again against the algorithm's hyperparameters; names of fields renamed since it
+    was stored read under their new names (``Hyperparameters.from_stored``)."""
+    algo = str(data["algo"])
+    parameters = tuple(_parse_parameter(str(name), spec) for name, spec in stored_hyperparameters(algo, dict(data["parameters"])).items())
+    space = SearchSpace(algo, str(data.get("description", "")), stored_hyperparameters(algo, dict(data.get("fixed") or {})), parameters)
     _check_names(space)
     _check_values(space)
     return space

@@ -59,7 +59,9 @@ class StudySettings:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StudySettings:
-        return cls(**{**data, "budget": Budget(**data["budget"])})
+        """Settings as a study stored them, renamed fields under their new names."""
+        base = config.stored_hyperparameters(data["algo"], dict(data["base_hyperparameters"]))
+        return cls(**{**data, "budget": Budget(**data["budget"]), "base_hyperparameters": base})
 
 
 def base_setting(algo: str, env_id: str, suite_name: str | None) -> tuple[str | None, Budget | None, dict[str, Any]]:
