@@ -737,8 +737,12 @@ META_CASES = {  # test_meta's small settings; PEARL's with a posterior phase, MA
 }
 
 
-def test_every_batched_meta_learner_has_a_case():
-    assert set(META_CASES) == {name for name, cls in agents.ALGORITHMS.items() if agents.is_meta(name) and cls.seed_batch is not None}
+def test_every_registered_algorithm_batches_and_has_a_checked_case():
+    """The first-updates checks above cover the whole registry: every algorithm has a seed
+    batch and at least one case (online: ``CASES``, meta-learners: ``META_CASES``)."""
+    assert all(cls.seed_batch is not None for cls in agents.ALGORITHMS.values())
+    online = {case.split("-")[0] for case in CASES}
+    assert online | set(META_CASES) == set(agents.ALGORITHMS), set(agents.ALGORITHMS) - online - set(META_CASES)
 
 
 @pytest.mark.parametrize("algo", sorted(META_CASES))
