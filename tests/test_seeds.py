@@ -867,3 +867,67 @@ def test_a_meta_seed_whose_envs_fail_ends_alone(monkeypatch, algo):
         assert isinstance(outcomes[seed], RunResult)
         assert [e.step for e in outcomes[seed].evaluations] == [e.step for e in alone.evaluations]
         np.testing.assert_allclose([e.returns for e in outcomes[seed].evaluations], [e.returns for e in alone.evaluations], rtol=1e-4)
+
+
+KILLED_META_BATCH = """
+name: killedmeta
+seeds: [0, 1]
+seeds_in_process: 2
+budget: {total_steps: 36000, eval_every: 6000, eval_episodes: 2}
+checkpoint: {every: 1}
+experiments:
+  - algo: maml_trpo
+    envs: [reprorl/PointNav-v0]
+    hyperparameters: {meta_batch_size: 4, episodes_per_task: 5, num_envs: 5, hidden_sizes: [16]}
+"""
+
+
+def test_a_killed_meta_batch_resumes_as_one_batch_from_one_epoch(write_suite, tmp_path):
+    """SIGKILL to two batched MAML seeds mid-training: their checkpoints share an epoch (not an
+    env step: each seed's episodes are its own), the re-launch resumes them as one batch, and
+    each seed ends with the meta-test results of an uninterrupted batch."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import run_cli_in_process
+    from mlflow.tracking import MlflowClient
+
+    from benchmark.config import load_suite
+    from benchmark.training import checkpoint
+    from benchmark.training import loop as training_loop
+
+    suite = write_suite(KILLED_META_BATCH)
+    specs = load_suite(str(suite)).specs
+    results = tmp_path / "results"
+    argv = [sys.executable, "-m", "benchmark", "run", "--suite", str(suite), "--results-dir", str(results)]
+    process = subprocess.Popen(argv, cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    latest = [results / "checkpoints" / spec.run_key / checkpoint.LATEST for spec in specs]
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if all(path.exists() for path in latest) and min(checkpoint.load(path)["loop"]["epoch"] for path in latest) >= 3:
+                break
+            assert process.poll() is None, "the suite ended before it could be killed"
+            time.sleep(0.2)
+        else:
+            pytest.fail("no checkpoints past epoch 3")
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    loops = [checkpoint.load(path)["loop"] for path in latest]
+    assert len({loop["epoch"] for loop in loops}) == 1  # saved together
+    completed = run_cli_in_process(*argv[3:], cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert "2 of 2 runs to train have a checkpoint" in completed.stdout
+    assert completed.stdout.count("2 seeds batched") == 2
+    client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
+    runs = [r for r in client.search_runs([client.get_experiment_by_name("killedmeta").experiment_id]) if "run_key" in r.data.tags]
+    assert len(runs) == 2 and all(r.info.status == "FINISHED" and r.data.tags["resume_count"] == "1" for r in runs)
+    uninterrupted = training_loop.run_seeds([training_loop.SeedJob(spec) for spec in specs])
+    for spec, result in zip(specs, uninterrupted):
+        (run,) = [r for r in runs if r.data.tags["run_key"] == spec.run_key]
+        logged = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "eval/return_mean")}
+        assert [logged[e.step] for e in result.evaluations] == pytest.approx([e.mean for e in result.evaluations], rel=1e-6), spec.seed
