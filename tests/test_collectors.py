@@ -11,7 +11,7 @@ import agents
 from agents.api import ConfigError
 from agents.envs import env_spec, make_vector_env
 from benchmark.config import Budget, RunSpec
-from benchmark.training.collectors import Collector, observe_rollout
+from benchmark.training.collectors import Collector, RayCollector, observe_rollout
 from benchmark.training.control import seed_everything
 
 SETTINGS = {
@@ -87,17 +87,7 @@ def test_collectors_as_ray_actors_give_the_same_updates():
     spec = spec_of("ppo")
     ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
     try:
-        remote = ray.remote(Collector)
-        actors = [remote.remote(spec, index, 2) for index in range(2)]
-
-        class Handle:
-            def __init__(self, actor):
-                self.actor = actor
-
-            def collect(self, *arguments):
-                return ray.get(self.actor.collect.remote(*arguments))
-
-        distributed = with_collectors(spec, [Handle(actor) for actor in actors])
+        distributed = with_collectors(spec, [RayCollector(spec, index, 2) for index in range(2)])
     finally:
         ray.shutdown()
     for theirs, ours in zip(one_process(spec), distributed, strict=True):
@@ -111,3 +101,23 @@ def test_what_collection_cannot_split_is_refused():
     normalized = RunSpec("t", "ppo", "CartPole-v1", 0, agents.resolve_config("ppo", {"normalize_observations": True}).to_dict(), Budget(100, 100, 1))
     with pytest.raises(ConfigError, match="does not normalize observations or rewards yet"):
         Collector(normalized, 0, 1)
+
+
+def test_a_run_trained_by_collectors_evaluates_as_the_run_in_one_process():
+    """The learner's loop over two collectors: evaluations (every two rollouts) and the final
+    one equal ``loop.run`` of the same spec with its four envs in one process."""
+    from benchmark.training import loop
+    from benchmark.training.collectors import train_with_collectors
+
+    spec = spec_of("ppo")
+    rollout = spec.hyperparameters["num_steps"] * spec.hyperparameters["num_envs"]
+    spec = RunSpec(spec.suite, spec.algo, spec.env_id, spec.seed, spec.hyperparameters, Budget(6 * rollout, 2 * rollout, 3), device="cpu")
+    collectors = [Collector(spec, index, 2) for index in range(2)]
+    try:
+        distributed = train_with_collectors(spec, collectors)
+    finally:
+        for collector in collectors:
+            collector.close()
+    alone = loop.run(spec)
+    assert [e.step for e in distributed.evaluations] == [e.step for e in alone.evaluations] == [2 * rollout, 4 * rollout, 6 * rollout]
+    assert [e.returns for e in distributed.evaluations] == [e.returns for e in alone.evaluations]

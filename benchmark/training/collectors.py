@@ -22,7 +22,10 @@ collector's running statistics would be its own): refused.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -30,8 +33,11 @@ import torch
 import agents
 from agents.api import Acted, Algorithm, ConfigError, Transitions
 from agents.envs import env_spec, finished_episodes, make_vector_env, true_next_obs
+from benchmark import metric_names
 from benchmark.config import RunSpec
-from benchmark.training.control import seed_everything
+from benchmark.training.control import Counters, check_finite, finish, seed_everything
+from benchmark.training.evaluate import EVAL_SEED_OFFSET, evaluate
+from benchmark.training.results import NullTracker, RunResult, Tracker
 
 
 @dataclass
@@ -132,3 +138,70 @@ def observe_rollout(algo: Algorithm, collected: list[Collected]) -> None:
     for step in zip(*(part.steps for part in collected), strict=True):
         algo.observe(join(list(step)))
     algo.generator.set_state(states[0])
+
+
+class CollectorHandle(Protocol):
+    """A collector as the learner calls it: in this process, or a Ray actor behind ``remote``."""
+
+    def collect(self, weights: dict[str, dict[str, torch.Tensor]], generator_state: torch.Tensor, num_steps: int) -> Collected: ...
+
+
+class RayCollector:
+    """A ``Collector`` running as a Ray actor (its own process, on any node of the cluster)."""
+
+    def __init__(self, spec: RunSpec, index: int, collectors: int):
+        import ray
+
+        self._ray = ray
+        self.actor: Any = ray.remote(Collector).remote(spec, index, collectors)
+
+    def collect(self, weights: dict[str, dict[str, torch.Tensor]], generator_state: torch.Tensor, num_steps: int) -> Collected:
+        collected: Collected = self._ray.get(self.actor.collect.remote(weights, generator_state, num_steps))
+        return collected
+
+
+def train_with_collectors(spec: RunSpec, collectors: Sequence[CollectorHandle], tracker: Tracker | None = None) -> RunResult:
+    """Train on-policy ``spec`` with its experience collected by ``collectors`` synchronously:
+    the same run as ``benchmark.training.loop.run`` with ``num_envs`` envs in one process
+    (evaluations, training episodes and losses logged alike) when ``eval_every`` is a multiple
+    of the rollout (``num_steps * num_envs``): an evaluation here waits for the end of a
+    rollout, where one process evaluates at the step it falls due. No checkpoints yet."""
+    tracker = tracker or NullTracker()
+    seed_everything(spec.seed)
+    config = agents.resolve_config(spec.algo, spec.hyperparameters)
+    algo = agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=spec.budget.total_steps, seed=spec.seed)
+    if not isinstance(algo, Algorithm) or not hasattr(config, "num_steps") or not hasattr(algo, "storage"):
+        raise ConfigError(f"{spec.algo}: synchronous collectors serve the on-policy algorithms so far")
+    num_envs, num_steps, budget = int(config.num_envs), int(config.num_steps), spec.budget
+    eval_envs = make_vector_env(spec.env_id, budget.eval_episodes)
+    result, counters = RunResult(spec, device="cpu"), Counters(next_eval=budget.eval_every)
+    started = time.perf_counter()
+    try:
+        while counters.step < budget.total_steps:
+            weights, state = algo.get_weights(), algo.generator.get_state()
+            collected = [collector.collect(weights, state, num_steps) for collector in collectors]
+            observe_rollout(algo, collected)
+            for part in collected:
+                for episode_return, length, step in part.episodes:
+                    tracker.log_metrics(
+                        {metric_names.TRAIN_EPISODE_RETURN: episode_return, metric_names.TRAIN_EPISODE_LENGTH: length}, counters.step + (step + 1) * num_envs
+                    )
+            counters.step += num_steps * num_envs
+            logs = algo.update()
+            check_finite(logs, counters.step)
+            for key, value in logs.items():
+                counters.update_logs.setdefault(key, []).append(value)
+            if counters.step >= counters.next_eval or counters.step >= budget.total_steps:
+                counters.train_seconds = time.perf_counter() - started - counters.eval_seconds
+                eval_started = time.perf_counter()
+                losses = {f"train/{key}": float(np.mean(values)) for key, values in counters.update_logs.items()}
+                counters.update_logs.clear()
+                evaluation = evaluate(algo, eval_envs, eval_envs, spec.seed + EVAL_SEED_OFFSET, torch.device("cpu"), counters.step)
+                result.evaluations.append(evaluation)
+                tracker.log_metrics({**losses, metric_names.EVAL_RETURN_MEAN: evaluation.mean, metric_names.EVAL_RETURN_STD: evaluation.std}, counters.step)
+                while counters.next_eval <= counters.step:
+                    counters.next_eval += budget.eval_every
+                counters.eval_seconds += time.perf_counter() - eval_started
+        return finish(result, counters, started, tracker, None, {}, remove_latest_on_finish=False)
+    finally:
+        eval_envs.close()
