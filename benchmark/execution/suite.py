@@ -295,6 +295,20 @@ class _SharedWork:
         return None
 
 
+DYING_WORKERS_SECONDS = 3.0
+"""How long the closing of a dead launch's runs waits, in all, for its workers' claims to be let go."""
+
+
+def _claim_freed(claims_dir: Path, key: str, deadline: float) -> bool:
+    """Whether nobody holds ``key``'s claim, waiting until ``deadline`` (a monotonic time) for
+    a holder that is still exiting."""
+    while claims.holder(claims_dir, key) is not None:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def close_dead_invocations(tracking_uri: str, experiment_id: str, claims_dir: Path) -> list[str]:
     """Mark KILLED every suite invocation (parent run) of the experiment still RUNNING whose launch
     has ended, with those of its child runs still RUNNING that nobody trains now (their key's
@@ -304,6 +318,9 @@ def close_dead_invocations(tracking_uri: str, experiment_id: str, claims_dir: Pa
     store not at all. Returns the parent runs closed."""
     claims_id = claims.directory_id(claims_dir)
     closed = []
+    # a launch killed as a whole a moment ago may still have workers exiting, their claims not
+    # yet released: wait for them a little (the whole call), not for a live launch's
+    grace = time.monotonic() + DYING_WORKERS_SECONDS
     for run in tracking.running_parent_runs(tracking_uri, experiment_id):
         tags = run.data.tags
         if tracking.CLAIMS_TAG in tags:
@@ -316,7 +333,7 @@ def close_dead_invocations(tracking_uri: str, experiment_id: str, claims_dir: Pa
             continue
         for child in tracking.running_children(tracking_uri, experiment_id, run.info.run_id):
             key = child.data.tags.get("run_key", "")
-            if tracking.judged_by(child.data.tags, claims_id) and claims.holder(claims_dir, key) is None:
+            if tracking.judged_by(child.data.tags, claims_id) and _claim_freed(claims_dir, key, grace):
                 tracking.close_run(tracking_uri, child.info.run_id, "KILLED", "its launch ended without closing it")
         tracking.close_run(tracking_uri, run.info.run_id, "KILLED", "its process ended without closing the run")
         closed.append(run.info.run_id)
