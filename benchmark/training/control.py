@@ -178,3 +178,28 @@ def share_first_error(seeds: Sequence[SeedOutcome]) -> None:
         for seed in seeds:
             if seed.error is None:
                 seed.error = first
+
+
+def train_runs(
+    runs: list[Any],
+    position: Callable[[Any], int],
+    what: str,
+    train: Callable[[], None],
+    remove_latest_on_finish: bool,
+) -> list[RunResult | BaseException]:
+    """The end of ``run_seeds`` for either loop: ``runs`` (built, possibly resumed) must resume
+    from one ``position`` (a step, or a meta-learner's epoch) to train as one batch; ``train``
+    trains them, each that did not fail finishes, all close. Each run's result or the
+    exception that ended it."""
+    try:
+        positions = {position(run) for run in runs if run.error is None}
+        if len(positions) > 1:
+            raise ValueError(f"resumed runs at different {what} cannot train as one batch: {[position(run) for run in runs]}")
+        train()
+        for run in runs:
+            if run.error is None:
+                run.guard(run.finish, remove_latest_on_finish)
+    finally:
+        for run in runs:
+            run.close()
+    return [run.error if run.error is not None else run.result for run in runs]

@@ -49,6 +49,7 @@ from benchmark.training.control import (
     resolve_device,
     seed_everything,
     share_first_error,
+    train_runs,
 )
 from benchmark.training.evaluate import EVAL_SEED_OFFSET, evaluate
 from benchmark.training.hooks import NO_HOOKS, LoopHooks
@@ -143,16 +144,11 @@ def run_seeds(
     try:
         for job in jobs:
             seeds.append(_SeedRun(job, device, checkpoint_dir, hooks))
-        if len({seed.counters.step for seed in seeds if seed.error is None}) > 1:
-            raise ValueError(f"resumed runs at different steps cannot train as one batch: {[seed.counters.step for seed in seeds]}")
-        _train(seeds, batched, stop_together)
-        for seed in seeds:
-            if seed.error is None:
-                seed.guard(seed.finish, remove_latest_on_finish)
-    finally:
+    except BaseException:
         for seed in seeds:
             seed.close()
-    return [seed.error if seed.error is not None else seed.result for seed in seeds]
+        raise
+    return train_runs(seeds, lambda seed: seed.counters.step, "steps", lambda: _train(seeds, batched, stop_together), remove_latest_on_finish)
 
 
 class _Alone:

@@ -51,6 +51,7 @@ from benchmark.training.control import (
     resolve_device,
     seed_everything,
     share_first_error,
+    train_runs,
 )
 from benchmark.training.evaluate import EVAL_SEED_OFFSET  # meta-test episodes never share env seeds with meta-training ones
 from benchmark.training.hooks import NO_HOOKS, LoopHooks
@@ -120,17 +121,11 @@ def run_meta_seeds(
     try:
         for job in jobs:
             seeds.append(_MetaSeedRun(job, device, checkpoint_dir, hooks))
-        epochs = {seed.counters.epoch for seed in seeds if seed.error is None}
-        if len(epochs) > 1:
-            raise ValueError(f"resumed meta runs at different epochs cannot train as one batch: {[seed.counters.epoch for seed in seeds]}")
-        _train(seeds, batched, stop_together)
-        for seed in seeds:
-            if seed.error is None:
-                seed.guard(seed.finish, remove_latest_on_finish)
-    finally:
+    except BaseException:
         for seed in seeds:
             seed.close()
-    return [seed.error if seed.error is not None else seed.result for seed in seeds]
+        raise
+    return train_runs(seeds, lambda seed: seed.counters.epoch, "epochs", lambda: _train(seeds, batched, stop_together), remove_latest_on_finish)
 
 
 class _Alone:
