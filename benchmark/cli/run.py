@@ -129,7 +129,7 @@ def command_run(args: argparse.Namespace, console: Output) -> int:
         processes = len(set(found.processes.values()))
         console.print(
             f"{len(suite.specs)} runs in suite {suite.name!r} ({suite.path})"
-            + (f", the {len(found.left)} left trained in {processes} processes" if processes < len(found.left) else ""),
+            + (f", the {len(found.left)} left trained in {processes} process{'es' if processes != 1 else ''}" if processes < len(found.left) else ""),
             highlight=False,
         )
         console.print(planning.total_line(found, _workers_text(args, suite)), highlight=False, markup=False)

@@ -154,7 +154,7 @@ def execute(
             for notice in notices:
                 console.print(notice, highlight=False, soft_wrap=True)
             if len(groups) < len(to_run):
-                console.print(f"{len(to_run)} runs to train in {len(groups)} processes (seeds of one configuration batched)")
+                console.print(f"{len(to_run)} runs to train in {len(groups)} process{'es' if len(groups) != 1 else ''} (seeds of one configuration batched)")
             resumable = [spec for spec in to_run if _has_resumable_checkpoint(results_dir, spec)]
             if resumable and not force:
                 console.print(f"{len(resumable)} of {len(to_run)} runs to train have a checkpoint: they resume from it in their MLflow run")
