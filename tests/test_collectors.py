@@ -98,6 +98,18 @@ def test_what_collection_cannot_split_is_refused():
     spec = spec_of("ppo")
     with pytest.raises(ConfigError, match="num_envs 4 must split evenly over 3 collectors"):
         Collector(spec, 0, 3)
+    with pytest.raises(ConfigError, match="at least one"):
+        Collector(spec, 0, 0)
+    recurrent = RunSpec(
+        "t",
+        "ppo",
+        "CartPole-v1",
+        0,
+        agents.resolve_config("ppo", {"recurrent": "gru", "normalize_observations": False, "normalize_rewards": False}).to_dict(),
+        Budget(100, 100, 1),
+    )
+    with pytest.raises(ConfigError, match="recurrent policies"):
+        Collector(recurrent, 0, 1)
     normalized = RunSpec("t", "ppo", "CartPole-v1", 0, agents.resolve_config("ppo", {"normalize_observations": True}).to_dict(), Budget(100, 100, 1))
     with pytest.raises(ConfigError, match="does not normalize observations or rewards yet"):
         Collector(normalized, 0, 1)

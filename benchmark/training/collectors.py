@@ -58,7 +58,11 @@ class Collector:
         config = agents.resolve_config(spec.algo, spec.hyperparameters)
         if getattr(config, "normalize_observations", False) or getattr(config, "normalize_rewards", False):
             raise ConfigError(f"{spec.algo}: distributed collection does not normalize observations or rewards yet (set both to false)")
+        if getattr(config, "recurrent", "none") != "none":
+            raise ConfigError(f"{spec.algo}: distributed collection of recurrent policies is not supported yet")
         total = int(config.num_envs)
+        if collectors < 1 or not 0 <= index < collectors:
+            raise ConfigError(f"collector {index} of {collectors}: there must be at least one, indexed from 0")
         if total % collectors:
             raise ConfigError(f"num_envs {total} must split evenly over {collectors} collectors")
         self.index, self.collectors, self.total = index, collectors, total
@@ -69,8 +73,6 @@ class Collector:
         if not isinstance(algo, Algorithm):
             raise ConfigError(f"{spec.algo} is a meta-learner: it collects through its task envs, not collectors")
         self.algo = algo
-        if getattr(config, "recurrent", "none") != "none":
-            raise ConfigError(f"{spec.algo}: distributed collection of recurrent policies is not supported yet")
         self.envs = make_vector_env(spec.env_id, self.per_collector, gamma=getattr(config, "gamma", 0.99))
         self.obs, _ = self.envs.reset(seed=spec.seed + index * self.per_collector)
 
