@@ -133,3 +133,6 @@ def test_a_run_trained_by_collectors_evaluates_as_the_run_in_one_process():
     alone = loop.run(spec)
     assert [e.step for e in distributed.evaluations] == [e.step for e in alone.evaluations] == [2 * rollout, 4 * rollout, 6 * rollout]
     assert [e.returns for e in distributed.evaluations] == [e.returns for e in alone.evaluations]
+    # the training episodes that ended between evaluations, as one process counts them
+    assert [(e.train_return_mean, e.train_episodes) for e in distributed.evaluations] == [(e.train_return_mean, e.train_episodes) for e in alone.evaluations]
+    assert distributed.evaluations[-1].train_episodes > 0

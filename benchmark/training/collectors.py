@@ -183,11 +183,13 @@ def train_with_collectors(spec: RunSpec, collectors: Sequence[CollectorHandle], 
             weights, state = algo.get_weights(), algo.generator.get_state()
             collected = [collector.collect(weights, state, num_steps) for collector in collectors]
             observe_rollout(algo, collected)
-            for part in collected:
-                for episode_return, length, step in part.episodes:
-                    tracker.log_metrics(
-                        {metric_names.TRAIN_EPISODE_RETURN: episode_return, metric_names.TRAIN_EPISODE_LENGTH: length}, counters.step + (step + 1) * num_envs
-                    )
+            ended = sorted((step, index, episode_return, length) for index, part in enumerate(collected) for episode_return, length, step in part.episodes)
+            for step, _, episode_return, length in ended:  # in the order one process logs them: by step, then env
+                tracker.log_metrics(
+                    {metric_names.TRAIN_EPISODE_RETURN: episode_return, metric_names.TRAIN_EPISODE_LENGTH: length}, counters.step + (step + 1) * num_envs
+                )
+                counters.train_return_sum += episode_return
+                counters.train_episodes += 1
             counters.step += num_steps * num_envs
             logs = algo.update()
             check_finite(logs, counters.step)
@@ -199,8 +201,22 @@ def train_with_collectors(spec: RunSpec, collectors: Sequence[CollectorHandle], 
                 losses = {f"train/{key}": float(np.mean(values)) for key, values in counters.update_logs.items()}
                 counters.update_logs.clear()
                 evaluation = evaluate(algo, eval_envs, eval_envs, spec.seed + EVAL_SEED_OFFSET, torch.device("cpu"), counters.step)
+                if counters.train_episodes:
+                    evaluation.train_return_mean = counters.train_return_sum / counters.train_episodes
+                    evaluation.train_episodes = counters.train_episodes
+                counters.train_return_sum, counters.train_episodes = 0.0, 0
                 result.evaluations.append(evaluation)
-                tracker.log_metrics({**losses, metric_names.EVAL_RETURN_MEAN: evaluation.mean, metric_names.EVAL_RETURN_STD: evaluation.std}, counters.step)
+                tracker.log_metrics(
+                    {
+                        **losses,
+                        metric_names.STEPS_PER_SECOND: counters.step / max(counters.train_seconds, 1e-9),
+                        metric_names.EVAL_RETURN_MEAN: evaluation.mean,
+                        metric_names.EVAL_RETURN_STD: evaluation.std,
+                        metric_names.EVAL_LENGTH_MEAN: float(np.mean(evaluation.lengths)),
+                        **({metric_names.TRAIN_RETURN: evaluation.train_return_mean} if evaluation.train_return_mean is not None else {}),
+                    },
+                    counters.step,
+                )
                 while counters.next_eval <= counters.step:
                     counters.next_eval += budget.eval_every
                 counters.eval_seconds += time.perf_counter() - eval_started
