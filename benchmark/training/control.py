@@ -181,21 +181,25 @@ def share_first_error(seeds: Sequence[SeedOutcome]) -> None:
 
 
 def train_runs(
-    runs: list[Any],
+    jobs: Sequence[Any],
+    build: Callable[[Any], Any],
     position: Callable[[Any], int],
     what: str,
-    train: Callable[[], None],
+    train: Callable[[list[Any]], None],
     remove_latest_on_finish: bool,
 ) -> list[RunResult | BaseException]:
-    """The end of ``run_seeds`` for either loop: ``runs`` (built, possibly resumed) must resume
+    """``run_seeds`` for either loop: each job's run is built (and resumed), they must resume
     from one ``position`` (a step, or a meta-learner's epoch) to train as one batch; ``train``
     trains them, each that did not fail finishes, all close. Each run's result or the
     exception that ended it."""
+    runs: list[Any] = []
     try:
+        for job in jobs:
+            runs.append(build(job))
         positions = {position(run) for run in runs if run.error is None}
         if len(positions) > 1:
             raise ValueError(f"resumed runs at different {what} cannot train as one batch: {[position(run) for run in runs]}")
-        train()
+        train(runs)
         for run in runs:
             if run.error is None:
                 run.guard(run.finish, remove_latest_on_finish)

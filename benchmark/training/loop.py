@@ -140,15 +140,14 @@ def run_seeds(
         return run_meta_seeds(jobs, checkpoint_dir, remove_latest_on_finish, batched, stop_together, hooks)
     torch.set_num_threads(spec.torch_threads)
     device = resolve_device(spec.device)
-    seeds: list[_SeedRun] = []
-    try:
-        for job in jobs:
-            seeds.append(_SeedRun(job, device, checkpoint_dir, hooks))
-    except BaseException:
-        for seed in seeds:
-            seed.close()
-        raise
-    return train_runs(seeds, lambda seed: seed.counters.step, "steps", lambda: _train(seeds, batched, stop_together), remove_latest_on_finish)
+    return train_runs(
+        jobs,
+        lambda job: _SeedRun(job, device, checkpoint_dir, hooks),
+        lambda seed: seed.counters.step,
+        "steps",
+        lambda seeds: _train(seeds, batched, stop_together),
+        remove_latest_on_finish,
+    )
 
 
 class _Alone:

@@ -117,15 +117,14 @@ def run_meta_seeds(
     spec = jobs[0].spec
     torch.set_num_threads(spec.torch_threads)
     device = resolve_device(spec.device)
-    seeds: list[_MetaSeedRun] = []
-    try:
-        for job in jobs:
-            seeds.append(_MetaSeedRun(job, device, checkpoint_dir, hooks))
-    except BaseException:
-        for seed in seeds:
-            seed.close()
-        raise
-    return train_runs(seeds, lambda seed: seed.counters.epoch, "epochs", lambda: _train(seeds, batched, stop_together), remove_latest_on_finish)
+    return train_runs(
+        jobs,
+        lambda job: _MetaSeedRun(job, device, checkpoint_dir, hooks),
+        lambda seed: seed.counters.epoch,
+        "epochs",
+        lambda seeds: _train(seeds, batched, stop_together),
+        remove_latest_on_finish,
+    )
 
 
 class _Alone:
