@@ -58,6 +58,7 @@ class _RaySubmission(Submission):
             if executor.address:
                 ray.init(address=executor.address, **options)
             else:
+                os.environ.setdefault("RAY_worker_niceness", "0")  # Ray's default, 15, starves runs beside other work
                 ray.init(num_cpus=executor.workers, include_dashboard=False, object_store_memory=100 * 1024**2, **options)
         self._messages: Any = None
         try:
