@@ -226,6 +226,17 @@ class Algorithm(Learner):
         for a learner that collects another policy's behaviour (BC collects its expert's)."""
         return self.act(obs, state)
 
+    def acting_state(self) -> dict[str, Any]:
+        """What acting reads and advances besides the weights: the generator's state here;
+        subclasses add the counters their exploration schedules read and their noise processes.
+        A collector's policy copy takes the learner's on before it acts (with ``set_weights``),
+        and the learner takes on the one the collectors end in."""
+        return {"generator": self.generator.get_state()}
+
+    def load_acting_state(self, state: Mapping[str, Any]) -> None:
+        """Take on an ``acting_state`` (possibly another process's)."""
+        self.generator.set_state(state["generator"])
+
     @abc.abstractmethod
     def observe(self, transitions: Transitions) -> None:
         """Hand one vector step of collected data to the algorithm's storage."""

@@ -43,6 +43,7 @@ import agents
 from agents.envs import check_env_id, env_spec
 from agents.errors import ConfigError, suggest
 from agents.registry import REGISTRY
+from benchmark.distributed_config import check_distributable, check_distributed
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 """The checkout: suites/, results/ (reference scores, baselines, throughput) are found from here."""
@@ -111,12 +112,20 @@ class RunSpec:
     """Runs of this configuration that differ only by seed and train in one process as one
     batched model (``benchmark.training.loop.run_seeds``), at most this many. Each stays its own run,
     with its own run key and MLflow run. Not part of the run key."""
+    distributed: dict[str, Any] | None = None
+    """This run's workers (``check_distributed``: collectors, mode, backend), or None: it trains
+    in one process. Synchronous collection trains exactly as one process: not part of the run key."""
 
     def __post_init__(self) -> None:
         every = self.checkpoint_every
         if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 0):
             raise ConfigError(f"checkpoint.every must be a non-negative integer (0: only the final checkpoint), got {every!r}")
         check_seeds_in_process(self.seeds_in_process, "seeds_in_process")
+        if self.distributed is not None:
+            object.__setattr__(self, "distributed", check_distributed(self.distributed, "distributed"))
+            if self.seeds_in_process > 1:
+                raise ConfigError("distributed: a run over several workers trains one seed; set seeds_in_process to 1")
+            check_distributable(self.algo, self.hyperparameters, self.distributed)
 
     @property
     def checkpoint_interval(self) -> int:
@@ -169,6 +178,15 @@ class Suite:
         if replay_buffer is not None:
             changes["checkpoint_replay_buffer"] = replay_buffer
         return dataclasses.replace(self, specs=[dataclasses.replace(spec, **changes) for spec in self.specs]) if changes else self
+
+    def with_distributed(self, settings: dict[str, Any] | None) -> Suite:
+        """The same runs over the workers of ``settings`` (merged into each experiment's; None
+        keeps the suite's); ConfigError where a run cannot train so."""
+        if settings is None:
+            return self
+        return dataclasses.replace(
+            self, specs=[dataclasses.replace(spec, distributed={**(spec.distributed or {}), **settings}, seeds_in_process=1) for spec in self.specs]
+        )
 
     def with_seeds_in_process(self, count: int | None) -> Suite:
         """The same runs trained ``count`` seeds to a process (None keeps the suite's)."""
@@ -266,11 +284,11 @@ def read_yaml(path: Path, what: str = "suite file") -> Any:
         raise ConfigError(f"{where}: YAML syntax error: {problem}" + (f" ({' '.join(context.split())})" if context else "")) from None
 
 
-_SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device", "checkpoint", "seeds_in_process", "slurm"}
+_SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device", "checkpoint", "seeds_in_process", "slurm", "distributed"}
 SLURM_KEYS: dict[str, type] = {"partition": str, "time_minutes": int, "gpus": int, "cpus": int, "constraint": str, "account": str, "memory_gb": float}
 """What each Slurm job asks for (``--executor slurm``), with the type of each value."""
 _CHECKPOINT_KEYS = {"every", "replay_buffer"}
-_EXPERIMENT_KEYS = {"algo", "envs", "budget", "hyperparameters", "grid", "seeds", "seeds_in_process"}
+_EXPERIMENT_KEYS = {"algo", "envs", "budget", "hyperparameters", "grid", "seeds", "seeds_in_process", "distributed"}
 
 
 def check_seeds_in_process(value: Any, where: str) -> int:
@@ -309,6 +327,7 @@ def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_
     suite_seeds = seed_override if seed_override is not None else _parse_seeds(data["seeds"], "seeds")
     suite_budget = _as_mapping(data["budget"], "budget")
     seeds_in_process = check_seeds_in_process(data.get("seeds_in_process", 1), "seeds_in_process")
+    distributed = check_distributed(data["distributed"], "distributed") if data.get("distributed") is not None else None
     experiments = data["experiments"]
     if not isinstance(experiments, list) or not experiments:
         raise ConfigError("'experiments' must be a non-empty list")
@@ -317,7 +336,7 @@ def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_
     for index, experiment in enumerate(experiments):
         where = f"experiments[{index}]"
         try:
-            specs += _expand_experiment(experiment, name, suite_seeds, suite_budget, device, seed_override is not None, seeds_in_process)
+            specs += _expand_experiment(experiment, name, suite_seeds, suite_budget, device, seed_override is not None, seeds_in_process, distributed)
         except ConfigError as error:
             raise ConfigError(f"{where}: {error}") from None
     checkpoint = _as_mapping(data.get("checkpoint", {}), "checkpoint")
@@ -352,6 +371,7 @@ def _expand_experiment(
     device: str,
     seeds_overridden: bool,
     seeds_in_process: int = 1,
+    distributed: dict[str, Any] | None = None,
 ) -> list[RunSpec]:
     experiment = _as_mapping(experiment, "experiment")
     check_keys(experiment, _EXPERIMENT_KEYS, "experiment")
@@ -368,6 +388,8 @@ def _expand_experiment(
     if "seeds" in experiment and not seeds_overridden:
         seeds = _parse_seeds(experiment["seeds"], "seeds")
     seeds_in_process = check_seeds_in_process(experiment.get("seeds_in_process", seeds_in_process), "seeds_in_process")
+    if experiment.get("distributed") is not None:
+        distributed = check_distributed(experiment["distributed"], "distributed")
     try:
         budget = Budget(**{**suite_budget, **_as_mapping(experiment.get("budget", {}), "budget")})
     except TypeError as error:
@@ -390,7 +412,21 @@ def _expand_experiment(
             config = agents.resolve_config(algo, overrides)
             agents.check_config(algo, config, spec_of_env)
             for seed in seeds:
-                specs.append(RunSpec(suite_name, algo, str(env_id), seed, config.to_dict(), budget, device, 1, overrides, seeds_in_process=seeds_in_process))
+                specs.append(
+                    RunSpec(
+                        suite_name,
+                        algo,
+                        str(env_id),
+                        seed,
+                        config.to_dict(),
+                        budget,
+                        device,
+                        1,
+                        overrides,
+                        seeds_in_process=seeds_in_process,
+                        distributed=distributed,
+                    )
+                )
     return specs
 
 

@@ -67,6 +67,7 @@ def test_every_module_belongs_to_a_wing_or_the_ground():
         "benchmark",
         "benchmark.bundles",
         "benchmark.config",
+        "benchmark.distributed_config",
         "benchmark.metric_names",
         "benchmark.provenance",
         "benchmark.run_record",

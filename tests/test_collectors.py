@@ -59,7 +59,7 @@ def with_collectors(spec: RunSpec, collectors: list) -> list[list[torch.Tensor]]
     algo = learner_of(spec)
     history = []
     for _ in range(ROLLOUTS):
-        weights, state = algo.get_weights(), algo.generator.get_state()
+        weights, state = algo.get_weights(), algo.acting_state()
         observe_rollout(algo, [collector.collect(weights, state, algo.config.num_steps) for collector in collectors])
         assert algo.ready_to_update()
         algo.update()
@@ -108,31 +108,99 @@ def test_what_collection_cannot_split_is_refused():
         agents.resolve_config("ppo", {"recurrent": "gru", "normalize_observations": False, "normalize_rewards": False}).to_dict(),
         Budget(100, 100, 1),
     )
-    with pytest.raises(ConfigError, match="recurrent policies"):
+    with pytest.raises(ConfigError, match="recurrent policy is not supported yet"):
         Collector(recurrent, 0, 1)
     normalized = RunSpec("t", "ppo", "CartPole-v1", 0, agents.resolve_config("ppo", {"normalize_observations": True}).to_dict(), Budget(100, 100, 1))
-    with pytest.raises(ConfigError, match="does not normalize observations or rewards yet"):
+    with pytest.raises(ConfigError, match="do not normalize observations or rewards yet"):
         Collector(normalized, 0, 1)
 
 
-def test_a_run_trained_by_collectors_evaluates_as_the_run_in_one_process():
-    """The learner's loop over two collectors: evaluations (every two rollouts) and the final
-    one equal ``loop.run`` of the same spec with its four envs in one process."""
-    from benchmark.training import loop
-    from benchmark.training.collectors import train_with_collectors
+class Recorder:
+    """A tracker that keeps what it is given."""
 
-    spec = spec_of("ppo")
-    rollout = spec.hyperparameters["num_steps"] * spec.hyperparameters["num_envs"]
-    spec = RunSpec(spec.suite, spec.algo, spec.env_id, spec.seed, spec.hyperparameters, Budget(6 * rollout, 2 * rollout, 3), device="cpu")
-    collectors = [Collector(spec, index, 2) for index in range(2)]
-    try:
-        distributed = train_with_collectors(spec, collectors)
-    finally:
-        for collector in collectors:
-            collector.close()
-    alone = loop.run(spec)
-    assert [e.step for e in distributed.evaluations] == [e.step for e in alone.evaluations] == [2 * rollout, 4 * rollout, 6 * rollout]
+    def __init__(self):
+        self.metrics: list[tuple[int, dict]] = []
+
+    def log_metrics(self, metrics, step):
+        self.metrics.append((step, dict(metrics)))
+
+    def flush(self):
+        pass
+
+    def logged(self, *names):
+        return [(step, {k: v for k, v in metrics.items() if k in names}) for step, metrics in self.metrics if any(k in names for k in metrics)]
+
+
+OFF_POLICY = {
+    "sac": ("Pendulum-v1", {"hidden_sizes": [32, 32], "num_envs": 2, "batch_size": 16, "learning_starts": 40, "start_steps": 40}),
+    "td3": ("Pendulum-v1", {"hidden_sizes": [32], "num_envs": 2, "batch_size": 16, "learning_starts": 40, "start_steps": 40}),
+    "ddpg": ("Pendulum-v1", {"hidden_sizes": [32], "num_envs": 2, "batch_size": 16, "learning_starts": 40, "start_steps": 40, "exploration_noise": "ou"}),
+    "dqn": ("CartPole-v1", {"hidden_sizes": [32], "num_envs": 2, "batch_size": 16, "learning_starts": 40, "exploration_fraction": 0.5}),
+}
+
+
+def loop_spec(algo: str, env_id: str, overrides: dict, budget: Budget, collectors: int | None) -> RunSpec:
+    config = agents.resolve_config(algo, {**overrides, "normalize_observations": False, "normalize_rewards": False})
+    distributed = {"collectors": collectors, "backend": "inline"} if collectors else None
+    return RunSpec("t", algo, env_id, 3, config.to_dict(), budget, device="cpu", distributed=distributed)
+
+
+@pytest.mark.parametrize("algo", ["ppo", *sorted(OFF_POLICY)])
+def test_a_run_over_collectors_trains_and_logs_as_the_run_in_one_process(algo):
+    """``loop.run`` of a spec with ``distributed: {collectors: 2}`` (inline): the same
+    evaluations, the same training episodes logged at the same steps, the same losses as the
+    spec in one process (on-policy: evaluations every two rollouts; off-policy: every step is
+    a round, so anywhere)."""
+    from benchmark import metric_names
+    from benchmark.training import loop
+
+    if algo == "ppo":
+        env_id, overrides = SETTINGS["ppo"]
+        rollout = overrides["num_steps"] * overrides["num_envs"]
+        budget = Budget(6 * rollout, 2 * rollout, 3)
+    else:
+        env_id, overrides = OFF_POLICY[algo]
+        budget = Budget(600, 200, 2)
+    runs = {}
+    for collectors in (None, 2):
+        tracker = Recorder()
+        runs[collectors] = (loop.run(loop_spec(algo, env_id, overrides, budget, collectors), tracker=tracker), tracker)
+    (alone, alone_log), (distributed, distributed_log) = runs[None], runs[2]
+    assert [e.step for e in distributed.evaluations] == [e.step for e in alone.evaluations]
+    assert len(alone.evaluations) == 3
     assert [e.returns for e in distributed.evaluations] == [e.returns for e in alone.evaluations]
-    # the training episodes that ended between evaluations, as one process counts them
     assert [(e.train_return_mean, e.train_episodes) for e in distributed.evaluations] == [(e.train_return_mean, e.train_episodes) for e in alone.evaluations]
-    assert distributed.evaluations[-1].train_episodes > 0
+    assert sum(e.train_episodes for e in distributed.evaluations) > 0
+    episodes = (metric_names.TRAIN_EPISODE_RETURN, metric_names.TRAIN_EPISODE_LENGTH)
+    assert distributed_log.logged(*episodes) == alone_log.logged(*episodes)
+    losses = sorted({k for _, m in alone_log.metrics for k in m if k.startswith("train/")})
+    assert losses and distributed_log.logged(*losses) == alone_log.logged(*losses)
+    rates = distributed_log.logged("distributed/collector0/steps_per_second", "distributed/collector1/steps_per_second")
+    assert len(rates) == 3 and all(value > 0 for _, metrics in rates for value in metrics.values())
+
+
+def test_distributed_settings_that_cannot_work_are_refused_in_one_line():
+    from benchmark.config import check_distributed
+
+    env_id, overrides = SETTINGS["ppo"]
+    with pytest.raises(ConfigError, match="split evenly over 3 collectors"):
+        loop_spec("ppo", env_id, overrides, Budget(100, 100, 1), 3)
+    with pytest.raises(ConfigError, match=r"distributed.collectors must be an integer >= 1, got 0"):
+        check_distributed({"collectors": 0}, "distributed")
+    with pytest.raises(ConfigError, match="distributed.mode must be sync or async"):
+        check_distributed({"mode": "fast"}, "distributed")
+    with pytest.raises(ConfigError, match="unknown distributed key .colectors."):
+        check_distributed({"colectors": 2}, "distributed")
+    with pytest.raises(ConfigError, match="meta-learner"):
+        RunSpec(
+            "t",
+            "maml_trpo",
+            "reprorl/HalfCheetahVel-v5",
+            0,
+            agents.resolve_config("maml_trpo", {}).to_dict(),
+            Budget(100, 100, 1),
+            distributed={"collectors": 1},
+        )
+    with pytest.raises(ConfigError, match="trains one seed"):
+        plain = agents.resolve_config("ppo", {"normalize_observations": False, "normalize_rewards": False}).to_dict()
+        RunSpec("t", "ppo", env_id, 0, plain, Budget(100, 100, 1), seeds_in_process=2, distributed={})

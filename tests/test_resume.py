@@ -27,7 +27,7 @@ import agents
 from agents.env_state import load_vector_env_state, vector_env_state
 from agents.envs import make_vector_env
 from benchmark.config import Budget, RunSpec, load_suite
-from benchmark.training import checkpoint
+from benchmark.training import checkpoint, seed_run
 from benchmark.training import loop as training_loop
 from benchmark.training.control import Preempted
 
@@ -188,7 +188,7 @@ def test_resume_without_replay_buffer_refills_it_and_trains_to_the_budget(tmp_pa
 def test_resume_restarts_episodes_when_the_env_state_cannot_be_captured(tmp_path, monkeypatch):
     """The episodes in progress end as truncated at the checkpoint, bootstrapped from the value
     of their last observation; training reaches the budget."""
-    monkeypatch.setattr(training_loop, "vector_env_state", lambda envs: None)
+    monkeypatch.setattr(seed_run, "vector_env_state", lambda envs: None)
     seen = []
     original = agents.algos.onpolicy.OnPolicyAlgorithm.interrupt_episodes
 

@@ -152,6 +152,13 @@ class DDPG(OffPolicyAlgorithm):
     def extra_state(self) -> dict[str, Any]:
         return {"ou_state": self.ou_state.clone()}
 
+    def acting_state(self) -> dict[str, Any]:
+        return {**super().acting_state(), "ou_state": self.ou_state.clone()}
+
+    def load_acting_state(self, state: Mapping[str, Any]) -> None:
+        super().load_acting_state(state)
+        self.ou_state.copy_(state["ou_state"])
+
     def load_extra_state(self, state: Mapping[str, Any]) -> None:
         self.ou_state.copy_(state["ou_state"])
 

@@ -168,6 +168,13 @@ class OffPolicyAlgorithm(Algorithm):
             actions = self.policy_actions(features, deterministic)
         return Acted(actions, self.env_actions(actions), next_state, extras)
 
+    def acting_state(self) -> dict[str, Any]:
+        return {**super().acting_state(), "env_steps": self.env_steps}  # warm-up and schedules read it
+
+    def load_acting_state(self, state: Mapping[str, Any]) -> None:
+        super().load_acting_state(state)
+        self.env_steps = int(state["env_steps"])
+
     def reset_state(self, state: Any, episode_ended: torch.Tensor) -> Any:
         if state is None or self.encoder is None:
             return state

@@ -23,7 +23,6 @@ collector's running statistics would be its own): refused.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,34 +31,50 @@ import torch
 
 import agents
 from agents.api import Acted, Algorithm, ConfigError, Transitions
+from agents.env_state import load_vector_env_state, vector_env_state
 from agents.envs import env_spec, finished_episodes, make_vector_env, true_next_obs
-from benchmark import metric_names
-from benchmark.config import RunSpec
-from benchmark.training.control import Counters, check_finite, finish, seed_everything
-from benchmark.training.evaluate import EVAL_SEED_OFFSET, evaluate
-from benchmark.training.results import NullTracker, RunResult, Tracker
+from benchmark.config import RunSpec, check_distributable
+from benchmark.training.checkpoint import rng_state, set_rng_state
+
+FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
 
 
 @dataclass
 class Collected:
-    """A collector's rollout: per step, its rows of what one process would observe; the
-    episodes that ended (return, length, step index); the generator state it ended in."""
+    """A collector's rollout of T steps of its k envs, each field stacked (T, k, ...): what
+    one process would observe in those envs' rows (``env_actions`` an array, ``extras`` by
+    name); the episodes that ended (return, length, step index); the acting state it ended in.
+    Stacked, a rollout crosses processes as a few tensors, not T * 8 small ones."""
 
-    steps: list[Transitions]
+    fields: dict[str, torch.Tensor]
+    env_actions: np.ndarray
+    extras: dict[str, torch.Tensor]
     episodes: list[tuple[float, int, int]] = field(default_factory=list)
-    generator_state: torch.Tensor | None = None
+    acting_state: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    """How long the collection took, in the collector."""
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.fields["obs"].shape[0])
+
+
+def collector_config(spec: RunSpec) -> Any:
+    """The run's configuration as a collector's policy copy needs it; what collection cannot
+    split is refused here, in one line, before anything is built."""
+    config = agents.resolve_config(spec.algo, spec.hyperparameters)
+    check_distributable(spec.algo, config.to_dict(), {"collectors": 1})
+    if hasattr(config, "buffer_size"):  # the copy only acts: no replay memory of its own
+        config = config.replace(buffer_size=max(int(config.num_envs), 1))
+    return config
 
 
 class Collector:
     """One collection worker of a run: its envs and a policy copy (run it in-process, or as a
-    Ray actor: ``ray.remote(Collector)``)."""
+    Ray actor: ``RayCollector``)."""
 
-    def __init__(self, spec: RunSpec, index: int, collectors: int):
-        config = agents.resolve_config(spec.algo, spec.hyperparameters)
-        if getattr(config, "normalize_observations", False) or getattr(config, "normalize_rewards", False):
-            raise ConfigError(f"{spec.algo}: distributed collection does not normalize observations or rewards yet (set both to false)")
-        if getattr(config, "recurrent", "none") != "none":
-            raise ConfigError(f"{spec.algo}: distributed collection of recurrent policies is not supported yet")
+    def __init__(self, spec: RunSpec, index: int, collectors: int, restarts: int = 0):
+        config = collector_config(spec)
         total = int(config.num_envs)
         if collectors < 1 or not 0 <= index < collectors:
             raise ConfigError(f"collector {index} of {collectors}: there must be at least one, indexed from 0")
@@ -68,158 +83,224 @@ class Collector:
         self.index, self.collectors, self.total = index, collectors, total
         self.per_collector = total // collectors
         self.rows = slice(index * self.per_collector, (index + 1) * self.per_collector)
-        seed_everything(spec.seed)
-        algo = agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=spec.budget.total_steps, seed=spec.seed)
-        if not isinstance(algo, Algorithm):
-            raise ConfigError(f"{spec.algo} is a meta-learner: it collects through its task envs, not collectors")
-        self.algo = algo
-        self.envs = make_vector_env(spec.env_id, self.per_collector, gamma=getattr(config, "gamma", 0.99))
-        self.obs, _ = self.envs.reset(seed=spec.seed + index * self.per_collector)
+        # its initial weights are replaced by the learner's: building it must not move the
+        # global RNGs of the process it runs in (an inline collector shares the learner's)
+        global_rngs = rng_state()
+        try:
+            algo = agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=spec.budget.total_steps, seed=spec.seed)
+            assert isinstance(algo, Algorithm)  # collector_config refused meta-learners
+            self.algo = algo
+            self.envs = make_vector_env(spec.env_id, self.per_collector, gamma=getattr(config, "gamma", 0.99))
+            # a replacement's envs start new episodes from seeds no earlier one of its envs used
+            self.obs, _ = self.envs.reset(seed=spec.seed + index * self.per_collector + restarts * total)
+        finally:
+            set_rng_state(global_rngs)
 
-    def collect(self, weights: dict[str, dict[str, torch.Tensor]], generator_state: torch.Tensor, num_steps: int) -> Collected:
-        """``num_steps`` steps of this collector's envs with the learner's ``weights``, drawing
-        from its generator state ``generator_state``."""
+    def collect(self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any], num_steps: int) -> Collected:
+        """``num_steps`` steps of this collector's envs with the learner's ``weights``, acting
+        from its ``acting_state`` (``Algorithm.acting_state``)."""
+        started = time.perf_counter()
         algo = self.algo
         algo.set_weights(weights)
-        algo.generator.set_state(generator_state)
-        collected = Collected([])
+        algo.load_acting_state(acting_state)
+        columns: dict[str, list[Any]] = {name: [] for name in (*FIELDS, "env_actions")}
+        extras: dict[str, list[torch.Tensor]] = {}
+        episodes: list[tuple[float, int, int]] = []
         for step in range(num_steps):
-            padded = np.zeros((self.total, *self.obs.shape[1:]), dtype=np.float32)
+            padded = np.zeros((self.total, *self.obs.shape[1:]), dtype=self.obs.dtype)
             padded[self.rows] = self.obs
-            acted = algo.behavior_act(torch.as_tensor(padded))
-            mine = Acted(
-                acted.actions[self.rows],
-                acted.env_actions[self.rows],
-                None,
-                {name: value[self.rows] for name, value in acted.extras.items()},
-            )
-            next_obs, rewards, terminated, truncated, infos = self.envs.step(mine.env_actions)
-            collected.steps.append(
-                Transitions(
-                    obs=torch.as_tensor(self.obs, dtype=torch.float32),
-                    acted=mine,
-                    rewards=torch.as_tensor(rewards, dtype=torch.float32),
-                    next_obs=torch.as_tensor(true_next_obs(next_obs, infos), dtype=torch.float32),
-                    terminated=torch.as_tensor(terminated),
-                    truncated=torch.as_tensor(truncated),
-                )
-            )
-            collected.episodes += [(episode_return, length, step) for episode_return, length in finished_episodes(infos)]
+            acted = algo.behavior_act(torch.as_tensor(padded, dtype=torch.float32))
+            env_actions = acted.env_actions[self.rows]
+            next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
+            for name, value in (
+                ("obs", torch.as_tensor(self.obs, dtype=torch.float32)),
+                ("actions", acted.actions[self.rows]),
+                ("env_actions", env_actions),
+                ("rewards", torch.as_tensor(rewards, dtype=torch.float32)),
+                ("next_obs", torch.as_tensor(true_next_obs(next_obs, infos), dtype=torch.float32)),
+                ("terminated", torch.as_tensor(terminated)),
+                ("truncated", torch.as_tensor(truncated)),
+            ):
+                columns[name].append(value)
+            for name, value in acted.extras.items():
+                extras.setdefault(name, []).append(value[self.rows])
+            episodes += [(episode_return, length, step) for episode_return, length in finished_episodes(infos)]
             self.obs = next_obs
-        collected.generator_state = algo.generator.get_state()
-        return collected
+        return Collected(
+            fields={name: torch.stack(columns[name]) for name in FIELDS},
+            env_actions=np.stack(columns["env_actions"]),
+            extras={name: torch.stack(values) for name, values in extras.items()},
+            episodes=episodes,
+            acting_state=algo.acting_state(),
+            seconds=time.perf_counter() - started,
+        )
+
+    def ready(self) -> int:
+        """Its index, once it is built (a Ray actor builds in the background)."""
+        return self.index
+
+    def state(self) -> dict[str, Any]:
+        """Its envs' state and observation (for a checkpoint); ``envs`` is None where the envs'
+        state cannot be captured."""
+        return {"envs": vector_env_state(self.envs), "obs": torch.as_tensor(self.obs)}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Continue from a ``state``; envs whose state was not captured start new episodes."""
+        if state["envs"] is not None:
+            load_vector_env_state(self.envs, state["envs"])
+            self.obs = state["obs"].numpy()
 
     def close(self) -> None:
         self.envs.close()
 
 
-def join(parts: list[Transitions]) -> Transitions:
-    """The collectors' rows of one step, in collector order, as one step of all C*k envs."""
-    acted = [part.acted for part in parts]
-    return Transitions(
-        obs=torch.cat([part.obs for part in parts]),
-        acted=Acted(
-            torch.cat([a.actions for a in acted]),
-            np.concatenate([a.env_actions for a in acted]),
-            None,
-            {name: torch.cat([a.extras[name] for a in acted]) for name in acted[0].extras},
-        ),
-        rewards=torch.cat([part.rewards for part in parts]),
-        next_obs=torch.cat([part.next_obs for part in parts]),
-        terminated=torch.cat([part.terminated for part in parts]),
-        truncated=torch.cat([part.truncated for part in parts]),
-    )
+def same_state(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same_state(a[key], b[key]) for key in a)
+    return bool(a == b)
 
 
 def observe_rollout(algo: Algorithm, collected: list[Collected]) -> None:
-    """Feed the learner the collectors' rollouts step by step, joined; its generator takes on
-    the state they ended in (the draws of the whole rollout are made)."""
-    states = [part.generator_state for part in collected if part.generator_state is not None]
-    if len(states) != len(collected) or any(not torch.equal(state, states[0]) for state in states):
-        raise RuntimeError("the collectors' generators diverged: they did not act from one state")
-    for step in zip(*(part.steps for part in collected), strict=True):
-        algo.observe(join(list(step)))
-    algo.generator.set_state(states[0])
+    """The learner takes on the acting state the collectors ended in (the draws of the whole
+    rollout are made), then observes their rollouts step by step, joined (as one process
+    observes after acting: an episode's end resets its exploration noise)."""
+    states = [part.acting_state for part in collected]
+    if any(not same_state(state, states[0]) for state in states):
+        raise RuntimeError("the collectors' acting states diverged: they did not act from one state")
+    algo.load_acting_state(states[0])
+    # the collectors' envs side by side, in collector order: (T, C*k, ...)
+    fields = {name: torch.cat([part.fields[name] for part in collected], dim=1) for name in FIELDS}
+    env_actions = np.concatenate([part.env_actions for part in collected], axis=1)
+    extras = {name: torch.cat([part.extras[name] for part in collected], dim=1) for name in collected[0].extras}
+    for t in range(collected[0].num_steps):
+        algo.observe(
+            Transitions(
+                obs=fields["obs"][t],
+                acted=Acted(fields["actions"][t], env_actions[t], None, {name: value[t] for name, value in extras.items()}),
+                rewards=fields["rewards"][t],
+                next_obs=fields["next_obs"][t],
+                terminated=fields["terminated"][t],
+                truncated=fields["truncated"][t],
+            )
+        )
 
 
 class CollectorHandle(Protocol):
     """A collector as the learner calls it: in this process, or a Ray actor behind ``remote``."""
 
-    def collect(self, weights: dict[str, dict[str, torch.Tensor]], generator_state: torch.Tensor, num_steps: int) -> Collected: ...
+    def collect(self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any], num_steps: int) -> Collected: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def load_state(self, state: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class CollectorLost(RuntimeError):
+    """A collector's process died (its actor is gone); the group replaces it."""
 
 
 class RayCollector:
     """A ``Collector`` running as a Ray actor (its own process, on any node of the cluster)."""
 
-    def __init__(self, spec: RunSpec, index: int, collectors: int):
+    def __init__(self, spec: RunSpec, index: int, collectors: int, restarts: int = 0):
         import ray
 
         self._ray = ray
-        self.actor: Any = ray.remote(Collector).remote(spec, index, collectors)
+        self.actor: Any = ray.remote(Collector).options(num_cpus=1).remote(spec, index, collectors, restarts)
 
-    def collect(self, weights: dict[str, dict[str, torch.Tensor]], generator_state: torch.Tensor, num_steps: int) -> Collected:
-        collected: Collected = self._ray.get(self.actor.collect.remote(weights, generator_state, num_steps))
+    def _get(self, reference: Any) -> Any:
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+        try:
+            return self._ray.get(reference)
+        except (ActorDiedError, ActorUnavailableError, RayActorError) as error:
+            raise CollectorLost(str(error).splitlines()[0] if str(error) else type(error).__name__) from error
+
+    def collect(self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any], num_steps: int) -> Collected:
+        collected: Collected = self._get(self.actor.collect.remote(weights, acting_state, num_steps))
         return collected
 
+    def state(self) -> dict[str, Any]:
+        state: dict[str, Any] = self._get(self.actor.state.remote())
+        return state
 
-def train_with_collectors(spec: RunSpec, collectors: Sequence[CollectorHandle], tracker: Tracker | None = None) -> RunResult:
-    """Train on-policy ``spec`` with its experience collected by ``collectors`` synchronously:
-    the same run as ``benchmark.training.loop.run`` with ``num_envs`` envs in one process
-    (evaluations, training episodes and losses logged alike) when ``eval_every`` is a multiple
-    of the rollout (``num_steps * num_envs``): an evaluation here waits for the end of a
-    rollout, where one process evaluates at the step it falls due. No checkpoints yet."""
-    tracker = tracker or NullTracker()
-    seed_everything(spec.seed)
-    config = agents.resolve_config(spec.algo, spec.hyperparameters)
-    algo = agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=spec.budget.total_steps, seed=spec.seed)
-    if not isinstance(algo, Algorithm) or not hasattr(config, "num_steps") or not hasattr(algo, "storage"):
-        raise ConfigError(f"{spec.algo}: synchronous collectors serve the on-policy algorithms so far")
-    num_envs, num_steps, budget = int(config.num_envs), int(config.num_steps), spec.budget
-    eval_envs = make_vector_env(spec.env_id, budget.eval_episodes)
-    result, counters = RunResult(spec, device="cpu"), Counters(next_eval=budget.eval_every)
-    started = time.perf_counter()
-    try:
-        while counters.step < budget.total_steps:
-            weights, state = algo.get_weights(), algo.generator.get_state()
-            collected = [collector.collect(weights, state, num_steps) for collector in collectors]
-            observe_rollout(algo, collected)
-            ended = sorted((step, index, episode_return, length) for index, part in enumerate(collected) for episode_return, length, step in part.episodes)
-            for step, _, episode_return, length in ended:  # in the order one process logs them: by step, then env
-                tracker.log_metrics(
-                    {metric_names.TRAIN_EPISODE_RETURN: episode_return, metric_names.TRAIN_EPISODE_LENGTH: length}, counters.step + (step + 1) * num_envs
-                )
-                counters.train_return_sum += episode_return
-                counters.train_episodes += 1
-            counters.step += num_steps * num_envs
-            logs = algo.update()
-            check_finite(logs, counters.step)
-            for key, value in logs.items():
-                counters.update_logs.setdefault(key, []).append(value)
-            if counters.step >= counters.next_eval or counters.step >= budget.total_steps:
-                counters.train_seconds = time.perf_counter() - started - counters.eval_seconds
-                eval_started = time.perf_counter()
-                losses = {f"train/{key}": float(np.mean(values)) for key, values in counters.update_logs.items()}
-                counters.update_logs.clear()
-                evaluation = evaluate(algo, eval_envs, eval_envs, spec.seed + EVAL_SEED_OFFSET, torch.device("cpu"), counters.step)
-                if counters.train_episodes:
-                    evaluation.train_return_mean = counters.train_return_sum / counters.train_episodes
-                    evaluation.train_episodes = counters.train_episodes
-                counters.train_return_sum, counters.train_episodes = 0.0, 0
-                result.evaluations.append(evaluation)
-                tracker.log_metrics(
-                    {
-                        **losses,
-                        metric_names.STEPS_PER_SECOND: counters.step / max(counters.train_seconds, 1e-9),
-                        metric_names.EVAL_RETURN_MEAN: evaluation.mean,
-                        metric_names.EVAL_RETURN_STD: evaluation.std,
-                        metric_names.EVAL_LENGTH_MEAN: float(np.mean(evaluation.lengths)),
-                        **({metric_names.TRAIN_RETURN: evaluation.train_return_mean} if evaluation.train_return_mean is not None else {}),
-                    },
-                    counters.step,
-                )
-                while counters.next_eval <= counters.step:
-                    counters.next_eval += budget.eval_every
-                counters.eval_seconds += time.perf_counter() - eval_started
-        return finish(result, counters, started, tracker, None, {}, remove_latest_on_finish=False)
-    finally:
-        eval_envs.close()
+    def load_state(self, state: dict[str, Any]) -> None:
+        self._get(self.actor.load_state.remote(state))
+
+    def close(self) -> None:
+        try:
+            self._ray.get(self.actor.close.remote(), timeout=30)
+        except Exception:  # noqa: BLE001 - a dead actor has nothing left to close
+            pass
+        self._ray.kill(self.actor)
+
+
+class CollectorGroup:
+    """The run's C collectors (Ray actors, or in this process with ``inline``): one
+    synchronous round of collection, their state for checkpoints, and a replacement for one
+    whose process died (its round is collected again by the replacement, whose envs start new
+    episodes: the episodes it had in progress are lost, and the run no longer equals one
+    process from there)."""
+
+    def __init__(self, spec: RunSpec, collectors: int, inline: bool = False):
+        self.spec, self.count, self.inline = spec, collectors, inline
+        self.per_collector = int(spec.hyperparameters.get("num_envs", 1)) // collectors
+        self.restarts = 0
+        self.handles: list[CollectorHandle] = []
+        try:
+            for index in range(collectors):
+                self.handles.append(self._start(index))
+            if not inline:  # they build at once; the run's clock starts once all are ready
+                for handle in self.handles:
+                    handle._get(handle.actor.ready.remote())  # type: ignore[attr-defined]
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, index: int) -> CollectorHandle:
+        if self.inline:
+            return Collector(self.spec, index, self.count, self.restarts)
+        return RayCollector(self.spec, index, self.count, self.restarts)
+
+    def collect(self, algo: Algorithm, num_steps: int) -> list[Collected]:
+        """Every collector's next ``num_steps`` steps with ``algo``'s weights and acting state
+        (sent to all first, then awaited: they step their envs at once)."""
+        weights, acting_state = algo.get_weights(), algo.acting_state()
+        if self.inline:
+            return [handle.collect(weights, acting_state, num_steps) for handle in self.handles]
+        references = [handle.actor.collect.remote(weights, acting_state, num_steps) for handle in self.handles]  # type: ignore[attr-defined]
+        collected: list[Collected] = []
+        for index, reference in enumerate(references):
+            try:
+                collected.append(self.handles[index]._get(reference))  # type: ignore[attr-defined]
+            except CollectorLost:
+                collected.append(self.replace(index).collect(weights, acting_state, num_steps))
+        return collected
+
+    def replace(self, index: int) -> CollectorHandle:
+        """A new collector in place of the dead one at ``index``."""
+        self.restarts += 1
+        try:
+            self.handles[index].close()
+        except Exception:  # noqa: BLE001 - it is dead already
+            pass
+        self.handles[index] = self._start(index)
+        return self.handles[index]
+
+    def state(self) -> list[dict[str, Any]]:
+        return [handle.state() for handle in self.handles]
+
+    def load_state(self, states: list[dict[str, Any]]) -> None:
+        if len(states) != len(self.handles):
+            raise ValueError(f"the checkpoint holds {len(states)} collectors' state, the run has {len(self.handles)}")
+        for handle, state in zip(self.handles, states, strict=True):
+            handle.load_state(state)
+
+    def close(self) -> None:
+        for handle in self.handles:
+            handle.close()
+        self.handles = []

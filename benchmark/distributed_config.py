@@ -1,0 +1,57 @@
+"""A run's ``distributed:`` settings (the suite key, per experiment, and ``--distributed``):
+checked, with defaults filled in. docs/distributed.md explains the scheme."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import agents
+from agents.errors import ConfigError, suggest
+
+DISTRIBUTED_DEFAULTS: dict[str, Any] = {"collectors": 1, "gradient_workers": 0, "mode": "sync", "max_staleness": 1, "backend": "ray"}
+"""A distributed run's settings when the suite leaves them out (docs/distributed.md)."""
+
+
+def check_distributed(value: Any, where: str) -> dict[str, Any]:
+    """The ``distributed:`` settings with defaults filled in; ConfigError naming ``where``.
+
+    collectors: Ray actors stepping the envs, C >= 1 (num_envs must split evenly over them);
+    mode: sync (C collectors of k envs train exactly as one process with C*k envs);
+    backend: ray (actors, on a local instance or the cluster of ``--address``) or inline (the
+    collectors in the run's own process, one after another: for tests and debugging)."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a mapping such as {{collectors: 4}}, got {value!r}")
+    for key in value:
+        if key not in DISTRIBUTED_DEFAULTS:
+            raise ConfigError(f"unknown {where} key {key!r}{suggest(str(key), DISTRIBUTED_DEFAULTS)}; valid: {', '.join(sorted(DISTRIBUTED_DEFAULTS))}")
+    settings = {**DISTRIBUTED_DEFAULTS, **value}
+    for key in ("collectors", "gradient_workers", "max_staleness"):
+        number = settings[key]
+        least = 1 if key == "collectors" else 0
+        if isinstance(number, bool) or not isinstance(number, int) or number < least:
+            raise ConfigError(f"{where}.{key} must be an integer >= {least}, got {number!r}")
+    if settings["mode"] not in ("sync", "async"):
+        raise ConfigError(f"{where}.mode must be sync or async, got {settings['mode']!r}")
+    if settings["backend"] not in ("ray", "inline"):
+        raise ConfigError(f"{where}.backend must be ray or inline, got {settings['backend']!r}")
+    if settings["mode"] == "async":
+        raise ConfigError(f"{where}.mode: async is not available yet (issue 29 in progress); use sync")
+    if settings["gradient_workers"]:
+        raise ConfigError(f"{where}.gradient_workers: gradient workers are not available yet (issue 29 in progress); use 0")
+    return settings
+
+
+def check_distributable(algo: str, hyperparameters: dict[str, Any], settings: dict[str, Any]) -> None:
+    """ConfigError, in one line, when ``algo`` with these hyperparameters cannot train over
+    ``settings``' collectors."""
+    if agents.is_meta(algo):
+        raise ConfigError(f"distributed: {algo} is a meta-learner; it collects through its task envs, not collectors")
+    if not getattr(agents.algorithm_class(algo), "collects_experience", True):
+        raise ConfigError(f"distributed: {algo} learns from a dataset; it has nothing for collectors to collect")
+    if hyperparameters.get("normalize_observations") or hyperparameters.get("normalize_rewards"):
+        raise ConfigError(f"distributed: {algo}'s collectors do not normalize observations or rewards yet (set both normalizations to false)")
+    if hyperparameters.get("recurrent", "none") != "none":
+        raise ConfigError(f"distributed: collection of {algo}'s recurrent policy is not supported yet")
+    num_envs, collectors = int(hyperparameters.get("num_envs", 1)), settings["collectors"]
+    if num_envs % collectors:
+        raise ConfigError(f"distributed: num_envs {num_envs} must split evenly over {collectors} collectors")

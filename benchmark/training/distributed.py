@@ -1,0 +1,125 @@
+"""One run over several workers (the seeds' distributed scheme), as the training loop sees it:
+a ``SeedRun`` whose envs live in collectors (``benchmark.training.collectors``).
+
+    every round (synchronous):
+        the collectors step their envs with the learner's weights and acting state:
+            on-policy, a whole rollout (num_steps); off-policy, one vector step (the learner
+            updates between steps, as one process does)
+        the learner observes the steps joined, logs the ended episodes as one process would
+    then the loop goes on as for any run: update when ready, evaluate, checkpoint
+
+A checkpoint holds every collector's envs (their state where ``agents.env_state`` captures it)
+besides what any run's holds, so a resume continues exactly. A collector whose process dies is
+replaced and collects its round again; its envs start new episodes (the episodes it had in
+progress are lost; ``distributed/collector_restarts`` counts them).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+import agents
+from agents.algos.onpolicy import OnPolicyAlgorithm
+from benchmark import metric_names
+from benchmark.training import checkpoint
+from benchmark.training.collectors import CollectorGroup, observe_rollout
+from benchmark.training.seed_run import SeedRun
+
+COLLECTOR_RESTARTS = "distributed/collector_restarts"
+
+
+def collector_rate(index: int) -> str:
+    """The metric of collector ``index``'s env steps per second."""
+    return f"distributed/collector{index}/steps_per_second"
+
+
+def start_ray() -> None:
+    """Join the Ray instance this process belongs to (a Ray worker, or ``RAY_ADDRESS``), else
+    start a local one."""
+    import ray
+
+    if not ray.is_initialized():
+        # Ray runs its workers at nice 15; collectors are the run's own work, not background work
+        os.environ.setdefault("RAY_worker_niceness", "0")
+        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+
+
+class DistributedRun(SeedRun):
+    """A run whose envs are stepped by collectors, on-policy or off-policy, synchronously."""
+
+    acts_here = False
+
+    def open_train_envs(self) -> None:
+        settings = self.spec.distributed
+        assert settings is not None
+        self.settings = settings
+        # on-policy: the whole rollout acts with one policy; off-policy: updates come between steps
+        self.rollout = int(self.config.to_dict()["num_steps"]) if issubclass(agents.algorithm_class(self.spec.algo), OnPolicyAlgorithm) else 1
+        inline = settings["backend"] == "inline"
+        if not inline:
+            start_ray()
+        self.group = CollectorGroup(self.spec, settings["collectors"], inline=inline)
+        self.collector_seconds = np.zeros(settings["collectors"])
+        self.collector_steps = np.zeros(settings["collectors"])
+        return None
+
+    def start(self) -> None:
+        """Nothing to reset here: the collectors reset their envs when they start."""
+
+    def restore(self, payload: dict[str, Any]) -> None:
+        checkpoint.restore_learner(payload, self.algo, self.counters, self.result, self.spec)
+        collectors = payload.get("collectors")
+        if collectors is None:
+            raise ValueError("it was written by a run in one process, not over collectors")
+        self.group.load_state(collectors)
+        self.group.restarts = int(payload.get("collector_restarts", 0))
+        checkpoint.set_rng_state(payload["rng"])
+        self.start()
+
+    def collect_round(self) -> None:
+        """One synchronous round: the collectors' steps observed, their ended episodes logged
+        in the order one process logs them (by step, then env)."""
+        restarts = self.group.restarts
+        collected = self.group.collect(self.algo, self.rollout)
+        for index, part in enumerate(collected):
+            self.collector_seconds[index] += part.seconds
+            self.collector_steps[index] += part.num_steps * self.group.per_collector
+        observe_rollout(self.algo, collected)
+        num_envs = int(self.config.num_envs)
+        ended = sorted((step, index, episode_return, length) for index, part in enumerate(collected) for episode_return, length, step in part.episodes)
+        for step, _, episode_return, length in ended:
+            self.tracker.log_metrics(
+                {metric_names.TRAIN_EPISODE_RETURN: episode_return, metric_names.TRAIN_EPISODE_LENGTH: length}, self.counters.step + (step + 1) * num_envs
+            )
+            self.counters.train_return_sum += episode_return
+            self.counters.train_episodes += 1
+        self.counters.step += self.rollout * num_envs
+        if self.group.restarts > restarts:
+            self.tracker.log_metrics({COLLECTOR_RESTARTS: float(self.group.restarts)}, self.counters.step)
+
+    def evaluate_now(self) -> float:
+        """Each collector's env steps per second of its own collection time, since the last
+        evaluation (how evenly the workers keep up), then what every run logs."""
+        rates = self.collector_steps / np.maximum(self.collector_seconds, 1e-9)
+        self.tracker.log_metrics({collector_rate(index): float(rate) for index, rate in enumerate(rates)}, self.counters.step)
+        self.collector_seconds[:] = 0.0
+        self.collector_steps[:] = 0.0
+        return super().evaluate_now()
+
+    def envs_payload(self) -> dict[str, Any]:
+        states = self.group.state()
+        return {
+            "collectors": states,
+            "collector_restarts": self.group.restarts,
+            "envs": None,
+            "exact_envs": all(state["envs"] is not None for state in states),
+            "normalization": {},
+        }
+
+    def close(self) -> None:
+        if getattr(self, "group", None) is not None:
+            self.group.close()
+        super().close()
