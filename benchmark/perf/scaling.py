@@ -1,0 +1,105 @@
+"""How a run's speed scales with its collectors (issue 29): env steps per second of one run
+trained in one process against the same run over C synchronous collectors (Ray actors), C = 1,
+2, 4, ... up to the cores there are.
+
+    python -m benchmark.perf.scaling [--cases ppo sac] [--collectors 1 2 4 8 16] [--device cpu]
+
+Each case is the run the issue names, sized so that its envs split over the largest C:
+PPO on Humanoid-v5 (16 envs x 128 steps = the published 2048-step rollout, 10 epochs of 32
+minibatches), SAC on HalfCheetah-v5 (8 envs; every vector step is a round, then 8 gradient
+steps, as in one process). Synchronous collection trains exactly as one process (tested in
+tests/test_collectors.py), so the returns need no comparison here: only the speed differs.
+The rate is the loop's own ``steps_per_second`` (training time, evaluations excluded).
+Writes results/perf/distributed-scaling.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import agents
+from benchmark import metric_names
+from benchmark.config import Budget, RunSpec
+from benchmark.training.results import NullTracker
+
+CASES: dict[str, tuple[str, dict[str, Any], Budget]] = {
+    "ppo": (
+        "Humanoid-v5",
+        {"num_envs": 16, "num_steps": 128, "normalize_observations": False, "normalize_rewards": False},
+        Budget(total_steps=4 * 2048, eval_every=4 * 2048, eval_episodes=1),
+    ),
+    "sac": (
+        "HalfCheetah-v5",
+        {"num_envs": 8, "learning_starts": 1000, "start_steps": 1000},
+        Budget(total_steps=4000, eval_every=4000, eval_episodes=1),
+    ),
+}
+
+
+class _Rates(NullTracker):
+    """A tracker that keeps the loop's rates."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, float] = {}
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        self.values.update({key: value for key, value in metrics.items() if key == metric_names.STEPS_PER_SECOND or key.startswith("distributed/")})
+
+    def flush(self) -> None:
+        pass
+
+
+def measure(case: str, collectors: int | None, device: str) -> dict[str, Any]:
+    """One run of ``case`` (in one process when ``collectors`` is None); its rates."""
+    from benchmark.training import loop
+
+    env_id, overrides, budget = CASES[case]
+    config = agents.resolve_config(case, overrides)
+    distributed = {"collectors": collectors, "backend": "ray"} if collectors else None
+    spec = RunSpec("scaling", case, env_id, 0, config.to_dict(), budget, device=device, distributed=distributed)
+    rates = _Rates()
+    started = time.perf_counter()
+    loop.run(spec, tracker=rates)
+    return {
+        "collectors": collectors,
+        "steps_per_second": rates.values[metric_names.STEPS_PER_SECOND],
+        "collector_steps_per_second": [value for key, value in sorted(rates.values.items()) if key.startswith("distributed/collector")],
+        "wall_seconds": time.perf_counter() - started,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--collectors", nargs="+", type=int, default=[1, 2, 4, 8, 16])
+    parser.add_argument("--device", default="cpu", help="the learner's device (collectors act on the CPU)")
+    parser.add_argument("--output", type=Path, default=Path("results/perf/distributed-scaling.json"))
+    args = parser.parse_args(argv)
+    from benchmark.perf.throughput import machine, now
+    from benchmark.training.distributed import start_ray
+
+    start_ray()
+    results: dict[str, Any] = {"created": now(), "machine": machine(), "device": args.device, "cpus": os.cpu_count(), "cases": {}}
+    for case in args.cases:
+        num_envs = CASES[case][1]["num_envs"]
+        rows = [measure(case, None, args.device)]
+        print(f"{case}: one process {rows[0]['steps_per_second']:.0f} steps/s", flush=True)
+        for count in args.collectors:
+            if num_envs % count:
+                continue
+            row = measure(case, count, args.device)
+            row["speedup"] = row["steps_per_second"] / rows[0]["steps_per_second"]
+            rows.append(row)
+            print(f"{case}: {count} collectors {row['steps_per_second']:.0f} steps/s ({row['speedup']:.2f}x)", flush=True)
+        results["cases"][case] = {"env_id": CASES[case][0], "hyperparameters": CASES[case][1], "rows": rows}
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
