@@ -204,3 +204,75 @@ def test_distributed_settings_that_cannot_work_are_refused_in_one_line():
     with pytest.raises(ConfigError, match="trains one seed"):
         plain = agents.resolve_config("ppo", {"normalize_observations": False, "normalize_rewards": False}).to_dict()
         RunSpec("t", "ppo", env_id, 0, plain, Budget(100, 100, 1), seeds_in_process=2, distributed={})
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("algo", ["ppo", "sac"])
+def test_a_run_over_collectors_resumes_from_its_checkpoint_as_if_never_stopped(tmp_path, algo):
+    """Stopped after 60% of its budget (the process 'dies') and resumed from ``latest.pt``,
+    which holds every collector's envs: the evaluations and final weights of the run never
+    stopped, which are those of the run in one process."""
+    import dataclasses
+
+    from benchmark.training import checkpoint, loop
+
+    if algo == "ppo":
+        env_id, overrides = SETTINGS["ppo"]
+        rollout = overrides["num_steps"] * overrides["num_envs"]
+        budget = Budget(6 * rollout, 2 * rollout, 2)
+    else:
+        env_id, overrides = OFF_POLICY[algo]
+        budget = Budget(600, 200, 2)
+    spec = dataclasses.replace(loop_spec(algo, env_id, overrides, budget, 2), checkpoint_every=budget.eval_every // 2, checkpoint_replay_buffer=True)
+
+    def die(step, total, last_eval):
+        if step >= total * 0.6:
+            raise _Stop()
+
+    with pytest.raises(_Stop):
+        loop.run(spec, progress=die, checkpoint_dir=tmp_path / "b")
+    payload = checkpoint.load(tmp_path / "b" / spec.run_key / checkpoint.LATEST)
+    assert payload["exact"] and len(payload["collectors"]) == 2 and 0 < payload["loop"]["step"] < budget.total_steps
+    resumed = loop.run(spec, checkpoint_dir=tmp_path / "b", resume=payload)
+    uninterrupted = loop.run(spec, checkpoint_dir=tmp_path / "a")
+    alone = loop.run(dataclasses.replace(spec, distributed=None), checkpoint_dir=tmp_path / "c")
+    assert [(e.step, e.returns) for e in resumed.evaluations] == [(e.step, e.returns) for e in uninterrupted.evaluations]
+    assert [(e.step, e.returns) for e in resumed.evaluations] == [(e.step, e.returns) for e in alone.evaluations]
+    finals = [checkpoint.load(tmp_path / d / spec.run_key / checkpoint.FINAL)["algorithm"] for d in "abc"]
+    assert all(equal(finals[0], final) for final in finals[1:])
+
+
+def equal(a, b) -> bool:
+    """Whether two states (nested dicts and lists of tensors and primitives) are identical."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def test_a_one_process_checkpoint_does_not_resume_a_run_over_collectors(tmp_path):
+    import dataclasses
+
+    from benchmark.training import checkpoint, loop
+    from benchmark.training.control import ResumeError
+
+    env_id, overrides = SETTINGS["ppo"]
+    rollout = overrides["num_steps"] * overrides["num_envs"]
+    spec = loop_spec("ppo", env_id, overrides, Budget(4 * rollout, rollout, 2), 2)
+    alone = dataclasses.replace(spec, distributed=None, checkpoint_every=rollout)
+
+    def die(step, total, last_eval):
+        if step >= total // 2:
+            raise _Stop()
+
+    with pytest.raises(_Stop):
+        loop.run(alone, progress=die, checkpoint_dir=tmp_path)
+    payload = checkpoint.load(tmp_path / spec.run_key / checkpoint.LATEST)
+    with pytest.raises(ResumeError, match="written by a run in one process, not over collectors"):
+        loop.run(spec, checkpoint_dir=tmp_path, resume=payload)

@@ -80,6 +80,11 @@ def add_parser(commands: Any) -> None:
         help="include the replay buffer in checkpoints (large), so off-policy runs resume exactly",
     )
     add_seeds_per_process(run)
+    run.add_argument(
+        "--distributed",
+        metavar="KEY=VALUE,...",
+        help="train each run over workers, e.g. collectors=4 (keys: collectors, mode, backend; merged into the suite's distributed:; docs/distributed.md)",
+    )
     add_format(run)
     run.add_argument("--results-dir", type=Path, default=Path("results"), help="MLflow store, artifacts, checkpoints")
     run.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite in --results-dir)")
@@ -115,6 +120,7 @@ def command_run(args: argparse.Namespace, console: Output) -> int:
     suite = config.load_suite(args.suite, seeds=args.seeds, device=args.device).select(args.algos, args.envs)
     suite = suite.with_checkpointing(args.checkpoint_every, args.checkpoint_replay_buffer or None)
     suite = suite.with_seeds_in_process(args.seeds_per_process)
+    suite = suite.with_distributed(parse_settings(args.distributed, "--distributed") if args.distributed is not None else None)
     bundled = bundled_runs(args, suite.name)
     if args.dry_run:
         from benchmark.execution import plan as planning
@@ -157,6 +163,8 @@ def command_run(args: argparse.Namespace, console: Output) -> int:
             command += [flag, *values]
     if args.seeds_per_process is not None:
         command += ["--seeds-per-process", str(args.seeds_per_process)]
+    if args.distributed is not None:
+        command += ["--distributed", args.distributed]
     console.print(
         "re-run them (finished runs are skipped, so this trains only the failed ones): " + " ".join(command),
         highlight=False,
@@ -164,6 +172,23 @@ def command_run(args: argparse.Namespace, console: Output) -> int:
         markup=False,
     )
     return EXIT_RUNS_FAILED
+
+
+def parse_settings(text: str, flag: str) -> dict[str, int | str]:
+    """``key=value,key=value`` -> a mapping (integers where the value is one); ConfigError
+    naming ``flag`` when a pair has no ``=``."""
+    from agents.errors import ConfigError
+
+    settings: dict[str, int | str] = {}
+    for pair in filter(None, (part.strip() for part in text.split(","))):
+        key, equals, value = pair.partition("=")
+        if not equals or not key.strip() or not value.strip():
+            raise ConfigError(f"{flag}: {pair!r} is not KEY=VALUE (e.g. {flag} collectors=4,mode=sync)")
+        value = value.strip()
+        settings[key.strip()] = int(value) if value.lstrip("-").isdigit() else value
+    if not settings:
+        raise ConfigError(f"{flag}: give KEY=VALUE pairs, e.g. {flag} collectors=4")
+    return settings
 
 
 def _workers_text(args: argparse.Namespace, suite) -> str:

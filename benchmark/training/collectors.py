@@ -239,6 +239,10 @@ class RayCollector:
         self._ray.kill(self.actor)
 
 
+READY_TIMEOUT = 120.0
+"""Seconds collectors may take to start (import torch, build envs) before the run says why not."""
+
+
 class CollectorGroup:
     """The run's C collectors (Ray actors, or in this process with ``inline``): one
     synchronous round of collection, their state for checkpoints, and a replacement for one
@@ -255,11 +259,26 @@ class CollectorGroup:
             for index in range(collectors):
                 self.handles.append(self._start(index))
             if not inline:  # they build at once; the run's clock starts once all are ready
-                for handle in self.handles:
-                    handle._get(handle.actor.ready.remote())  # type: ignore[attr-defined]
+                self._wait_ready()
         except BaseException:
             self.close()
             raise
+
+    def _wait_ready(self, handles: list[Any] | None = None) -> None:
+        """Wait for Ray actors to be built; a cluster without a free CPU for one never
+        schedules it: that is said in one line after ``READY_TIMEOUT`` seconds."""
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        waiting: list[Any] = list(self.handles if handles is None else handles)
+        try:
+            ray.get([handle.actor.ready.remote() for handle in waiting], timeout=READY_TIMEOUT)
+        except GetTimeoutError:
+            free = ray.available_resources().get("CPU", 0)
+            raise RuntimeError(
+                f"{self.spec.label}: {len(waiting)} collector actor(s) not started after {READY_TIMEOUT:.0f} s; "
+                f"the Ray cluster has {free:g} free CPU(s) and each collector takes one (start Ray with more CPUs, or fewer collectors)"
+            ) from None
 
     def _start(self, index: int) -> CollectorHandle:
         if self.inline:
@@ -289,6 +308,8 @@ class CollectorGroup:
         except Exception:  # noqa: BLE001 - it is dead already
             pass
         self.handles[index] = self._start(index)
+        if not self.inline:
+            self._wait_ready([self.handles[index]])
         return self.handles[index]
 
     def state(self) -> list[dict[str, Any]]:

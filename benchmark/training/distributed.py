@@ -36,15 +36,17 @@ def collector_rate(index: int) -> str:
     return f"distributed/collector{index}/steps_per_second"
 
 
-def start_ray() -> None:
+def start_ray() -> bool:
     """Join the Ray instance this process belongs to (a Ray worker, or ``RAY_ADDRESS``), else
-    start a local one."""
+    start a local one; whether it started one (and should shut it down)."""
     import ray
 
-    if not ray.is_initialized():
-        # Ray runs its workers at nice 15; collectors are the run's own work, not background work
-        os.environ.setdefault("RAY_worker_niceness", "0")
-        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    if ray.is_initialized():
+        return False
+    # Ray runs its workers at nice 15; collectors are the run's own work, not background work
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    return True
 
 
 class DistributedRun(SeedRun):
@@ -59,8 +61,7 @@ class DistributedRun(SeedRun):
         # on-policy: the whole rollout acts with one policy; off-policy: updates come between steps
         self.rollout = int(self.config.to_dict()["num_steps"]) if issubclass(agents.algorithm_class(self.spec.algo), OnPolicyAlgorithm) else 1
         inline = settings["backend"] == "inline"
-        if not inline:
-            start_ray()
+        self.started_ray = not inline and start_ray()
         self.group = CollectorGroup(self.spec, settings["collectors"], inline=inline)
         self.collector_seconds = np.zeros(settings["collectors"])
         self.collector_steps = np.zeros(settings["collectors"])
@@ -122,4 +123,8 @@ class DistributedRun(SeedRun):
     def close(self) -> None:
         if getattr(self, "group", None) is not None:
             self.group.close()
+        if getattr(self, "started_ray", False):  # a local instance lives as long as its run
+            import ray
+
+            ray.shutdown()
         super().close()

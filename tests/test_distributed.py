@@ -1,0 +1,175 @@
+"""A run over collectors as users launch it (issue 29): the suite key and ``--distributed``
+through the real CLI, MLflow, bad settings refused, and a collector actor that dies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_cli_in_process as run_cli
+from mlflow.tracking import MlflowClient
+
+import agents
+from benchmark.config import Budget, RunSpec
+
+SUITE = """
+name: spread
+seeds: [0]
+budget: {total_steps: 512, eval_every: 256, eval_episodes: 2}
+experiments:
+  - algo: ppo
+    envs: [CartPole-v1]
+    hyperparameters: {num_envs: 4, num_steps: 32, num_minibatches: 2, num_epochs: 2, hidden_sizes: [16, 16],
+                      normalize_observations: false, normalize_rewards: false}
+"""
+
+
+def children(results: Path):
+    client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    return client, [run for run in runs if "mlflow.parentRunId" in run.data.tags]
+
+
+def test_a_suite_run_over_collectors_is_one_mlflow_run_that_equals_the_run_in_one_process(write_suite, tmp_path):
+    suite = write_suite(SUITE)
+    spread = write_suite(SUITE.replace("name: spread", "name: spread\ndistributed: {collectors: 2, backend: inline}"), "spread.yaml")
+    finished = {}
+    for name, path in (("alone", suite), ("spread", spread)):
+        results = tmp_path / name
+        completed = run_cli("run", "--suite", str(path), "--results-dir", str(results), cwd=tmp_path)
+        assert completed.returncode == 0, completed.stderr
+        client, runs = children(results)
+        assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+        finished[name] = (client, runs[0])
+    (client, alone), (spread_client, run) = finished["alone"], finished["spread"]
+    assert run.data.tags["run_key"] == alone.data.tags["run_key"]  # how it was spread is not what it is
+    assert "distributed/collector0/steps_per_second" in run.data.metrics and "distributed/collector1/steps_per_second" in run.data.metrics
+
+    def evaluations(store, child):
+        return [(m.step, m.value) for m in store.get_metric_history(child.info.run_id, "eval/return_mean")]
+
+    assert evaluations(client, alone) == evaluations(spread_client, run) and len(evaluations(client, alone)) == 2
+    config = json.loads(Path(spread_client.download_artifacts(run.info.run_id, "config.json", str(tmp_path))).read_text())
+    assert config["distributed"]["collectors"] == 2 and config["distributed"]["backend"] == "inline"
+
+
+@pytest.mark.parametrize(
+    "flag,problem",
+    [
+        ("collectors=3", "num_envs 4 must split evenly over 3 collectors"),
+        ("colectors=2", "unknown distributed key 'colectors'"),
+        ("collectors=0", "collectors must be an integer >= 1, got 0"),
+        ("collectors", "--distributed: 'collectors' is not KEY=VALUE"),
+        ("backend=mpi", "distributed.backend must be ray or inline"),
+    ],
+)
+def test_distributed_settings_that_cannot_work_are_refused_in_one_line_before_anything_is_stored(write_suite, tmp_path, flag, problem):
+    suite = write_suite(SUITE)
+    results = tmp_path / "results"
+    completed = run_cli("run", "--suite", str(suite), "--distributed", flag, "--results-dir", str(results), cwd=tmp_path)
+    assert completed.returncode != 0
+    lines = [line for line in completed.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and problem in lines[0], completed.stderr
+    assert not (results / "mlflow.db").exists()
+
+
+@pytest.fixture
+def own_ray():
+    """Ray started by the test is shut down after it (other tests start it their own way)."""
+    ray = pytest.importorskip("ray")
+    started = ray.is_initialized()
+    yield ray
+    if not started and ray.is_initialized():
+        ray.shutdown()
+
+
+def test_a_collector_actor_that_dies_is_replaced_and_the_run_finishes(monkeypatch, own_ray):
+    """Collector 0's actor is killed after the first evaluation: the group starts another (its
+    envs start new episodes), it collects the round again, and the run reaches its budget;
+    ``distributed/collector_restarts`` counts it."""
+    ray = own_ray
+    from benchmark.training import collectors, loop
+    from benchmark.training.distributed import COLLECTOR_RESTARTS
+
+    groups = []
+    original = collectors.CollectorGroup.__init__
+
+    def keep(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        groups.append(self)
+
+    monkeypatch.setattr(collectors.CollectorGroup, "__init__", keep)
+    small = {"num_envs": 2, "num_steps": 32, "num_minibatches": 2, "num_epochs": 1, "hidden_sizes": [16]}
+    config = agents.resolve_config("ppo", {**small, "normalize_observations": False, "normalize_rewards": False})
+    spec = RunSpec("t", "ppo", "CartPole-v1", 0, config.to_dict(), Budget(512, 128, 2), device="cpu", distributed={"collectors": 2})
+    killed = []
+
+    def kill_once(step, total, last_eval):
+        if last_eval is not None and not killed:
+            ray.kill(groups[0].handles[0].actor)
+            killed.append(step)
+
+    logged = {}
+
+    class Tracker:
+        def log_metrics(self, metrics, step):
+            logged.update(metrics)
+
+        def flush(self):
+            pass
+
+    result = loop.run(spec, tracker=Tracker(), progress=kill_once)
+    assert killed and result.evaluations[-1].step == 512
+    assert groups[0].restarts == 1 and logged[COLLECTOR_RESTARTS] == 1.0
+
+
+SLOW = """
+name: spreadslow
+seeds: [0]
+budget: {total_steps: 6144, eval_every: 1024, eval_episodes: 2}
+checkpoint: {every: 512}
+distributed: {collectors: 2}
+experiments:
+  - algo: ppo
+    envs: [CartPole-v1]
+    hyperparameters: {num_envs: 4, num_steps: 64, num_minibatches: 2, num_epochs: 4, hidden_sizes: [32, 32],
+                      normalize_observations: false, normalize_rewards: false}
+"""
+
+
+def test_a_run_over_ray_collectors_resumes_exactly_after_its_whole_launch_is_killed(write_suite, tmp_path):
+    """SIGKILL of the launch (its workers, the Ray instance they started and the collector
+    actors) once a checkpoint exists; the relaunch resumes the run in its MLflow run from that
+    checkpoint, with every collector's envs restored, and its evaluations are those of the run
+    never stopped (trained inline in this process)."""
+    import os
+    import signal
+
+    from test_launches import assert_each_key_finished_once, launch, wait_for
+
+    from benchmark.config import load_suite
+    from benchmark.training import checkpoint, loop
+
+    pytest.importorskip("ray")
+    suite, results = write_suite(SLOW, "slow.yaml"), tmp_path / "results"
+    spec = load_suite(str(suite)).specs[0]
+    latest = results / "checkpoints" / spec.run_key / checkpoint.LATEST
+    process = launch(suite, results)
+    try:
+        wait_for(latest.exists, process, seconds=300)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    stopped_at = checkpoint.load(latest)["loop"]["step"]
+    assert 0 < stopped_at < spec.budget.total_steps
+    completed = run_cli("run", "--suite", str(suite), "--results-dir", str(results), cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert "resuming" in completed.stdout + completed.stderr
+    assert_each_key_finished_once(results, suite)
+    client, runs = children(results)
+    resumed = [(m.step, m.value) for m in client.get_metric_history(runs[0].info.run_id, "eval/return_mean")]
+    import dataclasses
+
+    never_stopped = loop.run(dataclasses.replace(spec, distributed={**spec.distributed, "backend": "inline"}))
+    assert sorted(resumed) == [(e.step, e.mean) for e in never_stopped.evaluations]
