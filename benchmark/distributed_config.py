@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import agents
+from agents.configs.bc import BCConfig
+from agents.configs.onpolicy import OnPolicyConfig
 from agents.errors import ConfigError, suggest
 
 DISTRIBUTED_DEFAULTS: dict[str, Any] = {"collectors": 1, "gradient_workers": 0, "mode": "sync", "max_staleness": 1, "backend": "ray"}
@@ -16,6 +18,8 @@ def check_distributed(value: Any, where: str) -> dict[str, Any]:
     """The ``distributed:`` settings with defaults filled in; ConfigError naming ``where``.
 
     collectors: Ray actors stepping the envs, C >= 1 (num_envs must split evenly over them);
+    gradient_workers: G >= 0 actors differentiating each optimizer step's batch in shares
+    (on-policy algorithms; 0: the learner does);
     mode: sync (C collectors of k envs train exactly as one process with C*k envs);
     backend: ray (actors, on a local instance or the cluster of ``--address``) or inline (the
     collectors in the run's own process, one after another: for tests and debugging)."""
@@ -36,8 +40,6 @@ def check_distributed(value: Any, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}.backend must be ray or inline, got {settings['backend']!r}")
     if settings["mode"] == "async":
         raise ConfigError(f"{where}.mode: async is not available yet (issue 29 in progress); use sync")
-    if settings["gradient_workers"]:
-        raise ConfigError(f"{where}.gradient_workers: gradient workers are not available yet (issue 29 in progress); use 0")
     return settings
 
 
@@ -46,12 +48,17 @@ def check_distributable(algo: str, hyperparameters: dict[str, Any], settings: di
     ``settings``' collectors."""
     if agents.is_meta(algo):
         raise ConfigError(f"distributed: {algo} is a meta-learner; it collects through its task envs, not collectors")
-    if not getattr(agents.algorithm_class(algo), "collects_experience", True):
+    if issubclass(agents.config_class(algo), BCConfig):
         raise ConfigError(f"distributed: {algo} learns from a dataset; it has nothing for collectors to collect")
     if hyperparameters.get("normalize_observations") or hyperparameters.get("normalize_rewards"):
         raise ConfigError(f"distributed: {algo}'s collectors do not normalize observations or rewards yet (set both normalizations to false)")
     if hyperparameters.get("recurrent", "none") != "none":
         raise ConfigError(f"distributed: collection of {algo}'s recurrent policy is not supported yet")
+    if settings.get("gradient_workers"):
+        if not issubclass(agents.config_class(algo), OnPolicyConfig):
+            raise ConfigError(f"distributed: gradient workers serve the on-policy algorithms so far (ppo, a2c, vpg, trpo...), not {algo}")
+        if not hyperparameters.get("baseline", True):
+            raise ConfigError(f"distributed: {algo}'s policy loss counts whole episodes over the batch (no baseline); gradient workers cannot split it")
     num_envs, collectors = int(hyperparameters.get("num_envs", 1)), settings["collectors"]
     if num_envs % collectors:
         raise ConfigError(f"distributed: num_envs {num_envs} must split evenly over {collectors} collectors")

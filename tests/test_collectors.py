@@ -201,6 +201,8 @@ def test_distributed_settings_that_cannot_work_are_refused_in_one_line():
             Budget(100, 100, 1),
             distributed={"collectors": 1},
         )
+    with pytest.raises(ConfigError, match="learns from a dataset"):
+        RunSpec("t", "bc", "CartPole-v1", 0, agents.resolve_config("bc", {}).to_dict(), Budget(100, 100, 1), distributed={"collectors": 1})
     with pytest.raises(ConfigError, match="trains one seed"):
         plain = agents.resolve_config("ppo", {"normalize_observations": False, "normalize_rewards": False}).to_dict()
         RunSpec("t", "ppo", env_id, 0, plain, Budget(100, 100, 1), seeds_in_process=2, distributed={})
@@ -276,3 +278,79 @@ def test_a_one_process_checkpoint_does_not_resume_a_run_over_collectors(tmp_path
     payload = checkpoint.load(tmp_path / spec.run_key / checkpoint.LATEST)
     with pytest.raises(ResumeError, match="written by a run in one process, not over collectors"):
         loop.run(spec, checkpoint_dir=tmp_path, resume=payload)
+
+
+GRADIENT_CASES = {
+    "ppo": ("CartPole-v1", {"hidden_sizes": [32, 32], "num_steps": 16, "num_envs": 4, "num_minibatches": 2, "num_epochs": 2}, PARTS_ALL := ("policy", "value")),
+    "a2c": ("Pendulum-v1", {"hidden_sizes": [32], "num_steps": 8, "num_envs": 4}, PARTS_ALL),
+    "trpo": ("CartPole-v1", {"hidden_sizes": [32], "num_steps": 16, "num_envs": 4, "value_epochs": 2, "value_num_minibatches": 2}, ("value",)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GRADIENT_CASES))
+@pytest.mark.parametrize("count", [2, 3])
+def test_gradients_averaged_over_g_workers_equal_one_gradient_on_the_whole_batch(monkeypatch, case, count):
+    """A minibatch (the rollout for A2C, a value-fit minibatch for TRPO) split over G workers
+    (3: shares of unequal size), their gradients weighted by share: the learner's gradient on
+    the whole batch, advantages centered over the whole batch, up to float summation order
+    (rtol 1e-5); the logs too."""
+    from benchmark.training.gradient_workers import GradientWorkerGroup, WorkerSeeds
+
+    env_id, overrides, parts = GRADIENT_CASES[case]
+    config = agents.resolve_config(case, {**overrides, "normalize_observations": False, "normalize_rewards": False})
+    spec = RunSpec("t", case, env_id, 3, config.to_dict(), Budget(10_000, 10_000, 2), device="cpu")
+    algo = learner_of(spec)
+    envs = make_vector_env(env_id, config.num_envs)
+    obs = torch.as_tensor(envs.reset(seed=3)[0], dtype=torch.float32)
+    while not algo.ready_to_update():
+        acted = algo.behavior_act(obs)
+        step = envs.step(acted.env_actions)
+        algo.observe(transitions(obs, acted, step))
+        obs = torch.as_tensor(step[0], dtype=torch.float32)
+    envs.close()
+    algo._begin_update()
+    from agents.algos.onpolicy import OneSeed
+
+    one = OneSeed(algo)
+    batch = next(iter(one.minibatches(2))) if case != "a2c" else one.full_batch()
+    loss, info = algo.seeds_loss(algo.actor_critic, batch, parts)
+    expected = dict(zip(algo.parameter_names(), torch.autograd.grad(loss.sum(), algo.parameters, allow_unused=True), strict=True))
+    captured = {}
+    monkeypatch.setattr(algo, "apply_gradients", lambda gradients: captured.update(gradients))
+    logs = WorkerSeeds(algo, GradientWorkerGroup(spec, count, inline=True)).gradient_step(batch, parts)
+    assert captured.keys() == expected.keys()
+    for name, gradient in expected.items():
+        if gradient is None:
+            assert captured[name] is None, name
+        else:
+            torch.testing.assert_close(captured[name], gradient, rtol=1e-5, atol=1e-7, msg=name)
+    assert logs.keys() == info.keys()
+    for key in info:
+        torch.testing.assert_close(logs[key], info[key], rtol=1e-5, atol=1e-7)
+
+
+def test_a_run_with_gradient_workers_trains_as_the_run_in_one_process_up_to_float_order():
+    """PPO over 2 collectors and 2 gradient workers (inline): the evaluations of the run in one
+    process, and its final weights within 1e-4 (float sums in another order, 4 updates)."""
+    from benchmark.training import loop
+
+    env_id, overrides = SETTINGS["ppo"]
+    rollout = overrides["num_steps"] * overrides["num_envs"]
+    budget = Budget(4 * rollout, 2 * rollout, 3)
+    alone = loop.run(loop_spec("ppo", env_id, overrides, budget, None))
+    spec = loop_spec("ppo", env_id, overrides, budget, 2)
+    spread = loop.run(
+        RunSpec(
+            spec.suite, spec.algo, spec.env_id, spec.seed, spec.hyperparameters, budget, device="cpu", distributed={**spec.distributed, "gradient_workers": 2}
+        )
+    )
+    assert [(e.step, e.returns) for e in spread.evaluations] == [(e.step, e.returns) for e in alone.evaluations]
+
+
+def test_gradient_workers_refuse_what_they_cannot_split():
+    env_id, overrides = OFF_POLICY["sac"]
+    with pytest.raises(ConfigError, match="gradient workers serve the on-policy algorithms so far"):
+        RunSpec("t", "sac", env_id, 0, agents.resolve_config("sac", overrides).to_dict(), Budget(100, 100, 1), distributed={"gradient_workers": 2})
+    plain = agents.resolve_config("reinforce", {"normalize_observations": False, "normalize_rewards": False}).to_dict()
+    with pytest.raises(ConfigError, match="counts whole episodes"):
+        RunSpec("t", "reinforce", "CartPole-v1", 0, plain, Budget(100, 100, 1), distributed={"gradient_workers": 2})

@@ -173,3 +173,46 @@ def test_a_run_over_ray_collectors_resumes_exactly_after_its_whole_launch_is_kil
 
     never_stopped = loop.run(dataclasses.replace(spec, distributed={**spec.distributed, "backend": "inline"}))
     assert sorted(resumed) == [(e.step, e.mean) for e in never_stopped.evaluations]
+
+
+def test_ray_gradient_workers_train_as_inline_ones_even_when_one_dies(monkeypatch, own_ray):
+    """PPO over 2 Ray collectors and 2 Ray gradient workers, one worker killed after the first
+    evaluation: a worker keeps nothing between steps, so its replacement differentiates the
+    share again and the run equals the same run with inline workers."""
+    ray = own_ray
+    from benchmark.training import gradient_workers, loop
+
+    groups = []
+    original = gradient_workers.GradientWorkerGroup.__init__
+
+    def keep(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        groups.append(self)
+
+    monkeypatch.setattr(gradient_workers.GradientWorkerGroup, "__init__", keep)
+    small = {"num_envs": 2, "num_steps": 32, "num_minibatches": 2, "num_epochs": 2, "hidden_sizes": [16]}
+    config = agents.resolve_config("ppo", {**small, "normalize_observations": False, "normalize_rewards": False})
+
+    def spec(backend):
+        return RunSpec(
+            "t",
+            "ppo",
+            "CartPole-v1",
+            0,
+            config.to_dict(),
+            Budget(384, 128, 2),
+            device="cpu",
+            distributed={"collectors": 2, "gradient_workers": 2, "backend": backend},
+        )
+
+    killed = []
+
+    def kill_once(step, total, last_eval):
+        if last_eval is not None and not killed:
+            ray.kill(groups[-1].workers[1])
+            killed.append(step)
+
+    spread = loop.run(spec("ray"), progress=kill_once)
+    assert killed and groups[-1].restarts == 1
+    inline = loop.run(spec("inline"))
+    assert [(e.step, e.returns) for e in spread.evaluations] == [(e.step, e.returns) for e in inline.evaluations]

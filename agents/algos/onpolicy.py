@@ -23,7 +23,7 @@ unchanged on either, through the ``Seeds`` protocol.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, cast
 
 import numpy as np
@@ -117,6 +117,11 @@ class Seeds(Protocol):
     def step(self, loss: torch.Tensor, active: torch.Tensor | None = None) -> None:
         """Differentiate the per-seed losses (S,) and step every optimizer that got gradients,
         each seed's gradient norm clipped on its own; only the ``active`` seeds step."""
+
+    def gradient_step(self, batch: RolloutBatch, parts: tuple[str, ...] = PARTS, active: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """One optimizer step on the loss ``parts`` of ``batch`` (S, M, ...); its logs (S,).
+        Here (``gradient_step``) the loss is computed in this process; gradient workers compute it
+        on shares of the batch instead (``benchmark.training.gradient_workers``)."""
 
     def policy_parameters(self) -> Sequence[torch.Tensor]:
         """The parameters that shape pi (stacked (S, ...) for a batch), in the members' order."""
@@ -287,8 +292,22 @@ class OnPolicyAlgorithm(Algorithm):
     def update(self) -> dict[str, float]:
         """Returns and advantages for the full rollout, then the algorithm's optimization."""
         logs = self._begin_update()
-        logs.update(per_seed_logs(self._optimize(OneSeed(self)), 1)[0])
+        logs.update(per_seed_logs(self._optimize(self.optimized_as(self)), 1)[0])
         return self._end_update(logs)
+
+    #: the ``Seeds`` a run's update optimizes through: its own steps (``OneSeed``), or those of
+    #: gradient workers that a distributed run sets here
+    optimized_as: Callable[[OnPolicyAlgorithm], Seeds] = staticmethod(lambda algorithm: OneSeed(algorithm))
+
+    def loss_state(self) -> dict[str, Any]:
+        """What the losses read besides the weights and the batch: the update count (the clip
+        and learning-rate schedules) and the algorithm's coefficients (PPO-KL's beta). A gradient
+        worker's copy takes the learner's on before it differentiates."""
+        return {"num_updates": self.num_updates, **self._extra_state()}
+
+    def load_loss_state(self, state: Mapping[str, Any]) -> None:
+        self.num_updates = int(state["num_updates"])
+        self._load_extra_state(state)
 
     def _begin_update(self) -> dict[str, float]:
         """What precedes the optimization: returns and advantages, the schedules."""
@@ -312,9 +331,7 @@ class OnPolicyAlgorithm(Algorithm):
         """The algorithm's optimization of every seed in ``seeds`` (this run's alone, or a
         batch's, this member standing for all: they share the configuration and schedules);
         each log per seed (S,). Here one gradient step on the whole rollout (VPG, A2C)."""
-        loss, logs = self.seeds_loss(seeds.network, seeds.full_batch())
-        seeds.step(loss)
-        return logs
+        return seeds.gradient_step(seeds.full_batch())
 
     def _finish_rollout(self) -> dict[str, float]:
         config, logs = self.config, {}
@@ -410,9 +427,7 @@ class OnPolicyAlgorithm(Algorithm):
         losses = []
         for _ in range(epochs):
             for batch in seeds.minibatches(num_minibatches):
-                loss, info = self.seeds_loss(seeds.network, batch, parts=("value",))
-                seeds.step(loss)
-                losses.append(info["value_loss"])
+                losses.append(seeds.gradient_step(batch, parts=("value",))["value_loss"])
         return {"value_loss": torch.stack(losses).mean(dim=0)} if losses else {}
 
     # -- one run's view of the losses (the seeds' Algorithm interface) ----------------------
@@ -501,6 +516,13 @@ class OnPolicyAlgorithm(Algorithm):
         self.storage.truncate_last_step(values if values is not None else torch.zeros(self.storage.num_envs, device=self.device))
 
 
+def gradient_step(seeds: Seeds, batch: RolloutBatch, parts: tuple[str, ...] = PARTS, active: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """``Seeds.gradient_step`` in this process: the loss of every seed, differentiated and stepped."""
+    loss, info = seeds.members[0].seeds_loss(seeds.network, batch, parts)
+    seeds.step(loss, active)
+    return info
+
+
 class OneSeed:
     """A run's own seed as the ``Seeds`` of its optimization: its network, its rollout with a
     seed dimension of 1, its optimizers."""
@@ -522,6 +544,8 @@ class OneSeed:
     def step(self, loss: torch.Tensor, active: torch.Tensor | None = None) -> None:
         algorithm = self.algorithm
         algorithm.apply_gradient_list(list(torch.autograd.grad(loss.sum(), algorithm.parameters, allow_unused=True)))
+
+    gradient_step = gradient_step
 
     def policy_parameters(self) -> Sequence[torch.Tensor]:
         return self.algorithm.actor_critic.policy_parameters()
@@ -607,6 +631,8 @@ class OnPolicySeedBatch(SeedBatch):
         if member.config.recurrent != "none":
             return member.storage.sequence_minibatches(num_minibatches, member.sequence_length, torch.Generator())
         return member.storage.minibatches(num_minibatches, torch.Generator())
+
+    gradient_step = gradient_step
 
     def step(self, loss: torch.Tensor, active: torch.Tensor | None = None) -> None:
         gradients = torch.autograd.grad(loss.sum(), self.stacked_parameters, allow_unused=True)

@@ -54,10 +54,9 @@ class SurrogatePG(OnPolicyAlgorithm):
             epoch_kls = []
             mask = None if bool(active.all()) else active
             for batch in seeds.minibatches(config.num_minibatches, mask):
-                loss, info = self.seeds_loss(seeds.network, batch)
-                seeds.step(loss, mask)
+                info = seeds.gradient_step(batch, active=mask)
                 epoch_kls.append(info["approx_kl"])
-                weight = active.to(loss.device, loss.dtype)
+                weight = active.to(info["approx_kl"].device, info["approx_kl"].dtype)
                 for key, value in info.items():
                     sums[key] = sums.get(key, 0) + value * weight
                 steps += active.float()

@@ -65,8 +65,7 @@ class VPG(OnPolicyAlgorithm):
         own optimizer; with a shared one, a single step on the joint loss."""
         if not self._split:
             return super()._optimize(seeds)
-        loss, logs = self.seeds_loss(seeds.network, seeds.full_batch(), parts=("policy",))
-        seeds.step(loss)
+        logs = seeds.gradient_step(seeds.full_batch(), parts=("policy",))
         logs.update(self.fit_value(seeds, self.config.value_epochs, self.config.value_num_minibatches))
         return logs
 

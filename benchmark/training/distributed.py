@@ -17,7 +17,7 @@ progress are lost; ``distributed/collector_restarts`` counts them).
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from agents.algos.onpolicy import OnPolicyAlgorithm
 from benchmark import metric_names
 from benchmark.training import checkpoint
 from benchmark.training.collectors import CollectorGroup, observe_rollout
+from benchmark.training.gradient_workers import GradientWorkerGroup, WorkerSeeds
 from benchmark.training.seed_run import SeedRun
 
 COLLECTOR_RESTARTS = "distributed/collector_restarts"
@@ -66,6 +67,14 @@ class DistributedRun(SeedRun):
         self.collector_seconds = np.zeros(settings["collectors"])
         self.collector_steps = np.zeros(settings["collectors"])
         return None
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.gradient_group: GradientWorkerGroup | None = None
+        count = self.settings["gradient_workers"]
+        if count and self.error is None:
+            group = self.gradient_group = GradientWorkerGroup(self.spec, count, inline=self.settings["backend"] == "inline")
+            cast(OnPolicyAlgorithm, self.algo).optimized_as = lambda algorithm: WorkerSeeds(algorithm, group)
 
     def start(self) -> None:
         """Nothing to reset here: the collectors reset their envs when they start."""
@@ -123,6 +132,8 @@ class DistributedRun(SeedRun):
     def close(self) -> None:
         if getattr(self, "group", None) is not None:
             self.group.close()
+        if getattr(self, "gradient_group", None) is not None:
+            self.gradient_group.close()  # type: ignore[union-attr]
         if getattr(self, "started_ray", False):  # a local instance lives as long as its run
             import ray
 

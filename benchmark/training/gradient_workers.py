@@ -1,0 +1,169 @@
+"""Gradient workers of a distributed on-policy run (the seeds' scheme, synchronous): every
+optimizer step of the learner is differentiated by G workers on shares of its batch.
+
+    for each optimizer step of the update (a minibatch, or the whole rollout):
+        the learner centers the batch's advantages (center_adv / positive_adv over the whole
+            batch, as one process does), splits the batch into G contiguous shares of m_g rows
+        worker g (a copy of the algorithm with the learner's weights and loss state) returns
+            the gradient of its share's mean loss, by parameter name
+        the learner sums them weighted by m_g / M (the mean over the M rows), then clips and
+            steps its optimizers as one process does
+
+So G workers equal one learner on the whole batch up to the order of float sums (tested to
+1e-5). Only the losses' mean-over-rows form makes the weighted sum exact: algorithms whose
+policy loss is weighted by a batch-wide count (REINFORCE: only whole episodes count) are refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+import agents
+from agents.algos.onpolicy import PARTS, OneSeed, OnPolicyAlgorithm, process_advantages
+from agents.api import ConfigError
+from agents.batches import RolloutBatch
+from agents.envs import env_spec
+from benchmark.config import RunSpec
+from benchmark.training.checkpoint import rng_state, set_rng_state
+from benchmark.training.collectors import READY_TIMEOUT
+
+Gradients = dict[str, torch.Tensor | None]
+
+
+class GradientWorker:
+    """One gradient worker: a copy of the run's algorithm whose advantages come processed."""
+
+    def __init__(self, spec: RunSpec):
+        config = agents.resolve_config(spec.algo, spec.hyperparameters)
+        config = config.replace(center_adv=False, positive_adv=False)  # the learner did it, batch-wide
+        global_rngs = rng_state()  # its weights are replaced by the learner's: leave the process's RNGs alone
+        try:
+            algo = agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=spec.budget.total_steps, seed=spec.seed)
+        finally:
+            set_rng_state(global_rngs)
+        if not isinstance(algo, OnPolicyAlgorithm):
+            raise ConfigError(f"distributed: gradient workers serve on-policy algorithms so far, not {spec.algo}")
+        if not algo.learns_value:
+            raise ConfigError(f"distributed: {spec.algo}'s policy loss counts whole episodes over the batch; gradient workers cannot split it")
+        self.algo = algo
+
+    def ready(self) -> bool:
+        return True
+
+    def gradients(
+        self, weights: dict[str, dict[str, torch.Tensor]], loss_state: dict[str, Any], batch: RolloutBatch, parts: tuple[str, ...]
+    ) -> tuple[Gradients, dict[str, torch.Tensor]]:
+        """The gradient of the mean loss ``parts`` over ``batch`` (1, m, ...), by parameter name, and its logs (1,)."""
+        algo = self.algo
+        algo.set_weights(weights)
+        algo.load_loss_state(loss_state)
+        loss, info = algo.seeds_loss(algo.actor_critic, batch, parts)
+        gradients = torch.autograd.grad(loss.sum(), algo.parameters, allow_unused=True)
+        return dict(zip(algo.parameter_names(), gradients, strict=True)), {key: value.detach() for key, value in info.items()}
+
+
+class GradientWorkerGroup:
+    """G gradient workers: Ray actors (one CPU each), or in this process with ``inline``. A
+    worker whose process dies is replaced and its share differentiated again (nothing is lost:
+    a worker holds no state between steps)."""
+
+    def __init__(self, spec: RunSpec, count: int, inline: bool = False):
+        self.spec, self.count, self.inline = spec, count, inline
+        self.restarts = 0
+        self.workers: list[Any] = []
+        try:
+            self.workers += [self._start() for _ in range(count)]
+            if not inline:
+                self._wait_ready(self.workers)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> Any:
+        if self.inline:
+            return GradientWorker(self.spec)
+        import ray
+
+        # synchronous: they work while the collectors wait, and the reverse, so they take no CPU
+        # of the collectors' reservation (a machine with C cores runs C collectors and G workers)
+        return ray.remote(GradientWorker).options(num_cpus=0).remote(self.spec)
+
+    def _wait_ready(self, workers: list[Any]) -> None:
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        try:
+            ray.get([worker.ready.remote() for worker in workers], timeout=READY_TIMEOUT)
+        except GetTimeoutError:
+            raise RuntimeError(f"{self.spec.label}: {len(workers)} gradient worker actor(s) not started after {READY_TIMEOUT:.0f} s") from None
+
+    def gradients(
+        self, weights: dict[str, dict[str, torch.Tensor]], loss_state: dict[str, Any], shards: list[RolloutBatch], parts: tuple[str, ...]
+    ) -> list[tuple[Gradients, dict[str, torch.Tensor]]]:
+        if self.inline:
+            return [worker.gradients(weights, loss_state, shard, parts) for worker, shard in zip(self.workers, shards, strict=True)]
+        import ray
+        from ray.exceptions import RayActorError
+
+        references = [worker.gradients.remote(weights, loss_state, shard, parts) for worker, shard in zip(self.workers, shards, strict=True)]
+        results = []
+        for index, reference in enumerate(references):
+            try:
+                results.append(ray.get(reference))
+            except RayActorError:
+                self.restarts += 1
+                self.workers[index] = self._start()
+                self._wait_ready([self.workers[index]])
+                results.append(ray.get(self.workers[index].gradients.remote(weights, loss_state, shards[index], parts)))
+        return results
+
+    def close(self) -> None:
+        if not self.inline:
+            import ray
+
+            for worker in self.workers:
+                ray.kill(worker)
+        self.workers = []
+
+
+def shares(rows: int, count: int) -> list[slice]:
+    """``rows`` split into ``count`` contiguous shares as even as can be (the first get one more)."""
+    size, extra = divmod(rows, count)
+    bounds = [0]
+    for index in range(count):
+        bounds.append(bounds[-1] + size + (index < extra))
+    return [slice(start, end) for start, end in zip(bounds, bounds[1:], strict=False) if end > start]
+
+
+class WorkerSeeds(OneSeed):
+    """A run's seed whose optimizer steps are differentiated by gradient workers: what the
+    run's update optimizes through (``OnPolicyAlgorithm.optimized_as``)."""
+
+    def __init__(self, algorithm: OnPolicyAlgorithm, group: GradientWorkerGroup):
+        super().__init__(algorithm)
+        self.group = group
+
+    def gradient_step(self, batch: RolloutBatch, parts: tuple[str, ...] = PARTS, active: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        algorithm = self.algorithm
+        if "policy" in parts:
+            batch = batch.replace(advantages=process_advantages(algorithm.config, batch.advantages))
+        rows = int(batch.advantages.shape[-1])
+        pieces = shares(rows, self.group.count)
+        shards = [batch.apply(lambda tensor, piece=piece: tensor[:, piece]) for piece in pieces]  # type: ignore[misc]
+        results = self.group.gradients(algorithm.get_weights(), algorithm.loss_state(), shards, parts)
+        total: Gradients = {}
+        logs: dict[str, torch.Tensor] = {}
+        for piece, (gradients, info) in zip(pieces, results, strict=True):
+            weight = (piece.stop - piece.start) / rows
+            for name, gradient in gradients.items():
+                if gradient is not None:
+                    previous = total.get(name)
+                    total[name] = weight * gradient if previous is None else previous + weight * gradient
+                else:
+                    total.setdefault(name, None)
+            for key, value in info.items():
+                logs[key] = logs[key] + weight * value if key in logs else weight * value
+        algorithm.apply_gradients(total)
+        return logs
