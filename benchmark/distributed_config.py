@@ -20,7 +20,8 @@ def check_distributed(value: Any, where: str) -> dict[str, Any]:
     collectors: Ray actors stepping the envs, C >= 1 (num_envs must split evenly over them);
     gradient_workers: G >= 0 actors differentiating each optimizer step's batch in shares
     (on-policy algorithms; 0: the learner does);
-    mode: sync (C collectors of k envs train exactly as one process with C*k envs);
+    mode: sync (C collectors of k envs train exactly as one process with C*k envs) or async
+    (collectors never wait; rollouts at most max_staleness updates old are used, older dropped);
     backend: ray (actors, on a local instance or the cluster of ``--address``) or inline (the
     collectors in the run's own process, one after another: for tests and debugging)."""
     if not isinstance(value, dict):
@@ -38,8 +39,8 @@ def check_distributed(value: Any, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}.mode must be sync or async, got {settings['mode']!r}")
     if settings["backend"] not in ("ray", "inline"):
         raise ConfigError(f"{where}.backend must be ray or inline, got {settings['backend']!r}")
-    if settings["mode"] == "async":
-        raise ConfigError(f"{where}.mode: async is not available yet (issue 29 in progress); use sync")
+    if settings["mode"] == "async" and settings["backend"] != "ray":
+        raise ConfigError(f"{where}.mode: async needs backend ray (inline collectors cannot collect while the learner updates)")
     return settings
 
 
@@ -54,6 +55,8 @@ def check_distributable(algo: str, hyperparameters: dict[str, Any], settings: di
         raise ConfigError(f"distributed: {algo}'s collectors do not normalize observations or rewards yet (set both normalizations to false)")
     if hyperparameters.get("recurrent", "none") != "none":
         raise ConfigError(f"distributed: collection of {algo}'s recurrent policy is not supported yet")
+    if settings.get("mode") == "async" and not issubclass(agents.config_class(algo), OnPolicyConfig):
+        raise ConfigError(f"distributed: the asynchronous mode serves the on-policy algorithms so far, not {algo} (use mode: sync)")
     if settings.get("gradient_workers"):
         if not issubclass(agents.config_class(algo), OnPolicyConfig):
             raise ConfigError(f"distributed: gradient workers serve the on-policy algorithms so far (ppo, a2c, vpg, trpo...), not {algo}")

@@ -216,3 +216,50 @@ def test_ray_gradient_workers_train_as_inline_ones_even_when_one_dies(monkeypatc
     assert killed and groups[-1].restarts == 1
     inline = loop.run(spec("inline"))
     assert [(e.step, e.returns) for e in spread.evaluations] == [(e.step, e.returns) for e in inline.evaluations]
+
+
+@pytest.mark.learning
+def test_asynchronous_ppo_over_ray_collectors_solves_cartpole_with_bounded_staleness(monkeypatch, own_ray):
+    """The smoke suite's PPO on CartPole over 2 asynchronous collectors (max_staleness 1):
+    it reaches 475; no rollout used was more than one update old, some were one update old
+    (the collectors did not wait); a collector killed mid-run is replaced and the run finishes."""
+    import dataclasses
+
+    ray = own_ray
+    from benchmark.config import load_suite
+    from benchmark.training import collectors, loop
+
+    groups = []
+    original = collectors.CollectorGroup.__init__
+
+    def keep(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        groups.append(self)
+
+    monkeypatch.setattr(collectors.CollectorGroup, "__init__", keep)
+    spec = load_suite("smoke").select(["ppo"]).specs[0]
+    spec = dataclasses.replace(spec, distributed={"collectors": 2, "mode": "async", "max_staleness": 1})
+    logged: dict[str, list[float]] = {}
+
+    class Tracker:
+        def log_metrics(self, metrics, step):
+            for key, value in metrics.items():
+                logged.setdefault(key, []).append(value)
+
+        def flush(self):
+            pass
+
+    killed = []
+
+    def kill_once(step, total, last_eval):
+        if step >= total // 2 and not killed:
+            ray.kill(groups[0].handles[1].actor)
+            killed.append(step)
+
+    result = loop.run(spec, tracker=Tracker(), progress=kill_once)
+    curve = [round(e.mean, 1) for e in result.evaluations]
+    assert result.evaluations[-1].step == spec.budget.total_steps
+    assert max(curve) >= 475.0, curve
+    assert max(logged["distributed/staleness_max"]) <= 1.0
+    assert max(logged["distributed/staleness_mean"]) > 0.0  # rollouts acted with last update's weights were used
+    assert killed and groups[0].restarts == 1

@@ -58,6 +58,17 @@ class Collected:
     def num_steps(self) -> int:
         return int(self.fields["obs"].shape[0])
 
+    def head(self, steps: int) -> Collected:
+        """Its first ``steps`` steps (a run's last round needs no more)."""
+        return Collected(
+            {name: value[:steps] for name, value in self.fields.items()},
+            self.env_actions[:steps],
+            {name: value[:steps] for name, value in self.extras.items()},
+            [episode for episode in self.episodes if episode[2] < steps],
+            self.acting_state,
+            self.seconds,
+        )
+
 
 def collector_config(spec: RunSpec) -> Any:
     """The run's configuration as a collector's policy copy needs it; what collection cannot
@@ -81,6 +92,7 @@ class Collector:
         if total % collectors:
             raise ConfigError(f"num_envs {total} must split evenly over {collectors} collectors")
         self.index, self.collectors, self.total = index, collectors, total
+        self.seed, self.restarts, self.independent = spec.seed, restarts, False
         self.per_collector = total // collectors
         self.rows = slice(index * self.per_collector, (index + 1) * self.per_collector)
         # its initial weights are replaced by the learner's: building it must not move the
@@ -96,25 +108,36 @@ class Collector:
         finally:
             set_rng_state(global_rngs)
 
-    def collect(self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any], num_steps: int) -> Collected:
+    def collect(self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any] | None, num_steps: int) -> Collected:
         """``num_steps`` steps of this collector's envs with the learner's ``weights``, acting
-        from its ``acting_state`` (``Algorithm.acting_state``)."""
+        from its ``acting_state`` (``Algorithm.acting_state``), or (None: the asynchronous
+        scheme) from this collector's own generator, on its own rows only."""
         started = time.perf_counter()
         algo = self.algo
         algo.set_weights(weights)
-        algo.load_acting_state(acting_state)
+        if acting_state is not None:
+            algo.load_acting_state(acting_state)
+        elif not self.independent:
+            self.independent = True  # its own stream from here on, apart from every other collector's
+            stream = np.random.SeedSequence([self.seed, ASYNC_STREAM, self.index, self.restarts])
+            algo.generator.manual_seed(int(stream.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)))
         columns: dict[str, list[Any]] = {name: [] for name in (*FIELDS, "env_actions")}
         extras: dict[str, list[torch.Tensor]] = {}
         episodes: list[tuple[float, int, int]] = []
         for step in range(num_steps):
-            padded = np.zeros((self.total, *self.obs.shape[1:]), dtype=self.obs.dtype)
-            padded[self.rows] = self.obs
-            acted = algo.behavior_act(torch.as_tensor(padded, dtype=torch.float32))
-            env_actions = acted.env_actions[self.rows]
+            if self.independent:
+                acted = algo.behavior_act(torch.as_tensor(self.obs, dtype=torch.float32))
+                rows = slice(None)
+            else:
+                padded = np.zeros((self.total, *self.obs.shape[1:]), dtype=self.obs.dtype)
+                padded[self.rows] = self.obs
+                acted = algo.behavior_act(torch.as_tensor(padded, dtype=torch.float32))
+                rows = self.rows
+            env_actions = acted.env_actions[rows]
             next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
             for name, value in (
                 ("obs", torch.as_tensor(self.obs, dtype=torch.float32)),
-                ("actions", acted.actions[self.rows]),
+                ("actions", acted.actions[rows]),
                 ("env_actions", env_actions),
                 ("rewards", torch.as_tensor(rewards, dtype=torch.float32)),
                 ("next_obs", torch.as_tensor(true_next_obs(next_obs, infos), dtype=torch.float32)),
@@ -123,7 +146,7 @@ class Collector:
             ):
                 columns[name].append(value)
             for name, value in acted.extras.items():
-                extras.setdefault(name, []).append(value[self.rows])
+                extras.setdefault(name, []).append(value[rows])
             episodes += [(episode_return, length, step) for episode_return, length in finished_episodes(infos)]
             self.obs = next_obs
         return Collected(
@@ -162,14 +185,16 @@ def same_state(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def observe_rollout(algo: Algorithm, collected: list[Collected]) -> None:
+def observe_rollout(algo: Algorithm, collected: list[Collected], synchronous: bool = True) -> None:
     """The learner takes on the acting state the collectors ended in (the draws of the whole
     rollout are made), then observes their rollouts step by step, joined (as one process
-    observes after acting: an episode's end resets its exploration noise)."""
-    states = [part.acting_state for part in collected]
-    if any(not same_state(state, states[0]) for state in states):
-        raise RuntimeError("the collectors' acting states diverged: they did not act from one state")
-    algo.load_acting_state(states[0])
+    observes after acting: an episode's end resets its exploration noise). Asynchronous
+    collectors draw from streams of their own: the learner keeps its state."""
+    if synchronous:
+        states = [part.acting_state for part in collected]
+        if any(not same_state(state, states[0]) for state in states):
+            raise RuntimeError("the collectors' acting states diverged: they did not act from one state")
+        algo.load_acting_state(states[0])
     # the collectors' envs side by side, in collector order: (T, C*k, ...)
     fields = {name: torch.cat([part.fields[name] for part in collected], dim=1) for name in FIELDS}
     env_actions = np.concatenate([part.env_actions for part in collected], axis=1)
@@ -190,7 +215,7 @@ def observe_rollout(algo: Algorithm, collected: list[Collected]) -> None:
 class CollectorHandle(Protocol):
     """A collector as the learner calls it: in this process, or a Ray actor behind ``remote``."""
 
-    def collect(self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any], num_steps: int) -> Collected: ...
+    def collect(self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any] | None, num_steps: int) -> Collected: ...
 
     def state(self) -> dict[str, Any]: ...
 
@@ -220,7 +245,7 @@ class RayCollector:
         except (ActorDiedError, ActorUnavailableError, RayActorError) as error:
             raise CollectorLost(str(error).splitlines()[0] if str(error) else type(error).__name__) from error
 
-    def collect(self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any], num_steps: int) -> Collected:
+    def collect(self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any] | None, num_steps: int) -> Collected:
         collected: Collected = self._get(self.actor.collect.remote(weights, acting_state, num_steps))
         return collected
 
@@ -238,6 +263,9 @@ class RayCollector:
             pass
         self._ray.kill(self.actor)
 
+
+ASYNC_STREAM = 29
+"""Mixed into an asynchronous collector's generator seed: its stream is none of the learner's."""
 
 READY_TIMEOUT = 120.0
 """Seconds collectors may take to start (import torch, build envs) before the run says why not."""

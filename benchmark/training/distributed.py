@@ -25,6 +25,7 @@ import agents
 from agents.algos.onpolicy import OnPolicyAlgorithm
 from benchmark import metric_names
 from benchmark.training import checkpoint
+from benchmark.training.async_collection import AsyncCollection
 from benchmark.training.collectors import CollectorGroup, observe_rollout
 from benchmark.training.gradient_workers import GradientWorkerGroup, WorkerSeeds
 from benchmark.training.seed_run import SeedRun
@@ -64,6 +65,7 @@ class DistributedRun(SeedRun):
         inline = settings["backend"] == "inline"
         self.started_ray = not inline and start_ray()
         self.group = CollectorGroup(self.spec, settings["collectors"], inline=inline)
+        self.asynchronous = AsyncCollection(self.group, self.rollout, settings["max_staleness"]) if settings["mode"] == "async" else None
         self.collector_seconds = np.zeros(settings["collectors"])
         self.collector_steps = np.zeros(settings["collectors"])
         return None
@@ -93,12 +95,17 @@ class DistributedRun(SeedRun):
         """One synchronous round: the collectors' steps observed, their ended episodes logged
         in the order one process logs them (by step, then env)."""
         restarts = self.group.restarts
-        collected = self.group.collect(self.algo, self.rollout)
+        num_envs = int(self.config.num_envs)
+        # the last round steps only to the budget, as one process stops there (no update on a partial rollout)
+        steps = min(self.rollout, -(-(self.spec.budget.total_steps - self.counters.step) // num_envs))
+        if self.asynchronous is not None:
+            collected = [part.head(steps) for part in self.asynchronous.round(self.algo, self.algo.num_updates)]
+        else:
+            collected = self.group.collect(self.algo, steps)
         for index, part in enumerate(collected):
             self.collector_seconds[index] += part.seconds
             self.collector_steps[index] += part.num_steps * self.group.per_collector
-        observe_rollout(self.algo, collected)
-        num_envs = int(self.config.num_envs)
+        observe_rollout(self.algo, collected, synchronous=self.asynchronous is None)
         ended = sorted((step, index, episode_return, length) for index, part in enumerate(collected) for episode_return, length, step in part.episodes)
         for step, _, episode_return, length in ended:
             self.tracker.log_metrics(
@@ -106,7 +113,7 @@ class DistributedRun(SeedRun):
             )
             self.counters.train_return_sum += episode_return
             self.counters.train_episodes += 1
-        self.counters.step += self.rollout * num_envs
+        self.counters.step += steps * num_envs
         if self.group.restarts > restarts:
             self.tracker.log_metrics({COLLECTOR_RESTARTS: float(self.group.restarts)}, self.counters.step)
 
@@ -114,7 +121,10 @@ class DistributedRun(SeedRun):
         """Each collector's env steps per second of its own collection time, since the last
         evaluation (how evenly the workers keep up), then what every run logs."""
         rates = self.collector_steps / np.maximum(self.collector_seconds, 1e-9)
-        self.tracker.log_metrics({collector_rate(index): float(rate) for index, rate in enumerate(rates)}, self.counters.step)
+        metrics = {collector_rate(index): float(rate) for index, rate in enumerate(rates)}
+        if self.asynchronous is not None:
+            metrics.update(self.asynchronous.report())
+        self.tracker.log_metrics(metrics, self.counters.step)
         self.collector_seconds[:] = 0.0
         self.collector_steps[:] = 0.0
         return super().evaluate_now()
@@ -125,11 +135,14 @@ class DistributedRun(SeedRun):
             "collectors": states,
             "collector_restarts": self.group.restarts,
             "envs": None,
-            "exact_envs": all(state["envs"] is not None for state in states),
+            # asynchronous: the rollouts in flight are lost on a resume, and the collectors' streams restart
+            "exact_envs": self.asynchronous is None and all(state["envs"] is not None for state in states),
             "normalization": {},
         }
 
     def close(self) -> None:
+        if getattr(self, "asynchronous", None) is not None:
+            self.asynchronous.close()  # type: ignore[union-attr]
         if getattr(self, "group", None) is not None:
             self.group.close()
         if getattr(self, "gradient_group", None) is not None:

@@ -1,0 +1,76 @@
+"""The asynchronous scheme's collection (``distributed: {mode: async}``): collectors never wait.
+
+    every collector always has a rollout in flight, acting with the weights it was sent and
+        drawing from a stream of its own (its seed derived from the run's, its index and restarts)
+    a round (the learner's next batch): the first C rollouts to arrive, in arrival order; each
+        collector that returns gets the learner's current weights and starts its next rollout
+        at once; a rollout acted with weights more than ``max_staleness`` updates old is dropped
+    the learner updates on the batch while the collectors go on with the weights they have
+
+So a rollout may be one or more updates old (its ``staleness``): PPO's ratio to the stored
+behaviour log-probabilities, clipped, keeps such a batch usable (the scheme of asynchronous PPO
+without V-trace). Staleness and drops are logged; nothing equals the run in one process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.api import Algorithm
+from benchmark.training.collectors import Collected, CollectorGroup
+
+
+class AsyncCollection:
+    """Rollouts in flight on every collector of ``group``, handed out by rounds."""
+
+    def __init__(self, group: CollectorGroup, num_steps: int, max_staleness: int):
+        self.group, self.num_steps, self.max_staleness = group, num_steps, max_staleness
+        self.pending: dict[Any, tuple[int, int]] = {}  # Ray reference -> (collector, weights version)
+        self.staleness: list[int] = []  # of the rollouts used since the last report
+        self.dropped = 0
+
+    def _submit(self, index: int, weights: dict[str, dict[str, Any]], version: int) -> None:
+        actor = self.group.handles[index].actor  # type: ignore[attr-defined]
+        self.pending[actor.collect.remote(weights, None, self.num_steps)] = (index, version)
+
+    def round(self, algo: Algorithm, version: int) -> list[Collected]:
+        """The next C rollouts to arrive that are at most ``max_staleness`` updates old
+        (``version``: the learner's update count now)."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        weights = algo.get_weights()
+        busy = {index for index, _ in self.pending.values()}
+        for index in range(self.group.count):
+            if index not in busy:
+                self._submit(index, weights, version)
+        batch: list[Collected] = []
+        while len(batch) < self.group.count:
+            (reference,), _ = ray.wait(list(self.pending), num_returns=1)
+            index, used = self.pending.pop(reference)
+            try:
+                rollout: Collected = ray.get(reference)
+            except RayActorError:
+                self.group.replace(index)
+                self._submit(index, weights, version)
+                continue
+            self._submit(index, weights, version)
+            if version - used > self.max_staleness:
+                self.dropped += 1
+                continue
+            self.staleness.append(version - used)
+            batch.append(rollout)
+        return batch
+
+    def report(self) -> dict[str, float]:
+        """Staleness of the rollouts used since the last report, and the rollouts dropped so far."""
+        staleness, self.staleness = self.staleness, []
+        return {
+            "distributed/staleness_mean": sum(staleness) / max(len(staleness), 1),
+            "distributed/staleness_max": float(max(staleness, default=0)),
+            "distributed/dropped_rollouts": float(self.dropped),
+        }
+
+    def close(self) -> None:
+        """Forget the rollouts in flight (the group's close ends their actors)."""
+        self.pending.clear()
