@@ -10,7 +10,7 @@ from agents.configs.bc import BCConfig
 from agents.configs.onpolicy import OnPolicyConfig
 from agents.errors import ConfigError, suggest
 
-DISTRIBUTED_DEFAULTS: dict[str, Any] = {"collectors": 1, "gradient_workers": 0, "mode": "sync", "max_staleness": 1, "backend": "ray"}
+DISTRIBUTED_DEFAULTS: dict[str, Any] = {"collectors": 1, "gradient_workers": 0, "mode": "sync", "max_staleness": 1, "chunk": 16, "backend": "ray"}
 """A distributed run's settings when the suite leaves them out (docs/distributed.md)."""
 
 
@@ -21,7 +21,8 @@ def check_distributed(value: Any, where: str) -> dict[str, Any]:
     gradient_workers: G >= 0 actors differentiating each optimizer step's batch in shares
     (on-policy algorithms; 0: the learner does);
     mode: sync (C collectors of k envs train exactly as one process with C*k envs) or async
-    (collectors never wait; rollouts at most max_staleness updates old are used, older dropped);
+    (collectors never wait; rollouts at most max_staleness updates old are used, older dropped;
+    off-policy collectors send chunks of ``chunk`` vector steps, Ape-X style);
     backend: ray (actors, on a local instance or the cluster of ``--address``) or inline (the
     collectors in the run's own process, one after another: for tests and debugging)."""
     if not isinstance(value, dict):
@@ -30,9 +31,9 @@ def check_distributed(value: Any, where: str) -> dict[str, Any]:
         if key not in DISTRIBUTED_DEFAULTS:
             raise ConfigError(f"unknown {where} key {key!r}{suggest(str(key), DISTRIBUTED_DEFAULTS)}; valid: {', '.join(sorted(DISTRIBUTED_DEFAULTS))}")
     settings = {**DISTRIBUTED_DEFAULTS, **value}
-    for key in ("collectors", "gradient_workers", "max_staleness"):
+    for key in ("collectors", "gradient_workers", "max_staleness", "chunk"):
         number = settings[key]
-        least = 1 if key == "collectors" else 0
+        least = 1 if key in ("collectors", "chunk") else 0
         if isinstance(number, bool) or not isinstance(number, int) or number < least:
             raise ConfigError(f"{where}.{key} must be an integer >= {least}, got {number!r}")
     if settings["mode"] not in ("sync", "async"):
@@ -55,8 +56,8 @@ def check_distributable(algo: str, hyperparameters: dict[str, Any], settings: di
         raise ConfigError(f"distributed: {algo}'s collectors do not normalize observations or rewards yet (set both normalizations to false)")
     if hyperparameters.get("recurrent", "none") != "none":
         raise ConfigError(f"distributed: collection of {algo}'s recurrent policy is not supported yet")
-    if settings.get("mode") == "async" and not issubclass(agents.config_class(algo), OnPolicyConfig):
-        raise ConfigError(f"distributed: the asynchronous mode serves the on-policy algorithms so far, not {algo} (use mode: sync)")
+    if settings.get("mode") == "async" and hyperparameters.get("exploration_noise") == "ou":
+        raise ConfigError(f"distributed: {algo}'s Ornstein-Uhlenbeck noise lives in the learner; the asynchronous mode needs exploration_noise: gaussian")
     if settings.get("gradient_workers"):
         if not issubclass(agents.config_class(algo), OnPolicyConfig):
             raise ConfigError(f"distributed: gradient workers serve the on-policy algorithms so far (ppo, a2c, vpg, trpo...), not {algo}")

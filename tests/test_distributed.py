@@ -263,3 +263,40 @@ def test_asynchronous_ppo_over_ray_collectors_solves_cartpole_with_bounded_stale
     assert max(logged["distributed/staleness_max"]) <= 1.0
     assert max(logged["distributed/staleness_mean"]) > 0.0  # rollouts acted with last update's weights were used
     assert killed and groups[0].restarts == 1
+
+
+def test_asynchronous_off_policy_collectors_feed_the_replay_buffer_with_their_priorities(monkeypatch, own_ray):
+    """DQN with prioritized replay over 2 asynchronous Ray collectors (Ape-X): chunks of 8
+    vector steps, each transition's initial priority its one-step TD error computed by the
+    collector (not the buffer's maximum); every chunk is at most one round old, none dropped;
+    the run reaches its budget and evaluates."""
+    from agents.algos.offpolicy import OffPolicyAlgorithm
+    from benchmark.training import loop
+
+    given = []
+    original = OffPolicyAlgorithm.prioritize_newest
+
+    def record(self, td_errors):
+        given.append(td_errors.clone())
+        original(self, td_errors)
+
+    monkeypatch.setattr(OffPolicyAlgorithm, "prioritize_newest", record)
+    overrides = {"hidden_sizes": [32], "num_envs": 4, "batch_size": 16, "learning_starts": 200, "prioritized": True}
+    config = agents.resolve_config("dqn", overrides)
+    settings = {"collectors": 2, "mode": "async", "chunk": 8, "max_staleness": 1}
+    spec = RunSpec("t", "dqn", "CartPole-v1", 0, config.to_dict(), Budget(1600, 800, 2), device="cpu", distributed=settings)
+    logged: dict[str, list[float]] = {}
+
+    class Tracker:
+        def log_metrics(self, metrics, step):
+            for key, value in metrics.items():
+                logged.setdefault(key, []).append(value)
+
+        def flush(self):
+            pass
+
+    result = loop.run(spec, tracker=Tracker())
+    assert [e.step for e in result.evaluations] == [800, 1600]
+    assert len(given) == 1600 // 4 and all(errors.shape == (4,) for errors in given)  # one vector step each
+    assert len({round(float(value), 6) for errors in given for value in errors}) > 100  # TD errors, not one maximum
+    assert max(logged["distributed/staleness_max"]) == 1.0 and logged["distributed/dropped_rollouts"][-1] == 0.0

@@ -217,6 +217,12 @@ class OffPolicyAlgorithm(Algorithm):
             self._steps_since_update = 0
         self.buffer.set_progress(self.env_steps / self.total_steps)
 
+    def prioritize_newest(self, td_errors: torch.Tensor) -> None:
+        """Set the priorities of the vector step stored last from ``td_errors`` (num_envs,)
+        (Ape-X: actors compute initial priorities, instead of the buffer's maximum)."""
+        if self.config.prioritized:
+            self.buffer.update_priorities(self.buffer.newest_indices(), td_errors)
+
     def ready_to_update(self) -> bool:
         if self.recurrent and self.buffer.num_sequences() == 0:  # type: ignore[attr-defined]
             return False

@@ -288,6 +288,11 @@ class ReplayBuffer:
         discounts = (self.gamma ** steps.double()).float()
         return returns, discounts, last_rows
 
+    def newest_indices(self) -> torch.Tensor:
+        """The flat indices (num_envs,) of the vector step stored last."""
+        row = (self.rows_written - 1) % self.num_rows
+        return torch.arange(row * self.num_envs, (row + 1) * self.num_envs)
+
     def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None:
         """New priorities from the TD errors of the batch drawn at flat ``indices`` (PER only)."""
         self.sampler.update_priorities(indices, td_errors)

@@ -31,6 +31,7 @@ import torch
 
 import agents
 from agents.api import Acted, Algorithm, ConfigError, Transitions
+from agents.batches import ReplayBatch
 from agents.env_state import load_vector_env_state, vector_env_state
 from agents.envs import env_spec, finished_episodes, make_vector_env, true_next_obs
 from benchmark.config import RunSpec, check_distributable
@@ -53,6 +54,8 @@ class Collected:
     acting_state: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     """How long the collection took, in the collector."""
+    priorities: torch.Tensor | None = None
+    """Each transition's |TD error| (T, k) when the collector computed initial priorities."""
 
     @property
     def num_steps(self) -> int:
@@ -67,6 +70,7 @@ class Collected:
             [episode for episode in self.episodes if episode[2] < steps],
             self.acting_state,
             self.seconds,
+            None if self.priorities is None else self.priorities[:steps],
         )
 
 
@@ -108,19 +112,25 @@ class Collector:
         finally:
             set_rng_state(global_rngs)
 
-    def collect(self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any] | None, num_steps: int) -> Collected:
+    def collect(
+        self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any], num_steps: int, independent: bool = False, priorities: bool = False
+    ) -> Collected:
         """``num_steps`` steps of this collector's envs with the learner's ``weights``, acting
-        from its ``acting_state`` (``Algorithm.acting_state``), or (None: the asynchronous
-        scheme) from this collector's own generator, on its own rows only."""
+        from its ``acting_state`` (``Algorithm.acting_state``). ``independent`` (the
+        asynchronous scheme): only the learner's counters are taken on, and advanced here as
+        the run's envs step; draws come from this collector's own stream, acting on its own
+        rows. ``priorities``: each transition's initial priority for prioritized replay, its
+        one-step TD error under these weights (Ape-X's actors compute them)."""
         started = time.perf_counter()
         algo = self.algo
         algo.set_weights(weights)
-        if acting_state is not None:
-            algo.load_acting_state(acting_state)
-        elif not self.independent:
+        if independent and not self.independent:
             self.independent = True  # its own stream from here on, apart from every other collector's
             stream = np.random.SeedSequence([self.seed, ASYNC_STREAM, self.index, self.restarts])
             algo.generator.manual_seed(int(stream.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)))
+        if self.independent:
+            acting_state = {**acting_state, "generator": algo.generator.get_state()}
+        algo.load_acting_state(acting_state)
         columns: dict[str, list[Any]] = {name: [] for name in (*FIELDS, "env_actions")}
         extras: dict[str, list[torch.Tensor]] = {}
         episodes: list[tuple[float, int, int]] = []
@@ -149,14 +159,42 @@ class Collector:
                 extras.setdefault(name, []).append(value[rows])
             episodes += [(episode_return, length, step) for episode_return, length in finished_episodes(infos)]
             self.obs = next_obs
+            if self.independent and "env_steps" in acting_state:  # the run's envs all step meanwhile
+                algo.load_acting_state({**algo.acting_state(), "env_steps": algo.acting_state()["env_steps"] + self.total})
+        fields = {name: torch.stack(columns[name]) for name in FIELDS}
         return Collected(
-            fields={name: torch.stack(columns[name]) for name in FIELDS},
+            fields=fields,
             env_actions=np.stack(columns["env_actions"]),
             extras={name: torch.stack(values) for name, values in extras.items()},
             episodes=episodes,
             acting_state=algo.acting_state(),
             seconds=time.perf_counter() - started,
+            priorities=self._td_errors(fields) if priorities else None,
         )
+
+    def _td_errors(self, fields: dict[str, torch.Tensor]) -> torch.Tensor:
+        """|one-step TD error| (T, k) of a chunk under the current weights (a gradient step's
+        losses, its gradients discarded)."""
+        algo, config = self.algo, self.algo.config
+        steps, envs = fields["rewards"].shape
+
+        def flat(name: str) -> torch.Tensor:
+            return fields[name].flatten(0, 1)
+
+        batch = ReplayBatch(
+            obs=flat("obs"),
+            actions=flat("actions"),
+            rewards=flat("rewards") * getattr(config, "reward_scale", 1.0),
+            next_obs=flat("next_obs"),
+            terminated=flat("terminated").float(),
+            discounts=torch.full((steps * envs,), float(getattr(config, "gamma", 0.99))),
+            weights=torch.ones(steps * envs),
+        )
+        algo.gradient_list(batch)
+        errors = getattr(algo, "td_errors", None)
+        if errors is None:
+            raise ConfigError(f"{algo.name} computes no TD errors: its replay is not prioritized")
+        return errors.detach().abs().reshape(steps, envs).cpu()
 
     def ready(self) -> int:
         """Its index, once it is built (a Ray actor builds in the background)."""
@@ -199,6 +237,8 @@ def observe_rollout(algo: Algorithm, collected: list[Collected], synchronous: bo
     fields = {name: torch.cat([part.fields[name] for part in collected], dim=1) for name in FIELDS}
     env_actions = np.concatenate([part.env_actions for part in collected], axis=1)
     extras = {name: torch.cat([part.extras[name] for part in collected], dim=1) for name in collected[0].extras}
+    given = [part.priorities for part in collected if part.priorities is not None]
+    priorities = torch.cat(given, dim=1) if len(given) == len(collected) else None
     for t in range(collected[0].num_steps):
         algo.observe(
             Transitions(
@@ -210,12 +250,16 @@ def observe_rollout(algo: Algorithm, collected: list[Collected], synchronous: bo
                 truncated=fields["truncated"][t],
             )
         )
+        if priorities is not None:  # the collectors' initial priorities replace the buffer's maximum
+            algo.prioritize_newest(priorities[t])  # type: ignore[attr-defined]
 
 
 class CollectorHandle(Protocol):
     """A collector as the learner calls it: in this process, or a Ray actor behind ``remote``."""
 
-    def collect(self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any] | None, num_steps: int) -> Collected: ...
+    def collect(
+        self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any], num_steps: int, independent: bool = False, priorities: bool = False
+    ) -> Collected: ...
 
     def state(self) -> dict[str, Any]: ...
 
@@ -245,8 +289,10 @@ class RayCollector:
         except (ActorDiedError, ActorUnavailableError, RayActorError) as error:
             raise CollectorLost(str(error).splitlines()[0] if str(error) else type(error).__name__) from error
 
-    def collect(self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any] | None, num_steps: int) -> Collected:
-        collected: Collected = self._get(self.actor.collect.remote(weights, acting_state, num_steps))
+    def collect(
+        self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any], num_steps: int, independent: bool = False, priorities: bool = False
+    ) -> Collected:
+        collected: Collected = self._get(self.actor.collect.remote(weights, acting_state, num_steps, independent, priorities))
         return collected
 
     def state(self) -> dict[str, Any]:

@@ -60,12 +60,18 @@ class DistributedRun(SeedRun):
         settings = self.spec.distributed
         assert settings is not None
         self.settings = settings
-        # on-policy: the whole rollout acts with one policy; off-policy: updates come between steps
-        self.rollout = int(self.config.to_dict()["num_steps"]) if issubclass(agents.algorithm_class(self.spec.algo), OnPolicyAlgorithm) else 1
+        # on-policy: the whole rollout acts with one policy; off-policy: updates come between
+        # steps (synchronous) or between chunks (asynchronous)
+        self.on_policy = issubclass(agents.algorithm_class(self.spec.algo), OnPolicyAlgorithm)
+        asynchronous = settings["mode"] == "async"
+        self.rollout = int(self.config.to_dict()["num_steps"]) if self.on_policy else settings["chunk"] if asynchronous else 1
+        self.rounds = 0
         inline = settings["backend"] == "inline"
         self.started_ray = not inline and start_ray()
         self.group = CollectorGroup(self.spec, settings["collectors"], inline=inline)
-        self.asynchronous = AsyncCollection(self.group, self.rollout, settings["max_staleness"]) if settings["mode"] == "async" else None
+        self.asynchronous = AsyncCollection(self.group, self.rollout, settings["max_staleness"]) if asynchronous else None
+        if self.asynchronous is not None and not self.on_policy:
+            self.asynchronous.priorities = bool(getattr(self.config, "prioritized", False))
         self.collector_seconds = np.zeros(settings["collectors"])
         self.collector_steps = np.zeros(settings["collectors"])
         return None
@@ -99,7 +105,8 @@ class DistributedRun(SeedRun):
         # the last round steps only to the budget, as one process stops there (no update on a partial rollout)
         steps = min(self.rollout, -(-(self.spec.budget.total_steps - self.counters.step) // num_envs))
         if self.asynchronous is not None:
-            collected = [part.head(steps) for part in self.asynchronous.round(self.algo, self.algo.num_updates)]
+            arrived = self.asynchronous.round(self.algo, self.algo.num_updates) if self.on_policy else self.asynchronous.chunks(self.algo, self.rounds)
+            collected = [part.head(steps) for part in arrived]
         else:
             collected = self.group.collect(self.algo, steps)
         for index, part in enumerate(collected):
@@ -114,6 +121,7 @@ class DistributedRun(SeedRun):
             self.counters.train_return_sum += episode_return
             self.counters.train_episodes += 1
         self.counters.step += steps * num_envs
+        self.rounds += 1
         if self.group.restarts > restarts:
             self.tracker.log_metrics({COLLECTOR_RESTARTS: float(self.group.restarts)}, self.counters.step)
 
