@@ -300,3 +300,33 @@ def test_asynchronous_off_policy_collectors_feed_the_replay_buffer_with_their_pr
     assert len(given) == 1600 // 4 and all(errors.shape == (4,) for errors in given)  # one vector step each
     assert len({round(float(value), 6) for errors in given for value in errors}) > 100  # TD errors, not one maximum
     assert max(logged["distributed/staleness_max"]) == 1.0 and logged["distributed/dropped_rollouts"][-1] == 0.0
+
+
+def test_an_asynchronous_run_resumes_from_its_checkpoint_and_says_it_is_inexact(tmp_path, own_ray):
+    """Stopped after 60% of its budget and resumed from ``latest.pt``: the checkpoint holds the
+    collectors' envs but says it is inexact (rollouts in flight are lost, streams restart);
+    the resumed run keeps the evaluations made before the stop and reaches its budget."""
+    import dataclasses
+
+    from benchmark.training import checkpoint, loop
+
+    small = {"num_envs": 2, "num_steps": 32, "num_minibatches": 2, "num_epochs": 1, "hidden_sizes": [16]}
+    config = agents.resolve_config("ppo", {**small, "normalize_observations": False, "normalize_rewards": False})
+    spec = RunSpec("t", "ppo", "CartPole-v1", 0, config.to_dict(), Budget(640, 128, 2), device="cpu", distributed={"collectors": 2, "mode": "async"})
+    spec = dataclasses.replace(spec, checkpoint_every=128)
+
+    class Stop(Exception):
+        pass
+
+    def die(step, total, last_eval):
+        if step >= total * 0.6:
+            raise Stop()
+
+    with pytest.raises(Stop):
+        loop.run(spec, progress=die, checkpoint_dir=tmp_path)
+    payload = checkpoint.load(tmp_path / spec.run_key / checkpoint.LATEST)
+    assert payload["exact"] is False and len(payload["collectors"]) == 2
+    before = [(e["step"], e["returns"]) for e in payload["evaluations"]]
+    resumed = loop.run(spec, checkpoint_dir=tmp_path, resume=payload)
+    assert [(e.step, e.returns) for e in resumed.evaluations][: len(before)] == before
+    assert resumed.evaluations[-1].step == 640 and len(before) >= 2
