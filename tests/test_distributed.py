@@ -31,6 +31,39 @@ def children(results: Path):
     return client, [run for run in runs if "mlflow.parentRunId" in run.data.tags]
 
 
+def instances(monkeypatch, cls) -> list:
+    """Every ``cls`` built from now on in this process, in order."""
+    built = []
+    original = cls.__init__
+
+    def keep(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(cls, "__init__", keep)
+    return built
+
+
+class Recorder:
+    """A tracker keeping every value logged, by metric."""
+
+    def __init__(self):
+        self.values: dict[str, list[float]] = {}
+
+    def log_metrics(self, metrics, step):
+        for key, value in metrics.items():
+            self.values.setdefault(key, []).append(value)
+
+    def flush(self):
+        pass
+
+
+def small_ppo(num_epochs: int = 1) -> dict:
+    """A small PPO on CartPole that collectors can split (2 envs, no normalization)."""
+    small = {"num_envs": 2, "num_steps": 32, "num_minibatches": 2, "num_epochs": num_epochs, "hidden_sizes": [16]}
+    return agents.resolve_config("ppo", {**small, "normalize_observations": False, "normalize_rewards": False}).to_dict()
+
+
 def test_a_suite_run_over_collectors_is_one_mlflow_run_that_equals_the_run_in_one_process(write_suite, tmp_path):
     suite = write_suite(SUITE)
     spread = write_suite(SUITE.replace("name: spread", "name: spread\ndistributed: {collectors: 2, backend: inline}"), "spread.yaml")
@@ -92,17 +125,8 @@ def test_a_collector_actor_that_dies_is_replaced_and_the_run_finishes(monkeypatc
     from benchmark.training import collectors, loop
     from benchmark.training.distributed import COLLECTOR_RESTARTS
 
-    groups = []
-    original = collectors.CollectorGroup.__init__
-
-    def keep(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        groups.append(self)
-
-    monkeypatch.setattr(collectors.CollectorGroup, "__init__", keep)
-    small = {"num_envs": 2, "num_steps": 32, "num_minibatches": 2, "num_epochs": 1, "hidden_sizes": [16]}
-    config = agents.resolve_config("ppo", {**small, "normalize_observations": False, "normalize_rewards": False})
-    spec = RunSpec("t", "ppo", "CartPole-v1", 0, config.to_dict(), Budget(512, 128, 2), device="cpu", distributed={"collectors": 2})
+    groups = instances(monkeypatch, collectors.CollectorGroup)
+    spec = RunSpec("t", "ppo", "CartPole-v1", 0, small_ppo(), Budget(512, 128, 2), device="cpu", distributed={"collectors": 2})
     killed = []
 
     def kill_once(step, total, last_eval):
@@ -110,18 +134,10 @@ def test_a_collector_actor_that_dies_is_replaced_and_the_run_finishes(monkeypatc
             ray.kill(groups[0].handles[0].actor)
             killed.append(step)
 
-    logged = {}
-
-    class Tracker:
-        def log_metrics(self, metrics, step):
-            logged.update(metrics)
-
-        def flush(self):
-            pass
-
-    result = loop.run(spec, tracker=Tracker(), progress=kill_once)
+    recorder = Recorder()
+    result = loop.run(spec, tracker=recorder, progress=kill_once)
     assert killed and result.evaluations[-1].step == 512
-    assert groups[0].restarts == 1 and logged[COLLECTOR_RESTARTS] == 1.0
+    assert groups[0].restarts == 1 and recorder.values[COLLECTOR_RESTARTS] == [1.0]
 
 
 SLOW = """
@@ -182,16 +198,7 @@ def test_ray_gradient_workers_train_as_inline_ones_even_when_one_dies(monkeypatc
     ray = own_ray
     from benchmark.training import gradient_workers, loop
 
-    groups = []
-    original = gradient_workers.GradientWorkerGroup.__init__
-
-    def keep(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        groups.append(self)
-
-    monkeypatch.setattr(gradient_workers.GradientWorkerGroup, "__init__", keep)
-    small = {"num_envs": 2, "num_steps": 32, "num_minibatches": 2, "num_epochs": 2, "hidden_sizes": [16]}
-    config = agents.resolve_config("ppo", {**small, "normalize_observations": False, "normalize_rewards": False})
+    groups = instances(monkeypatch, gradient_workers.GradientWorkerGroup)
 
     def spec(backend):
         return RunSpec(
@@ -199,7 +206,7 @@ def test_ray_gradient_workers_train_as_inline_ones_even_when_one_dies(monkeypatc
             "ppo",
             "CartPole-v1",
             0,
-            config.to_dict(),
+            small_ppo(2),
             Budget(384, 128, 2),
             device="cpu",
             distributed={"collectors": 2, "gradient_workers": 2, "backend": backend},
@@ -229,26 +236,10 @@ def test_asynchronous_ppo_over_ray_collectors_solves_cartpole_with_bounded_stale
     from benchmark.config import load_suite
     from benchmark.training import collectors, loop
 
-    groups = []
-    original = collectors.CollectorGroup.__init__
-
-    def keep(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        groups.append(self)
-
-    monkeypatch.setattr(collectors.CollectorGroup, "__init__", keep)
+    groups = instances(monkeypatch, collectors.CollectorGroup)
     spec = load_suite("smoke").select(["ppo"]).specs[0]
     spec = dataclasses.replace(spec, distributed={"collectors": 2, "mode": "async", "max_staleness": 1})
-    logged: dict[str, list[float]] = {}
-
-    class Tracker:
-        def log_metrics(self, metrics, step):
-            for key, value in metrics.items():
-                logged.setdefault(key, []).append(value)
-
-        def flush(self):
-            pass
-
+    recorder = Recorder()
     killed = []
 
     def kill_once(step, total, last_eval):
@@ -256,7 +247,8 @@ def test_asynchronous_ppo_over_ray_collectors_solves_cartpole_with_bounded_stale
             ray.kill(groups[0].handles[1].actor)
             killed.append(step)
 
-    result = loop.run(spec, tracker=Tracker(), progress=kill_once)
+    result = loop.run(spec, tracker=recorder, progress=kill_once)
+    logged = recorder.values
     curve = [round(e.mean, 1) for e in result.evaluations]
     assert result.evaluations[-1].step == spec.budget.total_steps
     assert max(curve) >= 475.0, curve
@@ -285,17 +277,9 @@ def test_asynchronous_off_policy_collectors_feed_the_replay_buffer_with_their_pr
     config = agents.resolve_config("dqn", overrides)
     settings = {"collectors": 2, "mode": "async", "chunk": 8, "max_staleness": 1}
     spec = RunSpec("t", "dqn", "CartPole-v1", 0, config.to_dict(), Budget(1600, 800, 2), device="cpu", distributed=settings)
-    logged: dict[str, list[float]] = {}
-
-    class Tracker:
-        def log_metrics(self, metrics, step):
-            for key, value in metrics.items():
-                logged.setdefault(key, []).append(value)
-
-        def flush(self):
-            pass
-
-    result = loop.run(spec, tracker=Tracker())
+    recorder = Recorder()
+    result = loop.run(spec, tracker=recorder)
+    logged = recorder.values
     assert [e.step for e in result.evaluations] == [800, 1600]
     assert len(given) == 1600 // 4 and all(errors.shape == (4,) for errors in given)  # one vector step each
     assert len({round(float(value), 6) for errors in given for value in errors}) > 100  # TD errors, not one maximum
@@ -310,9 +294,7 @@ def test_an_asynchronous_run_resumes_from_its_checkpoint_and_says_it_is_inexact(
 
     from benchmark.training import checkpoint, loop
 
-    small = {"num_envs": 2, "num_steps": 32, "num_minibatches": 2, "num_epochs": 1, "hidden_sizes": [16]}
-    config = agents.resolve_config("ppo", {**small, "normalize_observations": False, "normalize_rewards": False})
-    spec = RunSpec("t", "ppo", "CartPole-v1", 0, config.to_dict(), Budget(640, 128, 2), device="cpu", distributed={"collectors": 2, "mode": "async"})
+    spec = RunSpec("t", "ppo", "CartPole-v1", 0, small_ppo(), Budget(640, 128, 2), device="cpu", distributed={"collectors": 2, "mode": "async"})
     spec = dataclasses.replace(spec, checkpoint_every=128)
 
     class Stop(Exception):
