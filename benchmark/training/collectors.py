@@ -56,6 +56,8 @@ class Collected:
     """How long the collection took, in the collector."""
     priorities: torch.Tensor | None = None
     """Each transition's |TD error| (T, k) when the collector computed initial priorities."""
+    collector: int = 0
+    """The index of the collector it came from."""
 
     @property
     def num_steps(self) -> int:
@@ -71,6 +73,7 @@ class Collected:
             self.acting_state,
             self.seconds,
             None if self.priorities is None else self.priorities[:steps],
+            self.collector,
         )
 
 
@@ -170,6 +173,7 @@ class Collector:
             acting_state=algo.acting_state(),
             seconds=time.perf_counter() - started,
             priorities=self._td_errors(fields) if priorities else None,
+            collector=self.index,
         )
 
     def _td_errors(self, fields: dict[str, torch.Tensor]) -> torch.Tensor:

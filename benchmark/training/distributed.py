@@ -1,17 +1,19 @@
 """One run over several workers (the seeds' distributed scheme), as the training loop sees it:
 a ``SeedRun`` whose envs live in collectors (``benchmark.training.collectors``).
 
-    every round (synchronous):
-        the collectors step their envs with the learner's weights and acting state:
-            on-policy, a whole rollout (num_steps); off-policy, one vector step (the learner
-            updates between steps, as one process does)
+    every round:
+        synchronous: the collectors step their envs with the learner's weights and acting
+            state: on-policy, a whole rollout (num_steps); off-policy, one vector step (the
+            learner updates between steps, as one process does)
+        asynchronous: the rollouts or chunks that arrive (``async_collection``)
         the learner observes the steps joined, logs the ended episodes as one process would
-    then the loop goes on as for any run: update when ready, evaluate, checkpoint
+    then the loop goes on as for any run: update when ready (through the gradient workers when
+    it has them: ``gradient_workers``), evaluate, checkpoint
 
 A checkpoint holds every collector's envs (their state where ``agents.env_state`` captures it)
-besides what any run's holds, so a resume continues exactly. A collector whose process dies is
-replaced and collects its round again; its envs start new episodes (the episodes it had in
-progress are lost; ``distributed/collector_restarts`` counts them).
+besides what any run's holds, so a synchronous run resumes exactly. A collector whose process
+dies is replaced and collects its round again; its envs start new episodes (the episodes it had
+in progress are lost; ``distributed/collector_restarts`` counts them).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from benchmark.training.gradient_workers import GradientWorkerGroup, WorkerSeeds
 from benchmark.training.seed_run import SeedRun
 
 COLLECTOR_RESTARTS = "distributed/collector_restarts"
+GRADIENT_WORKER_RESTARTS = "distributed/gradient_worker_restarts"
 
 
 def collector_rate(index: int) -> str:
@@ -52,9 +55,18 @@ def start_ray() -> bool:
 
 
 class DistributedRun(SeedRun):
-    """A run whose envs are stepped by collectors, on-policy or off-policy, synchronously."""
+    """A run whose envs are stepped by collectors, on-policy or off-policy, synchronously or
+    not, its optimizer steps differentiated by gradient workers when it has them."""
 
     acts_here = False
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.gradient_group: GradientWorkerGroup | None = None
+        count = self.settings["gradient_workers"]
+        if count and self.error is None:
+            group = self.gradient_group = GradientWorkerGroup(self.spec, count, inline=self.settings["backend"] == "inline")
+            cast(OnPolicyAlgorithm, self.algo).optimized_as = lambda algorithm: WorkerSeeds(algorithm, group)
 
     def open_train_envs(self) -> None:
         settings = self.spec.distributed
@@ -76,14 +88,6 @@ class DistributedRun(SeedRun):
         self.collector_steps = np.zeros(settings["collectors"])
         return None
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.gradient_group: GradientWorkerGroup | None = None
-        count = self.settings["gradient_workers"]
-        if count and self.error is None:
-            group = self.gradient_group = GradientWorkerGroup(self.spec, count, inline=self.settings["backend"] == "inline")
-            cast(OnPolicyAlgorithm, self.algo).optimized_as = lambda algorithm: WorkerSeeds(algorithm, group)
-
     def start(self) -> None:
         """Nothing to reset here: the collectors reset their envs when they start."""
 
@@ -98,8 +102,8 @@ class DistributedRun(SeedRun):
         self.start()
 
     def collect_round(self) -> None:
-        """One synchronous round: the collectors' steps observed, their ended episodes logged
-        in the order one process logs them (by step, then env)."""
+        """One round: the collectors' steps observed, their ended episodes logged in the order
+        one process logs them (by step, then env: exactly so in the synchronous scheme)."""
         restarts = self.group.restarts
         num_envs = int(self.config.num_envs)
         # the last round steps only to the budget, as one process stops there (no update on a partial rollout)
@@ -109,9 +113,9 @@ class DistributedRun(SeedRun):
             collected = [part.head(steps) for part in arrived]
         else:
             collected = self.group.collect(self.algo, steps)
-        for index, part in enumerate(collected):
-            self.collector_seconds[index] += part.seconds
-            self.collector_steps[index] += part.num_steps * self.group.per_collector
+        for part in collected:
+            self.collector_seconds[part.collector] += part.seconds
+            self.collector_steps[part.collector] += part.num_steps * self.group.per_collector
         observe_rollout(self.algo, collected, synchronous=self.asynchronous is None)
         ended = sorted((step, index, episode_return, length) for index, part in enumerate(collected) for episode_return, length, step in part.episodes)
         for step, _, episode_return, length in ended:
@@ -132,6 +136,8 @@ class DistributedRun(SeedRun):
         metrics = {collector_rate(index): float(rate) for index, rate in enumerate(rates)}
         if self.asynchronous is not None:
             metrics.update(self.asynchronous.report())
+        if self.gradient_group is not None:
+            metrics[GRADIENT_WORKER_RESTARTS] = float(self.gradient_group.restarts)
         self.tracker.log_metrics(metrics, self.counters.step)
         self.collector_seconds[:] = 0.0
         self.collector_steps[:] = 0.0
