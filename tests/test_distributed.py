@@ -312,3 +312,17 @@ def test_an_asynchronous_run_resumes_from_its_checkpoint_and_says_it_is_inexact(
     resumed = loop.run(spec, checkpoint_dir=tmp_path, resume=payload)
     assert [(e.step, e.returns) for e in resumed.evaluations][: len(before)] == before
     assert resumed.evaluations[-1].step == 640 and len(before) >= 2
+
+
+def test_the_scaling_measurement_writes_one_row_per_collector_count(monkeypatch, tmp_path, own_ray):
+    """``python -m benchmark.perf.scaling`` on a small case: the run in one process, then over
+    1 and 2 collectors (3 does not split 2 envs: skipped), each with its rate and ratio."""
+    from benchmark.perf import scaling
+
+    monkeypatch.setattr(scaling, "CASES", {"ppo": ("CartPole-v1", {**small_ppo(), "num_envs": 2}, Budget(256, 256, 1))})
+    output = tmp_path / "scaling.json"
+    scaling.main(["--cases", "ppo", "--collectors", "1", "2", "3", "--output", str(output)])
+    rows = json.loads(output.read_text())["cases"]["ppo"]["rows"]
+    assert [row["collectors"] for row in rows] == [None, 1, 2]
+    assert all(row["steps_per_second"] > 0 for row in rows) and all(row["speedup"] > 0 for row in rows[1:])
+    assert len(rows[2]["collector_steps_per_second"]) == 2

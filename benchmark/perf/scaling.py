@@ -3,6 +3,7 @@ trained in one process against the same run over C synchronous collectors (Ray a
 2, 4, ... up to the cores there are.
 
     python -m benchmark.perf.scaling [--cases ppo sac] [--collectors 1 2 4 8 16] [--device cpu]
+                                     [--mode sync|async] [--gradient-workers G]
 
 Each case is the run the issue names, sized so that its envs split over the largest C:
 PPO on Humanoid-v5 (16 envs x 128 steps = the published 2048-step rollout, 10 epochs of 32
@@ -54,19 +55,21 @@ class _Rates(NullTracker):
         pass
 
 
-def measure(case: str, collectors: int | None, device: str) -> dict[str, Any]:
+def measure(case: str, collectors: int | None, device: str, mode: str = "sync", gradient_workers: int = 0) -> dict[str, Any]:
     """One run of ``case`` (in one process when ``collectors`` is None); its rates."""
     from benchmark.training import loop
 
     env_id, overrides, budget = CASES[case]
     config = agents.resolve_config(case, overrides)
-    distributed = {"collectors": collectors, "backend": "ray"} if collectors else None
+    distributed = {"collectors": collectors, "backend": "ray", "mode": mode, "gradient_workers": gradient_workers} if collectors else None
     spec = RunSpec("scaling", case, env_id, 0, config.to_dict(), budget, device=device, distributed=distributed)
     rates = _Rates()
     started = time.perf_counter()
     loop.run(spec, tracker=rates)
     return {
         "collectors": collectors,
+        "mode": mode,
+        "gradient_workers": gradient_workers,
         "steps_per_second": rates.values[metric_names.STEPS_PER_SECOND],
         "collector_steps_per_second": [value for key, value in sorted(rates.values.items()) if key.startswith("distributed/collector")],
         "wall_seconds": time.perf_counter() - started,
@@ -78,13 +81,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--collectors", nargs="+", type=int, default=[1, 2, 4, 8, 16])
     parser.add_argument("--device", default="cpu", help="the learner's device (collectors act on the CPU)")
+    parser.add_argument("--mode", default="sync", choices=["sync", "async"], help="the collectors' scheme (async: they never wait)")
+    parser.add_argument("--gradient-workers", type=int, default=0, metavar="G", help="gradient workers of the on-policy runs (default 0)")
     parser.add_argument("--output", type=Path, default=Path("results/perf/distributed-scaling.json"))
     args = parser.parse_args(argv)
     from benchmark.perf.throughput import machine, now
     from benchmark.training.distributed import start_ray
 
     start_ray()
-    results: dict[str, Any] = {"created": now(), "machine": machine(), "device": args.device, "cpus": os.cpu_count(), "cases": {}}
+    results: dict[str, Any] = {
+        "created": now(),
+        "machine": machine(),
+        "device": args.device,
+        "mode": args.mode,
+        "gradient_workers": args.gradient_workers,
+        "cpus": os.cpu_count(),
+        "cases": {},
+    }
     for case in args.cases:
         num_envs = CASES[case][1]["num_envs"]
         rows = [measure(case, None, args.device)]
@@ -92,10 +105,12 @@ def main(argv: list[str] | None = None) -> None:
         for count in args.collectors:
             if num_envs % count:
                 continue
-            row = measure(case, count, args.device)
+            workers = args.gradient_workers if case == "ppo" else 0
+            row = measure(case, count, args.device, args.mode, workers)
             row["speedup"] = row["steps_per_second"] / rows[0]["steps_per_second"]
             rows.append(row)
-            print(f"{case}: {count} collectors {row['steps_per_second']:.0f} steps/s ({row['speedup']:.2f}x)", flush=True)
+            extra = f", {workers} gradient workers" if workers else ""
+            print(f"{case}: {count} collectors ({args.mode}{extra}) {row['steps_per_second']:.0f} steps/s ({row['speedup']:.2f}x)", flush=True)
         results["cases"][case] = {"env_id": CASES[case][0], "hyperparameters": CASES[case][1], "rows": rows}
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(results, indent=1) + "\n")
