@@ -19,7 +19,7 @@ def check_distributed(value: Any, where: str) -> dict[str, Any]:
 
     collectors: Ray actors stepping the envs, C >= 1 (num_envs must split evenly over them);
     gradient_workers: G >= 0 actors differentiating each optimizer step's batch in shares
-    (on-policy algorithms; 0: the learner does);
+    (0: the learner does);
     mode: sync (C collectors of k envs train exactly as one process with C*k envs) or async
     (collectors never wait; rollouts at most max_staleness updates old are used, older dropped;
     off-policy collectors send chunks of ``chunk`` vector steps, Ape-X style);
@@ -59,9 +59,9 @@ def check_distributable(algo: str, hyperparameters: dict[str, Any], settings: di
     if settings.get("mode") == "async" and hyperparameters.get("exploration_noise") == "ou":
         raise ConfigError(f"distributed: {algo}'s Ornstein-Uhlenbeck noise lives in the learner; the asynchronous mode needs exploration_noise: gaussian")
     if settings.get("gradient_workers"):
-        if not issubclass(agents.config_class(algo), OnPolicyConfig):
-            raise ConfigError(f"distributed: gradient workers serve the on-policy algorithms so far (ppo, a2c, vpg, trpo...), not {algo}")
-        if not hyperparameters.get("baseline", True):
+        if algo == "mpo":
+            raise ConfigError("distributed: mpo's E-step optimizes its temperature over the whole batch; gradient workers cannot split it")
+        if issubclass(agents.config_class(algo), OnPolicyConfig) and not hyperparameters.get("baseline", True):
             raise ConfigError(f"distributed: {algo}'s policy loss counts whole episodes over the batch (no baseline); gradient workers cannot split it")
     num_envs, collectors = int(hyperparameters.get("num_envs", 1)), settings["collectors"]
     if num_envs % collectors:

@@ -329,13 +329,23 @@ class OffPolicyAlgorithm(Algorithm):
         logs: dict[str, list[float]] = {}
         for _ in range(updates * self.config.gradient_steps):
             batch = self.buffer.sample(self.config.batch_size, self.generator)
-            gradients, info = self.gradient_list(batch)
+            gradients, info = self.differentiate(batch)
             self.apply_gradient_list(gradients)
             if self.config.prioritized and self.td_errors is not None and batch.indices is not None:
                 self.buffer.update_priorities(batch.indices, self.td_errors)
             for key, value in info.items():
                 logs.setdefault(key, []).append(value)
         return {key: float(sum(values) / len(values)) for key, values in logs.items()}
+
+    def differentiate(self, batch: ReplayBatch) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+        """A gradient step's gradients (``gradient_list``'s order), logs and ``td_errors``:
+        computed here, or by gradient workers where a distributed run sets ``differentiated_by``."""
+        if self.differentiated_by is not None:
+            return self.differentiated_by(self, batch)
+        return self.gradient_list(batch)
+
+    #: who differentiates this run's gradient steps instead of ``gradient_list`` (gradient workers)
+    differentiated_by: Callable[[OffPolicyAlgorithm, ReplayBatch], tuple[list[torch.Tensor | None], dict[str, float]]] | None = None
 
     @abc.abstractmethod
     def parameter_groups(self) -> dict[str, tuple[list[torch.nn.Parameter], torch.optim.Optimizer | None]]:
@@ -377,6 +387,18 @@ class OffPolicyAlgorithm(Algorithm):
     def extra_state(self) -> dict[str, Any]:
         """Tensors besides modules and optimizers (e.g. a temperature); override to add."""
         return {}
+
+    def loss_state(self) -> dict[str, Any]:
+        """What the losses read besides the weights and the batch: the update count (delayed
+        policy updates), the env-step count (schedules), the extra state (SAC's temperature)
+        and the generator (their noise).
+        A gradient worker's copy takes the learner's on before it differentiates."""
+        return {"num_updates": self.num_updates, "env_steps": self.env_steps, "extra": self.extra_state(), "generator": self.generator.get_state()}
+
+    def load_loss_state(self, state: Mapping[str, Any]) -> None:
+        self.num_updates, self.env_steps = int(state["num_updates"]), int(state["env_steps"])
+        self.load_extra_state(state["extra"])
+        self.generator.set_state(state["generator"])
 
     def load_extra_state(self, state: Mapping[str, Any]) -> None:
         pass

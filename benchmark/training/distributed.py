@@ -24,12 +24,14 @@ from typing import Any, cast
 import numpy as np
 
 import agents
+from agents.algos.offpolicy import OffPolicyAlgorithm
 from agents.algos.onpolicy import OnPolicyAlgorithm
 from benchmark import metric_names
 from benchmark.training import checkpoint
 from benchmark.training.async_collection import AsyncCollection
 from benchmark.training.collectors import CollectorGroup, observe_rollout
 from benchmark.training.gradient_workers import GradientWorkerGroup, WorkerSeeds
+from benchmark.training.offpolicy_gradient_workers import OffPolicyGradientWorker, OffPolicyWorkerSteps
 from benchmark.training.seed_run import SeedRun
 
 COLLECTOR_RESTARTS = "distributed/collector_restarts"
@@ -65,8 +67,13 @@ class DistributedRun(SeedRun):
         self.gradient_group: GradientWorkerGroup | None = None
         count = self.settings["gradient_workers"]
         if count and self.error is None:
-            group = self.gradient_group = GradientWorkerGroup(self.spec, count, inline=self.settings["backend"] == "inline")
-            cast(OnPolicyAlgorithm, self.algo).optimized_as = lambda algorithm: WorkerSeeds(algorithm, group)
+            inline = self.settings["backend"] == "inline"
+            if isinstance(self.algo, OnPolicyAlgorithm):
+                group = self.gradient_group = GradientWorkerGroup(self.spec, count, inline)
+                self.algo.optimized_as = lambda algorithm: WorkerSeeds(algorithm, group)
+            else:
+                self.gradient_group = GradientWorkerGroup(self.spec, count, inline, worker=OffPolicyGradientWorker)
+                cast(OffPolicyAlgorithm, self.algo).differentiated_by = OffPolicyWorkerSteps(self.gradient_group)
 
     def open_train_envs(self) -> None:
         settings = self.spec.distributed

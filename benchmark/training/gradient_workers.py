@@ -1,5 +1,6 @@
 """Gradient workers of a distributed on-policy run (the seeds' scheme, synchronous): every
-optimizer step of the learner is differentiated by G workers on shares of its batch.
+optimizer step of the learner is differentiated by G workers on shares of its batch (an
+off-policy run's: ``offpolicy_gradient_workers``; both use ``GradientWorkerGroup``).
 
     for each optimizer step of the update (a minibatch, or the whole rollout):
         the learner centers the batch's advantages (center_adv / positive_adv over the whole
@@ -69,8 +70,8 @@ class GradientWorkerGroup:
     worker whose process dies is replaced and its share differentiated again (nothing is lost:
     a worker holds no state between steps)."""
 
-    def __init__(self, spec: RunSpec, count: int, inline: bool = False):
-        self.spec, self.count, self.inline = spec, count, inline
+    def __init__(self, spec: RunSpec, count: int, inline: bool = False, worker: type = GradientWorker):
+        self.spec, self.count, self.inline, self.worker = spec, count, inline, worker
         self.restarts = 0
         self.workers: list[Any] = []
         try:
@@ -83,12 +84,12 @@ class GradientWorkerGroup:
 
     def _start(self) -> Any:
         if self.inline:
-            return GradientWorker(self.spec)
+            return self.worker(self.spec)
         import ray
 
         # synchronous: they work while the collectors wait, and the reverse, so they take no CPU
         # of the collectors' reservation (a machine with C cores runs C collectors and G workers)
-        return ray.remote(GradientWorker).options(num_cpus=0).remote(self.spec)
+        return ray.remote(self.worker).options(num_cpus=0).remote(self.spec)
 
     def _wait_ready(self, workers: list[Any]) -> None:
         import ray
@@ -99,15 +100,15 @@ class GradientWorkerGroup:
         except GetTimeoutError:
             raise RuntimeError(f"{self.spec.label}: {len(workers)} gradient worker actor(s) not started after {READY_TIMEOUT:.0f} s") from None
 
-    def gradients(
-        self, weights: dict[str, dict[str, torch.Tensor]], loss_state: dict[str, Any], shards: list[RolloutBatch], parts: tuple[str, ...]
-    ) -> list[tuple[Gradients, dict[str, torch.Tensor]]]:
+    def gradients(self, calls: list[tuple[Any, ...]]) -> list[Any]:
+        """Worker g's ``gradients(*calls[g])``, all at once; a worker that died is replaced and
+        asked again."""
         if self.inline:
-            return [worker.gradients(weights, loss_state, shard, parts) for worker, shard in zip(self.workers, shards, strict=True)]
+            return [worker.gradients(*arguments) for worker, arguments in zip(self.workers, calls, strict=True)]
         import ray
         from ray.exceptions import RayActorError
 
-        references = [worker.gradients.remote(weights, loss_state, shard, parts) for worker, shard in zip(self.workers, shards, strict=True)]
+        references = [worker.gradients.remote(*arguments) for worker, arguments in zip(self.workers, calls, strict=True)]
         results = []
         for index, reference in enumerate(references):
             try:
@@ -116,7 +117,7 @@ class GradientWorkerGroup:
                 self.restarts += 1
                 self.workers[index] = self._start()
                 self._wait_ready([self.workers[index]])
-                results.append(ray.get(self.workers[index].gradients.remote(weights, loss_state, shards[index], parts)))
+                results.append(ray.get(self.workers[index].gradients.remote(*calls[index])))
         return results
 
     def close(self) -> None:
@@ -152,7 +153,8 @@ class WorkerSeeds(OneSeed):
         rows = int(batch.advantages.shape[-1])
         pieces = shares(rows, self.group.count)
         shards = [batch.apply(lambda tensor, piece=piece: tensor[:, piece]) for piece in pieces]  # type: ignore[misc]
-        results = self.group.gradients(algorithm.get_weights(), algorithm.loss_state(), shards, parts)
+        weights, loss_state = algorithm.get_weights(), algorithm.loss_state()
+        results = self.group.gradients([(weights, loss_state, shard, parts) for shard in shards])
         total: Gradients = {}
         logs: dict[str, torch.Tensor] = {}
         for piece, (gradients, info) in zip(pieces, results, strict=True):
