@@ -10,6 +10,10 @@ from agents.configs.bc import BCConfig
 from agents.configs.onpolicy import OnPolicyConfig
 from agents.errors import ConfigError, suggest
 
+COLLECTOR_CPUS = "REPRORL_COLLECTOR_CPUS"
+"""Environment variable: the CPUs each collector actor reserves (default 1); 0 inside a task of
+``--executor ray``, which reserved its runs' collectors' CPUs with the task itself."""
+
 DISTRIBUTED_DEFAULTS: dict[str, Any] = {"collectors": 1, "gradient_workers": 0, "mode": "sync", "max_staleness": 1, "chunk": 16, "backend": "ray"}
 """A distributed run's settings when the suite leaves them out (docs/distributed.md)."""
 

@@ -326,3 +326,22 @@ def test_the_scaling_measurement_writes_one_row_per_collector_count(monkeypatch,
     assert [row["collectors"] for row in rows] == [None, 1, 2]
     assert all(row["steps_per_second"] > 0 for row in rows) and all(row["speedup"] > 0 for row in rows[1:])
     assert len(rows[2]["collector_steps_per_second"]) == 2
+
+
+def test_runs_over_collectors_train_under_the_ray_executor_as_under_the_local_one(write_suite, tmp_path):
+    """``--executor ray --workers 2`` with two runs of two collectors each: the local Ray
+    instance is sized for both runs and their collectors (a CPU each), and every evaluation
+    equals the same suite's under the local executor (each run there starts its own Ray)."""
+    pytest.importorskip("ray")
+    suite = write_suite(SUITE.replace("seeds: [0]", "seeds: [0, 1]").replace("name: spread", "name: spread\ndistributed: {collectors: 2}"))
+    histories = {}
+    for executor in ("ray", "local"):
+        results = tmp_path / executor
+        completed = run_cli("run", "--suite", str(suite), "--executor", executor, "--workers", "2", "--results-dir", str(results), cwd=tmp_path)
+        assert completed.returncode == 0, completed.stderr
+        client, runs = children(results)
+        assert len(runs) == 2 and all(run.info.status == "FINISHED" for run in runs)
+        histories[executor] = {
+            run.data.tags["run_key"]: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "eval/return_mean")] for run in runs
+        }
+    assert histories["ray"] == histories["local"]

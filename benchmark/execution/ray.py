@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.errors import ConfigError
+from benchmark.distributed_config import COLLECTOR_CPUS
 from benchmark.execution import devices
 from benchmark.execution.base import Executor, Submission, Task
 from benchmark.execution.messages import Message, drain
@@ -39,8 +40,15 @@ class RayExecutor(Executor):
         return _RaySubmission(self, tasks, log)
 
 
+def collectors_of(task: Task) -> int:
+    """The collectors of the task's distributed runs (the most of one run; 0 for none)."""
+    return max(((spec.distributed or {}).get("collectors", 0) for spec in getattr(task, "group", [])), default=0)
+
+
 def _run_task(task: Task, messages: Any, uses_gpu: bool) -> Any:
-    """A Ray task: Ray has already set CUDA_VISIBLE_DEVICES to the GPU it assigned (if any)."""
+    """A Ray task: Ray has already set CUDA_VISIBLE_DEVICES to the GPU it assigned (if any).
+    The CPUs of its runs' collectors were reserved with the task: its collectors reserve none."""
+    os.environ[COLLECTOR_CPUS] = "0"
     where = f"GPU {os.environ.get('CUDA_VISIBLE_DEVICES', '?')} (Ray)" if uses_gpu else "CPU (Ray)"
     if not uses_gpu:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -59,7 +67,9 @@ class _RaySubmission(Submission):
                 ray.init(address=executor.address, **options)
             else:
                 os.environ.setdefault("RAY_worker_niceness", "0")  # Ray's default, 15, starves runs beside other work
-                ray.init(num_cpus=executor.workers, include_dashboard=False, object_store_memory=100 * 1024**2, **options)
+                # a distributed run takes a CPU for itself and one for each of its collectors
+                cpus = executor.workers * (1 + max((collectors_of(task) for task in tasks), default=0))
+                ray.init(num_cpus=cpus, include_dashboard=False, object_store_memory=100 * 1024**2, **options)
         self._messages: Any = None
         try:
             cluster_gpus = [str(index) for index in range(int(ray.cluster_resources().get("GPU", 0)))]
@@ -72,8 +82,11 @@ class _RaySubmission(Submission):
             )
             self._messages = Queue(actor_options={"num_cpus": 0})
             # a GPU run gets a fresh worker process: CUDA must not have started on another device
-            remote = ray.remote(max_calls=1 if gpu_share else 0, max_retries=0)(_run_task).options(num_cpus=1, num_gpus=gpu_share)
-            self._references = {remote.remote(task, self._messages, gpu_share > 0): index for index, task in enumerate(tasks)}
+            remote = ray.remote(max_calls=1 if gpu_share else 0, max_retries=0)(_run_task)
+            self._references = {
+                remote.options(num_cpus=1 + collectors_of(task), num_gpus=gpu_share).remote(task, self._messages, gpu_share > 0): index
+                for index, task in enumerate(tasks)
+            }
         except BaseException:
             self.close()
             raise

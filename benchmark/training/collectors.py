@@ -22,6 +22,7 @@ collector's running statistics would be its own): refused.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -35,6 +36,7 @@ from agents.batches import ReplayBatch
 from agents.env_state import load_vector_env_state, vector_env_state
 from agents.envs import env_spec, finished_episodes, make_vector_env, true_next_obs
 from benchmark.config import RunSpec, check_distributable
+from benchmark.distributed_config import COLLECTOR_CPUS
 from benchmark.training.checkpoint import rng_state, set_rng_state
 
 FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
@@ -283,7 +285,8 @@ class RayCollector:
         import ray
 
         self._ray = ray
-        self.actor: Any = ray.remote(Collector).options(num_cpus=1).remote(spec, index, collectors, restarts)
+        cpus = float(os.environ.get(COLLECTOR_CPUS, "1"))
+        self.actor: Any = ray.remote(Collector).options(num_cpus=cpus).remote(spec, index, collectors, restarts)
 
     def _get(self, reference: Any) -> Any:
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
