@@ -152,7 +152,7 @@ class WorkerSeeds(OneSeed):
             batch = batch.replace(advantages=process_advantages(algorithm.config, batch.advantages))
         rows = int(batch.advantages.shape[-1])
         pieces = shares(rows, self.group.count)
-        shards = [batch.apply(lambda tensor, piece=piece: tensor[:, piece]) for piece in pieces]  # type: ignore[misc]
+        shards = [batch.apply(lambda tensor, piece=piece: tensor[:, piece].cpu()) for piece in pieces]  # type: ignore[misc]
         weights, loss_state = algorithm.get_weights(), algorithm.loss_state()
         results = self.group.gradients([(weights, loss_state, shard, parts) for shard in shards])
         total: Gradients = {}

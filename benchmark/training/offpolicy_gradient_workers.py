@@ -97,7 +97,7 @@ class OffPolicyWorkerSteps:
         total = int(batch.obs.shape[0])
         pieces = shares(total, self.group.count)
         weights, loss_state = algorithm.get_weights(), algorithm.loss_state()
-        calls = [(weights, loss_state, batch.apply(lambda tensor, piece=piece: tensor[piece]), piece, total) for piece in pieces]  # type: ignore[misc]
+        calls = [(weights, loss_state, batch.apply(lambda tensor, piece=piece: tensor[piece].cpu()), piece, total) for piece in pieces]  # type: ignore[misc]
         results = self.group.gradients(calls)
         states = [result[3] for result in results]
         if any(not torch.equal(state, states[0]) for state in states):
