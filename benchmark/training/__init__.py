@@ -2,5 +2,9 @@
 stores or suites. Bottom up: ``results`` (what a run reports), ``checkpoint_paths`` (where
 checkpoints live, without torch), ``checkpoint`` (payloads and files), ``control`` (seeding,
 devices, stop signal, counters, a run's end), ``evaluate``, ``hooks``, then the loops:
-``meta_loop`` (meta-learners) and ``loop`` (everything else, and the entry point
-``loop.run``). Imports only the ground (``benchmark.config``) and ``agents``."""
+``meta_loop`` (meta-learners), ``seed_run`` (one run's part of the loop) and ``loop``
+(everything else, and the entry point ``loop.run``). A run over workers (its ``distributed:``
+settings) is a ``distributed.DistributedRun``: its envs in ``collectors`` (``async_collection``
+when they never wait), its gradient steps split by ``gradient_workers`` and
+``offpolicy_gradient_workers``. Imports only the ground (``benchmark.config``,
+``benchmark.distributed_config``) and ``agents``."""
