@@ -1,25 +1,25 @@
 """Experience collected by several workers for one learner: the collection part of the seeds'
-distributed scheme, synchronous (issue 29 in progress: gradient workers, the asynchronous mode,
-the suite key and the runner's integration come next).
+distributed scheme (``distributed.DistributedRun`` drives it; ``async_collection`` when the
+collectors never wait).
 
     learner: the algorithm (observe, update) and its evaluations
     collector c = 0 .. C-1: a copy of the policy and k envs, the sub-envs c*k .. c*k+k-1 of
         the run's C*k (seeded as those sub-envs of one process's run: seed + c*k + j)
 
-    every rollout (synchronous):
-        the learner sends its weights and its generator's state to every collector
-        each collector steps its envs for the rollout: it acts on a batch of C*k observations
+    every round (synchronous):
+        the learner sends its weights and its acting state (generator, counters, noise) to
+        every collector
+        each collector steps its envs for the round: it acts on a batch of C*k observations
             (its own rows, zeros elsewhere) from that state, so every step draws the noise of
             all C*k envs, as one process would, and its rows get exactly that process's actions
-        the learner observes the collectors' steps joined along the env axis, takes on the
-        generator state the collectors ended in (all the same) and updates
+        the learner takes on the acting state the collectors ended in (all the same) and
+        observes their steps joined along the env axis
 
 So C collectors of k envs train exactly as one process with C*k envs (tested): acting on the
 whole batch costs each collector C times one process's share of forward passes, small next to
 stepping its envs. Observation and reward normalization are not distributed yet (each
 collector's running statistics would be its own): refused.
 """
-
 from __future__ import annotations
 
 import os
