@@ -226,10 +226,12 @@ def test_ray_gradient_workers_train_as_inline_ones_even_when_one_dies(monkeypatc
 
 
 @pytest.mark.learning
-def test_asynchronous_ppo_over_ray_collectors_solves_cartpole_with_bounded_staleness(monkeypatch, own_ray):
-    """The smoke suite's PPO on CartPole over 2 asynchronous collectors (max_staleness 1):
-    it reaches 475; no rollout used was more than one update old, some were one update old
-    (the collectors did not wait); a collector killed mid-run is replaced and the run finishes."""
+@pytest.mark.parametrize("gradient_workers", [0, 2])
+def test_asynchronous_ppo_over_ray_collectors_solves_cartpole_with_bounded_staleness(monkeypatch, own_ray, gradient_workers):
+    """The smoke suite's PPO on CartPole over 2 asynchronous collectors (max_staleness 1), and
+    2 asynchronous gradient workers: it reaches 475; no rollout (gradient) used was more than
+    one update (step) old, some were one old (nobody waited); a collector killed mid-run is
+    replaced and the run finishes."""
     import dataclasses
 
     ray = own_ray
@@ -238,7 +240,7 @@ def test_asynchronous_ppo_over_ray_collectors_solves_cartpole_with_bounded_stale
 
     groups = instances(monkeypatch, collectors.CollectorGroup)
     spec = load_suite("smoke").select(["ppo"]).specs[0]
-    spec = dataclasses.replace(spec, distributed={"collectors": 2, "mode": "async", "max_staleness": 1})
+    spec = dataclasses.replace(spec, distributed={"collectors": 2, "mode": "async", "max_staleness": 1, "gradient_workers": gradient_workers})
     recorder = Recorder()
     killed = []
 
@@ -255,6 +257,8 @@ def test_asynchronous_ppo_over_ray_collectors_solves_cartpole_with_bounded_stale
     assert max(logged["distributed/staleness_max"]) <= 1.0
     assert max(logged["distributed/staleness_mean"]) > 0.0  # rollouts acted with last update's weights were used
     assert killed and groups[0].restarts == 1
+    if gradient_workers:
+        assert max(logged["distributed/gradient_staleness_max"]) <= 1.0 and max(logged["distributed/gradient_staleness_mean"]) > 0.0
 
 
 def test_asynchronous_off_policy_collectors_feed_the_replay_buffer_with_their_priorities(monkeypatch, own_ray):

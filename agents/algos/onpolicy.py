@@ -126,6 +126,10 @@ class Seeds(Protocol):
     def policy_parameters(self) -> Sequence[torch.Tensor]:
         """The parameters that shape pi (stacked (S, ...) for a batch), in the members' order."""
 
+    def finish(self) -> None:
+        """Apply what is still in flight when the optimization ends (asynchronous gradient
+        workers' steps); nothing for steps taken here."""
+
 
 class OnPolicyAlgorithm(Algorithm):
     """Acting, rollout storage, returns and the shared losses; subclasses write ``_optimize``.
@@ -292,7 +296,9 @@ class OnPolicyAlgorithm(Algorithm):
     def update(self) -> dict[str, float]:
         """Returns and advantages for the full rollout, then the algorithm's optimization."""
         logs = self._begin_update()
-        logs.update(per_seed_logs(self._optimize(self.optimized_as(self)), 1)[0])
+        seeds = self.optimized_as(self)
+        logs.update(per_seed_logs(self._optimize(seeds), 1)[0])
+        seeds.finish()
         return self._end_update(logs)
 
     #: the ``Seeds`` a run's update optimizes through: its own steps (``OneSeed``), or those of
@@ -547,6 +553,9 @@ class OneSeed:
 
     gradient_step = gradient_step
 
+    def finish(self) -> None:
+        pass
+
     def policy_parameters(self) -> Sequence[torch.Tensor]:
         return self.algorithm.actor_critic.policy_parameters()
 
@@ -633,6 +642,9 @@ class OnPolicySeedBatch(SeedBatch):
         return member.storage.minibatches(num_minibatches, torch.Generator())
 
     gradient_step = gradient_step
+
+    def finish(self) -> None:
+        pass
 
     def step(self, loss: torch.Tensor, active: torch.Tensor | None = None) -> None:
         gradients = torch.autograd.grad(loss.sum(), self.stacked_parameters, allow_unused=True)

@@ -20,6 +20,7 @@ whole batch costs each collector C times one process's share of forward passes, 
 stepping its envs. Observation and reward normalization are not distributed yet (each
 collector's running statistics would be its own): refused.
 """
+
 from __future__ import annotations
 
 import os

@@ -30,7 +30,7 @@ from benchmark import metric_names
 from benchmark.training import checkpoint
 from benchmark.training.async_collection import AsyncCollection
 from benchmark.training.collectors import CollectorGroup, observe_rollout
-from benchmark.training.gradient_workers import GradientWorkerGroup, WorkerSeeds
+from benchmark.training.gradient_workers import AsyncWorkerSeeds, GradientWorkerGroup, WorkerSeeds
 from benchmark.training.offpolicy_gradient_workers import OffPolicyGradientWorker, OffPolicyWorkerSteps
 from benchmark.training.seed_run import SeedRun
 
@@ -70,7 +70,11 @@ class DistributedRun(SeedRun):
             inline = self.settings["backend"] == "inline"
             if isinstance(self.algo, OnPolicyAlgorithm):
                 group = self.gradient_group = GradientWorkerGroup(self.spec, count, inline)
-                self.algo.optimized_as = lambda algorithm: WorkerSeeds(algorithm, group)
+                if self.settings["mode"] == "async":
+                    staleness = self.settings["max_staleness"]
+                    self.algo.optimized_as = lambda algorithm: AsyncWorkerSeeds(algorithm, group, staleness)
+                else:
+                    self.algo.optimized_as = lambda algorithm: WorkerSeeds(algorithm, group)
             else:
                 self.gradient_group = GradientWorkerGroup(self.spec, count, inline, worker=OffPolicyGradientWorker)
                 cast(OffPolicyAlgorithm, self.algo).differentiated_by = OffPolicyWorkerSteps(self.gradient_group)
@@ -145,6 +149,8 @@ class DistributedRun(SeedRun):
             metrics.update(self.asynchronous.report())
         if self.gradient_group is not None:
             metrics[GRADIENT_WORKER_RESTARTS] = float(self.gradient_group.restarts)
+            if self.settings["mode"] == "async" and self.on_policy:
+                metrics.update(self.gradient_group.report())
         self.tracker.log_metrics(metrics, self.counters.step)
         self.collector_seconds[:] = 0.0
         self.collector_steps[:] = 0.0

@@ -72,7 +72,8 @@ class GradientWorkerGroup:
 
     def __init__(self, spec: RunSpec, count: int, inline: bool = False, worker: type = GradientWorker):
         self.spec, self.count, self.inline, self.worker = spec, count, inline, worker
-        self.restarts = 0
+        self.restarts, self.dropped = 0, 0
+        self.staleness: list[int] = []  # of the asynchronous gradients applied since the last report
         self.workers: list[Any] = []
         try:
             self.workers += [self._start() for _ in range(count)]
@@ -119,6 +120,39 @@ class GradientWorkerGroup:
                 self._wait_ready([self.workers[index]])
                 results.append(ray.get(self.workers[index].gradients.remote(*calls[index])))
         return results
+
+    def submit(self, index: int, call: tuple[Any, ...]) -> Any:
+        """Worker ``index``'s ``gradients(*call)``, started (Ray); its reference."""
+        return self.workers[index].gradients.remote(*call)
+
+    def wait_any(self, references: dict[Any, Any]) -> tuple[Any, Any]:
+        """The first of ``references`` to finish, and what it maps to."""
+        import ray
+
+        (reference,), _ = ray.wait(list(references), num_returns=1)
+        return reference, references[reference]
+
+    def result(self, reference: Any, index: int, call: tuple[Any, ...]) -> Any:
+        """What ``reference`` returned; if worker ``index`` died, a replacement computes ``call`` again."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        try:
+            return ray.get(reference)
+        except RayActorError:
+            self.restarts += 1
+            self.workers[index] = self._start()
+            self._wait_ready([self.workers[index]])
+            return ray.get(self.workers[index].gradients.remote(*call))
+
+    def report(self) -> dict[str, float]:
+        """Staleness of the asynchronous gradients applied since the last report, and those dropped so far."""
+        staleness, self.staleness = self.staleness, []
+        return {
+            "distributed/gradient_staleness_mean": sum(staleness) / max(len(staleness), 1),
+            "distributed/gradient_staleness_max": float(max(staleness, default=0)),
+            "distributed/dropped_gradients": float(self.dropped),
+        }
 
     def close(self) -> None:
         if not self.inline:
@@ -169,3 +203,50 @@ class WorkerSeeds(OneSeed):
                 logs[key] = logs[key] + weight * value if key in logs else weight * value
         algorithm.apply_gradients(total)
         return logs
+
+
+class AsyncWorkerSeeds(OneSeed):
+    """The asynchronous scheme's gradient workers (A3C-style): each optimizer step's batch goes
+    whole to the next free worker with the learner's weights then; the learner applies each
+    gradient when it arrives, unless more than ``max_staleness`` other steps were applied since
+    its weights were sent (then it is dropped). The learner waits only when every worker is
+    busy, and at the end of the update (``finish``). A step's logs are those of the last
+    gradient applied (the first step waits for its own)."""
+
+    def __init__(self, algorithm: OnPolicyAlgorithm, group: GradientWorkerGroup, max_staleness: int):
+        super().__init__(algorithm)
+        self.group, self.max_staleness = group, max_staleness
+        self.in_flight: dict[Any, tuple[int, int, tuple[Any, ...]]] = {}  # reference -> (worker, version, call)
+        self.applied = 0
+        self.logs: dict[str, torch.Tensor] | None = None
+
+    def gradient_step(self, batch: RolloutBatch, parts: tuple[str, ...] = PARTS, active: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        algorithm = self.algorithm
+        if "policy" in parts:
+            batch = batch.replace(advantages=process_advantages(algorithm.config, batch.advantages))
+        if len(self.in_flight) == self.group.count:
+            self._apply_next()
+        busy = {worker for worker, _, _ in self.in_flight.values()}
+        worker = next(index for index in range(self.group.count) if index not in busy)
+        call = (algorithm.get_weights(), algorithm.loss_state(), batch.apply(lambda tensor: tensor.cpu()), parts)
+        self.in_flight[self.group.submit(worker, call)] = (worker, self.applied, call)
+        while self.logs is None:
+            self._apply_next()
+        return self.logs
+
+    def _apply_next(self) -> None:
+        reference, (worker, version, call) = self.group.wait_any(self.in_flight)
+        del self.in_flight[reference]
+        gradients, logs = self.group.result(reference, worker, call)
+        staleness = self.applied - version
+        if staleness > self.max_staleness:
+            self.group.dropped += 1
+            return
+        self.group.staleness.append(staleness)
+        self.algorithm.apply_gradients(gradients)
+        self.applied += 1
+        self.logs = logs
+
+    def finish(self) -> None:
+        while self.in_flight:
+            self._apply_next()
