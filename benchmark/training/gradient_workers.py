@@ -106,20 +106,8 @@ class GradientWorkerGroup:
         asked again."""
         if self.inline:
             return [worker.gradients(*arguments) for worker, arguments in zip(self.workers, calls, strict=True)]
-        import ray
-        from ray.exceptions import RayActorError
-
-        references = [worker.gradients.remote(*arguments) for worker, arguments in zip(self.workers, calls, strict=True)]
-        results = []
-        for index, reference in enumerate(references):
-            try:
-                results.append(ray.get(reference))
-            except RayActorError:
-                self.restarts += 1
-                self.workers[index] = self._start()
-                self._wait_ready([self.workers[index]])
-                results.append(ray.get(self.workers[index].gradients.remote(*calls[index])))
-        return results
+        references = [self.submit(index, call) for index, call in enumerate(calls)]
+        return [self.result(reference, index, calls[index]) for index, reference in enumerate(references)]
 
     def submit(self, index: int, call: tuple[Any, ...]) -> Any:
         """Worker ``index``'s ``gradients(*call)``, started (Ray); its reference."""
