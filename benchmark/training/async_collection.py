@@ -30,6 +30,16 @@ from agents.api import Algorithm
 from benchmark.training.collectors import Collected, CollectorGroup
 
 
+def staleness_report(kind: str, dropped_what: str, staleness: list[int], dropped: int) -> dict[str, float]:
+    """``distributed/{kind}staleness_mean`` and ``_max`` of ``staleness``, and
+    ``distributed/dropped_{dropped_what}``."""
+    return {
+        f"distributed/{kind}staleness_mean": sum(staleness) / max(len(staleness), 1),
+        f"distributed/{kind}staleness_max": float(max(staleness, default=0)),
+        f"distributed/dropped_{dropped_what}": float(dropped),
+    }
+
+
 class AsyncCollection:
     """Rollouts in flight on every collector of ``group``, handed out by rounds."""
 
@@ -108,11 +118,7 @@ class AsyncCollection:
     def report(self) -> dict[str, float]:
         """Staleness of the rollouts used since the last report, and the rollouts dropped so far."""
         staleness, self.staleness = self.staleness, []
-        return {
-            "distributed/staleness_mean": sum(staleness) / max(len(staleness), 1),
-            "distributed/staleness_max": float(max(staleness, default=0)),
-            "distributed/dropped_rollouts": float(self.dropped),
-        }
+        return staleness_report("", "rollouts", staleness, self.dropped)
 
     def close(self) -> None:
         """Forget the rollouts in flight (the group's close ends their actors)."""

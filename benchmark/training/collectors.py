@@ -140,14 +140,14 @@ class Collector:
         columns: dict[str, list[Any]] = {name: [] for name in (*FIELDS, "env_actions")}
         extras: dict[str, list[torch.Tensor]] = {}
         episodes: list[tuple[float, int, int]] = []
+        padded = np.zeros((self.total, *self.obs.shape[1:]), dtype=np.float32)
         for step in range(num_steps):
             if self.independent:
                 acted = algo.behavior_act(torch.as_tensor(self.obs, dtype=torch.float32))
                 rows = slice(None)
             else:
-                padded = np.zeros((self.total, *self.obs.shape[1:]), dtype=self.obs.dtype)
-                padded[self.rows] = self.obs
-                acted = algo.behavior_act(torch.as_tensor(padded, dtype=torch.float32))
+                padded[self.rows] = self.obs  # the other collectors' rows stay zeros
+                acted = algo.behavior_act(torch.as_tensor(padded))
                 rows = self.rows
             env_actions = acted.env_actions[rows]
             next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
@@ -166,7 +166,8 @@ class Collector:
             episodes += [(episode_return, length, step) for episode_return, length in finished_episodes(infos)]
             self.obs = next_obs
             if self.independent and "env_steps" in acting_state:  # the run's envs all step meanwhile
-                algo.load_acting_state({**algo.acting_state(), "env_steps": algo.acting_state()["env_steps"] + self.total})
+                now = algo.acting_state()
+                algo.load_acting_state({**now, "env_steps": now["env_steps"] + self.total})
         fields = {name: torch.stack(columns[name]) for name in FIELDS}
         return Collected(
             fields=fields,

@@ -27,6 +27,7 @@ from agents.api import ConfigError
 from agents.batches import RolloutBatch
 from agents.envs import env_spec
 from benchmark.config import RunSpec
+from benchmark.training.async_collection import staleness_report
 from benchmark.training.checkpoint import rng_state, set_rng_state
 from benchmark.training.collectors import READY_TIMEOUT
 
@@ -136,11 +137,7 @@ class GradientWorkerGroup:
     def report(self) -> dict[str, float]:
         """Staleness of the asynchronous gradients applied since the last report, and those dropped so far."""
         staleness, self.staleness = self.staleness, []
-        return {
-            "distributed/gradient_staleness_mean": sum(staleness) / max(len(staleness), 1),
-            "distributed/gradient_staleness_max": float(max(staleness, default=0)),
-            "distributed/dropped_gradients": float(self.dropped),
-        }
+        return staleness_report("gradient_", "gradients", staleness, self.dropped)
 
     def close(self) -> None:
         if not self.inline:
