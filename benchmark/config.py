@@ -125,7 +125,7 @@ class RunSpec:
             object.__setattr__(self, "distributed", check_distributed(self.distributed, "distributed"))
             if self.seeds_in_process > 1:
                 raise ConfigError("distributed: a run over several workers trains one seed; set seeds_in_process to 1")
-            check_distributable(self.algo, self.hyperparameters, self.distributed)
+            check_distributable(self.algo, self.hyperparameters, self.distributed, self.device)
 
     @property
     def checkpoint_interval(self) -> int:

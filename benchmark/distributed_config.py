@@ -23,7 +23,7 @@ def check_distributed(value: Any, where: str) -> dict[str, Any]:
 
     collectors: Ray actors stepping the envs, C >= 1 (num_envs must split evenly over them);
     gradient_workers: G >= 0 actors differentiating each optimizer step's batch in shares
-    (0: the learner does);
+    (0: the learner does; asynchronous, each step's batch goes whole to the next free one);
     mode: sync (C collectors of k envs train exactly as one process with C*k envs) or async
     (collectors never wait; rollouts at most max_staleness updates old are used, older dropped;
     off-policy collectors send chunks of ``chunk`` vector steps, Ape-X style);
@@ -46,12 +46,19 @@ def check_distributed(value: Any, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}.backend must be ray or inline, got {settings['backend']!r}")
     if settings["mode"] == "async" and settings["backend"] != "ray":
         raise ConfigError(f"{where}.mode: async needs backend ray (inline collectors cannot collect while the learner updates)")
+    workers = settings["gradient_workers"]
+    if settings["mode"] == "async" and workers > 1 and settings["max_staleness"] < workers - 1:
+        # with G busy workers each gradient arrives about G - 1 steps after its weights left
+        raise ConfigError(
+            f"{where}.max_staleness {settings['max_staleness']} would drop most gradients of {workers} asynchronous gradient workers "
+            f"(each arrives about {workers - 1} steps late); set it to at least {workers - 1}"
+        )
     return settings
 
 
-def check_distributable(algo: str, hyperparameters: dict[str, Any], settings: dict[str, Any]) -> None:
+def check_distributable(algo: str, hyperparameters: dict[str, Any], settings: dict[str, Any], device: str = "cpu") -> None:
     """ConfigError, in one line, when ``algo`` with these hyperparameters cannot train over
-    ``settings``' collectors."""
+    ``settings``' collectors, its learner on ``device``."""
     if agents.is_meta(algo):
         raise ConfigError(f"distributed: {algo} is a meta-learner; it collects through its task envs, not collectors")
     if issubclass(agents.config_class(algo), BCConfig):
@@ -65,8 +72,11 @@ def check_distributable(algo: str, hyperparameters: dict[str, Any], settings: di
     if settings.get("gradient_workers"):
         if algo == "mpo":
             raise ConfigError("distributed: mpo's E-step optimizes its temperature over the whole batch; gradient workers cannot split it")
-        if issubclass(agents.config_class(algo), OnPolicyConfig) and not hyperparameters.get("baseline", True):
+        on_policy = issubclass(agents.config_class(algo), OnPolicyConfig)
+        if on_policy and not hyperparameters.get("baseline", True):
             raise ConfigError(f"distributed: {algo}'s policy loss counts whole episodes over the batch (no baseline); gradient workers cannot split it")
+        if not on_policy and device.startswith("cuda"):
+            raise ConfigError(f"distributed: {algo}'s gradient workers draw the learner's noise on the CPU; with gradient workers its learner needs device cpu")
     num_envs, collectors = int(hyperparameters.get("num_envs", 1)), settings["collectors"]
     if num_envs % collectors:
         raise ConfigError(f"distributed: num_envs {num_envs} must split evenly over {collectors} collectors")

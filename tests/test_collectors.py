@@ -392,7 +392,7 @@ def test_off_policy_gradients_over_g_workers_equal_one_gradient_step_on_the_whol
     expected_errors, expected_end = learner.td_errors, learner.generator.get_state()
     learner.generator.set_state(start)
     steps = OffPolicyWorkerSteps(GradientWorkerGroup(spec, count, inline=True, worker=OffPolicyGradientWorker))
-    gradients, logs = steps(learner, batch)
+    gradients, logs, errors = steps.differentiate(learner, batch)
     assert torch.equal(learner.generator.get_state(), expected_end)
     assert len(gradients) == len(expected)
     for ours, theirs in zip(gradients, expected, strict=True):
@@ -400,10 +400,78 @@ def test_off_policy_gradients_over_g_workers_equal_one_gradient_step_on_the_whol
         if theirs is not None:
             torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-7)
     if expected_errors is not None:
-        torch.testing.assert_close(learner.td_errors, expected_errors, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(errors, expected_errors, rtol=1e-5, atol=1e-6)
     assert logs.keys() == expected_logs.keys()
     for key, value in expected_logs.items():
         assert logs[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.parametrize("max_staleness,dropped", [(1, 0), (0, 2)])
+def test_asynchronous_off_policy_gradient_workers_apply_each_gradient_with_the_priorities_of_its_own_batch(max_staleness, dropped):
+    """DQN with prioritized replay, 2 asynchronous gradient workers (inline: they finish in the
+    order they were given work), 5 gradient steps: the first waits for its own gradient, the
+    next ones go out while older ones are in flight; each gradient is applied with the TD errors
+    of the batch it came from, as computed at the weights it was sent with, and sets that
+    batch's priorities. Staleness runs 0, 0, 1, 1, 1 (the last two applied by ``finish``);
+    with max_staleness 0 the third is dropped, so the fourth (sent after the drop) is fresh
+    and the fifth is dropped: two counted."""
+    import copy
+
+    from benchmark.training.gradient_workers import GradientWorkerGroup
+    from benchmark.training.offpolicy_gradient_workers import AsyncOffPolicyWorkerSteps, OffPolicyGradientWorker
+
+    env_id, overrides = OFF_POLICY_GRADIENTS["dqn"]
+    config = agents.resolve_config("dqn", overrides)
+    spec = RunSpec("t", "dqn", env_id, 3, config.to_dict(), Budget(10_000, 10_000, 2), device="cpu")
+    learner = learner_of(spec)
+    envs = make_vector_env(env_id, config.num_envs)
+    obs = torch.as_tensor(envs.reset(seed=3)[0], dtype=torch.float32)
+    for _ in range(40):
+        acted = learner.behavior_act(obs)
+        step = envs.step(acted.env_actions)
+        learner.observe(transitions(obs, acted, step))
+        obs = torch.as_tensor(step[0], dtype=torch.float32)
+    envs.close()
+    group = GradientWorkerGroup(spec, 2, inline=True, worker=OffPolicyGradientWorker)
+    learner.stepped_by = AsyncOffPolicyWorkerSteps(group, max_staleness)
+    applied: list[tuple[torch.Tensor, torch.Tensor]] = []
+    original = learner.apply_step
+
+    def record(gradients, indices, td_errors):
+        applied.append((indices.clone(), td_errors.clone()))
+        original(gradients, indices, td_errors)
+
+    learner.apply_step = record
+    sent = []  # each batch's rows, and the TD errors one process computes on it at the weights sent with it
+    checker = copy.deepcopy(learner)
+    submit = group.submit
+
+    def keep(index, call):
+        weights, loss_state, batch = call[:3]
+        checker.set_weights(weights)
+        checker.load_loss_state(loss_state)
+        checker.gradient_list(batch)
+        sent.append((batch.indices, checker.td_errors))
+        return submit(index, call)
+
+    group.submit = keep
+    for _ in range(5):
+        learner.gradient_step(learner.buffer.sample(16, learner.generator))
+    assert len(applied) == (3 if max_staleness else 2) and learner.num_updates == len(applied)
+    learner.finish_steps()
+    kept = [0, 1, 2, 3, 4] if max_staleness else [0, 1, 3]
+    assert len(applied) == len(kept) and learner.num_updates == len(kept) and group.dropped == dropped
+    for (indices, errors), k in zip(applied, kept, strict=True):
+        assert torch.equal(indices, sent[k][0])
+        torch.testing.assert_close(errors, sent[k][1], rtol=1e-5, atol=1e-6)
+    assert group.report()["distributed/gradient_staleness_max"] == (1.0 if max_staleness else 0.0)
+
+
+def test_off_policy_gradient_workers_refuse_a_cuda_learner_in_one_line():
+    """Their noise is drawn on the CPU from the learner's generator: a CUDA learner is refused."""
+    config = agents.resolve_config("sac", {"num_envs": 2})
+    with pytest.raises(ConfigError, match="gradient workers draw the learner's noise on the CPU"):
+        RunSpec("t", "sac", "Pendulum-v1", 0, config.to_dict(), Budget(100, 100, 1), device="cuda", distributed={"collectors": 1, "gradient_workers": 2})
 
 
 @pytest.mark.parametrize("algo", ["sac", "dqn"])

@@ -26,7 +26,7 @@ import abc
 import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Protocol, cast
 
 import numpy as np
 import torch
@@ -42,6 +42,18 @@ from agents.nets.offpolicy import NetworkShape
 from agents.nets.recurrent import OneSeedEncoder, RecurrentEncoder
 from agents.nets.stacked import StackedEncoder
 from agents.optim import clip_gradients
+
+
+class StepTaker(Protocol):
+    """What takes a run's gradient steps in its place (a distributed run's gradient workers)."""
+
+    def step(self, algorithm: OffPolicyAlgorithm, batch: ReplayBatch) -> dict[str, float]:
+        """One gradient step on ``batch`` (or its start, when asynchronous); the logs of the step applied."""
+        ...
+
+    def finish(self, algorithm: OffPolicyAlgorithm) -> None:
+        """Apply the steps still in flight."""
+        ...
 
 
 class OffPolicyAlgorithm(Algorithm):
@@ -329,23 +341,34 @@ class OffPolicyAlgorithm(Algorithm):
         logs: dict[str, list[float]] = {}
         for _ in range(updates * self.config.gradient_steps):
             batch = self.buffer.sample(self.config.batch_size, self.generator)
-            gradients, info = self.differentiate(batch)
-            self.apply_gradient_list(gradients)
-            if self.config.prioritized and self.td_errors is not None and batch.indices is not None:
-                self.buffer.update_priorities(batch.indices, self.td_errors)
-            for key, value in info.items():
+            for key, value in self.gradient_step(batch).items():
                 logs.setdefault(key, []).append(value)
         return {key: float(sum(values) / len(values)) for key, values in logs.items()}
 
-    def differentiate(self, batch: ReplayBatch) -> tuple[list[torch.Tensor | None], dict[str, float]]:
-        """A gradient step's gradients (``gradient_list``'s order), logs and ``td_errors``:
-        computed here, or by gradient workers where a distributed run sets ``differentiated_by``."""
-        if self.differentiated_by is not None:
-            return self.differentiated_by(self, batch)
-        return self.gradient_list(batch)
+    def gradient_step(self, batch: ReplayBatch) -> dict[str, float]:
+        """One gradient step on ``batch``: differentiate, step, reprioritize; its logs. A
+        distributed run hands it to gradient workers instead (``stepped_by``)."""
+        if self.stepped_by is not None:
+            return self.stepped_by.step(self, batch)
+        gradients, info = self.gradient_list(batch)
+        self.apply_step(gradients, batch.indices, self.td_errors)
+        return info
 
-    #: who differentiates this run's gradient steps instead of ``gradient_list`` (gradient workers)
-    differentiated_by: Callable[[OffPolicyAlgorithm, ReplayBatch], tuple[list[torch.Tensor | None], dict[str, float]]] | None = None
+    def apply_step(self, gradients: list[torch.Tensor | None], indices: torch.Tensor | None, td_errors: torch.Tensor | None) -> None:
+        """Step on ``gradients`` (``gradient_list``'s order), then set the priorities of the
+        batch's rows ``indices`` (B,) from its ``td_errors`` (B,) under prioritized replay."""
+        self.apply_gradient_list(gradients)
+        if self.config.prioritized and td_errors is not None and indices is not None:
+            self.buffer.update_priorities(indices, td_errors)
+
+    def finish_steps(self) -> None:
+        """Apply what is still in flight (asynchronous gradient workers) before a checkpoint or
+        the end of training; nothing in one process."""
+        if self.stepped_by is not None:
+            self.stepped_by.finish(self)
+
+    #: who takes this run's gradient steps instead (a distributed run's gradient workers)
+    stepped_by: StepTaker | None = None
 
     @abc.abstractmethod
     def parameter_groups(self) -> dict[str, tuple[list[torch.nn.Parameter], torch.optim.Optimizer | None]]:

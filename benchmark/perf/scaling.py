@@ -3,7 +3,7 @@ trained in one process against the same run over C synchronous collectors (Ray a
 2, 4, ... up to the cores there are.
 
     python -m benchmark.perf.scaling [--cases ppo sac] [--collectors 1 2 4 8 16] [--device cpu]
-                                     [--mode sync|async] [--gradient-workers G]
+                                     [--mode sync|async] [--gradient-workers G] [--total-steps N]
 
 Each case is the run the issue names, sized so that its envs split over the largest C:
 PPO on Humanoid-v5 (16 envs x 128 steps = the published 2048-step rollout, 10 epochs of 32
@@ -61,7 +61,9 @@ def measure(case: str, collectors: int | None, device: str, mode: str = "sync", 
 
     env_id, overrides, budget = CASES[case]
     config = agents.resolve_config(case, overrides)
-    distributed = {"collectors": collectors, "backend": "ray", "mode": mode, "gradient_workers": gradient_workers} if collectors else None
+    staleness = max(1, gradient_workers - 1)  # asynchronous workers: each gradient arrives about G - 1 steps late
+    settings = {"collectors": collectors, "backend": "ray", "mode": mode, "gradient_workers": gradient_workers, "max_staleness": staleness}
+    distributed = settings if collectors else None
     spec = RunSpec("scaling", case, env_id, 0, config.to_dict(), budget, device=device, distributed=distributed)
     rates = _Rates()
     started = time.perf_counter()
@@ -82,7 +84,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--collectors", nargs="+", type=int, default=[1, 2, 4, 8, 16])
     parser.add_argument("--device", default="cpu", help="the learner's device (collectors act on the CPU)")
     parser.add_argument("--mode", default="sync", choices=["sync", "async"], help="the collectors' scheme (async: they never wait)")
-    parser.add_argument("--gradient-workers", type=int, default=0, metavar="G", help="gradient workers of the on-policy runs (default 0)")
+    parser.add_argument("--gradient-workers", type=int, default=0, metavar="G", help="gradient workers of every run (default 0; off-policy: CPU learners only)")
+    parser.add_argument("--total-steps", type=int, default=0, help="each run's budget in env steps (default: the case's)")
     parser.add_argument("--output", type=Path, default=Path("results/perf/distributed-scaling.json"))
     args = parser.parse_args(argv)
     from benchmark.perf.throughput import machine, now
@@ -98,6 +101,10 @@ def main(argv: list[str] | None = None) -> None:
         "cpus": os.cpu_count(),
         "cases": {},
     }
+    if args.total_steps:
+        for name in args.cases:
+            env_id, overrides, budget = CASES[name]
+            CASES[name] = (env_id, overrides, Budget(args.total_steps, args.total_steps, budget.eval_episodes))
     for case in args.cases:
         num_envs = CASES[case][1]["num_envs"]
         rows = [measure(case, None, args.device)]
@@ -105,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         for count in args.collectors:
             if num_envs % count:
                 continue
-            workers = args.gradient_workers if case == "ppo" else 0
+            workers = args.gradient_workers if case == "ppo" or args.device == "cpu" else 0  # off-policy ones need a CPU learner
             row = measure(case, count, args.device, args.mode, workers)
             row["speedup"] = row["steps_per_second"] / rows[0]["steps_per_second"]
             rows.append(row)

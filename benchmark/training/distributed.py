@@ -19,6 +19,7 @@ in progress are lost; ``distributed/collector_restarts`` counts them).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -26,12 +27,14 @@ import numpy as np
 import agents
 from agents.algos.offpolicy import OffPolicyAlgorithm
 from agents.algos.onpolicy import OnPolicyAlgorithm
+from agents.api import ConfigError
 from benchmark import metric_names
+from benchmark.distributed_config import check_distributable
 from benchmark.training import checkpoint
 from benchmark.training.async_collection import AsyncCollection
 from benchmark.training.collectors import CollectorGroup, observe_rollout
 from benchmark.training.gradient_workers import AsyncWorkerSeeds, GradientWorkerGroup, WorkerSeeds
-from benchmark.training.offpolicy_gradient_workers import OffPolicyGradientWorker, OffPolicyWorkerSteps
+from benchmark.training.offpolicy_gradient_workers import AsyncOffPolicyWorkerSteps, OffPolicyGradientWorker, OffPolicyWorkerSteps
 from benchmark.training.seed_run import SeedRun
 
 COLLECTOR_RESTARTS = "distributed/collector_restarts"
@@ -66,6 +69,10 @@ class DistributedRun(SeedRun):
         super().__init__(*args, **kwargs)
         self.gradient_group: GradientWorkerGroup | None = None
         count = self.settings["gradient_workers"]
+        try:  # the device "auto" chose (RunSpec refuses an explicit one)
+            check_distributable(self.spec.algo, self.spec.hyperparameters, self.settings, self.device.type)
+        except ConfigError as error:
+            self.error = error
         if count and self.error is None:
             inline = self.settings["backend"] == "inline"
             if isinstance(self.algo, OnPolicyAlgorithm):
@@ -76,8 +83,10 @@ class DistributedRun(SeedRun):
                 else:
                     self.algo.optimized_as = lambda algorithm: WorkerSeeds(algorithm, group)
             else:
-                self.gradient_group = GradientWorkerGroup(self.spec, count, inline, worker=OffPolicyGradientWorker)
-                cast(OffPolicyAlgorithm, self.algo).differentiated_by = OffPolicyWorkerSteps(self.gradient_group)
+                group = self.gradient_group = GradientWorkerGroup(self.spec, count, inline, worker=OffPolicyGradientWorker)
+                asynchronous = self.settings["mode"] == "async"
+                steps = AsyncOffPolicyWorkerSteps(group, self.settings["max_staleness"]) if asynchronous else OffPolicyWorkerSteps(group)
+                cast(OffPolicyAlgorithm, self.algo).stepped_by = steps
 
     def open_train_envs(self) -> None:
         settings = self.spec.distributed
@@ -143,18 +152,33 @@ class DistributedRun(SeedRun):
     def evaluate_now(self) -> float:
         """Each collector's env steps per second of its own collection time, since the last
         evaluation (how evenly the workers keep up), then what every run logs."""
+        if self.counters.step >= self.spec.budget.total_steps:
+            self._finish_steps()  # the last evaluation sees every gradient step taken
         rates = self.collector_steps / np.maximum(self.collector_seconds, 1e-9)
         metrics = {collector_rate(index): float(rate) for index, rate in enumerate(rates)}
         if self.asynchronous is not None:
             metrics.update(self.asynchronous.report())
         if self.gradient_group is not None:
             metrics[GRADIENT_WORKER_RESTARTS] = float(self.gradient_group.restarts)
-            if self.settings["mode"] == "async" and self.on_policy:
+            if self.settings["mode"] == "async":
                 metrics.update(self.gradient_group.report())
         self.tracker.log_metrics(metrics, self.counters.step)
         self.collector_seconds[:] = 0.0
         self.collector_steps[:] = 0.0
         return super().evaluate_now()
+
+    def save(self) -> Path:
+        self._finish_steps()
+        return super().save()
+
+    def finish(self, remove_latest_on_finish: bool) -> None:
+        self._finish_steps()
+        super().finish(remove_latest_on_finish)
+
+    def _finish_steps(self) -> None:
+        """Apply the asynchronous gradient steps in flight (off-policy: they outlive an update)."""
+        if isinstance(self.algo, OffPolicyAlgorithm):
+            self.algo.finish_steps()
 
     def envs_payload(self) -> dict[str, Any]:
         states = self.group.state()

@@ -111,11 +111,16 @@ class GradientWorkerGroup:
         return [self.result(reference, index, calls[index]) for index, reference in enumerate(references)]
 
     def submit(self, index: int, call: tuple[Any, ...]) -> Any:
-        """Worker ``index``'s ``gradients(*call)``, started (Ray); its reference."""
+        """Worker ``index``'s ``gradients(*call)``, started; its reference (inline: computed now)."""
+        if self.inline:
+            return _Done(self.workers[index].gradients(*call))
         return self.workers[index].gradients.remote(*call)
 
     def wait_any(self, references: dict[Any, Any]) -> tuple[Any, Any]:
-        """The first of ``references`` to finish, and what it maps to."""
+        """The first of ``references`` to finish (inline: the first submitted), and what it maps to."""
+        if self.inline:
+            reference = next(iter(references))
+            return reference, references[reference]
         import ray
 
         (reference,), _ = ray.wait(list(references), num_returns=1)
@@ -123,6 +128,8 @@ class GradientWorkerGroup:
 
     def result(self, reference: Any, index: int, call: tuple[Any, ...]) -> Any:
         """What ``reference`` returned; if worker ``index`` died, a replacement computes ``call`` again."""
+        if isinstance(reference, _Done):
+            return reference.value
         import ray
         from ray.exceptions import RayActorError
 
@@ -146,6 +153,13 @@ class GradientWorkerGroup:
             for worker in self.workers:
                 ray.kill(worker)
         self.workers = []
+
+
+class _Done:
+    """An inline worker's result, as a reference (``GradientWorkerGroup.submit``)."""
+
+    def __init__(self, value: Any):
+        self.value = value
 
 
 def shares(rows: int, count: int) -> list[slice]:

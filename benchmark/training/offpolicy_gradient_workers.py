@@ -1,4 +1,4 @@
-"""Gradient workers of a distributed off-policy run (synchronous): every gradient step's sampled
+"""Gradient workers of a distributed off-policy run. Synchronous: every gradient step's sampled
 batch differentiated by G workers on shares of its rows.
 
     the learner samples the batch (B rows) from its replay buffer, as one process does
@@ -10,7 +10,9 @@ batch differentiated by G workers on shares of its rows.
         are means over the rows), clips where the losses clip, takes on the generator state the
         workers ended in (all the same), sets the TD errors of prioritized replay, and steps
 
-So G workers equal one process up to the order of float sums. MPO is refused: its E-step
+So G workers equal one process up to the order of float sums. Asynchronous: each batch goes
+whole to one free worker and its gradient is applied when it arrives
+(``AsyncOffPolicyWorkerSteps``). MPO is refused: its E-step
 optimizes a temperature over the whole batch and draws action samples batch-second.
 """
 
@@ -87,13 +89,20 @@ class OffPolicyGradientWorker:
 
 
 class OffPolicyWorkerSteps:
-    """What differentiates a run's gradient steps once it has gradient workers
-    (``OffPolicyAlgorithm.differentiated_by``)."""
+    """The synchronous scheme: every gradient step's batch split over the G workers
+    (``OffPolicyAlgorithm.stepped_by``); the learner waits for all of them."""
 
     def __init__(self, group: GradientWorkerGroup):
         self.group = group
 
-    def __call__(self, algorithm: OffPolicyAlgorithm, batch: ReplayBatch) -> tuple[list[torch.Tensor | None], dict[str, float]]:
+    def step(self, algorithm: OffPolicyAlgorithm, batch: ReplayBatch) -> dict[str, float]:
+        gradients, logs, errors = self.differentiate(algorithm, batch)
+        algorithm.apply_step(gradients, batch.indices, errors)
+        return logs
+
+    def differentiate(self, algorithm: OffPolicyAlgorithm, batch: ReplayBatch) -> tuple[list[torch.Tensor | None], dict[str, float], torch.Tensor | None]:
+        """The gradients of one step on ``batch`` (``gradient_list``'s order), its logs and TD
+        errors (B,), as one process computes them; the learner's generator moves on as there."""
         total = int(batch.obs.shape[0])
         pieces = shares(total, self.group.count)
         weights, loss_state = algorithm.get_weights(), algorithm.loss_state()
@@ -102,26 +111,80 @@ class OffPolicyWorkerSteps:
         states = [result[3] for result in results]
         if any(not torch.equal(state, states[0]) for state in states):
             raise RuntimeError("the gradient workers' noise diverged: they did not draw from one state")
-        summed: dict[str, list[torch.Tensor] | None] = {}
-        logs: dict[str, torch.Tensor] = {}
-        for piece, (gradients, info, _, _, _) in zip(pieces, results, strict=True):
-            share = (piece.stop - piece.start) / total
-            for name, values in gradients.items():
-                if values is None:
-                    summed.setdefault(name, None)
-                    continue
-                previous = summed.get(name)
-                summed[name] = [share * value for value in values] if previous is None else [a + share * b for a, b in zip(previous, values, strict=True)]
-            for key, value in info.items():
-                logs[key] = logs[key] + share * value if key in logs else share * value
-        for name, max_norm in results[0][4].items():
-            values = summed.get(name)
-            if values is not None:
-                logs["grad_norm"] = clip_gradients(values, max_norm).reshape(1)
         algorithm.generator.set_state(states[0])
-        errors = [result[2] for result in results if result[2] is not None]
-        algorithm.td_errors = torch.cat(errors) if len(errors) == len(results) else None
-        flat: list[torch.Tensor | None] = []
-        for name, (parameters, _) in algorithm.groups.items():
-            flat += summed.get(name) or [None] * len(parameters)
-        return flat, {key: float(value.reshape(-1)[0]) for key, value in logs.items()}
+        return joined(algorithm, [(piece.stop - piece.start) / total for piece in pieces], results)
+
+    def finish(self, algorithm: OffPolicyAlgorithm) -> None:
+        pass
+
+
+class AsyncOffPolicyWorkerSteps:
+    """The asynchronous scheme (Gorila-style): each gradient step's batch goes whole to the next
+    free worker with the learner's weights then, and its own noise (a seed the learner draws);
+    the learner applies each gradient when it arrives, and sets the priorities of the batch it
+    came from, unless more than ``max_staleness`` other steps were applied since its weights
+    were sent (then it is dropped). The learner waits only when every worker is busy; what is
+    in flight at the end of an update stays in flight (``finish`` applies it before a
+    checkpoint and at the end of training). A step's logs are those of the last gradient
+    applied (the first step waits for its own)."""
+
+    def __init__(self, group: GradientWorkerGroup, max_staleness: int):
+        self.group, self.max_staleness = group, max_staleness
+        self.in_flight: dict[Any, tuple[int, int, tuple[Any, ...], torch.Tensor | None]] = {}  # reference -> (worker, version, call, rows)
+        self.logs: dict[str, float] | None = None
+
+    def step(self, algorithm: OffPolicyAlgorithm, batch: ReplayBatch) -> dict[str, float]:
+        if len(self.in_flight) == self.group.count:
+            self._apply_next(algorithm)
+        busy = {worker for worker, _, _, _ in self.in_flight.values()}
+        worker = next(index for index in range(self.group.count) if index not in busy)
+        total = int(batch.obs.shape[0])
+        seed = int(torch.randint(2**62, (1,), generator=algorithm.generator, device=algorithm.generator.device))
+        loss_state = {**algorithm.loss_state(), "generator": torch.Generator().manual_seed(seed).get_state()}
+        call = (algorithm.get_weights(), loss_state, batch.apply(lambda tensor: tensor.cpu()), slice(0, total), total)
+        self.in_flight[self.group.submit(worker, call)] = (worker, algorithm.num_updates, call, batch.indices)
+        while self.logs is None:
+            self._apply_next(algorithm)
+        return self.logs
+
+    def _apply_next(self, algorithm: OffPolicyAlgorithm) -> None:
+        reference, (worker, version, call, rows) = self.group.wait_any(self.in_flight)
+        del self.in_flight[reference]
+        result = self.group.result(reference, worker, call)
+        staleness = algorithm.num_updates - version
+        if staleness > self.max_staleness:
+            self.group.dropped += 1
+            return
+        self.group.staleness.append(staleness)
+        gradients, self.logs, errors = joined(algorithm, [1.0], [result])
+        algorithm.apply_step(gradients, rows, errors)
+
+    def finish(self, algorithm: OffPolicyAlgorithm) -> None:
+        while self.in_flight:
+            self._apply_next(algorithm)
+
+
+def joined(algorithm: OffPolicyAlgorithm, weights: list[float], results: list[Any]) -> tuple[list[torch.Tensor | None], dict[str, float], torch.Tensor | None]:
+    """The workers' ``results`` on shares of one batch summed with ``weights`` (each share's
+    fraction of the rows), clipped where the losses clip: the gradients in
+    ``gradient_list``'s order, the logs, and the TD errors (B,) when every share has them."""
+    summed: dict[str, list[torch.Tensor] | None] = {}
+    logs: dict[str, torch.Tensor] = {}
+    for share, (gradients, info, _, _, _) in zip(weights, results, strict=True):
+        for name, values in gradients.items():
+            if values is None:
+                summed.setdefault(name, None)
+                continue
+            previous = summed.get(name)
+            summed[name] = [share * value for value in values] if previous is None else [a + share * b for a, b in zip(previous, values, strict=True)]
+        for key, value in info.items():
+            logs[key] = logs[key] + share * value if key in logs else share * value
+    for name, max_norm in results[0][4].items():
+        values = summed.get(name)
+        if values is not None:
+            logs["grad_norm"] = clip_gradients(values, max_norm).reshape(1)
+    errors = [result[2] for result in results if result[2] is not None]
+    flat: list[torch.Tensor | None] = []
+    for name, (parameters, _) in algorithm.groups.items():
+        flat += summed.get(name) or [None] * len(parameters)
+    return flat, {key: float(value.reshape(-1)[0]) for key, value in logs.items()}, torch.cat(errors) if errors and len(errors) == len(results) else None
