@@ -213,14 +213,20 @@ def _alive(pids: list[int]) -> list[int]:
     return [pid for pid in pids if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"]
 
 
-def test_terminate_stops_workers_and_marks_runs_killed(write_suite, tmp_path):
-    """A scheduler's SIGTERM mid-run: every run is KILLED in MLflow, the command exits 143, and
-    the workers are gone. (Ctrl-C, exit 130, is the executor contract's test, once per executor:
+@pytest.mark.parametrize("whole_group", [False, True], ids=["launch", "whole-group"])
+def test_terminate_stops_workers_and_marks_runs_killed(write_suite, tmp_path, whole_group):
+    """A scheduler's SIGTERM mid-run, to the launch or to its whole process group (a shell's
+    timeout; the queue manager then outlives it until the workers are stopped): every run is
+    KILLED in MLflow, the command exits 143, and the workers are gone. (Ctrl-C, exit 130, is the
+    executor contract's test, once per executor:
     tests/test_executors.py::test_ctrl_c_cancels_each_executor_cleanly.)"""
     process, uri, workers = _start_long_suite(write_suite, tmp_path)
     try:
         assert len(workers) >= 4  # two workers, the queue manager and the fork server (or resource tracker)
-        process.send_signal(signal.SIGTERM)
+        if whole_group:
+            os.killpg(process.pid, signal.SIGTERM)
+        else:
+            process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=120) == cli.EXIT_TERMINATED, process.stderr.read()
     finally:
         if process.poll() is None:

@@ -192,6 +192,73 @@ def test_a_run_over_ray_collectors_resumes_exactly_after_its_whole_launch_is_kil
     assert sorted(resumed) == [(e.step, e.mean) for e in never_stopped.evaluations]
 
 
+def session_processes(session: int, seconds: float) -> list[str]:
+    """The processes still in ``session`` (the launch's, which its children share, Ray's
+    included) after waiting up to ``seconds`` for them to end; their command names."""
+    import os
+    import time
+
+    deadline = time.monotonic() + seconds
+    while True:
+        left = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if os.getsid(int(entry.name)) == session and "Z" not in (entry / "stat").read_text().split(")")[-1][:3]:
+                        left.append((entry / "comm").read_text().strip())
+                except (OSError, ProcessLookupError):
+                    pass
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+def test_a_sigterm_to_the_whole_launch_of_a_run_over_ray_collectors_stops_it_as_a_preemption(write_suite, tmp_path):
+    """A SIGTERM to the launch's whole process group (as a shell's timeout or a batch scheduler
+    sends it) once a checkpoint exists: the pool's queue manager outlives it until the launch
+    has stopped its workers, and Ray's GCS and raylet (a group of their own) outlive it, so the
+    run writes its preemption checkpoint with every collector's envs, the command exits 143
+    with the run KILLED in MLflow, no Ray process outlives the launch, and the relaunch resumes
+    and ends with the evaluations of the run never stopped."""
+    import dataclasses
+    import os
+    import signal
+
+    from test_launches import launch, wait_for
+
+    from benchmark.cli.common import EXIT_TERMINATED
+    from benchmark.config import load_suite
+    from benchmark.training import checkpoint, loop
+
+    pytest.importorskip("ray")
+    suite, results = write_suite(SLOW, "slow.yaml"), tmp_path / "results"
+    spec = load_suite(str(suite)).specs[0]
+    latest = results / "checkpoints" / spec.run_key / checkpoint.LATEST
+    process = launch(suite, results)
+    try:
+        wait_for(latest.exists, process, seconds=300)
+        periodic = checkpoint.load(latest)["loop"]["step"]
+        os.killpg(process.pid, signal.SIGTERM)
+        code = process.wait(timeout=300)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    stderr = process.stderr.read()
+    assert code == EXIT_TERMINATED, stderr
+    payload = checkpoint.load(latest)
+    assert periodic <= payload["loop"]["step"] < spec.budget.total_steps and payload["exact"], stderr
+    _, runs = children(results)
+    assert [run.info.status for run in runs] == ["KILLED"]
+    assert not session_processes(process.pid, seconds=30)
+    completed = run_cli("run", "--suite", str(suite), "--results-dir", str(results), cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    client, runs = children(results)
+    resumed = [(m.step, m.value) for m in client.get_metric_history(runs[0].info.run_id, "eval/return_mean")]
+    never_stopped = loop.run(dataclasses.replace(spec, distributed={**spec.distributed, "backend": "inline"}))
+    assert sorted(resumed) == [(e.step, e.mean) for e in never_stopped.evaluations]
+
+
 def test_ray_gradient_workers_train_as_inline_ones_even_when_one_dies(monkeypatch, own_ray):
     """PPO over 2 Ray collectors and 2 Ray gradient workers, one worker killed after the first
     evaluation: a worker keeps nothing between steps, so its replacement differentiates the

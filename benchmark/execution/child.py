@@ -48,6 +48,15 @@ def init_child_process(launch_pid: int, environ: dict[str, str] | None = None) -
         threading.Thread(target=_terminate_when_the_launch_ends, name="launch-watch", daemon=True).start()
 
 
+def init_queue_manager(launch_pid: int) -> None:
+    """In the queue manager: as ``init_child_process``, but a SIGTERM ends it only once the
+    launch has ended (the kernel's signal at the launch's death). A SIGTERM sent to the whole
+    process group (a shell's timeout, a batch scheduler) reaches the launch too, which then
+    needs its queues to stop its workers; it shuts the manager down itself."""
+    init_child_process(launch_pid)
+    signal.signal(signal.SIGTERM, lambda signum, frame: exit_if_orphaned())
+
+
 def exit_if_orphaned() -> None:
     """Exit at once if the launch that started this child is gone. A worker that was training
     when the launch died took SIGTERM as a stop request (its run checkpoints and stops) and

@@ -21,7 +21,7 @@ from typing import Any
 
 from benchmark.execution import devices
 from benchmark.execution.base import Executor, Submission, Task
-from benchmark.execution.child import exit_if_orphaned, init_child_process
+from benchmark.execution.child import exit_if_orphaned, init_child_process, init_queue_manager
 from benchmark.execution.messages import Message, drain
 
 
@@ -69,7 +69,7 @@ class LocalExecutor(Executor):
 class _PoolSubmission(Submission):
     def __init__(self, tasks: list[Task], slots: list[devices.Slot]):
         self._manager = SyncManager(ctx=multiprocessing.get_context("spawn"))  # queues only: imports nothing heavy
-        self._manager.start(initializer=init_child_process, initargs=(os.getpid(),))
+        self._manager.start(initializer=init_queue_manager, initargs=(os.getpid(),))
         self._pool = ProcessPoolExecutor(
             max_workers=len(slots),
             mp_context=worker_context(),

@@ -19,6 +19,8 @@ in progress are lost; ``distributed/collector_restarts`` counts them).
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import Any, cast
 
@@ -55,7 +57,23 @@ def start_ray() -> bool:
         return False
     # Ray runs its workers at nice 15; collectors are the run's own work, not background work
     os.environ.setdefault("RAY_worker_niceness", "0")
-    ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # Ray's GCS and raylet would join this process's group, and a SIGTERM sent to the group (a
+    # shell's timeout, a batch scheduler) would end them at once: the run could not write its
+    # preemption checkpoint, and its driver would wait 60 s for the GCS, then exit. So they start
+    # in a group of their own (they still die with this process: Ray binds them to it).
+    # ray.init also makes SIGTERM exit the driver at once; the run's own handler (a preemption
+    # checkpoint, ``control.StopSignal`` / ``deferred_stop``) is put back.
+    group, handler = os.getpgid(0), signal.getsignal(signal.SIGTERM)
+    alone = group != os.getpid()  # a group's leader cannot leave it: its Ray stays in its group
+    if alone:
+        os.setpgid(0, 0)
+    try:
+        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    finally:
+        if alone:
+            os.setpgid(0, group)
+        if handler is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, handler)
     return True
 
 
