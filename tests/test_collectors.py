@@ -3,6 +3,8 @@ train exactly as one process with C*k envs."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from test_seeds import parameters, transitions
@@ -363,16 +365,8 @@ OFF_POLICY_GRADIENTS = {
 }
 
 
-@pytest.mark.parametrize("algo", sorted(OFF_POLICY_GRADIENTS))
-@pytest.mark.parametrize("count", [2, 3])
-def test_off_policy_gradients_over_g_workers_equal_one_gradient_step_on_the_whole_batch(algo, count):
-    """A sampled batch of 32 split over G workers (3: unequal shares): the gradients of one
-    process's step on the whole batch to 1e-5, its noise drawn for all rows (the generator ends
-    in the same state), DQN's clipping (max norm 0.01: it binds) applied to the sum, and
-    prioritized replay's TD errors in row order."""
-    from benchmark.training.gradient_workers import GradientWorkerGroup
-    from benchmark.training.offpolicy_gradient_workers import OffPolicyGradientWorker, OffPolicyWorkerSteps
-
+def learner_with_replay(algo: str) -> tuple[RunSpec, Any]:
+    """A learner of ``OFF_POLICY_GRADIENTS[algo]`` after 40 vector steps stored in its replay."""
     env_id, overrides = OFF_POLICY_GRADIENTS[algo]
     config = agents.resolve_config(algo, overrides)
     spec = RunSpec("t", algo, env_id, 3, config.to_dict(), Budget(10_000, 10_000, 2), device="cpu")
@@ -385,6 +379,20 @@ def test_off_policy_gradients_over_g_workers_equal_one_gradient_step_on_the_whol
         learner.observe(transitions(obs, acted, step))
         obs = torch.as_tensor(step[0], dtype=torch.float32)
     envs.close()
+    return spec, learner
+
+
+@pytest.mark.parametrize("algo", sorted(OFF_POLICY_GRADIENTS))
+@pytest.mark.parametrize("count", [2, 3])
+def test_off_policy_gradients_over_g_workers_equal_one_gradient_step_on_the_whole_batch(algo, count):
+    """A sampled batch of 32 split over G workers (3: unequal shares): the gradients of one
+    process's step on the whole batch to 1e-5, its noise drawn for all rows (the generator ends
+    in the same state), DQN's clipping (max norm 0.01: it binds) applied to the sum, and
+    prioritized replay's TD errors in row order."""
+    from benchmark.training.gradient_workers import GradientWorkerGroup
+    from benchmark.training.offpolicy_gradient_workers import OffPolicyGradientWorker, OffPolicyWorkerSteps
+
+    spec, learner = learner_with_replay(algo)
     learner.num_updates = 4
     batch = learner.buffer.sample(32, learner.generator)
     start = learner.generator.get_state()
@@ -420,18 +428,7 @@ def test_asynchronous_off_policy_gradient_workers_apply_each_gradient_with_the_p
     from benchmark.training.gradient_workers import GradientWorkerGroup
     from benchmark.training.offpolicy_gradient_workers import AsyncOffPolicyWorkerSteps, OffPolicyGradientWorker
 
-    env_id, overrides = OFF_POLICY_GRADIENTS["dqn"]
-    config = agents.resolve_config("dqn", overrides)
-    spec = RunSpec("t", "dqn", env_id, 3, config.to_dict(), Budget(10_000, 10_000, 2), device="cpu")
-    learner = learner_of(spec)
-    envs = make_vector_env(env_id, config.num_envs)
-    obs = torch.as_tensor(envs.reset(seed=3)[0], dtype=torch.float32)
-    for _ in range(40):
-        acted = learner.behavior_act(obs)
-        step = envs.step(acted.env_actions)
-        learner.observe(transitions(obs, acted, step))
-        obs = torch.as_tensor(step[0], dtype=torch.float32)
-    envs.close()
+    spec, learner = learner_with_replay("dqn")
     group = GradientWorkerGroup(spec, 2, inline=True, worker=OffPolicyGradientWorker)
     learner.stepped_by = AsyncOffPolicyWorkerSteps(group, max_staleness)
     applied: list[tuple[torch.Tensor, torch.Tensor]] = []

@@ -155,6 +155,20 @@ experiments:
 """
 
 
+def launch_slow(write_suite, tmp_path):
+    """``benchmark run`` of the SLOW suite in a session of its own: the suite file, the results
+    directory, the run's spec, where its ``latest.pt`` goes, and the process."""
+    from test_launches import launch
+
+    from benchmark.config import load_suite
+    from benchmark.training import checkpoint
+
+    pytest.importorskip("ray")
+    suite, results = write_suite(SLOW, "slow.yaml"), tmp_path / "results"
+    spec = load_suite(str(suite)).specs[0]
+    return suite, results, spec, results / "checkpoints" / spec.run_key / checkpoint.LATEST, launch(suite, results)
+
+
 def test_a_run_over_ray_collectors_resumes_exactly_after_its_whole_launch_is_killed(write_suite, tmp_path):
     """SIGKILL of the launch (its workers, the Ray instance they started and the collector
     actors) once a checkpoint exists; the relaunch resumes the run in its MLflow run from that
@@ -163,16 +177,11 @@ def test_a_run_over_ray_collectors_resumes_exactly_after_its_whole_launch_is_kil
     import os
     import signal
 
-    from test_launches import assert_each_key_finished_once, launch, wait_for
+    from test_launches import assert_each_key_finished_once, wait_for
 
-    from benchmark.config import load_suite
     from benchmark.training import checkpoint, loop
 
-    pytest.importorskip("ray")
-    suite, results = write_suite(SLOW, "slow.yaml"), tmp_path / "results"
-    spec = load_suite(str(suite)).specs[0]
-    latest = results / "checkpoints" / spec.run_key / checkpoint.LATEST
-    process = launch(suite, results)
+    suite, results, spec, latest, process = launch_slow(write_suite, tmp_path)
     try:
         wait_for(latest.exists, process, seconds=300)
     finally:
@@ -224,17 +233,12 @@ def test_a_sigterm_to_the_whole_launch_of_a_run_over_ray_collectors_stops_it_as_
     import os
     import signal
 
-    from test_launches import launch, wait_for
+    from test_launches import wait_for
 
     from benchmark.cli.common import EXIT_TERMINATED
-    from benchmark.config import load_suite
     from benchmark.training import checkpoint, loop
 
-    pytest.importorskip("ray")
-    suite, results = write_suite(SLOW, "slow.yaml"), tmp_path / "results"
-    spec = load_suite(str(suite)).specs[0]
-    latest = results / "checkpoints" / spec.run_key / checkpoint.LATEST
-    process = launch(suite, results)
+    suite, results, spec, latest, process = launch_slow(write_suite, tmp_path)
     try:
         wait_for(latest.exists, process, seconds=300)
         periodic = checkpoint.load(latest)["loop"]["step"]
