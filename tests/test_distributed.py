@@ -253,7 +253,7 @@ def test_a_sigterm_to_the_whole_launch_of_a_run_over_ray_collectors_stops_it_as_
     payload = checkpoint.load(latest)
     assert periodic <= payload["loop"]["step"] < spec.budget.total_steps and payload["exact"], stderr
     _, runs = children(results)
-    assert [run.info.status for run in runs] == ["KILLED"]
+    assert [run.info.status for run in runs] == ["KILLED"], stderr
     assert not session_processes(process.pid, seconds=30)
     completed = run_cli("run", "--suite", str(suite), "--results-dir", str(results), cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr

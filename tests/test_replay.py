@@ -387,3 +387,20 @@ def test_cpu_replay_memory_is_committed_only_where_written():
     # threshold (up to 32 MiB: actions, flags, episode bookkeeping; 27% here) from its heap, zeroed
     assert found["total"] > 150 * 2**20 and found["grown"] < 0.5 * found["total"], found
     assert found["held"] == 3 and found["third"] == 2.0 and found["rest_zero"], found
+
+
+def test_rewritten_since_marks_the_rows_stored_again_after_a_count_of_rows():
+    """Three rows of two envs: after 2 rows, 2 more go to rows 2 and 0 (the ring wraps), so flat
+    indices 0, 1 (row 0) and 4, 5 (row 2) hold newer transitions and 2, 3 (row 1) do not; once a
+    whole ring's worth of rows has been written, every index has."""
+    buffer = ReplayBuffer(capacity=6, num_envs=2, obs_shape=(1,), action_shape=(1,))
+    for value in range(2):
+        _add(buffer, float(value))
+    then = buffer.rows_written
+    for value in range(2):
+        _add(buffer, float(value))
+    indices = torch.arange(6)
+    assert buffer.rewritten_since(indices, then).tolist() == [True, True, False, False, True, True]
+    assert not buffer.rewritten_since(indices, buffer.rows_written).any()
+    _add(buffer, 9.0)
+    assert buffer.rewritten_since(indices, then).all()

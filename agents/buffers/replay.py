@@ -293,6 +293,15 @@ class ReplayBuffer:
         row = (self.rows_written - 1) % self.num_rows
         return torch.arange(row * self.num_envs, (row + 1) * self.num_envs)
 
+    def rewritten_since(self, indices: torch.Tensor, rows_written: int) -> torch.Tensor:
+        """Which flat ``indices`` (B,) hold a transition stored after the buffer had written
+        ``rows_written`` rows (a bool mask, B): their rows were written again since."""
+        count = self.rows_written - rows_written
+        if count >= self.num_rows:
+            return torch.ones_like(indices, dtype=torch.bool)
+        rows = torch.div(indices, self.num_envs, rounding_mode="floor")
+        return (rows - rows_written) % self.num_rows < count
+
     def update_priorities(self, indices: torch.Tensor, td_errors: torch.Tensor) -> None:
         """New priorities from the TD errors of the batch drawn at flat ``indices`` (PER only)."""
         self.sampler.update_priorities(indices, td_errors)

@@ -55,6 +55,8 @@ def init_queue_manager(launch_pid: int) -> None:
     needs its queues to stop its workers; it shuts the manager down itself."""
     init_child_process(launch_pid)
     signal.signal(signal.SIGTERM, lambda signum, frame: exit_if_orphaned())
+    if _parent_pid == launch_pid:  # the kernel's signal comes once, and might come early: watch the launch too
+        threading.Thread(target=_terminate_when_the_launch_ends, name="launch-watch", daemon=True).start()
 
 
 def exit_if_orphaned() -> None:

@@ -117,16 +117,22 @@ def _result_of(future: Future) -> Any:
 
 def _stop_workers(pool: ProcessPoolExecutor, grace_seconds: float = 30.0) -> None:
     """Cancel queued runs and SIGTERM running ones, which checkpoint and stop (ProcessPoolExecutor
-    has no public terminate); whatever still lives after ``grace_seconds`` is killed."""
+    has no public terminate); whatever still lives after ``grace_seconds`` is killed. Returns once
+    every worker has ended: their run claims are released then, so the runs they left open can
+    be closed."""
     processes = getattr(pool, "_processes", None) or {}  # the live dict: replacement workers appear in it
+    workers = list(processes.values())  # kept: the pool forgets the workers as it shuts down
     pool.shutdown(wait=False, cancel_futures=True)
     deadline = time.monotonic() + grace_seconds
     while time.monotonic() < deadline:
-        alive = [process for process in list(processes.values()) if process.is_alive()]
+        workers += [process for process in list(processes.values()) if process not in workers]
+        alive = [process for process in workers if process.is_alive()]
         if not alive:
             return
         for process in alive:
             process.terminate()
         time.sleep(0.2)
-    for process in list(processes.values()):
-        process.kill()
+    for process in workers:
+        if process.is_alive():
+            process.kill()
+        process.join(timeout=10)

@@ -61,7 +61,7 @@ def measure(case: str, collectors: int | None, device: str, mode: str = "sync", 
 
     env_id, overrides, budget = CASES[case]
     config = agents.resolve_config(case, overrides)
-    staleness = max(1, gradient_workers - 1)  # asynchronous workers: each gradient arrives about G - 1 steps late
+    staleness = max(1, gradient_workers)  # asynchronous workers: each gradient arrives about G - 1 steps late; one step of slack
     settings = {"collectors": collectors, "backend": "ray", "mode": mode, "gradient_workers": gradient_workers, "max_staleness": staleness}
     distributed = settings if collectors else None
     spec = RunSpec("scaling", case, env_id, 0, config.to_dict(), budget, device=device, distributed=distributed)

@@ -70,10 +70,14 @@ def start_ray() -> bool:
     try:
         ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
     finally:
-        if alone:
-            os.setpgid(0, group)
-        if handler is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, handler)
+        try:
+            if alone:
+                os.setpgid(0, group)
+        except OSError:  # the group ended meanwhile (this process was its last member): stay in Ray's
+            pass
+        finally:
+            if handler is not None and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, handler)
     return True
 
 
@@ -171,7 +175,7 @@ class DistributedRun(SeedRun):
         """Each collector's env steps per second of its own collection time, since the last
         evaluation (how evenly the workers keep up), then what every run logs."""
         if self.counters.step >= self.spec.budget.total_steps:
-            self._finish_steps()  # the last evaluation sees every gradient step taken
+            self.guard(self._finish_steps)  # the last evaluation sees every gradient step taken
         rates = self.collector_steps / np.maximum(self.collector_seconds, 1e-9)
         metrics = {collector_rate(index): float(rate) for index, rate in enumerate(rates)}
         if self.asynchronous is not None:

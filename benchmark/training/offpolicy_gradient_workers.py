@@ -122,33 +122,34 @@ class AsyncOffPolicyWorkerSteps:
     """The asynchronous scheme (Gorila-style): each gradient step's batch goes whole to the next
     free worker with the learner's weights then, and its own noise (a seed the learner draws);
     the learner applies each gradient when it arrives, and sets the priorities of the batch it
-    came from, unless more than ``max_staleness`` other steps were applied since its weights
-    were sent (then it is dropped). The learner waits only when every worker is busy; what is
+    came from (of its rows not stored again meanwhile), unless more than ``max_staleness``
+    other steps were applied since its weights were sent (then it is dropped). The learner waits only when every worker is busy; what is
     in flight at the end of an update stays in flight (``finish`` applies it before a
     checkpoint and at the end of training). A step's logs are those of the last gradient
     applied (the first step waits for its own)."""
 
     def __init__(self, group: GradientWorkerGroup, max_staleness: int):
         self.group, self.max_staleness = group, max_staleness
-        self.in_flight: dict[Any, tuple[int, int, tuple[Any, ...], torch.Tensor | None]] = {}  # reference -> (worker, version, call, rows)
+        # reference -> (worker, version, call, the batch's flat indices, the buffer's rows written then)
+        self.in_flight: dict[Any, tuple[int, int, tuple[Any, ...], torch.Tensor | None, int]] = {}
         self.logs: dict[str, float] | None = None
 
     def step(self, algorithm: OffPolicyAlgorithm, batch: ReplayBatch) -> dict[str, float]:
         if len(self.in_flight) == self.group.count:
             self._apply_next(algorithm)
-        busy = {worker for worker, _, _, _ in self.in_flight.values()}
+        busy = {entry[0] for entry in self.in_flight.values()}
         worker = next(index for index in range(self.group.count) if index not in busy)
         total = int(batch.obs.shape[0])
         seed = int(torch.randint(2**62, (1,), generator=algorithm.generator, device=algorithm.generator.device))
         loss_state = {**algorithm.loss_state(), "generator": torch.Generator().manual_seed(seed).get_state()}
         call = (algorithm.get_weights(), loss_state, batch.apply(lambda tensor: tensor.cpu()), slice(0, total), total)
-        self.in_flight[self.group.submit(worker, call)] = (worker, algorithm.num_updates, call, batch.indices)
+        self.in_flight[self.group.submit(worker, call)] = (worker, algorithm.num_updates, call, batch.indices, algorithm.buffer.rows_written)
         while self.logs is None:
             self._apply_next(algorithm)
         return self.logs
 
     def _apply_next(self, algorithm: OffPolicyAlgorithm) -> None:
-        reference, (worker, version, call, rows) = self.group.wait_any(self.in_flight)
+        reference, (worker, version, call, indices, written) = self.group.wait_any(self.in_flight)
         del self.in_flight[reference]
         result = self.group.result(reference, worker, call)
         staleness = algorithm.num_updates - version
@@ -157,7 +158,10 @@ class AsyncOffPolicyWorkerSteps:
             return
         self.group.staleness.append(staleness)
         gradients, self.logs, errors = joined(algorithm, [1.0], [result])
-        algorithm.apply_step(gradients, rows, errors)
+        if indices is not None and errors is not None:  # rows stored again since keep their new transitions' priorities
+            kept = ~algorithm.buffer.rewritten_since(indices, written)
+            indices, errors = indices[kept], errors[kept]
+        algorithm.apply_step(gradients, indices, errors)
 
     def finish(self, algorithm: OffPolicyAlgorithm) -> None:
         while self.in_flight:
