@@ -65,14 +65,15 @@ lint: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -m "extended or not extended" $(ARGS)
 
-# throughput side by side with Stable-Baselines3 (installs the compare extra first): PPO, SAC, TD3
+# throughput side by side with Stable-Baselines3 and Stable Baselines Jax (installs the compare and
+# compare-jax extras first): PPO, SAC, TD3
 # on HalfCheetah-v5 and DQN on CartPole-v1, beside the env-only and update-floor bounds; the table
 # is printed and written to results/perf/compare.json. ARGS='--profile' adds where the time goes.
 perf: $(COMPARE_STAMP)
 	$(BIN)/python -m benchmark perf $(ARGS)
 
 $(COMPARE_STAMP): $(STAMP)
-	$(PIP_INSTALL) -e ".[$(EXTRAS),compare]"
+	$(PIP_INSTALL) -e ".[$(EXTRAS),compare,compare-jax]"
 	$(COMPILE)
 	touch $(COMPARE_STAMP)
 

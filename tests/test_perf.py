@@ -137,6 +137,52 @@ def test_perf_cli_writes_the_table_and_json(tmp_path):
     assert profile["calls"]["env"] == 400 and "ncalls" in profile["top_functions"]
 
 
+def test_missing_sbx_names_the_extra_and_no_jax_leaves_it_out(monkeypatch, capsys):
+    from importlib import metadata
+
+    real = metadata.version
+
+    def version(name):
+        if name == "sbx-rl":
+            raise metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(metadata, "version", version)
+    assert main(["perf", "--cases", "dqn"]) == EXIT_CONFIG_ERROR
+    error = capsys.readouterr().err
+    assert "Stable Baselines Jax (sbx-rl) is not installed" in error and "compare-jax" in error and "--no-jax" in error
+
+
+@pytest.mark.parametrize("name", list(perf.CASES))
+def test_sbx_takes_the_sb3_setting_but_what_it_lacks(name):
+    """Every SB3 argument of a case reaches SBX's constructor, except those the case names as
+    absent there (which SB3 does take): the peers train the same setting."""
+    sbx = pytest.importorskip("sbx")
+    import inspect
+
+    case = perf.CASES[name]
+    algorithm = {"ppo": sbx.PPO, "sac": sbx.SAC, "td3": sbx.TD3, "dqn": sbx.DQN}[name]
+    accepted = set(inspect.signature(algorithm.__init__).parameters) | {"action_noise_sigma"}  # the noise object is built from it
+    assert set(case.sbx_absent) <= set(case.sb3)
+    assert {key for key in case.sb3 if key not in accepted} == set(case.sbx_absent)
+
+
+def test_perf_cli_measures_both_peers_side_by_side(tmp_path):
+    """DQN at a tiny scale, one round: ours, SB3 and SBX each measured once, in that order's
+    processes; the table shows both ratios with their targets, and the JSON holds them."""
+    pytest.importorskip("sbx")
+    output = tmp_path / "perf.json"
+    completed = run_cli_in_process("perf", "--cases", "dqn", "--pairs", "1", "--scale", "0.02", "--no-memory", "--no-batched", "--output", str(output))
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert "ours/SBX" in completed.stdout and "Stable Baselines Jax" in completed.stdout
+    data = json.loads(output.read_text())
+    measured = data["cases"]["dqn"]["measurements"]
+    assert [len(measured[side]) for side in ("ours", "sb3", "sbx")] == [1, 1, 1]
+    summary = data["cases"]["dqn"]["summary"]
+    assert summary["sbx_ratio"] == pytest.approx(summary["ours_steps_per_second"] / summary["sbx_steps_per_second"])
+    assert summary["sbx_target_ratio"] == 1.2 and data["machine"]["sbx_rl"]
+
+
 def test_seeds_are_dealt_over_processes_evenly():
     assert perf.split_seeds(list(range(10)), 2) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
     assert perf.split_seeds(list(range(5)), 2) == [[0, 1, 2], [3, 4]]

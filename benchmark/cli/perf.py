@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 
 
 def add_parser(commands: Any) -> None:
-    perf = commands.add_parser("perf", help="throughput side by side with Stable-Baselines3, beside the env-only and update-floor bounds")
+    perf = commands.add_parser(
+        "perf", help="throughput side by side with Stable-Baselines3 and Stable Baselines Jax, beside the env-only and update-floor bounds"
+    )
     perf.add_argument(
         "--cases",
         nargs="+",
@@ -24,10 +26,11 @@ def add_parser(commands: Any) -> None:
         metavar="CASE",
         help=f"{', '.join(CASES)} (default: all); with --batched-only also {', '.join(BATCHED_EXTRA)} (default: all {len(BATCHED_CASES)})",
     )
-    perf.add_argument("--pairs", type=int, default=3, help="alternating our/SB3 pairs per case; medians are reported (default 3)")
+    perf.add_argument("--pairs", type=int, default=3, help="alternating rounds (ours, SB3, SBX; then reversed) per case; medians are reported (default 3)")
     perf.add_argument("--scale", type=float, default=1.0, help="multiply every measurement's step count (default 1)")
     perf.add_argument("--threads", type=int, default=1, help="torch threads in every measurement (default 1)")
-    perf.add_argument("--no-compare", action="store_true", help="measure ours and the bounds only (SB3 not needed)")
+    perf.add_argument("--no-compare", action="store_true", help="measure ours and the bounds only (neither peer needed)")
+    perf.add_argument("--no-jax", action="store_true", help="leave Stable Baselines Jax (SBX) out: ours, SB3 and the bounds")
     perf.add_argument("--profile", action="store_true", help="also where our time goes per env step, and the top functions")
     perf.add_argument("--no-memory", action="store_true", help="skip the 1M-transition replay buffer measurement")
     perf.add_argument("--no-batched", action="store_true", help="skip the batched-seeds rows (N seeds in one process against N processes)")
@@ -66,11 +69,14 @@ def command_perf(args: argparse.Namespace, console: Output) -> int:
 
         resolve_device(args.device)
     sb3_version = perf.check_sb3() if compare else None
+    jax = compare and not args.no_jax
+    sbx_version = perf.check_sbx() if jax else None
     if args.batched_only:
         return _perf_batched(args, console, perf, cases, counts)
     console.print(
         f"perf: {', '.join(cases)}; {args.pairs} alternating pair(s) each, {args.threads} torch thread(s)"
-        + (f", Stable-Baselines3 {sb3_version}" if compare else ", ours only"),
+        + (f", Stable-Baselines3 {sb3_version}" if compare else ", ours only")
+        + (f", Stable Baselines Jax {sbx_version}" if jax else ""),
         highlight=False,
         soft_wrap=True,
     )
@@ -83,10 +89,10 @@ def command_perf(args: argparse.Namespace, console: Output) -> int:
             soft_wrap=True,
         )
 
-    results = perf.measure(cases, args.pairs, args.scale, args.threads, compare, on_measurement=progress)
+    results = perf.measure(cases, args.pairs, args.scale, args.threads, compare, on_measurement=progress, jax=jax)
     memory = None if args.no_memory else perf.replay_memory()
     profiles = perf.profile(cases, args.scale, args.threads) if args.profile else None
-    settings = {"cases": cases, "pairs": args.pairs, "scale": args.scale, "threads": args.threads, "compare": compare}
+    settings = {"cases": cases, "pairs": args.pairs, "scale": args.scale, "threads": args.threads, "compare": compare, "jax": jax}
     data = perf.report(results, memory, profiles, settings)
     console.print(_perf_table(data, compare))
     if memory is not None:
@@ -170,13 +176,16 @@ def _batched_table(data: dict) -> Table:
 
 
 def _perf_table(data: dict, compare: bool) -> Table:
-    table = Table(title="throughput (medians over pairs; steps/s; the floor in updates/s)")
+    table = Table(title="throughput (medians over rounds; steps/s; the floor in updates/s)")
+    jax = compare and all("sbx_ratio" in case["summary"] for case in data["cases"].values())
     columns = ["case", "env", "steps", "ours"]
     if compare:
         columns += ["SB3", "ours/SB3 (target)"]
+    if jax:
+        columns += ["SBX", "ours/SBX (target)"]
     columns += ["bound", "bound rate", "ours/bound (target)", "peak MiB ours"]
     if compare:
-        columns += ["peak MiB SB3", "targets"]
+        columns += ["peak MiB SB3", *(["peak MiB SBX"] if jax else []), "targets"]
     for column in columns:
         table.add_column(column, justify="left" if column in ("case", "env", "bound", "targets") else "right")
     for name, case in data["cases"].items():
@@ -184,6 +193,8 @@ def _perf_table(data: dict, compare: bool) -> Table:
         row = [name, case["env_id"], f"{case['steps']:,}", f"{s['ours_steps_per_second']:,.1f}"]
         if compare:
             row += [f"{s['sb3_steps_per_second']:,.1f}", f"{s['ratio']:.2f}x (>= {s['target_ratio']})"]
+        if jax:
+            row += [f"{s['sbx_steps_per_second']:,.1f}", f"{s['sbx_ratio']:.2f}x (>= {s['sbx_target_ratio']})"]
         bound_target = s["target_fraction_of_bound"]
         row += [
             "env only" if s["bound"] == "env" else "update floor",
@@ -192,7 +203,7 @@ def _perf_table(data: dict, compare: bool) -> Table:
             f"{s['ours_peak_rss_mb']:,.0f}",
         ]
         if compare:
-            row += [f"{s['sb3_peak_rss_mb']:,.0f}", "met" if s["target_met"] else "missed"]
+            row += [f"{s['sb3_peak_rss_mb']:,.0f}", *([f"{s['sbx_peak_rss_mb']:,.0f}"] if jax else []), "met" if s["target_met"] else "missed"]
         table.add_row(*row)
     return table
 

@@ -67,6 +67,7 @@ class Measured:
     """Env steps (updates, for a floor) of each of our and SB3's measurements."""
     ours: list[dict[str, Any]] = field(default_factory=list)
     sb3: list[dict[str, Any]] = field(default_factory=list)
+    sbx: list[dict[str, Any]] = field(default_factory=list)
     bound: list[dict[str, Any]] = field(default_factory=list)
 
     def rates(self, side: str) -> list[float]:
@@ -91,6 +92,16 @@ class Measured:
                 ratio_per_pair=[o / s for o, s in zip(ours, sb3)],
             )
             out["target_met"] = out["ratio"] >= self.case.target and (self.case.bound_target is None or out["fraction_of_bound"] >= self.case.bound_target)
+        sbx = self.rates("sbx")
+        if sbx:
+            out.update(
+                sbx_steps_per_second=statistics.median(sbx),
+                sbx_peak_rss_mb=max(m["peak_rss_mb"] for m in self.sbx),
+                sbx_ratio=statistics.median(o / s for o, s in zip(ours, sbx)),
+                sbx_ratio_per_pair=[o / s for o, s in zip(ours, sbx)],
+                sbx_target_ratio=self.case.sbx_target,
+            )
+            out["target_met"] = out.get("target_met", True) and out["sbx_ratio"] >= self.case.sbx_target
         return out
 
 
@@ -162,7 +173,11 @@ def _jobs(case: Case, scale: float, threads: int, seed: int) -> dict[str, dict[s
     if case.name == "ppo":  # whole rollouts: both libraries update only at rollout ends
         steps = max(steps // 2048, 1) * 2048
     common = {"algo": case.name, "env_id": case.env_id, "steps": steps, "threads": threads, "seed": seed}
-    jobs = {"ours": {**common, "kind": "ours", "hyperparameters": case.ours}, "sb3": {**common, "kind": "sb3", "hyperparameters": case.sb3}}
+    jobs = {
+        "ours": {**common, "kind": "ours", "hyperparameters": case.ours},
+        "sb3": {**common, "kind": "sb3", "hyperparameters": case.sb3},
+        "sbx": {**common, "kind": "sbx", "hyperparameters": case.sb3, "absent": list(case.sbx_absent)},
+    }
     if case.bound == "env":
         jobs["bound"] = {"kind": "env", "env_id": case.env_id, "steps": max(int(ENV_STEPS[case.env_id] * scale), 100), "seed": seed, "threads": threads}
     else:
@@ -211,6 +226,19 @@ def check_sb3() -> str:
     return stable_baselines3.__version__
 
 
+def check_sbx() -> str:
+    """SBX's version; ConfigError when the compare-jax extra is not installed."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return version("sbx-rl")
+    except PackageNotFoundError:
+        raise ConfigError(
+            "Stable Baselines Jax (sbx-rl) is not installed: `make perf` installs it (the compare-jax extra), or "
+            "pip install -e '.[compare-jax]'; --no-jax leaves it out"
+        ) from None
+
+
 def measure(
     cases: list[str],
     pairs: int = PAIRS_DEFAULT,
@@ -218,16 +246,17 @@ def measure(
     threads: int = 1,
     compare: bool = True,
     on_measurement: Callable[[str, str, int, dict[str, Any]], None] | None = None,
+    jax: bool = False,
 ) -> dict[str, Measured]:
-    """``pairs`` alternating pairs per case (ours/SB3, then SB3/ours, ...) with the bound beside each."""
+    """``pairs`` alternating rounds per case (ours, SB3[, SBX with ``jax``], then the reverse
+    order, ...) with the bound beside each."""
     check_arguments(cases, pairs, scale, threads)
     results = {name: Measured(CASES[name], _jobs(CASES[name], scale, threads, 0)["ours"]["steps"]) for name in cases}
+    sides = ["ours", *(["sb3"] if compare else []), *(["sbx"] if compare and jax else [])]
     for pair in range(pairs):
         for name in cases:
             jobs = _jobs(CASES[name], scale, threads, seed=pair)
-            order = ["ours", "sb3"] if pair % 2 == 0 else ["sb3", "ours"]
-            if not compare:
-                order.remove("sb3")
+            order = sides if pair % 2 == 0 else sides[::-1]
             for side in [*order, "bound"]:
                 measurement = run_job(jobs[side])
                 getattr(results[name], side).append(measurement)
@@ -408,10 +437,11 @@ def machine() -> dict[str, Any]:
         "torch": version("torch"),
         **code_version(),
     }
-    try:
-        info["stable_baselines3"] = version("stable_baselines3")
-    except PackageNotFoundError:
-        pass
+    for package in ("stable_baselines3", "sbx-rl", "jax"):
+        try:
+            info[package.replace("-", "_")] = version(package)
+        except PackageNotFoundError:
+            pass
     return info
 
 
@@ -438,7 +468,7 @@ def report(
                 "ours_hyperparameters": measured.case.ours,
                 "sb3_hyperparameters": measured.case.sb3,
                 "summary": measured.summary(),
-                "measurements": {"ours": measured.ours, "sb3": measured.sb3, "bound": measured.bound},
+                "measurements": {"ours": measured.ours, "sb3": measured.sb3, "sbx": measured.sbx, "bound": measured.bound},
             }
             for name, measured in results.items()
         },

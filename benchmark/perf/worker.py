@@ -3,7 +3,8 @@
     python -m benchmark.perf.worker '<job as JSON>' <result.json>
 
 A job names what to time (``kind``) and how: ``ours`` trains with ``benchmark.training.loop.run``,
-``sb3`` with Stable-Baselines3's ``learn``, both from the same setting; ``env`` steps the
+``sb3`` with Stable-Baselines3's ``learn``, ``sbx`` with Stable Baselines Jax's (its XLA
+compilation not timed), all from the same setting; ``env`` steps the
 environment alone with pre-sampled random actions; ``floor`` runs the update's forward and
 backward passes in a bare loop at the same network sizes; ``memory`` measures a full replay
 buffer; ``seeds`` trains several seeds of one setting in this process as one batched model
@@ -272,6 +273,48 @@ def run_sb3(job: dict[str, Any]) -> dict[str, Any]:
     return {"steps_per_second": steps / seconds, "seconds": seconds, "version": sb3.__version__}
 
 
+# -- Stable Baselines Jax (SBX) -------------------------------------------------------------
+
+
+def run_sbx(job: dict[str, Any]) -> dict[str, Any]:
+    """Train SBX's implementation of ``job["algo"]`` (JAX, XLA-compiled) for ``job["steps"]`` env
+    steps from SB3's setting, less ``job["absent"]`` (arguments SBX does not take). XLA runs on
+    ``job["threads"]`` CPU threads; its compilation is not timed: a throwaway model of the same
+    setting learns through its first update first, and the timed model, built after it, reuses
+    the compiled functions (as ours and SB3's, it is timed from its first env step)."""
+    import os
+
+    threads = int(job["threads"])
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    os.environ["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} intra_op_parallelism_threads={threads}"
+    import flax.linen
+    import gymnasium as gym
+    import sbx
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    torch.set_num_threads(threads)  # SB3's buffers and wrappers around SBX's networks
+    kwargs = {key: value for key, value in job["hyperparameters"].items() if key not in job.get("absent", ())}
+    policy_kwargs = dict(kwargs.pop("policy_kwargs", {}))
+    if "activation_fn" in policy_kwargs:
+        policy_kwargs["activation_fn"] = {"tanh": flax.linen.tanh, "relu": flax.linen.relu}[policy_kwargs["activation_fn"]]
+    env = gym.make(job["env_id"])
+    sigma = kwargs.pop("action_noise_sigma", None)
+    if sigma is not None:
+        assert env.action_space.shape is not None  # action noise: a continuous (Box) action space
+        dims = env.action_space.shape[0]
+        kwargs["action_noise"] = NormalActionNoise(np.zeros(dims), sigma * np.ones(dims))
+    algorithm = {"ppo": sbx.PPO, "sac": sbx.SAC, "td3": sbx.TD3, "dqn": sbx.DQN}[job["algo"]]
+    warm_up = int(kwargs["n_steps"]) if job["algo"] == "ppo" else int(kwargs["learning_starts"]) + int(kwargs.get("train_freq", 1)) + 1
+    # a throwaway model compiles the jitted losses and steps (JAX caches them per function and shapes)
+    algorithm("MlpPolicy", gym.make(job["env_id"]), seed=int(job["seed"]), verbose=0, policy_kwargs=policy_kwargs, **kwargs).learn(warm_up)
+    model = algorithm("MlpPolicy", env, seed=int(job["seed"]), verbose=0, policy_kwargs=policy_kwargs, **kwargs)
+    steps = int(job["steps"])
+    started = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    seconds = time.perf_counter() - started
+    return {"steps_per_second": steps / seconds, "seconds": seconds, "version": sbx.__version__, "warm_up_steps": warm_up}
+
+
 # -- the bounds: the env alone, the update alone --------------------------------------------
 
 
@@ -430,6 +473,7 @@ def _buffer_tensors(buffer: Any) -> list[torch.Tensor]:
 KINDS = {
     "ours": run_ours,
     "sb3": run_sb3,
+    "sbx": run_sbx,
     "env": run_env,
     "floor": run_floor,
     "memory": run_memory,
