@@ -168,8 +168,8 @@ def test_sbx_takes_the_sb3_setting_but_what_it_lacks(name):
 
 
 def test_perf_cli_measures_both_peers_side_by_side(tmp_path):
-    """DQN at a tiny scale, one round: ours, SB3 and SBX each measured once, in that order's
-    processes; the table shows both ratios with their targets, and the JSON holds them."""
+    """DQN at a tiny scale, one round: ours, SB3 and SBX each measured once, each process kept on
+    one core; the table shows both ratios with their targets, and the JSON holds them."""
     pytest.importorskip("sbx")
     output = tmp_path / "perf.json"
     completed = run_cli_in_process("perf", "--cases", "dqn", "--pairs", "1", "--scale", "0.02", "--no-memory", "--no-batched", "--output", str(output))
@@ -178,6 +178,7 @@ def test_perf_cli_measures_both_peers_side_by_side(tmp_path):
     data = json.loads(output.read_text())
     measured = data["cases"]["dqn"]["measurements"]
     assert [len(measured[side]) for side in ("ours", "sb3", "sbx")] == [1, 1, 1]
+    assert all(len(measured[side][0]["cores"]) == 1 for side in ("ours", "sb3", "sbx", "bound"))  # one core each, JAX's threads included
     summary = data["cases"]["dqn"]["summary"]
     assert summary["sbx_ratio"] == pytest.approx(summary["ours_steps_per_second"] / summary["sbx_steps_per_second"])
     assert summary["sbx_target_ratio"] == 1.2 and data["machine"]["sbx_rl"]

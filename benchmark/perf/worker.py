@@ -481,9 +481,24 @@ KINDS = {
 }
 
 
+def pin_to_cores(count: int) -> list[int]:
+    """Keep this process (and the threads it starts) on ``count`` of the cores it may use: a
+    measurement's "one thread" must mean one core for every library alike (JAX, for one, runs
+    its computations on threads of its own beside the Python thread). The cores kept."""
+    import os
+
+    if not hasattr(os, "sched_setaffinity"):
+        return []
+    cores = sorted(os.sched_getaffinity(0))[: max(count, 1)]
+    os.sched_setaffinity(0, cores)
+    return cores
+
+
 def main(argv: list[str]) -> int:
     job, output = json.loads(argv[0]), Path(argv[1])
+    cores = pin_to_cores(int(job.get("threads", 1))) if job["kind"] in ("ours", "sb3", "sbx", "env", "floor") else []
     result = KINDS[job["kind"]](job)
+    result["cores"] = cores
     result["peak_rss_mb"] = peak_rss_mb()
     output.write_text(json.dumps(result))
     return 0
