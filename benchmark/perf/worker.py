@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from benchmark.perf.peers import run_sb3, run_sbx
+
 if TYPE_CHECKING:
     from agents.algos.sac import SAC
 
@@ -242,77 +244,6 @@ def run_seeds_job(job: dict[str, Any]) -> dict[str, Any]:
             raise result
     rates = [result.steps_per_second for result in results]
     return {"steps_per_second": sum(rates), "per_seed_steps_per_second": rates, "seconds": max(steps / rate for rate in rates)}
-
-
-# -- Stable-Baselines3 ---------------------------------------------------------------------
-
-
-def run_sb3(job: dict[str, Any]) -> dict[str, Any]:
-    """Train Stable-Baselines3's implementation of ``job["algo"]`` for ``job["steps"]`` env steps."""
-    import gymnasium as gym
-    import stable_baselines3 as sb3
-    from stable_baselines3.common.noise import NormalActionNoise
-
-    torch.set_num_threads(int(job["threads"]))
-    kwargs = dict(job["hyperparameters"])
-    policy_kwargs = dict(kwargs.pop("policy_kwargs", {}))
-    if "activation_fn" in policy_kwargs:
-        policy_kwargs["activation_fn"] = {"tanh": nn.Tanh, "relu": nn.ReLU}[policy_kwargs["activation_fn"]]
-    env = gym.make(job["env_id"])
-    sigma = kwargs.pop("action_noise_sigma", None)
-    if sigma is not None:
-        assert env.action_space.shape is not None  # action noise: a continuous (Box) action space
-        dims = env.action_space.shape[0]
-        kwargs["action_noise"] = NormalActionNoise(np.zeros(dims), sigma * np.ones(dims))
-    algorithm = {"ppo": sb3.PPO, "sac": sb3.SAC, "td3": sb3.TD3, "dqn": sb3.DQN}[job["algo"]]
-    model = algorithm("MlpPolicy", env, seed=int(job["seed"]), device="cpu", verbose=0, policy_kwargs=policy_kwargs, **kwargs)
-    steps = int(job["steps"])
-    started = time.perf_counter()
-    model.learn(total_timesteps=steps)
-    seconds = time.perf_counter() - started
-    return {"steps_per_second": steps / seconds, "seconds": seconds, "version": sb3.__version__}
-
-
-# -- Stable Baselines Jax (SBX) -------------------------------------------------------------
-
-
-def run_sbx(job: dict[str, Any]) -> dict[str, Any]:
-    """Train SBX's implementation of ``job["algo"]`` (JAX, XLA-compiled) for ``job["steps"]`` env
-    steps from SB3's setting, less ``job["absent"]`` (arguments SBX does not take). XLA runs on
-    ``job["threads"]`` CPU threads; its compilation is not timed: a throwaway model of the same
-    setting learns through its first update first, and the timed model, built after it, reuses
-    the compiled functions (as ours and SB3's, it is timed from its first env step)."""
-    import os
-
-    threads = int(job["threads"])
-    os.environ["JAX_PLATFORMS"] = "cpu"
-    os.environ["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'} intra_op_parallelism_threads={threads}"
-    import flax.linen
-    import gymnasium as gym
-    import sbx
-    from stable_baselines3.common.noise import NormalActionNoise
-
-    torch.set_num_threads(threads)  # SB3's buffers and wrappers around SBX's networks
-    kwargs = {key: value for key, value in job["hyperparameters"].items() if key not in job.get("absent", ())}
-    policy_kwargs = dict(kwargs.pop("policy_kwargs", {}))
-    if "activation_fn" in policy_kwargs:
-        policy_kwargs["activation_fn"] = {"tanh": flax.linen.tanh, "relu": flax.linen.relu}[policy_kwargs["activation_fn"]]
-    env = gym.make(job["env_id"])
-    sigma = kwargs.pop("action_noise_sigma", None)
-    if sigma is not None:
-        assert env.action_space.shape is not None  # action noise: a continuous (Box) action space
-        dims = env.action_space.shape[0]
-        kwargs["action_noise"] = NormalActionNoise(np.zeros(dims), sigma * np.ones(dims))
-    algorithm = {"ppo": sbx.PPO, "sac": sbx.SAC, "td3": sbx.TD3, "dqn": sbx.DQN}[job["algo"]]
-    warm_up = int(kwargs["n_steps"]) if job["algo"] == "ppo" else int(kwargs["learning_starts"]) + int(kwargs.get("train_freq", 1)) + 1
-    # a throwaway model compiles the jitted losses and steps (JAX caches them per function and shapes)
-    algorithm("MlpPolicy", gym.make(job["env_id"]), seed=int(job["seed"]), verbose=0, policy_kwargs=policy_kwargs, **kwargs).learn(warm_up)
-    model = algorithm("MlpPolicy", env, seed=int(job["seed"]), verbose=0, policy_kwargs=policy_kwargs, **kwargs)
-    steps = int(job["steps"])
-    started = time.perf_counter()
-    model.learn(total_timesteps=steps)
-    seconds = time.perf_counter() - started
-    return {"steps_per_second": steps / seconds, "seconds": seconds, "version": sbx.__version__, "warm_up_steps": warm_up}
 
 
 # -- the bounds: the env alone, the update alone --------------------------------------------
