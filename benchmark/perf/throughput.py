@@ -84,23 +84,17 @@ class Measured:
             "target_ratio": self.case.target,
             "target_fraction_of_bound": self.case.bound_target,
         }
+        for side, ratio in (("sb3", "ratio"), ("sbx", "sbx_ratio")):  # SB3's ratio keeps its first name
+            measured = getattr(self, side)
+            if measured:
+                ratios = [o / p for o, p in zip(ours, self.rates(side))]
+                out[f"{side}_steps_per_second"] = statistics.median(self.rates(side))
+                out[f"{side}_peak_rss_mb"] = max(m["peak_rss_mb"] for m in measured)
+                out[ratio], out[f"{ratio}_per_pair"] = statistics.median(ratios), ratios
         if sb3:
-            out.update(
-                sb3_steps_per_second=statistics.median(sb3),
-                sb3_peak_rss_mb=max(m["peak_rss_mb"] for m in self.sb3),
-                ratio=statistics.median(o / s for o, s in zip(ours, sb3)),
-                ratio_per_pair=[o / s for o, s in zip(ours, sb3)],
-            )
             out["target_met"] = out["ratio"] >= self.case.target and (self.case.bound_target is None or out["fraction_of_bound"] >= self.case.bound_target)
-        sbx = self.rates("sbx")
-        if sbx:
-            out.update(
-                sbx_steps_per_second=statistics.median(sbx),
-                sbx_peak_rss_mb=max(m["peak_rss_mb"] for m in self.sbx),
-                sbx_ratio=statistics.median(o / s for o, s in zip(ours, sbx)),
-                sbx_ratio_per_pair=[o / s for o, s in zip(ours, sbx)],
-                sbx_target_ratio=self.case.sbx_target,
-            )
+        if self.sbx:
+            out["sbx_target_ratio"] = self.case.sbx_target
             out["target_met"] = out.get("target_met", True) and out["sbx_ratio"] >= self.case.sbx_target
         return out
 
