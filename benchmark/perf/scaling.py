@@ -108,6 +108,8 @@ def main(argv: list[str] | None = None) -> None:
     for case in args.cases:
         num_envs = CASES[case][1]["num_envs"]
         rows = [measure(case, None, args.device)]
+        results["cases"][case] = {"env_id": CASES[case][0], "hyperparameters": CASES[case][1], "rows": rows}
+        _write(results, args.output)  # after each row: a measurement cut short keeps the rows it made
         print(f"{case}: one process {rows[0]['steps_per_second']:.0f} steps/s", flush=True)
         for count in args.collectors:
             if num_envs % count:
@@ -116,11 +118,14 @@ def main(argv: list[str] | None = None) -> None:
             row = measure(case, count, args.device, args.mode, workers)
             row["speedup"] = row["steps_per_second"] / rows[0]["steps_per_second"]
             rows.append(row)
+            _write(results, args.output)
             extra = f", {workers} gradient workers" if workers else ""
             print(f"{case}: {count} collectors ({args.mode}{extra}) {row['steps_per_second']:.0f} steps/s ({row['speedup']:.2f}x)", flush=True)
-        results["cases"][case] = {"env_id": CASES[case][0], "hyperparameters": CASES[case][1], "rows": rows}
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(results, indent=1) + "\n")
+
+
+def _write(results: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":
