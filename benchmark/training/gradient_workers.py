@@ -75,6 +75,7 @@ class GradientWorkerGroup:
         self.spec, self.count, self.inline, self.worker = spec, count, inline, worker
         self.restarts, self.dropped = 0, 0
         self.staleness: list[int] = []  # of the asynchronous gradients applied since the last report
+        self.in_flight: dict[Any, tuple[int, int, tuple[Any, ...], Any]] = {}  # asynchronous: reference -> (worker, version, call, tag)
         self.workers: list[Any] = []
         try:
             self.workers += [self._start() for _ in range(count)]
@@ -140,6 +141,30 @@ class GradientWorkerGroup:
             self.workers[index] = self._start()
             self._wait_ready([self.workers[index]])
             return ray.get(self.workers[index].gradients.remote(*call))
+
+    def send(self, call: tuple[Any, ...], version: int, tag: Any = None) -> None:
+        """Asynchronous: ``gradients(*call)`` on a free worker (the caller waits for an arrival
+        first when none is), remembered with the learner's update count ``version`` and ``tag``."""
+        busy = {worker for worker, _, _, _ in self.in_flight.values()}
+        worker = next(index for index in range(self.count) if index not in busy)
+        self.in_flight[self.submit(worker, call)] = (worker, version, call, tag)
+
+    def arrival(self, version: int, max_staleness: int) -> tuple[Any, Any] | None:
+        """The first result in flight to arrive and its tag; None when it is more than
+        ``max_staleness`` updates older than ``version`` (dropped, counted)."""
+        reference, (worker, sent, call, tag) = self.wait_any(self.in_flight)
+        del self.in_flight[reference]
+        result = self.result(reference, worker, call)
+        if version - sent > max_staleness:
+            self.dropped += 1
+            return None
+        self.staleness.append(version - sent)
+        return result, tag
+
+    @property
+    def busy(self) -> bool:
+        """Whether every worker has a result in flight."""
+        return len(self.in_flight) == self.count
 
     def report(self) -> dict[str, float]:
         """Staleness of the asynchronous gradients applied since the last report, and those dropped so far."""
@@ -215,7 +240,6 @@ class AsyncWorkerSeeds(OneSeed):
     def __init__(self, algorithm: OnPolicyAlgorithm, group: GradientWorkerGroup, max_staleness: int):
         super().__init__(algorithm)
         self.group, self.max_staleness = group, max_staleness
-        self.in_flight: dict[Any, tuple[int, int, tuple[Any, ...]]] = {}  # reference -> (worker, version, call)
         self.applied = 0
         self.logs: dict[str, torch.Tensor] | None = None
 
@@ -223,29 +247,20 @@ class AsyncWorkerSeeds(OneSeed):
         algorithm = self.algorithm
         if "policy" in parts:
             batch = batch.replace(advantages=process_advantages(algorithm.config, batch.advantages))
-        if len(self.in_flight) == self.group.count:
+        if self.group.busy:
             self._apply_next()
-        busy = {worker for worker, _, _ in self.in_flight.values()}
-        worker = next(index for index in range(self.group.count) if index not in busy)
-        call = (algorithm.get_weights(), algorithm.loss_state(), batch.apply(lambda tensor: tensor.cpu()), parts)
-        self.in_flight[self.group.submit(worker, call)] = (worker, self.applied, call)
+        self.group.send((algorithm.get_weights(), algorithm.loss_state(), batch.apply(lambda tensor: tensor.cpu()), parts), self.applied)
         while self.logs is None:
             self._apply_next()
         return self.logs
 
     def _apply_next(self) -> None:
-        reference, (worker, version, call) = self.group.wait_any(self.in_flight)
-        del self.in_flight[reference]
-        gradients, logs = self.group.result(reference, worker, call)
-        staleness = self.applied - version
-        if staleness > self.max_staleness:
-            self.group.dropped += 1
-            return
-        self.group.staleness.append(staleness)
-        self.algorithm.apply_gradients(gradients)
-        self.applied += 1
-        self.logs = logs
+        arrived = self.group.arrival(self.applied, self.max_staleness)
+        if arrived is not None:
+            (gradients, self.logs), _ = arrived
+            self.algorithm.apply_gradients(gradients)
+            self.applied += 1
 
     def finish(self) -> None:
-        while self.in_flight:
+        while self.group.in_flight:
             self._apply_next()

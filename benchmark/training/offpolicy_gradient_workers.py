@@ -123,40 +123,33 @@ class AsyncOffPolicyWorkerSteps:
     free worker with the learner's weights then, and its own noise (a seed the learner draws);
     the learner applies each gradient when it arrives, and sets the priorities of the batch it
     came from (of its rows not stored again meanwhile), unless more than ``max_staleness``
-    other steps were applied since its weights were sent (then it is dropped). The learner waits only when every worker is busy; what is
-    in flight at the end of an update stays in flight (``finish`` applies it before a
+    other steps were applied since its weights were sent (then it is dropped). The learner waits
+    only when every worker is busy; what is in flight at the end of an update stays in flight (``finish`` applies it before a
     checkpoint and at the end of training). A step's logs are those of the last gradient
     applied (the first step waits for its own)."""
 
     def __init__(self, group: GradientWorkerGroup, max_staleness: int):
         self.group, self.max_staleness = group, max_staleness
-        # reference -> (worker, version, call, the batch's flat indices, the buffer's rows written then)
-        self.in_flight: dict[Any, tuple[int, int, tuple[Any, ...], torch.Tensor | None, int]] = {}
         self.logs: dict[str, float] | None = None
 
     def step(self, algorithm: OffPolicyAlgorithm, batch: ReplayBatch) -> dict[str, float]:
-        if len(self.in_flight) == self.group.count:
+        if self.group.busy:
             self._apply_next(algorithm)
-        busy = {entry[0] for entry in self.in_flight.values()}
-        worker = next(index for index in range(self.group.count) if index not in busy)
         total = int(batch.obs.shape[0])
         seed = int(torch.randint(2**62, (1,), generator=algorithm.generator, device=algorithm.generator.device))
         loss_state = {**algorithm.loss_state(), "generator": torch.Generator().manual_seed(seed).get_state()}
         call = (algorithm.get_weights(), loss_state, batch.apply(lambda tensor: tensor.cpu()), slice(0, total), total)
-        self.in_flight[self.group.submit(worker, call)] = (worker, algorithm.num_updates, call, batch.indices, algorithm.buffer.rows_written)
+        # tagged with the batch's rows and the buffer's count then: its priorities go to the rows not stored again since
+        self.group.send(call, algorithm.num_updates, (batch.indices, algorithm.buffer.rows_written))
         while self.logs is None:
             self._apply_next(algorithm)
         return self.logs
 
     def _apply_next(self, algorithm: OffPolicyAlgorithm) -> None:
-        reference, (worker, version, call, indices, written) = self.group.wait_any(self.in_flight)
-        del self.in_flight[reference]
-        result = self.group.result(reference, worker, call)
-        staleness = algorithm.num_updates - version
-        if staleness > self.max_staleness:
-            self.group.dropped += 1
+        arrived = self.group.arrival(algorithm.num_updates, self.max_staleness)
+        if arrived is None:
             return
-        self.group.staleness.append(staleness)
+        result, (indices, written) = arrived
         gradients, self.logs, errors = joined(algorithm, [1.0], [result])
         if indices is not None and errors is not None:  # rows stored again since keep their new transitions' priorities
             kept = ~algorithm.buffer.rewritten_since(indices, written)
@@ -164,7 +157,7 @@ class AsyncOffPolicyWorkerSteps:
         algorithm.apply_step(gradients, indices, errors)
 
     def finish(self, algorithm: OffPolicyAlgorithm) -> None:
-        while self.in_flight:
+        while self.group.in_flight:
             self._apply_next(algorithm)
 
 
@@ -180,7 +173,10 @@ def joined(algorithm: OffPolicyAlgorithm, weights: list[float], results: list[An
                 summed.setdefault(name, None)
                 continue
             previous = summed.get(name)
-            summed[name] = [share * value for value in values] if previous is None else [a + share * b for a, b in zip(previous, values, strict=True)]
+            if len(results) == 1:  # one worker had the whole batch: its gradients as they are
+                summed[name] = list(values)
+            else:
+                summed[name] = [share * value for value in values] if previous is None else [a + share * b for a, b in zip(previous, values, strict=True)]
         for key, value in info.items():
             logs[key] = logs[key] + share * value if key in logs else share * value
     for name, max_norm in results[0][4].items():
