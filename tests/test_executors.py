@@ -5,6 +5,7 @@ and the pieces that carry a worker's messages and options behave."""
 import json
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,6 +132,51 @@ def test_local_workers_take_the_launchs_environment_and_directory_as_they_are_at
             submission.close()
         seen += [result for _, result in ended]
     assert seen == [("first", str(tmp_path / "first"), "cpu"), ("second", str(tmp_path / "second"), "cpu")]
+
+
+@dataclass
+class _Signals:
+    """A task that tells what its worker does with SIGTERM."""
+
+    def __call__(self, messages, device: str, where: str) -> tuple:
+        return signal.getsignal(signal.SIGTERM) == signal.SIG_DFL, os.getppid()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_fork_server_outlives_a_sigterm_to_the_group_and_its_workers_do_not_ignore_it():
+    """A SIGTERM to a launch's whole process group reaches the fork server its workers come from.
+    Were it to die, the launch would hear from it that every worker had ended while they were
+    still writing their checkpoints, and leave their runs RUNNING (seen under load in CI). It
+    ignores SIGTERM; the workers it forks get the default back; and a worker whose server is gone
+    is asked of the kernel."""
+    from multiprocessing import forkserver
+
+    from benchmark.execution import devices
+    from benchmark.execution.local import LocalExecutor, _alive
+
+    submission = LocalExecutor([devices.CPU]).submit([_Signals()], log=print)
+    try:
+        ended = []
+        while not submission.done:
+            ended += submission.wait(timeout=1.0)
+    finally:
+        submission.close()
+    ((_, (default, server)),) = ended
+    assert default and server == forkserver._forkserver._forkserver_pid
+    os.kill(server, signal.SIGTERM)
+    time.sleep(0.5)
+    state = Path(f"/proc/{server}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    assert state != "Z", "the fork server died of SIGTERM"  # (a zombie until this process reaps it)
+
+    class Reported:  # what a dead server's pipe makes of a living worker
+        pid = os.getpid()
+
+        def is_alive(self) -> bool:
+            return False
+
+    assert _alive(Reported())
+    Reported.pid = server + 2**22  # above any pid_max: no such process
+    assert not _alive(Reported())
 
 
 def test_file_messages_round_trip_and_survive_a_torn_line(tmp_path):

@@ -34,6 +34,7 @@ def init_child_process(launch_pid: int, environ: dict[str, str] | None = None) -
         os.environ.update(environ)
     _launch_pid, _parent_pid = launch_pid, os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the fork server ignores it (``preload``)
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

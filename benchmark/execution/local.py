@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -126,13 +127,37 @@ def _stop_workers(pool: ProcessPoolExecutor, grace_seconds: float = 30.0) -> Non
     deadline = time.monotonic() + grace_seconds
     while time.monotonic() < deadline:
         workers += [process for process in list(processes.values()) if process not in workers]
-        alive = [process for process in workers if process.is_alive()]
+        alive = [process for process in workers if _alive(process)]
         if not alive:
             return
         for process in alive:
-            process.terminate()
+            _signal(process, signal.SIGTERM)
         time.sleep(0.2)
     for process in workers:
-        if process.is_alive():
-            process.kill()
-        process.join(timeout=10)
+        if _alive(process):
+            _signal(process, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while any(_alive(process) for process in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _alive(process: multiprocessing.process.BaseProcess) -> bool:
+    """Whether a worker still runs. The fork server reports its children's ends; had it died (it
+    reports every child dead then), the kernel is asked (a zombie not yet reaped counts as alive
+    for a moment: harmless)."""
+    if process.is_alive():
+        return True
+    try:
+        os.kill(process.pid, 0)  # type: ignore[arg-type]
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # the pid was reused by another user's process: ours is gone
+        return False
+    return True
+
+
+def _signal(process: multiprocessing.process.BaseProcess, signum: int) -> None:
+    try:
+        os.kill(process.pid, signum)  # type: ignore[arg-type]
+    except ProcessLookupError:
+        pass

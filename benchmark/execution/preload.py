@@ -10,10 +10,19 @@ which a caller reading the launch's output until EOF would wait for).
 Nothing here runs an operation: the server only imports, so no CUDA context, OpenMP pool or
 open database is copied into a worker (torch and pyarrow start a helper thread at import,
 neither holding state a forked child needs; Python 3.12+ would warn about them at each fork).
+
+The server ignores SIGTERM: one sent to the launch's whole process group (a shell's timeout, a
+batch scheduler) would end it while its workers write their preemption checkpoints and close
+their runs, and the launch, which learns of its workers' ends through the server, would take
+them for dead and leave their runs RUNNING. It exits with its launch all the same (when the
+launch's end of its pipe closes); each worker restores SIGTERM (``child.init_child_process``).
 """
 
 import gc
+import signal
 import warnings
+
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 warnings.filterwarnings("ignore", message=r".*multi-threaded, use of fork\(\) may lead to deadlocks", category=DeprecationWarning)
 
