@@ -96,6 +96,13 @@ def gpu_models() -> str:
     return "; ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
 
 
+def kernel_tags() -> dict[str, str]:
+    """``cpu_gemm``: the CPU kernel of the networks' large layers (``agents.nets.gemm``: it sets
+    the last bits of a CPU run), once this process has loaded the networks; else nothing."""
+    gemm = sys.modules.get("agents.nets.gemm")
+    return {"cpu_gemm": gemm.kernel()} if gemm is not None else {}
+
+
 @functools.lru_cache(maxsize=1)
 def environment_tags() -> dict[str, str]:
     """Versions of Python and of the packages that decide the numbers, and the CPU/GPU models."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from benchmark import metric_names, stores
-from benchmark.provenance import code_version, command_line, environment_tags, source_tags
+from benchmark.provenance import code_version, command_line, environment_tags, kernel_tags, source_tags
 
 DEFAULT_RESULTS_DIR = Path("results")
 MLFLOW_BATCH_LIMIT = 1000  # metrics per log_batch call accepted by MLflow
@@ -443,7 +443,7 @@ def start_child_run(
     params: dict[str, Any],
 ) -> MlflowTracker:
     mlflow_client = client(tracking_uri)
-    all_tags = {**source_tags(), **code_version(), **environment_tags(), **tags, "mlflow.parentRunId": parent_run_id}
+    all_tags = {**source_tags(), **code_version(), **environment_tags(), **kernel_tags(), **tags, "mlflow.parentRunId": parent_run_id}
     run = retry(lambda: mlflow_client.create_run(experiment, run_name=run_name, tags={k: str(v) for k, v in all_tags.items()}))
     tracker = MlflowTracker(tracking_uri, run.info.run_id)
     tracker.log_params(params)

@@ -52,6 +52,7 @@ from agents.batches import TensorBatch
 from agents.configs.maml import MAMLConfig, MAMLPPOConfig, MAMLTRPOConfig, MAMLVPGConfig
 from agents.envs import EnvSpec
 from agents.meta import Episodes, MetaAlgorithm, PolicyOutput, TaskEnvs
+from agents.nets import gemm
 from agents.nets.distributions import Categorical, DiagGaussian
 from agents.nets.mlp import _FUNCTIONS, mlp
 from agents.nets.stacked import stack_parameters
@@ -92,7 +93,7 @@ class PolicyNetwork(nn.Module):
         for index, layer in enumerate(self.body):
             if isinstance(layer, nn.Linear):
                 weight, bias = parameters[f"body.{index}.weight"], parameters[f"body.{index}.bias"]
-                out = torch.baddbmm(bias.unsqueeze(1), out, weight.transpose(1, 2))
+                out = gemm.stacked_linear(out, weight, bias)
             else:
                 out = _FUNCTIONS[type(layer)](out)
         if self.log_std is not None:

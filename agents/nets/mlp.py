@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from agents.nets import gemm
+
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU}
 _FUNCTIONS: dict[type[nn.Module], Callable[[torch.Tensor], torch.Tensor]] = {
     nn.Tanh: torch.tanh,
@@ -33,7 +35,7 @@ class MLP(nn.Sequential):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self._modules.values():
             if isinstance(layer, nn.Linear):
-                x = F.linear(x, layer.weight, layer.bias)
+                x = gemm.linear(x, layer.weight, layer.bias)
             else:
                 x = _FUNCTIONS[type(layer)](x)
         return x

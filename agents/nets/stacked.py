@@ -18,6 +18,7 @@ from typing import cast
 import torch
 from torch import nn
 
+from agents.nets import gemm
 from agents.nets.distributions import DiagGaussian
 from agents.nets.mlp import _FUNCTIONS, MLP
 from agents.nets.offpolicy import ContinuousQ, Critics, DiscreteQ, _ActorBase
@@ -71,7 +72,7 @@ class StackedMLP(nn.Module):
                 weight, bias = self.weights[linear][::every], self.biases[linear][::every]
                 if frozen:
                     weight, bias = weight.detach(), bias.detach()
-                outputs = torch.baddbmm(bias.unsqueeze(1), outputs, weight.transpose(1, 2))
+                outputs = gemm.stacked_linear(outputs, weight, bias)
                 linear += 1
             else:
                 outputs = function(outputs)

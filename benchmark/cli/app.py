@@ -48,12 +48,14 @@ def interruption_line(command: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no download bars in our output
+    from agents import settings
     from agents.errors import ConfigError
     from benchmark.tables import Output
 
     console = Output(getattr(args, "format", "table"))
     signal.signal(signal.SIGTERM, raise_terminated)
     try:
+        settings.cpu_gemm()  # checked before anything runs
         commands = {name: command for module in COMMAND_MODULES for name, command in module.COMMANDS.items()}
         return commands[args.command](args, console)
     except ConfigError as error:

@@ -1,0 +1,20 @@
+"""Process-wide settings read from the environment. Nothing here imports torch, so that the
+command line checks them in a fraction of a second, before it loads anything or stores a result."""
+
+from __future__ import annotations
+
+import os
+
+from agents.errors import ConfigError, suggest
+
+CPU_GEMM = "REPRORL_CPU_GEMM"
+CPU_GEMM_KERNELS = ("auto", "onednn", "mkl")
+"""The CPU kernels of the networks' large linear layers (``agents.nets.gemm``)."""
+
+
+def cpu_gemm() -> str:
+    """The kernel ``REPRORL_CPU_GEMM`` asks for (default 'auto'); a ConfigError for another value."""
+    value = os.environ.get(CPU_GEMM, "").strip().lower() or "auto"
+    if value not in CPU_GEMM_KERNELS:
+        raise ConfigError(f"{CPU_GEMM} must be one of {', '.join(CPU_GEMM_KERNELS)}, not {value!r}{suggest(value, CPU_GEMM_KERNELS)}")
+    return value
