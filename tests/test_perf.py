@@ -96,9 +96,11 @@ def test_replay_buffer_memory_is_close_to_its_raw_fields():
     assert measured["tensor_bytes"] / measured["raw_bytes"] <= perf.REPLAY_TARGET
 
 
+@pytest.mark.parametrize("stacked", [False, True])
 @pytest.mark.parametrize("algo", ["sac", "td3"])
-def test_update_floor_runs(algo):
-    result = run_floor({"algo": algo, "obs_dim": 5, "action_dim": 2, "hidden_sizes": [16, 16], "batch_size": 8, "steps": 3, "threads": 1, "seed": 0})
+def test_update_floor_runs(algo, stacked):
+    job = {"algo": algo, "obs_dim": 5, "action_dim": 2, "hidden_sizes": [16, 16], "batch_size": 8, "steps": 3, "threads": 1, "seed": 0, "stacked": stacked}
+    result = run_floor(job)
     assert result["steps_per_second"] > 0
 
 

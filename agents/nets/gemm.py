@@ -117,4 +117,6 @@ def stacked_linear(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     (K, out) -> (K, B, out). Copy k gives the bits ``linear(inputs[k], weight[k], bias[k])`` gives."""
     if not _onednn(inputs, weight):
         return torch.baddbmm(bias.unsqueeze(1), inputs, weight.transpose(1, 2))
-    return torch.stack([_OneDNNLinear.apply(inputs[k], weight[k], bias[k]) for k in range(weight.shape[0])])
+    # unbind, not indexing: the backward of K selections would add K zero-filled (K, ...) tensors
+    copies = zip(inputs.unbind(0), weight.unbind(0), bias.unbind(0), strict=True)
+    return torch.stack([_OneDNNLinear.apply(x, w, b) for x, w, b in copies])

@@ -183,7 +183,7 @@ def _perf_table(data: dict, compare: bool) -> Table:
         columns += ["SB3", "ours/SB3 (target)"]
     if jax:
         columns += ["SBX", "ours/SBX (target)"]
-    columns += ["bound", "bound rate", "ours/bound (target)", "peak MiB ours"]
+    columns += ["bound", "bound rate", "ours/bound (target)", "stacked floor", "peak MiB ours"]
     if compare:
         columns += ["peak MiB SB3", *(["peak MiB SBX"] if jax else []), "targets"]
     for column in columns:
@@ -200,6 +200,7 @@ def _perf_table(data: dict, compare: bool) -> Table:
             "env only" if s["bound"] == "env" else "update floor",
             f"{s['bound_steps_per_second']:,.1f}",
             f"{s['fraction_of_bound']:.2f}" + (f" (>= {bound_target:.2f})" if bound_target else ""),
+            f"{s['stacked_floor_steps_per_second']:,.1f} ({s['fraction_of_stacked_floor']:.2f})" if "stacked_floor_steps_per_second" in s else "",
             f"{s['ours_peak_rss_mb']:,.0f}",
         ]
         if compare:

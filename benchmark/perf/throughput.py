@@ -69,6 +69,8 @@ class Measured:
     sb3: list[dict[str, Any]] = field(default_factory=list)
     sbx: list[dict[str, Any]] = field(default_factory=list)
     bound: list[dict[str, Any]] = field(default_factory=list)
+    stacked_floor: list[dict[str, Any]] = field(default_factory=list)
+    """The update floor with the twin critics stacked into one network (floor cases only)."""
 
     def rates(self, side: str) -> list[float]:
         return [m["steps_per_second"] for m in getattr(self, side)]
@@ -84,6 +86,10 @@ class Measured:
             "target_ratio": self.case.target,
             "target_fraction_of_bound": self.case.bound_target,
         }
+        if self.stacked_floor:
+            stacked = self.rates("stacked_floor")
+            out["stacked_floor_steps_per_second"] = statistics.median(stacked)
+            out["fraction_of_stacked_floor"] = statistics.median(o / b for o, b in zip(ours, stacked))
         for side, ratio in (("sb3", "ratio"), ("sbx", "sbx_ratio")):  # SB3's ratio keeps its first name
             measured = getattr(self, side)
             if measured:
@@ -188,6 +194,7 @@ def _jobs(case: Case, scale: float, threads: int, seed: int) -> dict[str, dict[s
             "action_dim": spec.num_actions,
             **case.floor,
         }
+        jobs["stacked_floor"] = {**jobs["bound"], "stacked": True}
     return jobs
 
 
@@ -251,7 +258,7 @@ def measure(
         for name in cases:
             jobs = _jobs(CASES[name], scale, threads, seed=pair)
             order = sides if pair % 2 == 0 else sides[::-1]
-            for side in [*order, "bound"]:
+            for side in [*order, "bound", *(["stacked_floor"] if "stacked_floor" in jobs else [])]:
                 measurement = run_job(jobs[side])
                 getattr(results[name], side).append(measurement)
                 if on_measurement is not None:
@@ -462,7 +469,7 @@ def report(
                 "ours_hyperparameters": measured.case.ours,
                 "sb3_hyperparameters": measured.case.sb3,
                 "summary": measured.summary(),
-                "measurements": {"ours": measured.ours, "sb3": measured.sb3, "sbx": measured.sbx, "bound": measured.bound},
+                "measurements": {side: getattr(measured, side) for side in ("ours", "sb3", "sbx", "bound", "stacked_floor")},
             }
             for name, measured in results.items()
         },

@@ -267,28 +267,59 @@ def run_env(job: dict[str, Any]) -> dict[str, Any]:
     return {"steps_per_second": steps / seconds, "seconds": seconds}
 
 
-def _mlp(sizes: list[int], activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
+def _mlp(sizes: list[int]) -> nn.Module:
+    """Linear and ReLU layers as our networks run them (``agents.nets.mlp.MLP``: the CPU kernel
+    of ``agents.nets.gemm``), so that the floor prices the same products."""
+    from agents.nets.mlp import MLP
+
     layers: list[nn.Module] = []
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
-        layers += [nn.Linear(fan_in, fan_out), activation()]
-    return nn.Sequential(*layers[:-1])
+        layers += [nn.Linear(fan_in, fan_out), nn.ReLU()]
+    return MLP(*layers[:-1])
+
+
+class _TwinCritics:
+    """The floor's two critics on (obs, action) -> (2, B): one network after the other, or
+    ``stacked`` as one (``agents.nets.stacked.StackedMLP``: each layer's two weights in one
+    tensor, the inputs shared), as our critic ensembles run."""
+
+    def __init__(self, networks: list[nn.Module], stacked: bool):
+        from agents.nets.stacked import StackedMLP
+
+        self.networks, self.stack = networks, StackedMLP(networks) if stacked else None
+        self.parameters: list[torch.Tensor] = list(self.stack.parameters()) if self.stack is not None else [p for n in networks for p in n.parameters()]
+
+    def __call__(self, states: torch.Tensor, acts: torch.Tensor) -> torch.Tensor:
+        inputs = torch.cat([states, acts], dim=-1)
+        if self.stack is not None:
+            return self.stack(inputs.expand(2, *inputs.shape)).squeeze(-1)
+        return torch.stack([network(inputs).squeeze(-1) for network in self.networks])
+
+    def first(self, states: torch.Tensor, acts: torch.Tensor) -> torch.Tensor:
+        inputs = torch.cat([states, acts], dim=-1)
+        if self.stack is not None:
+            return self.stack(inputs.unsqueeze(0), every=2)[0].squeeze(-1)
+        return self.networks[0](inputs).squeeze(-1)
 
 
 def run_floor(job: dict[str, Any]) -> dict[str, Any]:
     """Updates per second of a bare actor-critic loop at the case's sizes: a random batch
     prepared once, the algorithm's forward passes, gradients of only what each loss trains,
-    fused Adam and foreach target updates; no buffer, env, logging or bookkeeping."""
+    fused Adam and foreach target updates; no buffer, env, logging or bookkeeping. With
+    ``stacked`` the twin critics (and their targets) are one stacked network."""
     torch.set_num_threads(int(job["threads"]))
     torch.manual_seed(int(job["seed"]))
     kind, obs_dim, action_dim = job["algo"], int(job["obs_dim"]), int(job["action_dim"])
-    hidden, batch_size = list(job["hidden_sizes"]), int(job["batch_size"])
+    hidden, batch_size, stacked = list(job["hidden_sizes"]), int(job["batch_size"]), bool(job.get("stacked"))
     actor = _mlp([obs_dim, *hidden, action_dim * (2 if kind == "sac" else 1)])
-    critics = [_mlp([obs_dim + action_dim, *hidden, 1]) for _ in range(2)]
-    critic_targets = copy.deepcopy(critics)
+    networks = [_mlp([obs_dim + action_dim, *hidden, 1]) for _ in range(2)]
+    target_networks = copy.deepcopy(networks)
+    critics, critic_targets = _TwinCritics(networks, stacked), _TwinCritics(target_networks, stacked)
     actor_target = copy.deepcopy(actor)
     actor_parameters: list[torch.Tensor] = list(actor.parameters())
-    critic_parameters: list[torch.Tensor] = [p for critic in critics for p in critic.parameters()]
-    target_parameters: list[torch.Tensor] = [p for critic in critic_targets for p in critic.parameters()]
+    critic_parameters, target_parameters = critics.parameters, critic_targets.parameters
+    for parameter in target_parameters:
+        parameter.requires_grad_(False)
     actor_optimizer = torch.optim.Adam(actor_parameters, lr=3e-4, fused=True)
     critic_optimizer = torch.optim.Adam(critic_parameters, lr=3e-4, fused=True)
     log_alpha = torch.zeros((), requires_grad=True)
@@ -297,9 +328,8 @@ def run_floor(job: dict[str, Any]) -> dict[str, Any]:
     actions, rewards = torch.rand(batch_size, action_dim) * 2 - 1, torch.randn(batch_size)
     not_done = torch.ones(batch_size)
 
-    def q_min(networks: list[nn.Sequential], states: torch.Tensor, acts: torch.Tensor) -> torch.Tensor:
-        inputs = torch.cat([states, acts], dim=-1)
-        return torch.min(networks[0](inputs), networks[1](inputs)).squeeze(-1)
+    def q_min(twins: _TwinCritics, states: torch.Tensor, acts: torch.Tensor) -> torch.Tensor:
+        return twins(states, acts).min(dim=0).values
 
     def squashed_sample(states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean, log_std = actor(states).chunk(2, dim=-1)
@@ -311,8 +341,7 @@ def run_floor(job: dict[str, Any]) -> dict[str, Any]:
         return torch.tanh(pre_tanh), log_prob
 
     def critic_step(targets: torch.Tensor) -> None:
-        inputs = torch.cat([obs, actions], dim=-1)
-        loss = sum(((critic(inputs).squeeze(-1) - targets) ** 2).mean() for critic in critics)
+        loss = ((critics(obs, actions) - targets) ** 2).mean(dim=1).sum()
         for parameter, gradient in zip(critic_parameters, torch.autograd.grad(loss, critic_parameters)):
             parameter.grad = gradient
         critic_optimizer.step()
@@ -341,7 +370,7 @@ def run_floor(job: dict[str, Any]) -> dict[str, Any]:
             targets = rewards + 0.99 * not_done * q_min(critic_targets, next_obs, next_actions)
         critic_step(targets)
         if step % 2 == 0:
-            actor_loss = -critics[0](torch.cat([obs, torch.tanh(actor(obs))], dim=-1)).mean()
+            actor_loss = -critics.first(obs, torch.tanh(actor(obs))).mean()
             for parameter, gradient in zip(actor_parameters, torch.autograd.grad(actor_loss, actor_parameters)):
                 parameter.grad = gradient
             actor_optimizer.step()
