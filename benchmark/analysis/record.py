@@ -72,7 +72,7 @@ def parity_text(summary: dict[str, Any] | None) -> str:
     return (
         f"{summary['verdict']} at {_k(summary['steps'])} ({summary['ours']['mean']:,.0f} vs {summary['peer']['mean']:,.0f}"
         + ("" if p is None else f", p = {p:.2f}" if p >= 0.01 else ", p < 0.01")
-        + f", {len(summary['seeds'])} seeds)"
+        + f", {len(summary['seeds'])} seed{'' if len(summary['seeds']) == 1 else 's'})"
     )
 
 
