@@ -67,11 +67,13 @@ def test_each_kernel_is_deterministic_and_stacked_copies_give_the_single_layers_
 
 
 @needs_onednn
-def test_narrow_layers_and_other_dtypes_keep_torchs_kernel(use_kernel):
+def test_narrow_layers_small_batches_and_other_dtypes_keep_torchs_kernel(use_kernel):
     use_kernel("onednn")
     x, weight, bias = _layer(64, 256, gemm.ONEDNN_MIN_OUT - 1)
     assert torch.equal(gemm.linear(x, weight, bias), F.linear(x, weight, bias))
-    x, weight, bias = (t.detach().double() for t in _layer(8, 16, 256))
+    x, weight, bias = _layer(gemm.ONEDNN_MIN_ROWS - 1, 256, 256)  # acting on a few observations
+    assert torch.equal(gemm.linear(x, weight, bias), F.linear(x, weight, bias))
+    x, weight, bias = (t.detach().double() for t in _layer(32, 16, 256))
     assert torch.equal(gemm.linear(x, weight, bias), F.linear(x, weight, bias))
     assert use_kernel("mkl") == "mkl"
     x, weight, bias = _layer(64, 256, 256)

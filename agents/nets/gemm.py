@@ -9,9 +9,10 @@ backward products of every 256- or 400-wide layer): oneDNN takes about half thei
 
 ``REPRORL_CPU_GEMM`` picks the kernel: ``onednn``, ``mkl`` (whatever torch's own matmul uses),
 or ``auto`` (the default: oneDNN on AMD x86 CPUs where torch's build has it, else torch's own).
-oneDNN takes only float32 layers on the CPU with at least ``ONEDNN_MIN_OUT`` outputs: narrower
-ones (a value head, PPO's 64-wide layers) are faster with MKL (a 256 -> 1 head's forward and
-backward: 113 us with oneDNN, 39 with MKL).
+oneDNN takes only float32 layers on the CPU with at least ``ONEDNN_MIN_OUT`` outputs and
+``ONEDNN_MIN_ROWS`` rows: narrower layers (a value head, PPO's 64-wide layers) and smaller
+batches (acting) are faster with MKL (a 256 -> 1 head's forward and backward on 256 rows: 113 us
+with oneDNN, 39 with MKL).
 
 Both kernels are deterministic, and each run of a machine gives the same bits with either; the
 two differ from each other in the last bits (their summation orders), as two CPU types do.
@@ -31,6 +32,9 @@ from agents import settings
 
 ONEDNN_MIN_OUT = 128
 """The narrowest layer (output features) oneDNN multiplies; narrower ones use torch's matmul."""
+ONEDNN_MIN_ROWS = 16
+"""The fewest rows (inputs in a batch) oneDNN multiplies: acting on a few observations is
+faster with MKL (one observation through a 256 -> 256 layer: 14 us against 5)."""
 
 
 def _cpu_vendor() -> str:
@@ -61,8 +65,14 @@ def kernel() -> str:
     return wanted
 
 
-def _onednn(inputs: torch.Tensor, weight: torch.Tensor) -> bool:
-    return inputs.device.type == "cpu" and inputs.dtype == torch.float32 and weight.shape[-2] >= ONEDNN_MIN_OUT and kernel() == "onednn"
+def _onednn(inputs: torch.Tensor, weight: torch.Tensor, rows: int) -> bool:
+    return (
+        inputs.device.type == "cpu"
+        and inputs.dtype == torch.float32
+        and weight.shape[-2] >= ONEDNN_MIN_OUT
+        and rows >= ONEDNN_MIN_ROWS
+        and kernel() == "onednn"
+    )
 
 
 def _product(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -106,7 +116,7 @@ def _wanted(ctx) -> tuple[bool, ...]:
 def linear(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear``: inputs (..., in), weight (out, in), bias (out,) -> (..., out), by the kernel
     this module picks."""
-    if not _onednn(inputs, weight):
+    if not _onednn(inputs, weight, inputs.numel() // max(inputs.shape[-1], 1)):
         return F.linear(inputs, weight, bias)
     flat = inputs.reshape(-1, inputs.shape[-1])
     return _OneDNNLinear.apply(flat, weight, bias).view(*inputs.shape[:-1], weight.shape[0])
@@ -115,7 +125,7 @@ def linear(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 def stacked_linear(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """K linear layers, each on its own inputs: inputs (K, B, in), weight (K, out, in), bias
     (K, out) -> (K, B, out). Copy k gives the bits ``linear(inputs[k], weight[k], bias[k])`` gives."""
-    if not _onednn(inputs, weight):
+    if not _onednn(inputs, weight, inputs.shape[1]):
         return torch.baddbmm(bias.unsqueeze(1), inputs, weight.transpose(1, 2))
     # unbind, not indexing: the backward of K selections would add K zero-filled (K, ...) tensors
     copies = zip(inputs.unbind(0), weight.unbind(0), bias.unbind(0), strict=True)
