@@ -4,6 +4,8 @@ command line checks them in a fraction of a second, before it loads anything or 
 from __future__ import annotations
 
 import os
+import platform
+from pathlib import Path
 
 from agents.errors import ConfigError, suggest
 
@@ -18,3 +20,15 @@ def cpu_gemm() -> str:
     if value not in CPU_GEMM_KERNELS:
         raise ConfigError(f"{CPU_GEMM} must be one of {', '.join(CPU_GEMM_KERNELS)}, not {value!r}{suggest(value, CPU_GEMM_KERNELS)}")
     return value
+
+
+def cpu_info(field: str) -> str:
+    """A field of the first CPU in /proc/cpuinfo ('model name', 'vendor_id'); on other systems,
+    or without it, ``platform.processor()`` ('' when unknown)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(field):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()

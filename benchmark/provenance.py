@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from agents.settings import cpu_info
+
 PACKAGES = ("torch", "numpy", "gymnasium", "mujoco", "mlflow", "optuna")
 """The packages whose versions decide the numbers."""
 
@@ -79,13 +81,7 @@ def git_diff(root: Path | None = None) -> str:
 
 def cpu_model() -> str:
     """The CPU's model name (/proc/cpuinfo on Linux, platform.processor() elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    return cpu_info("model name") or "unknown"
 
 
 def gpu_models() -> str:

@@ -101,6 +101,21 @@ def test_ctrl_c_cancels_each_executor_cleanly(write_suite, tmp_path, executor):
         assert len(list((tmp_path / "results" / "checkpoints").glob("*/latest.pt"))) == 2
 
 
+def run_locally(tasks: list) -> list:
+    """The results of ``tasks`` run on a one-slot local pool, in the order they ended."""
+    from benchmark.execution import devices
+    from benchmark.execution.local import LocalExecutor
+
+    submission = LocalExecutor([devices.CPU]).submit(tasks, log=print)
+    try:
+        ended = []
+        while not submission.done:
+            ended += submission.wait(timeout=1.0)
+    finally:
+        submission.close()
+    return [result for _, result in ended]
+
+
 @dataclass(frozen=True)
 class _Probe:
     """A task that tells what its worker sees."""
@@ -115,22 +130,13 @@ def test_local_workers_take_the_launchs_environment_and_directory_as_they_are_at
     """Pool workers are forked from a server the process's first launch starts, which later
     launches reuse; each launch's workers still see its environment and working directory as
     they are when it submits, as spawned workers would."""
-    from benchmark.execution import devices
-    from benchmark.execution.local import LocalExecutor
 
     seen = []
     for value in ("first", "second"):
         (tmp_path / value).mkdir()
         monkeypatch.chdir(tmp_path / value)
         monkeypatch.setenv("REPRORL_PROBE", value)
-        submission = LocalExecutor([devices.CPU]).submit([_Probe("REPRORL_PROBE")], log=print)
-        try:
-            ended = []
-            while not submission.done:
-                ended += submission.wait(timeout=1.0)
-        finally:
-            submission.close()
-        seen += [result for _, result in ended]
+        seen += run_locally([_Probe("REPRORL_PROBE")])
     assert seen == [("first", str(tmp_path / "first"), "cpu"), ("second", str(tmp_path / "second"), "cpu")]
 
 
@@ -151,17 +157,9 @@ def test_the_fork_server_outlives_a_sigterm_to_the_group_and_its_workers_do_not_
     is asked of the kernel."""
     from multiprocessing import forkserver
 
-    from benchmark.execution import devices
-    from benchmark.execution.local import LocalExecutor, _alive
+    from benchmark.execution.local import _alive
 
-    submission = LocalExecutor([devices.CPU]).submit([_Signals()], log=print)
-    try:
-        ended = []
-        while not submission.done:
-            ended += submission.wait(timeout=1.0)
-    finally:
-        submission.close()
-    ((_, (default, server)),) = ended
+    ((default, server),) = run_locally([_Signals()])
     assert default and server == forkserver._forkserver._forkserver_pid
     os.kill(server, signal.SIGTERM)
     time.sleep(0.5)

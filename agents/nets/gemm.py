@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import platform
 from functools import lru_cache
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -35,16 +34,6 @@ ONEDNN_MIN_OUT = 128
 ONEDNN_MIN_ROWS = 16
 """The fewest rows (inputs in a batch) oneDNN multiplies: acting on a few observations is
 faster with MKL (one observation through a 256 -> 256 layer: 14 us against 5)."""
-
-
-def _cpu_vendor() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("vendor_id"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def _onednn_available() -> bool:
@@ -59,7 +48,7 @@ def kernel() -> str:
     """'onednn' or 'mkl' (torch's own matmul): the CPU kernel of this process's large layers."""
     wanted = settings.cpu_gemm()
     if wanted == "auto":
-        wanted = "onednn" if platform.machine() in ("x86_64", "AMD64") and _cpu_vendor() == "AuthenticAMD" else "mkl"
+        wanted = "onednn" if platform.machine() in ("x86_64", "AMD64") and settings.cpu_info("vendor_id") == "AuthenticAMD" else "mkl"
     if wanted == "onednn" and not _onednn_available():
         return "mkl"
     return wanted
