@@ -109,5 +109,25 @@ def test_the_backward_computes_only_the_gradients_the_engine_passes_on(use_kerne
     torch.autograd.grad(gemm.linear(inputs, weight, bias).sum(), [x])
     assert products == [(256, 23), (23, 256)]  # the forward, then grad @ W alone
     products.clear()
+    torch.autograd.grad(gemm.linear(x * 1.0, weight, bias).sum(), [weight])  # a captured leaf: its gradient alone
+    assert products == [(256, 23), (23, 32)]  # the forward, then grad^T @ x
+    products.clear()
     gemm.linear(x * 1.0, weight, bias).sum().backward()
     assert len(products) == 3 and weight.grad is not None and bias.grad is not None and x.grad is not None
+
+
+@needs_onednn
+def test_any_bias_layout_and_no_grad_give_the_same_products(use_kernel):
+    """oneDNN reads a bias as if it were contiguous: an expanded or strided one is copied first;
+    without autograd the op runs without a node, with the same bits."""
+    use_kernel("onednn")
+    x, weight, _ = _layer(64, 32, 256)
+    for bias in (torch.randn(1).expand(256), torch.randn(512)[::2]):
+        torch.testing.assert_close(gemm.linear(x, weight, bias), F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
+    bias = torch.randn(256)
+    with torch.no_grad():
+        quiet = gemm.linear(x, weight, bias)
+        quiet_stacked = gemm.stacked_linear(x.expand(2, 64, 32), weight.expand(2, 256, 32), bias.expand(2, 256))
+    recorded = gemm.linear(x, weight, bias)
+    assert recorded.grad_fn is not None and quiet.grad_fn is None
+    assert torch.equal(quiet, recorded) and torch.equal(quiet_stacked[1], recorded)

@@ -14,6 +14,10 @@ oneDNN takes only float32 layers on the CPU with at least ``ONEDNN_MIN_OUT`` out
 batches (acting) are faster with MKL (a 256 -> 1 head's forward and backward on 256 rows: 113 us
 with oneDNN, 39 with MKL).
 
+The oneDNN path has no forward-mode derivative and no ``torch.func`` transform rule
+(``functional_call`` works; ``torch.func.grad``, ``vmap`` and ``forward_ad`` do not): set
+``REPRORL_CPU_GEMM=mkl`` for code that needs them.
+
 Both kernels are deterministic, and each run of a machine gives the same bits with either; the
 two differ from each other in the last bits (their summation orders), as two CPU types do.
 ``kernel()`` names the one in use (runs record it).
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import platform
 from functools import lru_cache
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -57,15 +62,19 @@ def kernel() -> str:
 def _onednn(inputs: torch.Tensor, weight: torch.Tensor, rows: int) -> bool:
     return (
         inputs.device.type == "cpu"
-        and inputs.dtype == torch.float32
+        and inputs.dtype == weight.dtype == torch.float32
         and weight.shape[-2] >= ONEDNN_MIN_OUT
         and rows >= ONEDNN_MIN_ROWS
         and kernel() == "onednn"
+        and bool(torch.backends.mkldnn.enabled)  # (``torch.backends.mkldnn.flags(enabled=False)`` turns it off)
     )
 
 
 def _product(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """inputs (B, in) @ weight (out, in)^T + bias, by oneDNN (strided views are read as they are)."""
+    """inputs (B, in) @ weight (out, in)^T + bias, by oneDNN. Strided and transposed inputs and
+    weights are read as they are; a bias must be contiguous (oneDNN reads it as if it were)."""
+    if bias is not None and not bias.is_contiguous():
+        bias = bias.contiguous()
     return torch.ops.mkldnn._linear_pointwise(inputs, weight, bias, "none", [], "")
 
 
@@ -96,10 +105,16 @@ def _wanted(ctx) -> tuple[bool, ...]:
     loss through the critics wants no critic weight gradient (torch's own layers skip those too)."""
     edges = [node for node, _ in ctx.next_functions]
     edges += [None] * (len(ctx.needs_input_grad) - len(edges))  # a bias of None has no edge
+    return tuple(bool(needed) and node is not None and _will_execute(node) for needed, node in zip(ctx.needs_input_grad, edges))
+
+
+def _will_execute(node: Any) -> bool:
     try:
-        return tuple(bool(needed and node is not None and torch._C._will_engine_execute_node(node)) for needed, node in zip(ctx.needs_input_grad, edges))
-    except (AttributeError, RuntimeError):  # a torch without the query: compute every one
-        return tuple(ctx.needs_input_grad)
+        return bool(torch._C._will_engine_execute_node(node))
+    except RuntimeError:  # a leaf's accumulator that autograd.grad captures: one asked for
+        return True
+    except AttributeError:  # a torch without the query: compute it
+        return True
 
 
 def linear(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -108,14 +123,24 @@ def linear(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     if not _onednn(inputs, weight, inputs.numel() // max(inputs.shape[-1], 1)):
         return F.linear(inputs, weight, bias)
     flat = inputs.reshape(-1, inputs.shape[-1])
-    return _OneDNNLinear.apply(flat, weight, bias).view(*inputs.shape[:-1], weight.shape[0])
+    product = _OneDNNLinear.apply if _differentiated(inputs, weight, bias) else _product
+    return product(flat, weight, bias).view(*inputs.shape[:-1], weight.shape[0])
+
+
+def _differentiated(*tensors: torch.Tensor | None) -> bool:
+    """Whether autograd records this product (else the op is called without a node: acting,
+    targets and evaluation skip ``autograd.Function``'s few microseconds)."""
+    return torch.is_grad_enabled() and any(tensor is not None and tensor.requires_grad for tensor in tensors)
 
 
 def stacked_linear(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """K linear layers, each on its own inputs: inputs (K, B, in), weight (K, out, in), bias
-    (K, out) -> (K, B, out). Copy k gives the bits ``linear(inputs[k], weight[k], bias[k])`` gives."""
+    (K, out) -> (K, B, out). With oneDNN, copy k gives the bits ``linear(inputs[k], weight[k],
+    bias[k])`` gives; torch's ``baddbmm`` matches ``F.linear`` to the bit for the layers tested
+    here but not for every shape (a 256 -> 1 head differs by about 1e-7)."""
     if not _onednn(inputs, weight, inputs.shape[1]):
         return torch.baddbmm(bias.unsqueeze(1), inputs, weight.transpose(1, 2))
+    product = _OneDNNLinear.apply if _differentiated(inputs, weight, bias) else _product
     # unbind, not indexing: the backward of K selections would add K zero-filled (K, ...) tensors
     copies = zip(inputs.unbind(0), weight.unbind(0), bias.unbind(0), strict=True)
-    return torch.stack([_OneDNNLinear.apply(x, w, b) for x, w, b in copies])
+    return torch.stack([product(x, w, b) for x, w, b in copies])

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from agents.envs import EnvSpec
+from agents.nets import gemm
 from agents.nets.distributions import Categorical, DiagGaussian, MultiCategorical, PolicyDistribution
 from agents.nets.mlp import hidden_layers, linear, mlp
 from agents.nets.recurrent import RecurrentEncoder, unroll
@@ -133,7 +134,8 @@ class ActorCritic(nn.Module):
         actor_features, critic_features, next_state = self._encode(obs, state, episode_starts)
         if self.shared:
             hidden = self.trunk(actor_features)
-            outputs, values = self.actor_head(hidden), self.critic_head(hidden)
+            outputs = gemm.linear(hidden, self.actor_head.weight, self.actor_head.bias)  # (the kernel the stacked heads use)
+            values = gemm.linear(hidden, self.critic_head.weight, self.critic_head.bias)
         else:
             outputs, values = self.actor(actor_features), self.critic(critic_features)
         return outputs, values.squeeze(-1), next_state
