@@ -111,9 +111,7 @@ def _wanted(ctx) -> tuple[bool, ...]:
 def _will_execute(node: Any) -> bool:
     try:
         return bool(torch._C._will_engine_execute_node(node))
-    except RuntimeError:  # a leaf's accumulator that autograd.grad captures: one asked for
-        return True
-    except AttributeError:  # a torch without the query: compute it
+    except (RuntimeError, AttributeError):  # a leaf that autograd.grad captures (one asked for), or a torch without the query
         return True
 
 
