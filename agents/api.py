@@ -79,6 +79,11 @@ class Learner(abc.ABC):
     #: seeds of it as one batched model, if any
     seed_batch: ClassVar[type[SeedBatch] | type[MetaSeedBatch] | None] = None
 
+    #: whether it trains an ensemble of critics (with their targets) that its seed batch
+    #: evaluates as one stacked network, so that a run alone may train as a batch of one
+    #: (``agents.algos.seeds.stacks_alone``)
+    critic_ensemble: ClassVar[bool] = False
+
     config: Hyperparameters
 
     if TYPE_CHECKING:  # the constructor every learner has (declared for type checkers only: each class writes its own)

@@ -22,6 +22,19 @@ def cpu_gemm() -> str:
     return value
 
 
+CRITICS = "REPRORL_CRITICS"
+CRITIC_LAYOUTS = ("auto", "stacked", "separate")
+"""How a run alone evaluates its critic ensemble (``agents.algos.seeds.stacks_alone``)."""
+
+
+def critic_layout() -> str:
+    """The layout ``REPRORL_CRITICS`` asks for (default 'auto'); a ConfigError for another value."""
+    value = os.environ.get(CRITICS, "").strip().lower() or "auto"
+    if value not in CRITIC_LAYOUTS:
+        raise ConfigError(f"{CRITICS} must be one of {', '.join(CRITIC_LAYOUTS)}, not {value!r}{suggest(value, CRITIC_LAYOUTS)}")
+    return value
+
+
 def cpu_info(field: str) -> str:
     """A field of the first CPU in /proc/cpuinfo ('model name', 'vendor_id'); on other systems,
     or without it, ``platform.processor()`` ('' when unknown)."""

@@ -93,10 +93,16 @@ def gpu_models() -> str:
 
 
 def kernel_tags() -> dict[str, str]:
-    """``cpu_gemm``: the CPU kernel of the networks' large layers (``agents.nets.gemm``: it sets
-    the last bits of a CPU run), once this process has loaded the networks; else nothing."""
+    """What sets the last bits of a run's numbers, once this process has loaded the networks
+    (else nothing): ``cpu_gemm``, the CPU kernel of the networks' large layers
+    (``agents.nets.gemm``), and ``critics``, how a run alone evaluates a critic ensemble
+    (``REPRORL_CRITICS``: 'auto' stacks it on a GPU only)."""
     gemm = sys.modules.get("agents.nets.gemm")
-    return {"cpu_gemm": gemm.kernel()} if gemm is not None else {}
+    if gemm is None:
+        return {}
+    from agents import settings
+
+    return {"cpu_gemm": gemm.kernel(), "critics": settings.critic_layout()}
 
 
 @functools.lru_cache(maxsize=1)

@@ -58,6 +58,7 @@ def test_run_logs_parent_and_children_to_mlflow(tiny_suite, tmp_path):
         ):
             assert tags.get(tag), tag
         assert tags["cpu_gemm"] in ("onednn", "mkl")  # the kernel that set the run's last bits
+        assert tags["critics"] == "auto"  # a run alone on the CPU: separate critics
         assert tags["command"].startswith("python -m benchmark run --suite ")  # runnable as it stands
         assert tags["device"] == "cpu" and tags["cuda_visible_devices"] == ""  # a CPU run sees no GPU
         assert params["algo"] in ("ppo", "sac") and "budget.total_steps" in params and "hp.gamma" in params

@@ -53,6 +53,7 @@ class DDPG(OffPolicyAlgorithm):
     """DDPG for Box actions; TD3 is the same algorithm with its three changes switched on."""
 
     name = "ddpg"
+    critic_ensemble = True
     Config = DDPGConfig
     config: DDPGConfig
     tunable_parameters = ("actor_lr", "critic_lr", "tau", "noise_sigma", "batch_size", "gradient_steps")

@@ -95,6 +95,7 @@ class MPO(OffPolicyAlgorithm):
     """MPO with decoupled KL constraints and a learned temperature, for Box actions."""
 
     name = "mpo"
+    critic_ensemble = True
     Config = MPOConfig
     config: MPOConfig
     tunable_parameters = ("actor_lr", "critic_lr", "dual_lr", "batch_size", "gradient_steps")

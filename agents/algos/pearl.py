@@ -172,23 +172,23 @@ class PEARLBatch(TensorBatch):
 @dataclass
 class PEARLNetworks:
     """What the losses run on, each (S, B, in) -> (S, B, out): one run's networks seen as S = 1
-    (``PEARL.networks``) or N seeds' stacked (``PEARLSeedBatch``). ``*_frozen`` are the
-    Q-functions with their parameters detached (the policy's loss must not train them)."""
+    (``PEARL.networks``) or N seeds' stacked (``PEARLSeedBatch``)."""
 
     encoder: Network
     policy: Network
-    qf1: Network
-    qf2: Network
+    qfs: Network
+    """The twin Q-functions: (S, B, in) -> (S, 2, B, 1)."""
     vf: Network
     target_vf: Network
-    qf1_frozen: Network
-    qf2_frozen: Network
+    qfs_frozen: Network
+    """``qfs`` with their parameters detached (the policy's loss must not train them)."""
 
 
 class PEARL(MetaAlgorithm[ContextPolicy]):
     """SAC with a learned task variable z inferred from context, trained on per-task buffers."""
 
     name = "pearl"
+    critic_ensemble = True
     Config: ClassVar[type[PEARLConfig]] = PEARLConfig
     has_replay_buffer = True
     tunable_parameters = ("kl_lambda", "reward_scale", "actor_lr", "critic_lr", "value_lr", "context_lr")
@@ -414,15 +414,16 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
         def frozen(module: nn.Module) -> Network:
             return lambda inputs: torch.func.functional_call(module, {k: v.detach() for k, v in module.named_parameters()}, (inputs,))
 
+        def twins(qf1: Network, qf2: Network) -> Network:
+            return lambda inputs: torch.stack([qf1(inputs[0]), qf2(inputs[0])]).unsqueeze(0)
+
         return PEARLNetworks(
             encoder=one_seed(self.encoder.body),
             policy=one_seed(self.policy),
-            qf1=one_seed(self.qf1),
-            qf2=one_seed(self.qf2),
+            qfs=twins(self.qf1, self.qf2),
             vf=one_seed(self.vf),
             target_vf=one_seed(self.target_vf),
-            qf1_frozen=one_seed(frozen(self.qf1)),
-            qf2_frozen=one_seed(frozen(self.qf2)),
+            qfs_frozen=twins(frozen(self.qf1), frozen(self.qf2)),
         )
 
     def seeds_losses(
@@ -442,8 +443,7 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
 
         # L_KL and L_Q (they train the encoder)
         kl = gaussian_kl_to_unit(mean, var).sum(dim=-1) if config.use_information_bottleneck else mean.new_zeros(seeds)
-        q1 = networks.qf1(torch.cat([obs, actions, z], dim=-1)).squeeze(-1)
-        q2 = networks.qf2(torch.cat([obs, actions, z], dim=-1)).squeeze(-1)
+        q1, q2 = networks.qfs(torch.cat([obs, actions, z], dim=-1)).squeeze(-1).unbind(1)
         with torch.no_grad():
             target_v = networks.target_vf(torch.cat([next_obs, z], dim=-1)).squeeze(-1)
             q_target = config.reward_scale * rewards + (1.0 - terminated) * config.gamma * target_v
@@ -455,7 +455,7 @@ class PEARL(MetaAlgorithm[ContextPolicy]):
         policy_log_std = policy_log_std.clamp(-20.0, 2.0)
         new_actions, log_pi, pre_tanh = TanhGaussian(policy_mean, policy_log_std).rsample_with_pre_tanh(noise((tasks * per_task, self.action_dim)))
         new_inputs = torch.cat([obs, new_actions, z], dim=-1)
-        min_q_new = torch.min(networks.qf1_frozen(new_inputs), networks.qf2_frozen(new_inputs)).squeeze(-1)
+        min_q_new = networks.qfs_frozen(new_inputs).min(dim=1).values.squeeze(-1)
         v = networks.vf(torch.cat([obs, z], dim=-1)).squeeze(-1)
         vf_loss = (v - (min_q_new - log_pi).detach()).pow(2).mean(dim=-1)
         policy_loss = (
@@ -607,8 +607,9 @@ class OneSeed:
 
 
 class PEARLSeedBatch(MetaSeedBatch):
-    """N seeds of one PEARL configuration: their encoders, policies, Q- and value functions
-    stacked (N, ...) (each member's are views of its slice) and their five Adams stacked. Every
+    """N seeds of one PEARL configuration: their encoders, policies and value functions stacked
+    (N, ...), their twin Q-functions as one stack (2N, ...: seed s's two at rows 2s, 2s + 1),
+    each member's parameters views of its slices, and their five Adams stacked. Every
     seed collects with its own draws into its own per-task buffers and samples its own
     batches; a seed whose envs fail leaves the epoch without disturbing the others."""
 
@@ -620,36 +621,43 @@ class PEARLSeedBatch(MetaSeedBatch):
         self.device = self.members[0].device
         self.stacks = {
             name: StackedMLP([cast(nn.Module, getattr(member, name) if name != "encoder" else member.encoder.body) for member in self.members])
-            for name in ("encoder", "policy", "qf1", "qf2", "vf", "target_vf")
+            for name in ("encoder", "policy", "vf", "target_vf")
         }
-        module_of = {"context": "encoder", "policy": "policy", "qf1": "qf1", "qf2": "qf2", "vf": "vf"}
+        self.stacks["qfs"] = StackedMLP([qf for member in self.members for qf in (member.qf1, member.qf2)])
+        module_of = {"context": "encoder", "policy": "policy", "vf": "vf"}
         self.optimizers.update(
             {
                 name: StackedOptimizer([member.optimizers[name] for member in self.members], list(self.stacks[module].parameters()))
                 for name, module in module_of.items()
             }
         )
-        self.parameters = [parameter for name in ("encoder", "policy", "qf1", "qf2", "vf") for parameter in self.stacks[name].parameters()]
+        twin_optimizers = [member.optimizers[name] for member in self.members for name in ("qf1", "qf2")]
+        self.optimizers["qfs"] = StackedOptimizer(twin_optimizers, list(self.stacks["qfs"].parameters()))
+        self.parameters = [parameter for name in ("encoder", "policy", "qfs", "vf") for parameter in self.stacks[name].parameters()]
+        self.learning_rates = {**PEARL.learning_rates, "qfs": "critic_lr"}
 
     def networks(self) -> PEARLNetworks:
         stacks = self.stacks
         return PEARLNetworks(
             encoder=stacks["encoder"],
             policy=stacks["policy"],
-            qf1=stacks["qf1"],
-            qf2=stacks["qf2"],
+            qfs=lambda inputs: self.twins(inputs, frozen=False),
             vf=stacks["vf"],
             target_vf=stacks["target_vf"],
-            qf1_frozen=lambda inputs: stacks["qf1"](inputs, frozen=True),
-            qf2_frozen=lambda inputs: stacks["qf2"](inputs, frozen=True),
+            qfs_frozen=lambda inputs: self.twins(inputs, frozen=True),
         )
+
+    def twins(self, inputs: torch.Tensor, frozen: bool) -> torch.Tensor:
+        """Every seed's two Q-functions at its inputs (N, B, in) -> (N, 2, B, 1)."""
+        values = self.stacks["qfs"](inputs.repeat_interleave(2, dim=0), frozen=frozen)
+        return values.view(inputs.shape[0], 2, *values.shape[1:])
 
     def groups(self) -> dict[str, list[torch.Tensor]]:
         stacks = self.stacks
         return {
             "context": list(stacks["encoder"].parameters()),
             "policy": list(stacks["policy"].parameters()),
-            "qf": [*stacks["qf1"].parameters(), *stacks["qf2"].parameters()],
+            "qf": list(stacks["qfs"].parameters()),
             "vf": list(stacks["vf"].parameters()),
         }
 
@@ -663,7 +671,7 @@ class PEARLSeedBatch(MetaSeedBatch):
         set_gradients(self.parameters, gradients)
         config = self.members[0].config
         for name, optimizer in self.optimizers.items():
-            optimizer.lr = getattr(config, PEARL.learning_rates[name])
+            optimizer.lr = getattr(config, self.learning_rates[name])
             optimizer.step()
         for parameter in self.parameters:
             parameter.grad = None

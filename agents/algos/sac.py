@@ -49,6 +49,7 @@ class SAC(OffPolicyAlgorithm):
     """SAC: tanh-squashed Gaussian policy for Box actions, categorical policy for Discrete."""
 
     name = "sac"
+    critic_ensemble = True
     Config = SACConfig
     config: SACConfig
     tunable_parameters = ("actor_lr", "critic_lr", "alpha_lr", "tau", "batch_size", "gradient_steps")

@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, raise_terminated)
     try:
         settings.cpu_gemm()  # checked before anything runs
+        settings.critic_layout()
         commands = {name: command for module in COMMAND_MODULES for name, command in module.COMMANDS.items()}
         return commands[args.command](args, console)
     except ConfigError as error:

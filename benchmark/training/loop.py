@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 import agents
+from agents.algos.seeds import stacks_alone
 from agents.api import Acted, ConfigError
 from benchmark.config import RunSpec
 from benchmark.training.control import (
@@ -150,7 +151,10 @@ class _Alone:
 
 def _learner(seeds: list[SeedRun], batched: bool) -> Any:
     if not batched:
-        return _Alone(seeds[0])
+        seed = seeds[0]
+        if seed.acts_here and stacks_alone(seed.algo):  # its critic ensemble as one stacked network
+            return type(seed.algo).seed_batch([seed.algo])
+        return _Alone(seed)
     members = [seed.algo for seed in seeds]
     return type(members[0]).seed_batch(members)
 
