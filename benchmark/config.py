@@ -115,6 +115,9 @@ class RunSpec:
     distributed: dict[str, Any] | None = None
     """This run's workers (``check_distributed``: collectors, mode, backend), or None: it trains
     in one process. Synchronous collection trains exactly as one process: not part of the run key."""
+    cuda_graphs: bool = False
+    """Capture each gradient step as a CUDA graph and replay it (``agents.algos.graphs``: SAC,
+    TD3 and DDPG on a GPU). A replay runs the eager step's kernels: not part of the run key."""
 
     def __post_init__(self) -> None:
         every = self.checkpoint_every
@@ -126,6 +129,8 @@ class RunSpec:
             if self.seeds_in_process > 1:
                 raise ConfigError("distributed: a run over several workers trains one seed; set seeds_in_process to 1")
             check_distributable(self.algo, self.hyperparameters, self.distributed, self.device)
+        if self.cuda_graphs:
+            check_capturable(self.algo, self.hyperparameters, self.device, self.distributed)
 
     @property
     def checkpoint_interval(self) -> int:
@@ -187,6 +192,10 @@ class Suite:
         return dataclasses.replace(
             self, specs=[dataclasses.replace(spec, distributed={**(spec.distributed or {}), **settings}, seeds_in_process=1) for spec in self.specs]
         )
+
+    def with_cuda_graphs(self, on: bool) -> Suite:
+        """The same runs with their gradient steps captured as CUDA graphs (False keeps the suite's)."""
+        return dataclasses.replace(self, specs=[_with_cuda_graphs(spec) for spec in self.specs]) if on else self
 
     def with_seeds_in_process(self, count: int | None) -> Suite:
         """The same runs trained ``count`` seeds to a process (None keeps the suite's)."""
@@ -284,7 +293,7 @@ def read_yaml(path: Path, what: str = "suite file") -> Any:
         raise ConfigError(f"{where}: YAML syntax error: {problem}" + (f" ({' '.join(context.split())})" if context else "")) from None
 
 
-_SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device", "checkpoint", "seeds_in_process", "slurm", "distributed"}
+_SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device", "checkpoint", "seeds_in_process", "slurm", "distributed", "cuda_graphs"}
 SLURM_KEYS: dict[str, type] = {"partition": str, "time_minutes": int, "gpus": int, "cpus": int, "constraint": str, "account": str, "memory_gb": float}
 """What each Slurm job asks for (``--executor slurm``), with the type of each value."""
 _CHECKPOINT_KEYS = {"every", "replay_buffer"}
@@ -345,11 +354,36 @@ def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_
     if not isinstance(replay_buffer, bool):
         raise ConfigError(f"checkpoint.replay_buffer must be true or false, got {replay_buffer!r}")
     specs = [dataclasses.replace(spec, checkpoint_every=checkpoint.get("every"), checkpoint_replay_buffer=replay_buffer) for spec in specs]
+    cuda_graphs = data.get("cuda_graphs", False)
+    if not isinstance(cuda_graphs, bool):
+        raise ConfigError(f"cuda_graphs must be true or false, got {cuda_graphs!r}")
+    if cuda_graphs:
+        specs = [_with_cuda_graphs(spec) for spec in specs]
     keys = [spec.run_key for spec in specs]
     duplicates = {spec.label for spec in specs if keys.count(spec.run_key) > 1}
     if duplicates:
         raise ConfigError(f"the same run appears more than once: {', '.join(sorted(duplicates))}")
     return Suite(name, str(data.get("description", "")), path, specs, check_slurm(_as_mapping(data.get("slurm", {}), "slurm"), "slurm"))
+
+
+def _with_cuda_graphs(spec: RunSpec) -> RunSpec:
+    try:
+        return dataclasses.replace(spec, cuda_graphs=True)
+    except ConfigError as error:
+        raise ConfigError(f"{spec.label}: {error}") from None
+
+
+def check_capturable(algo: str, hyperparameters: dict[str, Any], device: str, distributed: dict[str, Any] | None) -> None:
+    """ConfigError, in one line, when ``algo``'s gradient steps cannot be captured as CUDA graphs."""
+    if not getattr(agents.algorithm_class(algo), "capturable_update", False):
+        capturable = sorted(name for name, cls in agents.ALGORITHMS.items() if getattr(cls, "capturable_update", False))
+        raise ConfigError(f"cuda_graphs: {algo}'s gradient steps cannot be captured (those of {', '.join(capturable)} can)")
+    if hyperparameters.get("recurrent", "none") != "none":
+        raise ConfigError(f"cuda_graphs: {algo}'s recurrent encoder cannot be captured (set recurrent: none)")
+    if device == "cpu":
+        raise ConfigError("cuda_graphs: CUDA graphs need a GPU, and the device is cpu")
+    if distributed is not None:
+        raise ConfigError("cuda_graphs: a distributed run's gradient steps are not captured (train it in one process)")
 
 
 def check_slurm(options: dict[str, Any], where: str) -> dict[str, Any]:

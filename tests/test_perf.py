@@ -230,3 +230,36 @@ def test_batched_rows_of_bc_and_the_meta_learners_run_on_generated_data(tmp_path
     for case in ("bc", "pearl"):
         rows = data["cases"][case]["rows"]
         assert [row["seeds"] for row in rows] == [2] and rows[0]["one_process"]["seeds_per_process"] == [2]
+
+
+def test_the_cuda_graph_rows_need_a_gpu_device(capsys):
+    assert main(["perf", "--graphs-only"]) == EXIT_CONFIG_ERROR
+    assert capsys.readouterr().err.strip().splitlines() == ["error: --graphs-only needs --device cuda (CUDA graphs run on a GPU), got cpu"]
+
+
+def test_the_cuda_graph_rows_alternate_eager_and_captured_runs_and_mark_the_target(monkeypatch):
+    """The measurement's bookkeeping, with the run jobs answered here (the real ones need a GPU)."""
+    jobs: list[dict] = []
+
+    def answer(job, timeout=0.0):
+        jobs.append(job)
+        return {"steps_per_second": 300.0 if job["cuda_graphs"] else 100.0, "peak_rss_mb": 1.0}
+
+    from benchmark.perf import graphs
+
+    monkeypatch.setattr(graphs, "run_job", answer)
+    data = graphs.measure_graphs(("sac", "td3"), pairs=2, scale=0.5, device="cuda")
+    assert [(job["algo"], job["cuda_graphs"]) for job in jobs] == [
+        ("sac", False),
+        ("sac", True),
+        ("sac", True),
+        ("sac", False),
+        ("td3", False),
+        ("td3", True),
+        ("td3", True),
+        ("td3", False),
+    ]
+    assert all(job["seeds"] == [0] and job["device"] == "cuda" and job["steps"] == 1000 for job in jobs)
+    sac = data["cases"]["sac"]
+    assert sac["ratio"] == 3.0 and sac["target_ratio"] == 2.0 and sac["target_met"]
+    assert "target_ratio" not in data["cases"]["td3"]

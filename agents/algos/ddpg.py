@@ -107,6 +107,12 @@ class DDPG(OffPolicyAlgorithm):
     def _actor_step_now(self) -> bool:
         return (self.num_updates + 1) % self.config.policy_delay == 0
 
+    capturable_update = True
+
+    def update_phase(self) -> bool:
+        """Whether the next step is a delayed one: the actor steps and the targets move."""
+        return self._actor_step_now()
+
     def networks(self) -> DDPGNetworks:
         return DDPGNetworks(
             actor=one_seed(self.actor.features),

@@ -24,19 +24,21 @@ from __future__ import annotations
 
 import abc
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Protocol, cast
 
 import numpy as np
 import torch
 
+from agents.algos.graphs import CapturedSteps
 from agents.algos.seeds import SeedBatch, clip_per_seed, per_seed_logs, seed_axis, stack_batches, stacked_noise
 from agents.api import Acted, Algorithm, Transitions, set_gradients
 from agents.batches import EncodedBatch, ReplayBatch
 from agents.buffers import HindsightRelabeler, PrioritizedSampler, RecentExperience, ReplayBuffer, SequenceReplayBuffer
 from agents.configs.offpolicy import OffPolicyConfig
 from agents.envs import EnvSpec, goal_functions
+from agents.errors import ConfigError
 from agents.nets import polyak_update
 from agents.nets.offpolicy import NetworkShape
 from agents.nets.recurrent import OneSeedEncoder, RecurrentEncoder
@@ -370,6 +372,15 @@ class OffPolicyAlgorithm(Algorithm):
     #: who takes this run's gradient steps instead (a distributed run's gradient workers)
     stepped_by: StepTaker | None = None
 
+    #: whether its seed batch's gradient steps can be captured as CUDA graphs
+    #: (``agents.algos.graphs``): the Python of a step depends on ``update_phase`` alone
+    capturable_update: ClassVar[bool] = False
+
+    def update_phase(self) -> Hashable:
+        """What decides the Python control flow of the next gradient step (which losses and
+        targets step); a captured step is replayed only in its phase. One phase by default."""
+        return None
+
     @abc.abstractmethod
     def parameter_groups(self) -> dict[str, tuple[list[torch.nn.Parameter], torch.optim.Optimizer | None]]:
         """Trainable parameters by optimizer, in the order ``gradient_list`` returns them."""
@@ -520,6 +531,7 @@ class OffPolicySeedBatch(SeedBatch):
     def __init__(self, members: Sequence[OffPolicyAlgorithm]):
         super().__init__(members)
         self.td_errors: torch.Tensor | None = None  # (N, B) of the last batch, for PER
+        self.captured: CapturedSteps | None = None  # the gradient steps as CUDA graphs (``capture_steps``)
         self.networks: Any = None  # the stacked networks, as the members' ``networks()`` gives one seed's
         self.encoder_parameters = self.stack_encoders()  # recurrent: in the group of the loss that trains them
         self.tools = SeedTools(
@@ -576,6 +588,15 @@ class OffPolicySeedBatch(SeedBatch):
     def policy_actions(self, obs: torch.Tensor) -> torch.Tensor:
         """Every seed's exploring actions (N, E, ...) for observations (N, E, *obs_shape)."""
 
+    def capture_steps(self, emulate: bool = False) -> None:
+        """From now on, take the gradient steps as CUDA graphs (``agents.algos.graphs``;
+        ``emulate``: the same bookkeeping on any device, for tests)."""
+        if not type(self.members[0]).capturable_update:
+            raise ConfigError(f"cuda_graphs: {self.members[0].name}'s gradient steps cannot be captured (sac, td3 and ddpg's can)")
+        if self.encoder is not None:
+            raise ConfigError("cuda_graphs: a recurrent encoder's gradient steps cannot be captured")
+        self.captured = CapturedSteps(self, emulate)
+
     def compute_gradients(self, batch: ReplayBatch) -> tuple[dict[str, Sequence[torch.Tensor | None]], dict[str, torch.Tensor]]:
         """The members' ``seeds_gradients`` on the stacked networks: the gradients of each
         optimizer's stacked parameters (None where a group does not step) and each log (N,),
@@ -602,8 +623,11 @@ class OffPolicySeedBatch(SeedBatch):
         logs: dict[str, list[torch.Tensor]] = {}
         for _ in range(updates * config.gradient_steps):
             batch = stack_batches([member.buffer.sample(config.batch_size, member.generator) for member in members])
-            gradients, info = self.compute_gradients(batch)
-            self.apply_gradients(gradients)
+            if self.captured is not None:
+                info, self.td_errors = self.captured.step(batch)
+            else:
+                gradients, info = self.compute_gradients(batch)
+                self.apply_gradients(gradients)
             if config.prioritized and self.td_errors is not None:
                 for seed, member in enumerate(members):
                     member.buffer.update_priorities(batch["indices"][seed], self.td_errors[seed])

@@ -46,6 +46,11 @@ def add_parser(commands: Any) -> None:
     perf.add_argument("--batched-repeats", type=int, default=1, metavar="R", help="measurements per batched row; medians are reported (default 1)")
     perf.add_argument("--device", default="cpu", help="device of the batched rows: cpu (default) or cuda (SAC's 5x target applies on a GPU)")
     perf.add_argument(
+        "--graphs-only",
+        action="store_true",
+        help="only the CUDA-graph rows: one SAC and one TD3 run on --device cuda with and without captured steps (results/perf/cuda-graphs.json)",
+    )
+    perf.add_argument(
         "--output",
         type=Path,
         help="JSON written (default results/perf/compare.json)",
@@ -71,6 +76,8 @@ def command_perf(args: argparse.Namespace, console: Output) -> int:
     sb3_version = perf.check_sb3() if compare else None
     jax = compare and not args.no_jax
     sbx_version = perf.check_sbx() if jax else None
+    if args.graphs_only:
+        return _perf_graphs(args, console, perf)
     if args.batched_only:
         return _perf_batched(args, console, perf, cases, counts)
     console.print(
@@ -110,7 +117,37 @@ def command_perf(args: argparse.Namespace, console: Output) -> int:
     path = perf.write(data, args.output or Path("results/perf/compare.json"))
     console.print(f"written to {path}", highlight=False, soft_wrap=True)
     if not args.no_batched:
-        return _perf_batched(args, console, perf, cases if args.cases else list(perf.BATCHED_CASES), counts)
+        _perf_batched(args, console, perf, cases if args.cases else list(perf.BATCHED_CASES), counts)
+    if args.device.startswith("cuda"):
+        return _perf_graphs(args, console, perf)
+    console.print("CUDA-graph rows: not measured (they need --device cuda on a machine with a GPU)", highlight=False)
+    return 0
+
+
+def _perf_graphs(args: argparse.Namespace, console: Output, perf) -> int:
+    from agents.errors import ConfigError
+
+    if not args.device.startswith("cuda"):
+        raise ConfigError(f"--graphs-only needs --device cuda (CUDA graphs run on a GPU), got {args.device}")
+    from benchmark.perf import graphs
+
+    console.print(f"CUDA graphs: {', '.join(graphs.GRAPHS_CASES)} alone on {args.device}; {args.pairs} alternating pair(s)", highlight=False)
+
+    def progress(name: str, mode: str, entry: dict) -> None:
+        console.print(f"  {name:<4} {mode:<8} {entry['steps_per_second']:>10,.1f} steps/s  peak {entry['peak_rss_mb']:,.0f} MiB", highlight=False)
+
+    data = graphs.measure_graphs(graphs.GRAPHS_CASES, args.pairs, args.scale, args.threads, args.device, on_measurement=progress)
+    table = Table(title=f"a run alone with its gradient steps as CUDA graphs (steps/s, medians; {args.device})")
+    for column in ("case", "env", "steps", "eager", "captured", "ratio (target)"):
+        table.add_column(column, justify="left" if column in ("case", "env") else "right")
+    for name, row in data["cases"].items():
+        ratio = f"{row['ratio']:.2f}x" + (f" (>= {row['target_ratio']}: {'met' if row['target_met'] else 'missed'})" if "target_ratio" in row else "")
+        table.add_row(
+            name, row["env_id"], f"{row['steps']:,}", f"{row['eager']['steps_per_second']:,.1f}", f"{row['captured']['steps_per_second']:,.1f}", ratio
+        )
+    console.print(table)
+    output = Path("results/perf/cuda-graphs.json") if args.output is None or not args.graphs_only else args.output
+    console.print(f"written to {perf.write(data, output)}", highlight=False, soft_wrap=True)
     return 0
 
 

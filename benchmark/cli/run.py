@@ -85,6 +85,11 @@ def add_parser(commands: Any) -> None:
         metavar="KEY=VALUE,...",
         help="train each run over workers, e.g. collectors=4 (keys: collectors, mode, backend; merged into the suite's distributed:; docs/distributed.md)",
     )
+    run.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="capture each gradient step as a CUDA graph and replay it (sac, td3, ddpg on a GPU; docs/performance.md)",
+    )
     add_format(run)
     run.add_argument("--results-dir", type=Path, default=Path("results"), help="MLflow store, artifacts, checkpoints")
     run.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite in --results-dir)")
@@ -121,6 +126,14 @@ def command_run(args: argparse.Namespace, console: Output) -> int:
     suite = suite.with_checkpointing(args.checkpoint_every, args.checkpoint_replay_buffer or None)
     suite = suite.with_seeds_in_process(args.seeds_per_process)
     suite = suite.with_distributed(parse_settings(args.distributed, "--distributed") if args.distributed is not None else None)
+    suite = suite.with_cuda_graphs(getattr(args, "cuda_graphs", False))
+    if getattr(args, "executor", "local") == "local" and any(spec.cuda_graphs for spec in suite.specs):
+        import torch
+
+        from agents.errors import ConfigError
+
+        if not torch.cuda.is_available():
+            raise ConfigError("cuda_graphs: this machine has no GPU that torch can use")
     bundled = bundled_runs(args, suite.name)
     if args.dry_run:
         from benchmark.execution import plan as planning
@@ -165,6 +178,8 @@ def command_run(args: argparse.Namespace, console: Output) -> int:
         command += ["--seeds-per-process", str(args.seeds_per_process)]
     if args.distributed is not None:
         command += ["--distributed", args.distributed]
+    if getattr(args, "cuda_graphs", False):
+        command.append("--cuda-graphs")
     console.print(
         "re-run them (finished runs are skipped, so this trains only the failed ones): " + " ".join(command),
         highlight=False,

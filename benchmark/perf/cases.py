@@ -284,6 +284,11 @@ BATCHED_STEPS = {
 on-policy counts are whole rollouts of their defaults; BC's are expert pairs consumed by its
 updates; MAML-TRPO about five epochs, PEARL about twenty, each ending at the first epoch past
 the count)."""
+GRAPHS_CASES = ("sac", "td3")
+"""The cases measured with their gradient steps captured as CUDA graphs against without."""
+GRAPHS_STEPS = 2_000
+GRAPHS_TARGET = ("sac", 2.0)
+"""The issue's aim: a single SAC run with CUDA graphs at least 2x the same run without."""
 BATCHED_GPU_TARGET = ("sac", 10, 5.0)
 """The issue's aim on a GPU: SAC, 10 seeds in one process, 5x the aggregate rate of 10 separate processes."""
 

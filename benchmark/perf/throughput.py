@@ -383,15 +383,15 @@ def _measure_batched(
                 measure("one_process", count, [seeds])
             if count > cores:
                 measure("per_core", count, split_seeds(seeds, cores))
-            separate = _median_entry(measured[("separate", min(count, cores))])
+            separate = median_entry(measured[("separate", min(count, cores))])
             row: dict[str, Any] = {
                 "seeds": count,
                 "steps": steps,
                 "separate": {**separate, "runs": count, "at_once": min(count, cores)},
-                "one_process": _median_entry(measured[("one_process", count)]) if count > 1 else separate,
+                "one_process": median_entry(measured[("one_process", count)]) if count > 1 else separate,
             }
             if count > cores:
-                row["per_core"] = _median_entry(measured[("per_core", count)])
+                row["per_core"] = median_entry(measured[("per_core", count)])
             for mode in ("one_process", "per_core"):
                 if mode in row:
                     row[f"{mode}_ratio"] = row[mode]["steps_per_second"] / separate["steps_per_second"]
@@ -408,7 +408,7 @@ def _measure_batched(
     }
 
 
-def _median_entry(entries: list[dict[str, Any]]) -> dict[str, Any]:
+def median_entry(entries: list[dict[str, Any]]) -> dict[str, Any]:
     """The entry with the median rate (the lower middle one for an even count), with every rate."""
     ordered = sorted(entries, key=lambda entry: entry["steps_per_second"])
     return {**ordered[(len(ordered) - 1) // 2], "all_steps_per_second": [entry["steps_per_second"] for entry in entries]}

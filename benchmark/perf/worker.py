@@ -227,6 +227,7 @@ def run_seeds_job(job: dict[str, Any]) -> dict[str, Any]:
             Budget(total_steps=steps, eval_every=steps * 10, eval_episodes=1),
             device=job.get("device", "cpu"),
             torch_threads=int(job["threads"]),
+            cuda_graphs=bool(job.get("cuda_graphs", False)),
         )
         for seed in job["seeds"]
     ]

@@ -150,13 +150,17 @@ class _Alone:
 
 
 def _learner(seeds: list[SeedRun], batched: bool) -> Any:
+    """What acts and updates for ``seeds``: their seed batch; a run alone by itself, or as a
+    batch of one where its critics train stacked or its steps are captured as CUDA graphs."""
+    spec = seeds[0].spec
     if not batched:
         seed = seeds[0]
-        if seed.acts_here and stacks_alone(seed.algo):  # its critic ensemble as one stacked network
-            return type(seed.algo).seed_batch([seed.algo])
-        return _Alone(seed)
-    members = [seed.algo for seed in seeds]
-    return type(members[0]).seed_batch(members)
+        if not (seed.acts_here and (spec.cuda_graphs or stacks_alone(seed.algo))):
+            return _Alone(seed)
+    learner = type(seeds[0].algo).seed_batch([seed.algo for seed in seeds])
+    if spec.cuda_graphs:
+        learner.capture_steps()
+    return learner
 
 
 def _train(seeds: list[SeedRun], batched: bool, stop_together: bool = False) -> None:
