@@ -70,27 +70,62 @@ def test_captured_gradient_steps_replay_the_eager_ones_exactly(monkeypatch, case
     ]
 
 
-def test_a_new_learning_rate_captures_a_new_graph(monkeypatch):
+def _filled_sac_batch(monkeypatch, batches: list, hidden: int = 32):
     from tests.test_seeds import build
 
-    batches: list = []
     _capturing(monkeypatch, "sac", True, batches)
     env_id, overrides = CAPTURED["sac"]
-    members = [build("sac", env_id, seed, {**overrides, "learning_starts": 1}, 1000)[0] for seed in (0, 1)]
+    members = [build("sac", env_id, seed, {**overrides, "hidden_sizes": [hidden, hidden], "learning_starts": 1}, 1000)[0] for seed in (0, 1)]
     batch = agents.algorithm_class("sac").seed_batch(members)
-    spec = members[0].spec
     for member in members:
         for _ in range(20):
-            obs = torch.randn(1, *spec.observation_shape)
-            member.observe(_transitions(obs, member))
-    for step in range(12):
-        if step == 6:
+            member.observe(_transitions(torch.randn(1, *member.spec.observation_shape), member))
+        member._steps_since_update = 0  # from here, one gradient step per update
+    return members, batch
+
+
+def _update(members, batch) -> list:
+    for member in members:
+        member._steps_since_update += 1
+    return batch.update()
+
+
+def test_a_new_learning_rate_captures_a_new_graph_and_old_graphs_are_let_go(monkeypatch):
+    """Each rate held for 4 steps (3 eager, then a capture): 6 rates, the last MAX_GRAPHS kept."""
+    from agents.algos import graphs
+
+    batches: list = []
+    members, batch = _filled_sac_batch(monkeypatch, batches)
+    for step in range(24):
+        if step % 4 == 0:
             for member in members:
-                member.update_parameter("critic_lr", 1e-4)
-        for member in members:
-            member._steps_since_update += 1
-        batch.update()
-    assert len(batches[0].captured.graphs) == 2
+                member.update_parameter("critic_lr", 1e-4 * (1 + step // 4))
+        _update(members, batch)
+    captured = batches[0].captured
+    assert captured.replays == 6 and len(captured.graphs) == graphs.MAX_GRAPHS == 4
+    assert [key[1][0] for key in captured.graphs] == [pytest.approx(1e-4 * rate) for rate in (3, 4, 5, 6)]  # the critic's rates
+
+
+def test_an_emulated_replay_refuses_what_a_graph_cannot_capture(monkeypatch):
+    """A step that reads a tensor on the host (here an ``.item()`` slipped into SAC's loss) runs
+    eagerly, but its emulated replay fails as a real capture would."""
+    from agents.algos.sac import SAC
+
+    batches: list = []
+    members, batch = _filled_sac_batch(monkeypatch, batches, hidden=256)  # the CPU's oneDNN layers pass
+    for _ in range(5):
+        _update(members, batch)
+    assert batches[0].captured.replays == 2
+    gradients = SAC.seeds_gradients
+
+    def reads_the_host(self, networks, encoded, tools):
+        found = gradients(self, networks, encoded, tools)
+        found[1]["critic_loss"].sum().item()
+        return found
+
+    monkeypatch.setattr(SAC, "seeds_gradients", reads_the_host)
+    with pytest.raises(RuntimeError, match="a captured gradient step cannot call aten._local_scalar_dense"):
+        _update(members, batch)
 
 
 def _transitions(obs, member):

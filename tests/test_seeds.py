@@ -718,6 +718,24 @@ def test_a_learning_rate_set_on_the_members_reaches_the_stacked_optimizer():
     assert batch.optimizers["critic"].lr == 1e-6 and batch.optimizers["actor"].lr == 3e-4
 
 
+def test_a_hyperparameter_set_on_the_members_reaches_the_batch():
+    """``update_parameter`` replaces each member's configuration; the batch reads the members'
+    (it kept the one it was built with, so a new tau or batch size did not reach it)."""
+    env_id, overrides = CASES["sac"]
+    members = [build("sac", env_id, seed, overrides, 1000)[0] for seed in SEEDS]
+    batch = type(members[0]).seed_batch(members)
+    with torch.no_grad():  # the critics move away from their targets (copies at the start)
+        for parameter in batch.networks.critic.parameters():
+            parameter.add_(1.0)
+    before = [p.detach().clone() for p in batch.networks.critic_target.parameters()]
+    for member in members:
+        member.update_parameter("tau", 1.0)
+    batch.update_targets()  # tau 1: the targets become the critics
+    assert batch.config.tau == 1.0
+    for target, critic, old in zip(batch.networks.critic_target.parameters(), batch.networks.critic.parameters(), before, strict=True):
+        assert torch.equal(target, critic) and not torch.equal(target, old)
+
+
 # ---------------------------------------------------------------- meta-learners
 
 POINT = "reprorl/PointNav-v0"

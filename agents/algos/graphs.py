@@ -27,12 +27,14 @@ static buffers), so the buffers, the noise order and the Python state are tested
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
+import math
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from agents.algos.seeds import stacked_noise
 from agents.batches import ReplayBatch
@@ -44,6 +46,9 @@ if TYPE_CHECKING:
 WARMUP_STEPS = 3
 """Eager steps of each key before its capture: the optimizers' state exists and the allocator
 and libraries have warmed up (torch's documentation asks for a few on a side stream)."""
+MAX_GRAPHS = 4
+"""Graphs kept (the most recently replayed): each holds a private memory pool, and a learning
+rate that a schedule moves every few steps would otherwise pile them up."""
 
 Draw = Callable[..., torch.Tensor]
 
@@ -54,7 +59,12 @@ class _Graph:
 
     batch: ReplayBatch
     tape: list[tuple[Draw, tuple[int, ...]]]
-    noise: list[torch.Tensor]
+    noise: torch.Tensor
+    """Every draw of the tape, flat, on the device; the step reads views of it."""
+    staging: torch.Tensor
+    """The same on the host (pinned on a GPU machine), filled before each replay."""
+    copied: Any
+    """A CUDA event recorded after the staging buffer's copy (None when emulated)."""
     logs: dict[str, torch.Tensor]
     td_errors: torch.Tensor | None
     python_effects: _Effects | None
@@ -86,27 +96,37 @@ class CapturedSteps:
         device = torch.device(batch.device)
         if not emulate and device.type != "cuda":
             raise ConfigError(f"cuda_graphs: CUDA graphs need a GPU, and this run trains on {device}")
-        self.batch, self.emulate = batch, emulate
-        self.graphs: dict[Hashable, _Graph] = {}
+        self.batch, self.emulate, self.device = batch, emulate, device
+        self.graphs: OrderedDict[Hashable, _Graph] = OrderedDict()
         self.eager_steps: Counter[Hashable] = Counter()
         self.tapes: dict[Hashable, list[tuple[Draw, tuple[int, ...]]]] = {}
-        self.stream = None if emulate else torch.cuda.Stream(device)
+        self.stream = None if emulate else torch.cuda.Stream(device)  # eager steps before a capture
+        self.capture_stream = None if emulate else torch.cuda.Stream(device)
         self.replays = 0
 
-    def key(self) -> Hashable:
+    def key(self, sampled: ReplayBatch) -> Hashable:
+        """What a captured step fixes that may change between steps: the update's phase, the
+        learning rates and the batch's shapes."""
         batch = self.batch
-        return (batch.members[0].update_phase(), tuple(optimizer.lr for optimizer in batch.optimizers.values()))
+        return (
+            batch.members[0].update_phase(),
+            tuple(optimizer.lr for optimizer in batch.optimizers.values()),
+            tuple((name, tuple(tensor.shape)) for name, tensor in sampled.items()),
+        )
 
     def step(self, sampled: ReplayBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
         """One gradient step of every seed on ``sampled`` (seed-stacked, on the batch's device):
         the logs (N,) and the TD errors (N, B) (None without prioritized replay)."""
-        key = self.key()
+        key = self.key(sampled)
         graph = self.graphs.get(key)
         if graph is None and self.eager_steps[key] < WARMUP_STEPS:
             self.eager_steps[key] += 1
             return self._eager(key, sampled)
         if graph is None:
             graph = self.graphs[key] = self._capture(key, sampled)
+            if len(self.graphs) > MAX_GRAPHS:
+                self.graphs.popitem(last=False)
+        self.graphs.move_to_end(key)
         return self._replay(graph, sampled)
 
     # -- eager steps (recording the noise tape) ---------------------------------------------------
@@ -163,22 +183,30 @@ class CapturedSteps:
     def _capture(self, key: Hashable, sampled: ReplayBatch) -> _Graph:
         """The step of ``key`` on static buffers. Capturing runs the step's Python (and launches
         nothing): its effects on Python state are measured and undone, for each replay to apply."""
+        if any(optimizer._parted for optimizer in self.batch.optimizers.values()):
+            raise RuntimeError("cuda_graphs: seeds whose optimizers stepped apart take per-seed Adam steps, which read step counts on the host")
         tape = self.tapes[key]
         static_batch = sampled.apply(torch.clone)
-        noise = [torch.empty((self.batch.num_seeds, *shape), device=self.batch.device) for _, shape in tape]
+        num_seeds = self.batch.num_seeds
+        sizes = [num_seeds * math.prod(shape) for _, shape in tape]
+        flat = torch.empty(sum(sizes), device=self.device)
+        views = [part.view(num_seeds, *shape) for part, (_, shape) in zip(flat.split(sizes), tape, strict=True)]
+        staging = torch.empty(sum(sizes), pin_memory=not self.emulate)
 
         def body() -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
-            return self._with_noise(tape, noise, lambda: self._body(static_batch))
+            return self._with_noise(tape, views, lambda: self._body(static_batch))
 
         if self.emulate:  # nothing to capture: each replay runs ``body`` and measures its effects
-            return _Graph(static_batch, tape, noise, {}, None, None, None, body)
+            return _Graph(static_batch, tape, flat, staging, None, {}, None, None, None, body)
         before = self._python_state()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            logs, td_errors = body()
-        effects = self._python_state().minus(before)
-        self._restore(before)
-        return _Graph(static_batch, tape, noise, logs, td_errors, effects, graph)
+        try:
+            with torch.cuda.device(self.device), torch.cuda.graph(graph, stream=self.capture_stream):
+                logs, td_errors = body()
+            effects = self._python_state().minus(before)
+        finally:
+            self._restore(before)
+        return _Graph(static_batch, tape, flat, staging, torch.cuda.Event(), logs, td_errors, effects, graph)
 
     def _with_noise(self, tape: list[tuple[Draw, tuple[int, ...]]], noise: list[torch.Tensor], run: Callable[[], Any]) -> Any:
         """``run()`` with the batch's noise read from ``noise``, in ``tape``'s order."""
@@ -201,15 +229,23 @@ class CapturedSteps:
         batch = self.batch
         for name, tensor in sampled.items():
             graph.batch[name].copy_(tensor)
-        for buffer, (draw, shape) in zip(graph.noise, graph.tape, strict=True):
-            buffer.copy_(stacked_noise(draw, shape, batch.generators, buffer.device))
+        if graph.copied is not None:
+            graph.copied.synchronize()  # the previous replay's copy has left the staging buffer
+        offset, cpu = 0, torch.device("cpu")
+        for draw, shape in graph.tape:  # each seed's draws from its generator, in the eager order
+            draws = stacked_noise(draw, shape, batch.generators, cpu)
+            graph.staging[offset : offset + draws.numel()].copy_(draws.flatten())
+            offset += draws.numel()
+        graph.noise.copy_(graph.staging, non_blocking=graph.copied is not None)
         if graph.graph is not None:
+            graph.copied.record()
             graph.graph.replay()
             logs, td_errors = graph.logs, graph.td_errors
         else:  # emulated: the step again on the static buffers; its Python effects undone, measured
             assert graph.body is not None
             before = self._python_state()
-            logs, td_errors = graph.body()
+            with _NoHostReads():
+                logs, td_errors = graph.body()
             if graph.python_effects is None:
                 graph.python_effects = self._python_state().minus(before)
             self._restore(before)
@@ -221,3 +257,16 @@ class CapturedSteps:
         self.replays += 1
         # a graph overwrites its outputs at its next replay: the caller keeps copies
         return {name: value.clone() for name, value in logs.items()}, None if td_errors is None else td_errors.clone()
+
+
+class _NoHostReads(TorchDispatchMode):
+    """Emulated replays: what a CUDA graph cannot capture raises here too: reading a tensor's
+    value on the host (``.item()``, ``bool(tensor)``, ``nonzero``) or making a tensor from host
+    data inside the step (a copy from the host, illegal while capturing)."""
+
+    FORBIDDEN = frozenset({torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default, torch.ops.aten.lift_fresh.default})
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func in self.FORBIDDEN:
+            raise RuntimeError(f"a captured gradient step cannot call {func} (it reads or makes tensors on the host)")
+        return func(*args, **(kwargs or {}))

@@ -290,9 +290,13 @@ class SeedBatch(abc.ABC):
         self.members = members
         self.num_seeds = len(members)
         self.device = members[0].device
-        self.config = members[0].config
         self.generators = [member.generator for member in members]
         self.optimizers: dict[str, StackedOptimizer] = {}
+
+    @property
+    def config(self) -> Any:
+        """The members' configuration as it is now (``update_parameter`` replaces theirs)."""
+        return self.members[0].config
 
     # -- the loop's calls, per seed ----------------------------------------------------------
 
