@@ -180,3 +180,33 @@ def test_unroll_refuses_memories_of_different_kinds():
             torch.zeros(2, 1, 8),
             torch.zeros(2, 1, dtype=torch.bool),
         )
+
+
+def test_the_mlp_forward_sees_every_change_of_its_parameters():
+    """The forward's plan holds the layers' parameter dicts, not the parameters: a copy, a
+    loaded state, a parameter replaced in the dict and ``functional_call`` all compute with the
+    parameters they should."""
+    import copy
+
+    from torch.func import functional_call
+
+    from agents.nets.mlp import mlp
+
+    torch.manual_seed(0)
+    net = mlp(3, (8,), 2, "tanh")
+    x = torch.randn(5, 3)
+    reference = torch.nn.Sequential(*net)  # torch's own forward over the same layers
+    torch.testing.assert_close(net(x), reference(x), rtol=0, atol=0)
+    twin = copy.deepcopy(net)
+    with torch.no_grad():
+        twin[0].weight.add_(1.0)
+    assert not torch.equal(twin(x), net(x)) and torch.equal(net(x), reference(x))
+    net.load_state_dict(twin.state_dict())
+    assert torch.equal(net(x), twin(x))
+    zeros = {name: torch.zeros_like(value) for name, value in net.named_parameters()}
+    assert torch.equal(functional_call(net, zeros, (x,)), torch.zeros(5, 2))
+    assert torch.equal(net(x), twin(x))  # the parameters are back after the call
+    net[2].weight = torch.nn.Parameter(torch.ones(2, 8))
+    torch.testing.assert_close(net(x), torch.tanh(net[0](x)) @ torch.ones(8, 2) + net[2].bias)
+    net[1] = torch.nn.ReLU()  # a layer replaced: the plan follows
+    torch.testing.assert_close(net(x), torch.relu(net[0](x)) @ torch.ones(8, 2) + net[2].bias)

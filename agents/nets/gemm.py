@@ -61,10 +61,10 @@ def kernel() -> str:
 
 def _onednn(inputs: torch.Tensor, weight: torch.Tensor, rows: int) -> bool:
     return (
-        inputs.device.type == "cpu"
-        and inputs.dtype == weight.dtype == torch.float32
-        and weight.shape[-2] >= ONEDNN_MIN_OUT
+        weight.shape[-2] >= ONEDNN_MIN_OUT
         and rows >= ONEDNN_MIN_ROWS
+        and inputs.device.type == "cpu"
+        and inputs.dtype == weight.dtype == torch.float32
         and kernel() == "onednn"
         and bool(torch.backends.mkldnn.enabled)  # (``torch.backends.mkldnn.flags(enabled=False)`` turns it off)
     )
@@ -118,7 +118,7 @@ def _will_execute(node: Any) -> bool:
 def linear(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear``: inputs (..., in), weight (out, in), bias (out,) -> (..., out), by the kernel
     this module picks."""
-    if not _onednn(inputs, weight, inputs.numel() // max(inputs.shape[-1], 1)):
+    if weight.shape[0] < ONEDNN_MIN_OUT or not _onednn(inputs, weight, inputs.numel() // max(inputs.shape[-1], 1)):  # (narrow: the cheapest no)
         return F.linear(inputs, weight, bias)
     flat = inputs.reshape(-1, inputs.shape[-1])
     product = _OneDNNLinear.apply if _differentiated(inputs, weight, bias) else _product

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -24,20 +25,58 @@ _FUNCTIONS: dict[type[nn.Module], Callable[[torch.Tensor], torch.Tensor]] = {
 class MLP(nn.Sequential):
     """``nn.Sequential`` of Linear layers and activations whose forward calls the functions
     directly: the same parameters and state_dict keys, without a module call per layer (a
-    third of the time of acting on one observation). Forward hooks of the layers do not run."""
+    third of the time of acting on one observation). Forward hooks of the layers do not run.
+
+    The forward walks a plan made once: per layer, the Linear's parameter dict (read at each
+    call, so loading, ``.to`` and ``torch.func.functional_call``, which swap its entries, are
+    seen) or the activation function. Module attribute lookups and type checks per layer were
+    a quarter of a 64x64 network's forward on one observation (26 us against 19.5)."""
 
     def __init__(self, *layers: nn.Module):
         super().__init__(*layers)
         for layer in layers:
             if not isinstance(layer, nn.Linear) and type(layer) not in _FUNCTIONS:
                 raise TypeError(f"MLP holds Linear layers and {', '.join(t.__name__ for t in _FUNCTIONS)}, not {type(layer).__name__}")
+        self._replan()
+
+    def _replan(self) -> None:
+        layers = self._modules.values()
+        self._plan: tuple[tuple[Any, Any], ...] = tuple(
+            (layer._parameters, None) if isinstance(layer, nn.Linear) else (None, _FUNCTIONS[type(layer)]) for layer in layers
+        )
+
+    # a layer replaced, added or removed: plan again
+    def __setitem__(self, idx: Any, module: nn.Module) -> None:
+        super().__setitem__(idx, module)
+        self._replan()
+
+    def __delitem__(self, idx: Any) -> None:
+        super().__delitem__(idx)
+        self._replan()
+
+    def append(self, module: nn.Module) -> MLP:
+        super().append(module)
+        self._replan()
+        return self
+
+    def insert(self, index: int, module: nn.Module) -> MLP:
+        super().insert(index, module)
+        self._replan()
+        return self
+
+    def extend(self, sequential: Any) -> MLP:
+        super().extend(sequential)
+        self._replan()
+        return self
+
+    def pop(self, key: Any) -> nn.Module:
+        module = super().pop(key)
+        self._replan()
+        return module
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self._modules.values():
-            if isinstance(layer, nn.Linear):
-                x = gemm.linear(x, layer.weight, layer.bias)
-            else:
-                x = _FUNCTIONS[type(layer)](x)
+        for parameters, function in self._plan:
+            x = function(x) if parameters is None else gemm.linear(x, parameters["weight"], parameters["bias"])
         return x
 
 
