@@ -13,26 +13,27 @@ CPU_GEMM = "REPRORL_CPU_GEMM"
 CPU_GEMM_KERNELS = ("auto", "onednn", "mkl")
 """The CPU kernels of the networks' large linear layers (``agents.nets.gemm``)."""
 
-
-def cpu_gemm() -> str:
-    """The kernel ``REPRORL_CPU_GEMM`` asks for (default 'auto'); a ConfigError for another value."""
-    value = os.environ.get(CPU_GEMM, "").strip().lower() or "auto"
-    if value not in CPU_GEMM_KERNELS:
-        raise ConfigError(f"{CPU_GEMM} must be one of {', '.join(CPU_GEMM_KERNELS)}, not {value!r}{suggest(value, CPU_GEMM_KERNELS)}")
-    return value
-
-
 CRITICS = "REPRORL_CRITICS"
 CRITIC_LAYOUTS = ("auto", "stacked", "separate")
 """How a run alone evaluates its critic ensemble (``agents.algos.seeds.stacks_alone``)."""
 
 
+def _choice(variable: str, choices: tuple[str, ...]) -> str:
+    """The value of ``variable`` among ``choices`` (unset: the first); a ConfigError otherwise."""
+    value = os.environ.get(variable, "").strip().lower() or choices[0]
+    if value not in choices:
+        raise ConfigError(f"{variable} must be one of {', '.join(choices)}, not {value!r}{suggest(value, choices)}")
+    return value
+
+
+def cpu_gemm() -> str:
+    """The kernel ``REPRORL_CPU_GEMM`` asks for (default 'auto'); a ConfigError for another value."""
+    return _choice(CPU_GEMM, CPU_GEMM_KERNELS)
+
+
 def critic_layout() -> str:
     """The layout ``REPRORL_CRITICS`` asks for (default 'auto'); a ConfigError for another value."""
-    value = os.environ.get(CRITICS, "").strip().lower() or "auto"
-    if value not in CRITIC_LAYOUTS:
-        raise ConfigError(f"{CRITICS} must be one of {', '.join(CRITIC_LAYOUTS)}, not {value!r}{suggest(value, CRITIC_LAYOUTS)}")
-    return value
+    return _choice(CRITICS, CRITIC_LAYOUTS)
 
 
 def cpu_info(field: str) -> str:

@@ -42,20 +42,28 @@ def _capturing(monkeypatch, algo: str, emulate: bool, batches: list) -> None:
     monkeypatch.setattr(cls, "__init__", captured)
 
 
+def _eager_and_captured(monkeypatch, case: str, emulate: bool):
+    """``case`` trained by ``tests.test_seeds.train`` (three seeds batched, 60 steps) with eager
+    steps, then with captured ones: each training's (history, members), and the captured batch."""
+    from tests.test_seeds import train
+
+    algo = case.split("-")[0]
+    env_id, overrides = CAPTURED[case]
+    eager = train(algo, env_id, overrides, 60, batched=True)
+    batches: list = []
+    _capturing(monkeypatch, algo, emulate, batches)
+    captured = train(algo, env_id, overrides, 60, batched=True)
+    (batch,) = batches
+    return eager, captured, batch
+
+
 @pytest.mark.parametrize("case", sorted(CAPTURED))
 def test_captured_gradient_steps_replay_the_eager_ones_exactly(monkeypatch, case):
     """Emulated on the CPU: the batch, the noise drawn in the eager order and the Python state
     go through the static buffers and bookkeeping of a captured step; every update's logs and
     parameters equal the eager batch's bit for bit, three seeds apart as ever."""
-    from tests.test_seeds import train
-
-    algo = case.split("-")[0]
-    env_id, overrides = CAPTURED[case]
-    eager, eager_members = train(algo, env_id, overrides, 60, batched=True)
-    batches: list = []
-    _capturing(monkeypatch, algo, True, batches)
-    captured, members = train(algo, env_id, overrides, 60, batched=True)
-    (batch,) = batches
+    (eager, eager_members), (captured, members), batch = _eager_and_captured(monkeypatch, case, emulate=True)
+    algo = batch.members[0].name
     assert batch.captured.replays >= 20  # most steps were replays, not warm-up
     assert len(batch.captured.graphs) == (2 if algo == "td3" else 1)  # TD3: the delayed steps are a phase of their own
     assert len(eager) == len(captured)
@@ -157,16 +165,9 @@ def test_capture_refuses_what_it_cannot_capture():
 @pytest.mark.parametrize("case", ["sac", "td3"])
 def test_cuda_graph_steps_equal_the_eager_steps_on_a_gpu(monkeypatch, case):
     """Real capture and replay: the same kernels on the same numbers."""
-    from tests.test_seeds import train
-
     monkeypatch.setattr("tests.test_seeds.build", _on_cuda(monkeypatch))
-    algo = case.split("-")[0]
-    env_id, overrides = CAPTURED[case]
-    eager, _ = train(algo, env_id, overrides, 60, batched=True)
-    batches: list = []
-    _capturing(monkeypatch, algo, False, batches)
-    captured, _ = train(algo, env_id, overrides, 60, batched=True)
-    assert batches[0].captured.replays >= 20
+    (eager, _), (captured, _), batch = _eager_and_captured(monkeypatch, case, emulate=False)
+    assert batch.captured.replays >= 20
     for (eager_logs, eager_parameters), (captured_logs, captured_parameters) in zip(eager, captured, strict=True):
         for seed_eager_logs, seed_captured_logs in zip(eager_logs, captured_logs, strict=True):
             assert seed_eager_logs.keys() == seed_captured_logs.keys()
