@@ -111,6 +111,11 @@ def test_a_new_learning_rate_captures_a_new_graph_and_old_graphs_are_let_go(monk
         _update(members, batch)
     captured = batches[0].captured
     assert captured.replays == 6 and len(captured.graphs) == graphs.MAX_GRAPHS == 4
+    for step in range(40):  # a rate moved at every step: never captured, and only the latest keys remembered
+        for member in members:
+            member.update_parameter("critic_lr", 1e-6 * (1 + step))
+        _update(members, batch)
+    assert captured.replays == 6 and len(captured.eager_steps) == graphs.KEYS_REMEMBERED and len(captured.tapes) <= graphs.KEYS_REMEMBERED
     assert [key[1][0] for key in captured.graphs] == [pytest.approx(1e-4 * rate) for rate in (3, 4, 5, 6)]  # the critic's rates
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -47,6 +47,8 @@ WARMUP_STEPS = 3
 """Eager steps of each key before its capture: the optimizers' state exists and the allocator
 and libraries have warmed up (torch's documentation asks for a few on a side stream)."""
 MAX_GRAPHS = 4
+KEYS_REMEMBERED = 16
+"""Keys whose eager steps are counted toward a capture (the most recent)."""
 """Graphs kept (the most recently replayed): each holds a private memory pool, and a learning
 rate that a schedule moves every few steps would otherwise pile them up."""
 
@@ -98,7 +100,9 @@ class CapturedSteps:
             raise ConfigError(f"cuda_graphs: CUDA graphs need a GPU, and this run trains on {device}")
         self.batch, self.emulate, self.device = batch, emulate, device
         self.graphs: OrderedDict[Hashable, _Graph] = OrderedDict()
-        self.eager_steps: Counter[Hashable] = Counter()
+        # per key not yet captured: eager steps taken and the noise tape (the latest keys only:
+        # a schedule that moves a rate every step makes a new key every step)
+        self.eager_steps: OrderedDict[Hashable, int] = OrderedDict()
         self.tapes: dict[Hashable, list[tuple[Draw, tuple[int, ...]]]] = {}
         self.stream = None if emulate else torch.cuda.Stream(device)  # eager steps before a capture
         self.capture_stream = None if emulate else torch.cuda.Stream(device)
@@ -119,8 +123,12 @@ class CapturedSteps:
         the logs (N,) and the TD errors (N, B) (None without prioritized replay)."""
         key = self.key(sampled)
         graph = self.graphs.get(key)
-        if graph is None and self.eager_steps[key] < WARMUP_STEPS:
-            self.eager_steps[key] += 1
+        if graph is None and self.eager_steps.get(key, 0) < WARMUP_STEPS:
+            self.eager_steps[key] = self.eager_steps.get(key, 0) + 1
+            self.eager_steps.move_to_end(key)
+            while len(self.eager_steps) > KEYS_REMEMBERED:
+                forgotten, _ = self.eager_steps.popitem(last=False)
+                self.tapes.pop(forgotten, None)
             return self._eager(key, sampled)
         if graph is None:
             graph = self.graphs[key] = self._capture(key, sampled)
