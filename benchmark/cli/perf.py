@@ -46,6 +46,11 @@ def add_parser(commands: Any) -> None:
     perf.add_argument("--batched-repeats", type=int, default=1, metavar="R", help="measurements per batched row; medians are reported (default 1)")
     perf.add_argument("--device", default="cpu", help="device of the batched rows: cpu (default) or cuda (SAC's 5x target applies on a GPU)")
     perf.add_argument(
+        "--batched-graphs",
+        action="store_true",
+        help="capture the gradient steps of every batched-row run as CUDA graphs (separate runs and batched alike; needs --device cuda and capturable cases)",
+    )
+    perf.add_argument(
         "--graphs-only",
         action="store_true",
         help="only the CUDA-graph rows: one SAC and one TD3 run on --device cuda with and without captured steps (results/perf/cuda-graphs.json)",
@@ -62,13 +67,19 @@ def command_perf(args: argparse.Namespace, console: Output) -> int:
     from benchmark.perf import throughput as perf
 
     cases = args.cases or list(perf.BATCHED_CASES if args.batched_only else perf.CASES)
-    compare = not args.no_compare and not args.batched_only
+    compare = not args.no_compare and not args.batched_only and not args.graphs_only
     perf.check_arguments(cases, args.pairs, args.scale, args.threads, batched_only=args.batched_only)
     counts = args.batched_seeds or list(perf.BATCHED_COUNTS)
     if args.no_batched and args.batched_only:
         raise ConfigError("--no-batched and --batched-only contradict each other")
     if min(counts) < 1 or len(set(counts)) != len(counts) or args.batched_repeats < 1:
         raise ConfigError(f"--batched-seeds must be distinct positive counts and --batched-repeats >= 1, got {counts} and {args.batched_repeats}")
+    if args.batched_graphs:
+        from benchmark.perf.cases import GRAPHS_CAPABLE
+
+        incapable = [name for name in cases if name not in GRAPHS_CAPABLE]
+        if not args.device.startswith("cuda") or incapable:
+            raise ConfigError(f"--batched-graphs needs --device cuda and cases among {', '.join(GRAPHS_CAPABLE)}, got {args.device} and {', '.join(cases)}")
     if args.device != "cpu":
         from benchmark.training.control import resolve_device
 
@@ -156,7 +167,7 @@ def _perf_batched(args: argparse.Namespace, console: Output, perf, cases: list[s
     cores = os.cpu_count() or 1
     console.print(
         f"batched seeds: {', '.join(cases)}; N = {', '.join(map(str, counts))}; {args.batched_repeats} measurement(s) each, "
-        f"{args.threads} torch thread(s), device {args.device}, {cores} cores",
+        f"{args.threads} torch thread(s), device {args.device}{' with CUDA graphs' if args.batched_graphs else ''}, {cores} cores",
         highlight=False,
         soft_wrap=True,
     )
@@ -169,7 +180,9 @@ def _perf_batched(args: argparse.Namespace, console: Output, perf, cases: list[s
             soft_wrap=True,
         )
 
-    data = perf.measure_batched(cases, counts, args.batched_repeats, args.scale, args.threads, args.device, cores, on_measurement=progress)
+    data = perf.measure_batched(
+        cases, counts, args.batched_repeats, args.scale, args.threads, args.device, cores, on_measurement=progress, cuda_graphs=args.batched_graphs
+    )
     console.print(_batched_table(data))
     output = Path("results/perf/batched.json") if args.output is None or not args.batched_only else args.output
     path = perf.write(data, output)
@@ -179,7 +192,8 @@ def _perf_batched(args: argparse.Namespace, console: Output, perf, cases: list[s
 
 def _batched_table(data: dict) -> Table:
     cores = data["settings"]["cores"]
-    table = Table(title=f"N seeds: aggregate env steps/s (summed over seeds; {data['settings']['device']}, {cores} cores)")
+    captured = ", gradient steps as CUDA graphs" if data["settings"].get("cuda_graphs") else ""
+    table = Table(title=f"N seeds: aggregate env steps/s (summed over seeds; {data['settings']['device']}{captured}, {cores} cores)")
     for column in (
         "case",
         "env",

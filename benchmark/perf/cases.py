@@ -286,6 +286,8 @@ updates; MAML-TRPO about five epochs, PEARL about twenty, each ending at the fir
 the count)."""
 GRAPHS_CASES = ("sac", "td3")
 """The cases measured with their gradient steps captured as CUDA graphs against without."""
+GRAPHS_CAPABLE = tuple(name for name in ("sac", "td3", "ddpg") if name in (*CASES, *BATCHED_EXTRA))
+"""The batched cases whose algorithms capture their gradient steps (``capturable_update``)."""
 GRAPHS_STEPS = 2_000
 GRAPHS_TARGET = ("sac", 2.0)
 """The issue's aim: a single SAC run with CUDA graphs at least 2x the same run without."""

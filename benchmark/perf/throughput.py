@@ -303,6 +303,7 @@ def measure_batched(
     device: str = "cpu",
     cores: int | None = None,
     on_measurement: Callable[[str, int, str, dict[str, Any]], None] | None = None,
+    cuda_graphs: bool = False,
 ) -> dict[str, Any]:
     """For each case and N in ``counts``: the aggregate steps/s (summed over seeds) of
 
@@ -311,7 +312,8 @@ def measure_batched(
     * ``one_process``: the N seeds as one batched model in one process;
     * ``per_core``: the N seeds dealt over ``min(N, cores)`` batched processes at once (when N > cores).
 
-    Medians over ``repeats``; ratios are against ``separate``."""
+    Medians over ``repeats``; ratios are against ``separate``. With ``cuda_graphs`` every run,
+    separate and batched alike, captures its gradient steps (like against like)."""
     cores = cores or os.cpu_count() or 1
     rows: dict[str, list[dict[str, Any]]] = {}
     settings = {name: batched_setting(name) for name in cases}
@@ -319,7 +321,7 @@ def measure_batched(
         for name, (env_id, ours) in settings.items():
             if BATCHED_ALGORITHMS.get(name, name) == "bc" and ours.get("expert") is None:
                 settings[name] = (env_id, {**ours, "expert": expert_dataset(env_id, Path(scratch))})
-        measured = _measure_batched(cases, settings, counts, repeats, scale, threads, device, cores, rows, on_measurement)
+        measured = _measure_batched(cases, settings, counts, repeats, scale, threads, device, cores, rows, on_measurement, cuda_graphs)
     for name, case in measured["cases"].items():
         if BATCHED_ALGORITHMS.get(name, name) == "bc" and batched_setting(name)[1].get("expert") is None:
             case["hyperparameters"]["expert"] = f"random pairs of {case['env_id']}'s shapes (generated for the measurement)"
@@ -351,6 +353,7 @@ def _measure_batched(
     cores: int,
     rows: dict[str, list[dict[str, Any]]],
     on_measurement: Callable[[str, int, str, dict[str, Any]], None] | None,
+    cuda_graphs: bool,
 ) -> dict[str, Any]:
     for name in cases:
         env_id, ours = settings[name]
@@ -359,6 +362,8 @@ def _measure_batched(
         steps = max(steps // rollout, 1) * rollout
         algo = BATCHED_ALGORITHMS.get(name, name)
         common = {"kind": "seeds", "algo": algo, "env_id": env_id, "steps": steps, "threads": threads, "hyperparameters": ours, "device": device}
+        if cuda_graphs:
+            common["cuda_graphs"] = True
         measured: dict[tuple[str, int], list[dict[str, Any]]] = {}
 
         def measure(mode: str, count: int, groups: list[list[int]]) -> None:
@@ -403,7 +408,16 @@ def _measure_batched(
     return {
         "created": now(),
         "machine": machine(),
-        "settings": {"cases": cases, "counts": list(counts), "repeats": repeats, "scale": scale, "threads": threads, "device": device, "cores": cores},
+        "settings": {
+            "cases": cases,
+            "counts": list(counts),
+            "repeats": repeats,
+            "scale": scale,
+            "threads": threads,
+            "device": device,
+            "cores": cores,
+            "cuda_graphs": cuda_graphs,
+        },
         "cases": {name: {"env_id": settings[name][0], "hyperparameters": settings[name][1], "rows": rows[name]} for name in cases},
     }
 
