@@ -53,8 +53,8 @@ class Transitions:
     acted: Acted
     rewards: torch.Tensor  # (N,) float32, after any reward scaling
     next_obs: torch.Tensor  # (N, *obs_shape)
-    terminated: torch.Tensor  # (N,) bool
-    truncated: torch.Tensor  # (N,) bool
+    terminated: torch.Tensor  # (N,) bool, on any device (the loop's are on the host)
+    truncated: torch.Tensor  # (N,) bool, on any device
 
 
 class Learner(abc.ABC):

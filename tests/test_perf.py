@@ -263,3 +263,25 @@ def test_the_cuda_graph_rows_alternate_eager_and_captured_runs_and_mark_the_targ
     sac = data["cases"]["sac"]
     assert sac["ratio"] == 3.0 and sac["target_ratio"] == 2.0 and sac["target_met"]
     assert "target_ratio" not in data["cases"]["td3"]
+
+
+def test_batched_graph_rows_capture_every_run_and_need_a_gpu_and_capturable_cases(monkeypatch, capsys):
+    """``--batched-graphs`` compares like with like: the separate runs capture as the batch does."""
+    assert main(["perf", "--batched-only", "--batched-graphs", "--cases", "sac"]) == EXIT_CONFIG_ERROR
+    assert capsys.readouterr().err.strip().splitlines() == ["error: --batched-graphs needs --device cuda and cases among sac, td3, got cpu and sac"]
+    assert main(["perf", "--batched-only", "--batched-graphs", "--cases", "sac", "ppo", "--device", "cuda"]) == EXIT_CONFIG_ERROR
+    assert "cases among sac, td3, got cuda and sac, ppo" in capsys.readouterr().err
+    jobs: list[dict] = []
+
+    def answer(batch, timeout=0.0):
+        jobs.extend(batch)
+        return [{"steps_per_second": 10.0 * len(job["seeds"]), "peak_rss_mb": 1.0} for job in batch]
+
+    monkeypatch.setattr(perf, "run_concurrently", answer)
+    data = perf.measure_batched(["sac"], [1, 4], device="cuda", cores=16, cuda_graphs=True)
+    assert jobs and all(job["cuda_graphs"] is True and job["device"] == "cuda" for job in jobs)
+    assert sorted(len(job["seeds"]) for job in jobs) == [1, 1, 1, 1, 1, 4]  # N = 1 alone, N = 4 apart, N = 4 batched
+    assert data["settings"]["cuda_graphs"] is True
+    jobs.clear()
+    perf.measure_batched(["sac"], [1], device="cuda", cores=16)
+    assert jobs and all("cuda_graphs" not in job for job in jobs)

@@ -111,6 +111,36 @@ def test_n_step_returns_match_hand_computed_trajectory_with_termination_and_trun
     assert seen == set(expected)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_a_cuda_buffer_keeps_the_same_episodes_from_host_or_device_flags():
+    """The loop hands a CUDA buffer its flags on the host (no device sync per insert): the
+    episode bookkeeping and the n-step batches equal those from device flags and on the CPU."""
+    buffers = {where: ReplayBuffer(8, 2, (1,), (1,), "cpu" if where == "cpu" else "cuda", gamma=0.5, n_step=3) for where in ("cpu", "host", "device")}
+    for t in range(13):  # wraps; env 0 terminates at 2 and 9, is truncated at 5; env 1 never ends
+        ids = t + torch.arange(2) / 4
+        for where, buffer in buffers.items():
+            flags = "cuda" if where == "device" else "cpu"
+            on = buffer.device
+            buffer.add(
+                ids[:, None].to(on),
+                ids[:, None].to(on),
+                ids.to(on),
+                ids[:, None].to(on) + 0.5,
+                torch.tensor([t in (2, 9), False], device=flags),
+                torch.tensor([t == 5, False], device=flags),
+            )
+    reference = buffers["cpu"]
+    for where in ("host", "device"):
+        buffer = buffers[where]
+        assert torch.equal(buffer.episode_start.cpu(), reference.episode_start)
+        assert torch.equal(buffer.episode_end.cpu(), reference.episode_end)
+        assert torch.equal(buffer._current_start.cpu(), reference._current_start)
+        indices = torch.arange(len(reference))
+        rows, envs = indices // 2, indices % 2
+        for got, expected in zip(buffer._n_step_returns(rows.cuda(), envs.cuda()), reference._n_step_returns(rows, envs), strict=True):
+            assert torch.equal(got.cpu(), expected)
+
+
 def test_n_step_never_reads_past_the_write_head_after_wrapping():
     buffer = ReplayBuffer(4, 1, (1,), (1,), gamma=1.0, n_step=3)
     for t in range(6):  # rows hold steps 4, 5, 2, 3; the write head is at row 2

@@ -180,7 +180,8 @@ class ReplayBuffer:
                 target[row] = value.to(self.device, target.dtype)
             self.episode_start[row] = self._current_start
             self.episode_end[row] = -1
-            ended_tensor = terminated.to(self.device, torch.bool) | truncated.to(self.device, torch.bool)
+            # decided where the flags are: host flags (the loop's) cost no device sync per insert
+            ended_tensor = terminated.to(torch.bool) | truncated.to(terminated.device, torch.bool)
             done = ended_tensor if bool(ended_tensor.any()) else None
         self.rows_written += 1
         if self.sampler.prioritized:
@@ -209,7 +210,7 @@ class ReplayBuffer:
             if self.recent is not None:
                 self.recent.record_episode(float(self._running_returns[env]))
             self._running_returns[env] = 0.0
-        self._current_start[done] = now + 1
+        self._current_start[done.to(self._current_start.device)] = now + 1
 
     # -- sampling -----------------------------------------------------------------------------
 

@@ -124,8 +124,8 @@ class SeedRun(SeedOutcome):
                 acted=acted,
                 rewards=torch.as_tensor(rewards, dtype=torch.float32, device=device),
                 next_obs=next_obs_tensor if final_obs is next_obs else torch.as_tensor(final_obs, dtype=torch.float32, device=device),
-                terminated=torch.as_tensor(terminated, device=device),
-                truncated=torch.as_tensor(truncated, device=device),
+                terminated=torch.as_tensor(terminated),  # flags stay on the host: reading them syncs nothing
+                truncated=torch.as_tensor(truncated),
             )
         )
         self.obs, self.obs_tensor = next_obs, next_obs_tensor
