@@ -66,6 +66,11 @@ def test_captured_gradient_steps_replay_the_eager_ones_exactly(monkeypatch, case
     algo = batch.members[0].name
     assert batch.captured.replays >= 20  # most steps were replays, not warm-up
     assert len(batch.captured.graphs) == (2 if algo == "td3" else 1)  # TD3: the delayed steps are a phase of their own
+    if algo == "sac":  # its exploring actions are captured too, once the warm-up's uniform ones end
+        policy_acted = "start_steps" in CAPTURED[case][1]
+        assert (batch.captured_acting.replays >= 30) == policy_acted and len(batch.captured_acting.graphs) == policy_acted
+    else:  # DDPG's and TD3's noise is drawn member by member (an OU process may carry state)
+        assert batch.captured_acting is None
     assert len(eager) == len(captured)
     for (eager_logs, eager_parameters), (captured_logs, captured_parameters) in zip(eager, captured, strict=True):
         assert eager_logs == captured_logs
@@ -137,8 +142,42 @@ def test_an_emulated_replay_refuses_what_a_graph_cannot_capture(monkeypatch):
         return found
 
     monkeypatch.setattr(SAC, "seeds_gradients", reads_the_host)
-    with pytest.raises(RuntimeError, match="a captured gradient step cannot call aten._local_scalar_dense"):
+    with pytest.raises(RuntimeError, match="a CUDA graph cannot capture aten._local_scalar_dense"):
         _update(members, batch)
+
+
+def test_captured_acting_gives_the_eager_actions_and_refuses_host_reads(monkeypatch):
+    """SAC's exploring actions through the emulated graph equal the eager batch's bit for bit,
+    each seed's generator drawn in the same order; a host read slipped into them fails."""
+    from agents.algos.sac import SACSeedBatch
+    from tests.test_seeds import build
+
+    env_id, overrides = CAPTURED["sac"]
+
+    def batch_of(capture: bool):
+        members = [build("sac", env_id, seed, {**overrides, "start_steps": 0}, 1000)[0] for seed in (0, 1)]
+        batch = agents.algorithm_class("sac").seed_batch(members)
+        if capture:
+            batch.capture_steps(emulate=True)
+        return batch
+
+    eager, captured = batch_of(False), batch_of(True)
+    for obs in torch.randn(6, 2, 1, 3):
+        for mine, theirs in zip(captured.act(list(obs)), eager.act(list(obs)), strict=True):
+            assert torch.equal(mine.actions, theirs.actions)
+    assert captured.captured_acting.replays == 3 and eager.captured_acting is None
+    for mine, theirs in zip(captured.generators, eager.generators, strict=True):
+        assert torch.equal(mine.get_state(), theirs.get_state())
+    policy_actions = SACSeedBatch.policy_actions
+
+    def reads_the_host(self, obs):
+        actions = policy_actions(self, obs)
+        actions.sum().item()
+        return actions
+
+    monkeypatch.setattr(SACSeedBatch, "policy_actions", reads_the_host)
+    with pytest.raises(RuntimeError, match="a CUDA graph cannot capture aten._local_scalar_dense"):
+        captured.act(list(torch.randn(2, 1, 3)))
 
 
 def _transitions(obs, member):
@@ -173,6 +212,7 @@ def test_cuda_graph_steps_equal_the_eager_steps_on_a_gpu(monkeypatch, case):
     monkeypatch.setattr("tests.test_seeds.build", _on_cuda(monkeypatch))
     (eager, _), (captured, _), batch = _eager_and_captured(monkeypatch, case, emulate=False)
     assert batch.captured.replays >= 20
+    assert case != "sac" or batch.captured_acting.replays >= 30
     for (eager_logs, eager_parameters), (captured_logs, captured_parameters) in zip(eager, captured, strict=True):
         for seed_eager_logs, seed_captured_logs in zip(eager_logs, captured_logs, strict=True):
             assert seed_eager_logs.keys() == seed_captured_logs.keys()
@@ -269,6 +309,7 @@ def test_a_run_with_cuda_graphs_trains_through_the_loop_as_its_stacked_run(monke
     monkeypatch.setenv("REPRORL_CRITICS", "separate")  # cuda_graphs stacks the critics whatever this says
     captured = training_loop.run(dataclasses.replace(spec, cuda_graphs=True))
     assert captured_batches and captured_batches[0].captured.replays > 100
+    assert algo != "sac" or captured_batches[0].captured_acting.replays > 100
     assert [e.step for e in captured.evaluations] == [e.step for e in eager.evaluations] == [100, 200]
     for mine, theirs in zip(captured.evaluations, eager.evaluations, strict=True):
         assert mine.returns == theirs.returns

@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Protocol, cast
 import numpy as np
 import torch
 
-from agents.algos.graphs import CapturedSteps
+from agents.algos.graphs import CapturedActing, CapturedSteps
 from agents.algos.seeds import SeedBatch, clip_per_seed, per_seed_logs, seed_axis, stack_batches, stacked_noise
 from agents.api import Acted, Algorithm, Transitions, set_gradients
 from agents.batches import EncodedBatch, ReplayBatch
@@ -375,6 +375,9 @@ class OffPolicyAlgorithm(Algorithm):
     #: whether its seed batch's gradient steps can be captured as CUDA graphs
     #: (``agents.algos.graphs``): the Python of a step depends on ``update_phase`` alone
     capturable_update: ClassVar[bool] = False
+    #: whether its seed batch's exploring actions can be captured too: ``policy_actions`` draws
+    #: its noise only through the seed tools (no per-member noise state, as DDPG's OU process)
+    capturable_acting: ClassVar[bool] = False
 
     def update_phase(self) -> Hashable:
         """What decides the Python control flow of the next gradient step (which losses and
@@ -532,6 +535,7 @@ class OffPolicySeedBatch(SeedBatch):
         super().__init__(members)
         self.td_errors: torch.Tensor | None = None  # (N, B) of the last batch, for PER
         self.captured: CapturedSteps | None = None  # the gradient steps as CUDA graphs (``capture_steps``)
+        self.captured_acting: CapturedActing | None = None  # and the exploring actions, where they can be
         self.networks: Any = None  # the stacked networks, as the members' ``networks()`` gives one seed's
         self.encoder_parameters = self.stack_encoders()  # recurrent: in the group of the loss that trains them
         self.tools = SeedTools(
@@ -573,7 +577,7 @@ class OffPolicySeedBatch(SeedBatch):
             if members[0].env_steps < self.config.start_steps:  # warm-up: each seed's uniform actions
                 actions = [member.random_actions(len(member_obs)) for member, member_obs in zip(members, obs, strict=True)]
             else:
-                actions = list(self.policy_actions(features))
+                actions = list(self.captured_acting.actions(features) if self.captured_acting is not None else self.policy_actions(features))
         return [
             Acted(
                 seed_actions,
@@ -596,6 +600,8 @@ class OffPolicySeedBatch(SeedBatch):
         if self.encoder is not None:
             raise ConfigError("cuda_graphs: a recurrent encoder's gradient steps cannot be captured")
         self.captured = CapturedSteps(self, emulate)
+        if type(self.members[0]).capturable_acting:
+            self.captured_acting = CapturedActing(self, emulate)
 
     def compute_gradients(self, batch: ReplayBatch) -> tuple[dict[str, Sequence[torch.Tensor | None]], dict[str, torch.Tensor]]:
         """The members' ``seeds_gradients`` on the stacked networks: the gradients of each

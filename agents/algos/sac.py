@@ -55,6 +55,7 @@ class SAC(OffPolicyAlgorithm):
     tunable_parameters = ("actor_lr", "critic_lr", "alpha_lr", "tau", "batch_size", "gradient_steps")
     learning_rates = {"actor_lr": "actor", "critic_lr": "critic", "alpha_lr": "alpha"}
     capturable_update = True
+    capturable_acting = True
 
     def __init__(self, env_spec, config: SACConfig, total_steps: int, device: torch.device | str = "cpu", seed: int = 0):
         super().__init__(env_spec, config, total_steps, device, seed)
