@@ -105,7 +105,7 @@ SETTINGS: dict[str, Setting] = {
         "Hopper-v5",
         500_000,
         ours=dict(
-            num_envs=16,
+            num_envs=1,
             num_steps=5,
             learning_rate=7e-4,
             anneal_lr=False,
@@ -123,7 +123,7 @@ SETTINGS: dict[str, Setting] = {
             **_ON_POLICY_NORMALIZED,
         ),
         peer=dict(
-            n_envs=16,
+            n_envs=1,
             normalize=True,
             n_steps=5,
             learning_rate=7e-4,
@@ -137,7 +137,7 @@ SETTINGS: dict[str, Setting] = {
             max_grad_norm=0.5,
             policy_kwargs=_SB3_TANH_64,
         ),
-        source="SB3 A2C defaults with 16 envs (Mnih et al. 2016's 16 actor-learners) and VecNormalize",
+        source="RL Zoo's MuJoCo A2C (a2c.yml: SB3's A2C defaults, one env, VecNormalize), the setting of the suite and of the published 1M scores",
     ),
     "trpo": Setting(
         "trpo",
