@@ -166,6 +166,9 @@ def test_captured_acting_gives_the_eager_actions_and_refuses_host_reads(monkeypa
         for mine, theirs in zip(captured.act(list(obs)), eager.act(list(obs)), strict=True):
             assert torch.equal(mine.actions, theirs.actions)
     assert captured.captured_acting.replays == 3 and eager.captured_acting is None
+    # captured outside inference mode: a later capture outside it can update what this one made
+    (graph,) = captured.captured_acting.graphs.values()
+    assert not any(tensor.is_inference() for tensor in (graph.inputs["obs"], graph.noise))
     for mine, theirs in zip(captured.generators, eager.generators, strict=True):
         assert torch.equal(mine.get_state(), theirs.get_state())
     policy_actions = SACSeedBatch.policy_actions

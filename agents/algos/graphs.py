@@ -49,10 +49,10 @@ WARMUP_STEPS = 3
 """Eager steps of each key before its capture: the optimizers' state exists and the allocator
 and libraries have warmed up (torch's documentation asks for a few on a side stream)."""
 MAX_GRAPHS = 4
-KEYS_REMEMBERED = 16
-"""Keys whose eager steps are counted toward a capture (the most recent)."""
 """Graphs kept (the most recently replayed): each holds a private memory pool, and a learning
 rate that a schedule moves every few steps would otherwise pile them up."""
+KEYS_REMEMBERED = 16
+"""Keys whose eager steps are counted toward a capture (the most recent)."""
 
 Draw = Callable[..., torch.Tensor]
 
@@ -193,6 +193,10 @@ class _CapturedCalls:
     def _capture(self, key: Hashable, inputs: Any) -> _Graph:
         """The call of ``key`` on static buffers. Capturing runs the call's Python (and launches
         nothing): its effects on Python state are measured and undone, for each replay to apply."""
+        with _outside_inference_mode():  # the static buffers and the graph's state are plain tensors
+            return self._capture_here(key, inputs)
+
+    def _capture_here(self, key: Hashable, inputs: Any) -> _Graph:
         self._check()
         tape = self.tapes[key]
         static = self._static(inputs)
@@ -249,19 +253,13 @@ class _CapturedCalls:
             offset += draws.numel()
         graph.noise.copy_(graph.staging, non_blocking=graph.copied is not None)
         if graph.graph is not None:
-            graph.copied.record()
+            graph.copied.record(torch.cuda.current_stream(self.device))
             graph.graph.replay()
             outputs = graph.outputs
         else:  # emulated: the call again on the static buffers; its Python effects undone, measured
             assert graph.body is not None
             before = self._python_state()
-            # torch's dispatch modes do not see ops under inference mode (acting runs in it): the
-            # emulated call leaves it for no_grad, which runs the same kernels
-            outside = contextlib.ExitStack()
-            if torch.is_inference_mode_enabled():
-                outside.enter_context(torch.inference_mode(False))
-                outside.enter_context(torch.no_grad())
-            with outside, _NoHostReads():
+            with _outside_inference_mode(), _NoHostReads():
                 outputs = graph.body()
             after = self._python_state()
             if graph.python_effects is None and after is not None and before is not None:
@@ -339,6 +337,18 @@ class CapturedActing(_CapturedCalls):
 
     def _static(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {name: tensor.clone() for name, tensor in inputs.items()}
+
+
+def _outside_inference_mode() -> contextlib.ExitStack:
+    """Leave inference mode (acting runs in it) for ``no_grad``, which runs the same kernels:
+    torch's dispatch modes do not see ops under inference mode, and a capture there can make
+    inference tensors of the CUDA generator's graph state, which later captures outside it then
+    fail to update (pytorch#166792)."""
+    stack = contextlib.ExitStack()
+    if torch.is_inference_mode_enabled():
+        stack.enter_context(torch.inference_mode(False))
+        stack.enter_context(torch.no_grad())
+    return stack
 
 
 class _NoHostReads(TorchDispatchMode):

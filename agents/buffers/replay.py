@@ -180,7 +180,8 @@ class ReplayBuffer:
                 target[row] = value.to(self.device, target.dtype)
             self.episode_start[row] = self._current_start
             self.episode_end[row] = -1
-            # decided where the flags are: host flags (the loop's) cost no device sync per insert
+            # decided where the flags are: the loop's host flags are not read back from the device
+            # (their copy into the storage above still waits for the stream, as a pageable copy does)
             ended_tensor = terminated.to(torch.bool) | truncated.to(terminated.device, torch.bool)
             done = ended_tensor if bool(ended_tensor.any()) else None
         self.rows_written += 1
