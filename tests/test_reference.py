@@ -18,14 +18,23 @@ SCORES = ROOT / "results" / "reference" / "scores.csv"
 def test_built_table_keeps_every_published_row_and_source_column():
     with SCORES.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert len(rows) == 496
+    with reference.ADDED_SCORES.open(newline="") as handle:
+        added = list(csv.DictReader(handle))
+    assert len(rows) == 496 + len(added) and len(added) == 7
     assert list(rows[0])[: len(reference.SOURCE_COLUMNS)] == list(reference.SOURCE_COLUMNS)
     assert set(reference.DERIVED_COLUMNS) <= set(rows[0])
     assert all(row["source"] and row["source_url"].startswith("http") for row in rows)
+    assert [{k: r[k] for k in reference.SOURCE_COLUMNS} for r in rows[496:]] == added  # our additions come last
+    # Tianshou's curves at 300k: deterministic test episodes, read exactly (not off a plot)
+    tasks = ("HalfCheetah", "Hopper", "Walker2d")
+    expected = {("sac", env) for env in tasks} | {("td3", env) for env in tasks} | {("ddpg", "Hopper")}
+    assert {(r["algorithm"], r["env"], r["budget_steps"], r["protocol"], r["approximate"]) for r in rows[496:]} == {
+        (algo, env, "300000", "final_eval", "false") for algo, env in expected
+    }
     if reference.SHARED_SCORES.exists():  # the committed table is what `reference build` makes today
         with reference.SHARED_SCORES.open(newline="") as handle:
             shared = list(csv.DictReader(handle))
-        assert [{k: r[k] for k in reference.SOURCE_COLUMNS} for r in rows] == shared
+        assert [{k: r[k] for k in reference.SOURCE_COLUMNS} for r in rows[:496]] == shared
 
 
 def test_build_adds_derived_columns(tmp_path):
@@ -43,7 +52,7 @@ def test_build_adds_derived_columns(tmp_path):
                 "mean": "1442.6",
             }
         )
-    assert reference.build(source, tmp_path / "out.csv") == 1
+    assert reference.build(source, tmp_path / "out.csv", additions=None) == 1
     (row,) = csv.DictReader((tmp_path / "out.csv").open())
     assert (row["env"], row["env_version"], row["algorithm"], row["protocol"], row["approximate"]) == ("HalfCheetah", "v4", "ppo", "training_return", "false")
 
@@ -99,6 +108,25 @@ def test_reference_prefers_the_most_comparable_kind_then_the_best_score():
     assert reference.env_reference("Hopper-v5", multi_final).mean == 1900.0
     exact_first = (_score("TD3", 3700.0, "max_eval", approximate=True), _score("TD3", 3500.0, "max_eval"))
     assert reference.env_reference("Hopper-v5", exact_first).mean == 3500.0
+
+
+def test_build_appends_our_additions_and_refuses_one_without_its_source(tmp_path):
+    source, additions, destination = tmp_path / "shared.csv", tmp_path / "additions.csv", tmp_path / "scores.csv"
+    row = {**dict.fromkeys(reference.SOURCE_COLUMNS, ""), "source": "S", "source_url": "https://x", "algo": "TD3", "env_id": "Hopper-v3", "mean": "1.0"}
+    for path, rows in ((source, [row]), (additions, [{**row, "metric": "deterministic policy at 300k", "mean": "2.0"}])):
+        with path.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=reference.SOURCE_COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+    assert reference.build(source, destination, additions) == 2
+    written = list(csv.DictReader(destination.open()))
+    assert [(r["mean"], r["protocol"]) for r in written] == [("1.0", "training_return"), ("2.0", "final_eval")]
+    assert reference.build(source, tmp_path / "alone.csv", tmp_path / "absent.csv") == 1  # no additions file: the shared table alone
+    text = additions.read_text().splitlines()
+    additions.write_text("\n".join([text[0], text[1].replace("https://x", "")]) + "\n")
+    with pytest.raises(ConfigError, match="additions.csv:2: every added score names its source and its address"):
+        reference.build(source, destination, additions)
+    assert [r["mean"] for r in csv.DictReader(destination.open())] == ["1.0", "2.0"]  # the table built before is untouched
 
 
 def test_a_malformed_source_leaves_the_table_untouched(tmp_path):

@@ -12,6 +12,11 @@ the shared reference table, every source column kept) plus four derived columns:
   training: optimistic), ``approx_plot`` (read off a plot), and ``random`` / ``expert`` rows.
 - ``approximate``: ``true`` where the source marked the value ``~``.
 
+``results/reference/additions.csv`` holds the published numbers this project added to the shared
+table (the source columns, each row with its source and address: e.g. Tianshou's per-seed
+curves read at 300k steps, for the reduced-budget off-policy record); ``reference build``
+appends them.
+
 ``results/reference/random.csv`` holds uniform-random-policy returns measured by this suite on
 the exact environment versions it runs (``python -m benchmark reference random``).
 
@@ -41,6 +46,7 @@ from benchmark.config import PROJECT_ROOT
 
 REFERENCE_DIR = PROJECT_ROOT / "results" / "reference"
 SHARED_SCORES = PROJECT_ROOT.parent / "shared" / "reference" / "scores.csv"
+ADDED_SCORES = REFERENCE_DIR / "additions.csv"
 SOURCE_COLUMNS = ("source", "source_url", "algo", "env_id", "budget_steps", "metric", "mean", "spread", "spread_kind", "n_seeds", "notes")
 DERIVED_COLUMNS = ("env", "env_version", "algorithm", "protocol", "approximate")
 RANDOM_COLUMNS = ("env_id", "episodes", "mean", "std", "seed", "gymnasium", "mujoco", "measured")
@@ -161,25 +167,21 @@ def protocol_of(metric: str, algorithm: str) -> str:
     return "training_return"  # CleanRL, openrlbenchmark and the CleanRL paper: training episodes
 
 
-def build(source: Path = SHARED_SCORES, destination: Path = REFERENCE_DIR / "scores.csv") -> int:
-    """Write ``destination`` from the shared table: every source column, plus the derived ones.
+def build(source: Path = SHARED_SCORES, destination: Path = REFERENCE_DIR / "scores.csv", additions: Path | None = ADDED_SCORES) -> int:
+    """Write ``destination`` from the shared table and then our ``additions`` (when the file
+    exists): every source column, plus the derived ones. The number of rows written.
 
     Every row is checked before anything is written, and the file is replaced atomically, so a
     malformed source never damages the table already there."""
-    with source.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        fields = list(reader.fieldnames or [])
-        rows = list(reader)
-    missing = [column for column in SOURCE_COLUMNS if column not in fields]
-    if missing:
-        raise ConfigError(f"{source}: missing columns {', '.join(missing)}; expected {', '.join(SOURCE_COLUMNS)}")
-    if not rows:
-        raise ConfigError(f"{source}: no rows")
-    for line, row in enumerate(rows, start=2):
-        if None in row or any(value is None for value in row.values()):
-            raise ConfigError(f"{source}:{line}: expected {len(fields)} fields, the row has a different number")
-        if _number(row["mean"]) is None:
-            raise ConfigError(f"{source}:{line}: mean {row['mean']!r} is not a number")
+    fields, rows = _source_rows(source, require_rows=True)
+    if additions is not None and additions.exists():
+        added_fields, added = _source_rows(additions, require_rows=False)
+        if added_fields != fields:
+            raise ConfigError(f"{additions}: its columns must be the shared table's ({', '.join(fields)}), got {', '.join(added_fields)}")
+        for line, row in enumerate(added, start=2):
+            if not row["source"] or not row["source_url"].startswith("http"):
+                raise ConfigError(f"{additions}:{line}: every added score names its source and its address (http...)")
+        rows += added
     destination.parent.mkdir(parents=True, exist_ok=True)
     temporary = destination.with_suffix(".tmp")
     with temporary.open("w", newline="") as handle:
@@ -200,6 +202,25 @@ def build(source: Path = SHARED_SCORES, destination: Path = REFERENCE_DIR / "sco
             )
     temporary.replace(destination)
     return len(rows)
+
+
+def _source_rows(path: Path, require_rows: bool) -> tuple[list[str], list[dict[str, str]]]:
+    """A published-scores table's columns and rows, each row checked (its field count, a numeric mean)."""
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        fields = list(reader.fieldnames or [])
+        rows = list(reader)
+    missing = [column for column in SOURCE_COLUMNS if column not in fields]
+    if missing:
+        raise ConfigError(f"{path}: missing columns {', '.join(missing)}; expected {', '.join(SOURCE_COLUMNS)}")
+    if require_rows and not rows:
+        raise ConfigError(f"{path}: no rows")
+    for line, row in enumerate(rows, start=2):
+        if None in row or any(value is None for value in row.values()):
+            raise ConfigError(f"{path}:{line}: expected {len(fields)} fields, the row has a different number")
+        if _number(row["mean"]) is None:
+            raise ConfigError(f"{path}:{line}: mean {row['mean']!r} is not a number")
+    return fields, rows
 
 
 # ------------------------------------------------------------------------------------ loading
