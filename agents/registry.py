@@ -5,11 +5,22 @@ the environments it accepts) and to where its learner lives, imported on first u
 suite is validated, and refused, without loading the deep-learning stack; ``make`` and
 ``algorithm_class`` import the one learner asked for. ``import agents`` offers these names
 without importing this module until one is used: see ``agents/__init__.py``.
+
+Algorithms of other packages (plug-ins) join in two ways: an installed package declares them in
+the entry-point group ``reprorl.algorithms`` (``name = "package.module:ClassName"``), or a suite
+or the command line names one by its import path, ``package.module:ClassName``. A plug-in's
+learner is imported when its name is first used and checked against the interface
+(``check_plugin``): a subclass of ``agents.Algorithm`` or ``agents.MetaAlgorithm`` whose
+``Config`` holds its published defaults, with nothing abstract left.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
+import inspect
 import pkgutil
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -54,34 +65,117 @@ REGISTRY: dict[str, tuple[type[Hyperparameters], str]] = {
 }
 
 
+ENTRY_POINT_GROUP = "reprorl.algorithms"
+"""The entry-point group where installed packages declare their algorithms."""
+
+
+@functools.cache
+def plugins() -> dict[str, str]:
+    """The installed packages' algorithms: name -> ``module:Class`` (read once per process).
+    A name of ours is not taken over: such an entry point is left out with a warning."""
+    found: dict[str, str] = {}
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if entry.name in REGISTRY:
+            warnings.warn(f"entry point {entry.name} = {entry.value} left out: {entry.name!r} names one of reprorl's own algorithms", stacklevel=2)
+            continue
+        found.setdefault(entry.name, entry.value)
+    return found
+
+
+def is_import_path(name: str) -> bool:
+    """Whether ``name`` names a learner by import path (``package.module:ClassName``)."""
+    module, _, attribute = name.partition(":")
+    return bool(module and attribute) and all(part.isidentifier() for part in (*module.split("."), *attribute.split(".")))
+
+
+@functools.cache
+def _plugin(name: str) -> type[Learner]:
+    """The plug-in learner ``name`` names (an entry point's name or an import path), imported
+    and checked once."""
+    path = plugins().get(name, name)
+    try:
+        cls = pkgutil.resolve_name(path)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise ConfigError(f"algorithm {name!r}: cannot import {path} ({type(error).__name__}: {error})") from None
+    check_plugin(cls, name)
+    return cast("type[Learner]", cls)
+
+
+def check_plugin(cls: Any, name: str) -> None:
+    """ConfigError naming what ``cls`` lacks to serve as algorithm ``name``."""
+    from agents.api import Learner
+
+    if not (inspect.isclass(cls) and issubclass(cls, Learner)):
+        what = f"{getattr(cls, '__qualname__', cls)!s} is a {type(cls).__name__}" if not inspect.isclass(cls) else f"{cls.__qualname__} is a class"
+        raise ConfigError(f"algorithm {name!r}: {what}, not a learner class (subclass agents.Algorithm or agents.MetaAlgorithm)")
+    config = getattr(cls, "Config", None)
+    if not (inspect.isclass(config) and issubclass(config, Hyperparameters)):
+        raise ConfigError(f"algorithm {name!r}: {cls.__name__} has no Config (a subclass of agents.Hyperparameters with its published defaults)")
+    if not isinstance(getattr(cls, "name", None), str) or not cls.name:
+        raise ConfigError(f"algorithm {name!r}: {cls.__name__} sets no name (a class attribute, used in its messages and logs)")
+    missing = sorted(getattr(cls, "__abstractmethods__", ()))
+    if missing:
+        raise ConfigError(f"algorithm {name!r}: {cls.__name__} does not implement {', '.join(missing)}")
+    parameters = inspect.signature(cls).parameters
+    absent = [parameter for parameter in ("env_spec", "config", "total_steps", "device", "seed") if parameter not in parameters]
+    if absent and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        raise ConfigError(f"algorithm {name!r}: {cls.__name__}'s constructor lacks {', '.join(absent)} (agents.make passes them)")
+
+
+def known(name: str) -> bool:
+    """Whether ``name`` is ours or a plug-in's (an installed entry point or an import path);
+    imports nothing."""
+    return name in REGISTRY or name in plugins() or is_import_path(name)
+
+
+def known_config(name: str) -> type[Hyperparameters] | None:
+    """The Config class of ``name``, ours or an importable plug-in's; None for an algorithm this
+    installation does not have (a stored run of a plug-in since uninstalled)."""
+    if name in REGISTRY:
+        return REGISTRY[name][0]
+    if not known(name):
+        return None
+    try:
+        return _plugin(name).Config
+    except ConfigError:
+        return None
+
+
 class _Learners(Mapping[str, "type[Learner]"]):
-    """Name -> learner class, each imported (with torch) when first looked up."""
+    """Name -> learner class, each imported (with torch) when first looked up: ours, then the
+    installed plug-ins'."""
 
     def __getitem__(self, name: str) -> type[Learner]:
-        if name not in REGISTRY:
-            raise KeyError(name)
-        return pkgutil.resolve_name(REGISTRY[name][1])
+        if name in REGISTRY:
+            return pkgutil.resolve_name(REGISTRY[name][1])
+        if name in plugins() or is_import_path(name):
+            return _plugin(name)
+        raise KeyError(name)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(REGISTRY)
+        return iter([*REGISTRY, *plugins()])
 
     def __len__(self) -> int:
-        return len(REGISTRY)
+        return len(REGISTRY) + len(plugins())
 
 
 ALGORITHMS: Mapping[str, type[Learner]] = _Learners()
-"""Every algorithm's learner class by its registry name (looking one up imports it)."""
+"""Every algorithm's learner class by its registry name, the installed plug-ins' included
+(looking one up imports it)."""
 
 
 def _check_name(name: str) -> None:
-    if name not in REGISTRY:
-        raise ConfigError(f"unknown algorithm {name!r}{suggest(name, REGISTRY)}; available: {', '.join(sorted(REGISTRY))}")
+    if not known(name):
+        choices = [*REGISTRY, *plugins()]
+        raise ConfigError(
+            f"unknown algorithm {name!r}{suggest(name, choices)}; available: {', '.join(sorted(choices))} (or a plug-in's package.module:ClassName)"
+        )
 
 
 def config_class(name: str) -> type[Hyperparameters]:
     """The Config class of algorithm ``name``; ConfigError naming the choices otherwise."""
     _check_name(name)
-    return REGISTRY[name][0]
+    return REGISTRY[name][0] if name in REGISTRY else _plugin(name).Config
 
 
 def algorithm_class(name: str) -> type[Learner]:

@@ -42,7 +42,7 @@ import yaml
 import agents
 from agents.envs import check_env_id, env_spec
 from agents.errors import ConfigError, suggest
-from agents.registry import REGISTRY
+from agents.registry import known_config
 from benchmark.distributed_config import check_distributable, check_distributed
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -53,18 +53,17 @@ RUN_KEY_VERSION = 1  # bump when the meaning of a RunSpec field changes
 
 def key_form(algo: str, hyperparameters: dict[str, Any]) -> dict[str, Any]:
     """``hyperparameters`` as run keys hash them: fields renamed since runs were first recorded
-    under their recorded names (``Hyperparameters.key_form``), so a rename retrains nothing."""
-    if algo not in REGISTRY:  # a spec of an algorithm this version does not know: hashed as it is
-        return hyperparameters
-    return REGISTRY[algo][0].key_form(hyperparameters)
+    under their recorded names (``Hyperparameters.key_form``), so a rename retrains nothing; as
+    they are for an algorithm this installation does not have."""
+    config = known_config(algo)
+    return hyperparameters if config is None else config.key_form(hyperparameters)
 
 
 def stored_hyperparameters(algo: str, hyperparameters: dict[str, Any]) -> dict[str, Any]:
     """Hyperparameters a stored run recorded, under this version's names (fields renamed since
     read under their new names); unchanged for an algorithm this version does not know."""
-    if algo not in REGISTRY:
-        return hyperparameters
-    return REGISTRY[algo][0].from_stored(hyperparameters)
+    config = known_config(algo)
+    return hyperparameters if config is None else config.from_stored(hyperparameters)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,100 @@
+"""Algorithms of other packages: named by import path or declared as an entry point, checked
+against the interface when first named, and run, batched and reported like ours."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from conftest import run_cli_in_process
+
+import agents
+from agents import registry
+from agents.configs.sac import SACConfig
+from agents.envs import env_spec
+from agents.errors import ConfigError
+
+PATH = "tests.plugin_example:HalfTemperatureSAC"
+
+
+@pytest.fixture
+def fresh_registry():
+    """The registry's caches emptied before and after (entry points are read once per process)."""
+    registry.plugins.cache_clear()
+    registry._plugin.cache_clear()
+    yield
+    registry.plugins.cache_clear()
+    registry._plugin.cache_clear()
+
+
+def _install(tmp_path, monkeypatch, entry_points: str) -> None:
+    """A distribution on sys.path declaring ``entry_points`` (what ``pip install`` of a package
+    with ``[project.entry-points."reprorl.algorithms"]`` leaves)."""
+    info = tmp_path / "plugin_pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: plugin-pkg\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[reprorl.algorithms]\n{entry_points}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_a_learner_named_by_import_path_is_checked_and_made(fresh_registry):
+    assert registry.known(PATH) and not registry.known("tests.plugin_example")
+    assert agents.config_class(PATH) is SACConfig
+    spec = env_spec("Pendulum-v1")
+    algo = agents.make(PATH, spec, {"hidden_sizes": [8]}, total_steps=100)
+    assert type(algo).__name__ == "HalfTemperatureSAC" and algo.target_entropy == -0.5
+    assert not agents.is_meta(PATH)
+
+
+@pytest.mark.parametrize(
+    "path,message",
+    [
+        ("tests.plugin_example:WithoutUpdate", "WithoutUpdate does not implement .*update"),
+        ("tests.plugin_example:WithoutConfig", "WithoutConfig has no Config"),
+        ("tests.plugin_example:not_a_class", "not_a_class is a function, not a learner class"),
+        ("tests.plugin_example:Missing", "cannot import tests.plugin_example:Missing"),
+        ("tests.no_such_module:Learner", "cannot import tests.no_such_module:Learner"),
+    ],
+)
+def test_what_misses_the_interface_is_refused_by_name(fresh_registry, path, message):
+    with pytest.raises(ConfigError, match=f"algorithm '{path}': {message}"):
+        agents.config_class(path)
+
+
+def test_an_entry_point_joins_the_registry_and_cannot_take_a_name_of_ours(fresh_registry, tmp_path, monkeypatch):
+    _install(tmp_path, monkeypatch, f"half_sac = {PATH}\nsac = tests.plugin_example:HalfTemperatureSAC")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert registry.plugins() == {"half_sac": PATH}
+    assert any("'sac' names one of reprorl's own algorithms" in str(warning.message) for warning in caught)
+    assert "half_sac" in agents.ALGORITHMS and len(agents.ALGORITHMS) == len(registry.REGISTRY) + 1
+    assert agents.algorithm_class("half_sac").__name__ == "HalfTemperatureSAC"
+    assert agents.algorithm_class("sac").__name__ == "SAC"  # ours stays ours
+    with pytest.raises(ConfigError, match=r"unknown algorithm 'half_sca'.*did you mean 'half_sac'"):
+        agents.config_class("half_sca")
+
+
+def test_a_suite_trains_a_plugin_batched_and_lists_it(tmp_path, write_suite, fresh_registry):
+    """Through the real CLI: the import path in a suite, three seeds batched in one process
+    (the learner inherits SAC's seed batch), stored and listed like ours."""
+    suite = write_suite(
+        f"""
+        name: plugins
+        seeds: [0, 1, 2]
+        budget: {{total_steps: 300, eval_every: 150, eval_episodes: 1}}
+        experiments:
+          - algo: "{PATH}"
+            envs: [Pendulum-v1]
+            hyperparameters: {{hidden_sizes: [8], batch_size: 16, start_steps: 50, learning_starts: 50}}
+        """
+    )
+    results = tmp_path / "results"
+    env = {"PYTHONPATH": str(registry.__file__).rsplit("/agents/", 1)[0]}
+    arguments = ("--seeds-per-process", "3", "--workers", "1", "--results-dir", str(results))
+    completed = run_cli_in_process("run", "--suite", str(suite), *arguments, cwd=tmp_path, env=env)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert "3/3 runs finished" in completed.stdout and "3 seeds batched" in completed.stdout
+    reported = run_cli_in_process("report", "--suite", str(suite), "--results-dir", str(results), "--output", str(tmp_path / "report"), cwd=tmp_path)
+    assert reported.returncode == 0, reported.stderr[-2000:]
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert PATH in report and "Pendulum-v1" in report
