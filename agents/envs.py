@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -134,12 +135,18 @@ _HARMLESS_MUJOCO_WARNINGS = (
 )
 
 
+def registered_id(env_id: str) -> str:
+    """The id gymnasium registered: ``package.module:Env-vN`` -> ``Env-vN`` (``gym.spec`` takes
+    no module; ``gym.make`` and ``gym.make_vec`` take both)."""
+    return env_id.rpartition(":")[2]
+
+
 def route_mujoco_warnings(env_id: str) -> None:
     """Before ``env_id`` is made: send MuJoCo's warnings to Python's ``warnings`` (instead of
     stderr and MUJOCO_LOG.TXT in the working directory), dropping known-harmless ones. Only
     for an env that may load MuJoCo (its entry point names MuJoCo, or is a callable), so that
     the other envs' processes skip importing it (a quarter of a second)."""
-    entry_point = gym.spec(env_id).entry_point
+    entry_point = gym.spec(registered_id(env_id)).entry_point
     if isinstance(entry_point, str) and "mujoco" not in entry_point.lower():
         return
     _route_mujoco_warnings()
@@ -164,8 +171,19 @@ def check_env_id(env_id: str) -> None:
     """Raise ConfigError naming close matches if gymnasium does not know ``env_id``.
 
     gymnasium-robotics (Fetch, HandManipulate, ...) registers its envs on import; it is
-    imported on demand, when installed, for an id gymnasium does not know yet.
+    imported on demand, when installed, for an id gymnasium does not know yet. An id of the form
+    ``package.module:Env-vN`` (as ``gymnasium.make`` takes it) imports ``package.module`` first,
+    whose import registers ``Env-vN``.
     """
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ConfigError(f"environment {env_id!r}: cannot import {module} ({type(error).__name__}: {error})") from None
+        if name not in gym.registry:
+            raise ConfigError(f"environment {env_id!r}: importing {module} registered no {name!r}{suggest(name, gym.registry.keys())}")
+        return
     if env_id not in gym.registry:
         _register_optional_suites()
     if env_id not in gym.registry:

@@ -36,3 +36,37 @@ class WithoutConfig(SAC):
 
 def not_a_class() -> torch.Tensor:
     return torch.zeros(1)
+
+
+# -- an environment of a package: registered when its module is imported ---------------------------
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+class Corridor(gym.Env):
+    """Walk right along a corridor of ``length`` cells (reward 1 at the end, -0.01 a step);
+    observation: the position as a fraction of the length."""
+
+    def __init__(self, length: int = 5):
+        self.length = length
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.position = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.position / self.length], dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.position = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.position = max(0, self.position + (1 if int(action) == 1 else -1))
+        arrived = self.position >= self.length
+        return self._obs(), 1.0 if arrived else -0.01, arrived, False, {}
+
+
+if "PluginCorridor-v0" not in gym.registry:
+    gym.register("PluginCorridor-v0", entry_point=Corridor, max_episode_steps=50)

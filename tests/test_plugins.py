@@ -98,3 +98,30 @@ def test_a_suite_trains_a_plugin_batched_and_lists_it(tmp_path, write_suite, fre
     assert reported.returncode == 0, reported.stderr[-2000:]
     report = (tmp_path / "report" / "report.md").read_text()
     assert PATH in report and "Pendulum-v1" in report
+
+
+def test_an_environment_named_by_import_path_trains_and_a_wrong_one_is_refused(tmp_path, write_suite):
+    """``package.module:Env-vN``: the module is imported (registering the env) in the launching
+    process and in every worker; a module or id that does not exist is one line, nothing stored."""
+    text = """
+        name: corridor
+        seeds: [0]
+        budget: {{total_steps: 400, eval_every: 200, eval_episodes: 2}}
+        experiments:
+          - algo: dqn
+            envs: ["{env}"]
+            hyperparameters: {{hidden_sizes: [8], learning_starts: 50}}
+        """
+    results = tmp_path / "results"
+    suite = write_suite(text.format(env="tests.plugin_example:PluginCorridor-v0"))
+    completed = run_cli_in_process("run", "--suite", str(suite), "--workers", "1", "--results-dir", str(results), cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert "1/1 runs finished" in completed.stdout
+    for env, message in (
+        ("tests.plugin_example:PluginCoridor-v0", "importing tests.plugin_example registered no 'PluginCoridor-v0' (did you mean 'PluginCorridor-v0'?)"),
+        ("tests.no_such_module:Corridor-v0", "cannot import tests.no_such_module"),
+    ):
+        wrong = write_suite(text.format(env=env), "wrong.yaml")
+        refused = run_cli_in_process("run", "--suite", str(wrong), "--results-dir", str(tmp_path / "refused"), cwd=tmp_path)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1 and message in refused.stderr, refused.stderr
+        assert not (tmp_path / "refused").exists() or not any((tmp_path / "refused").rglob("*.db"))

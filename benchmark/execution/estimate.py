@@ -170,8 +170,10 @@ def episode_cap(env_id: str) -> int:
     """The env's time limit (steps per episode at most); 1000 when gymnasium does not say."""
     import gymnasium as gym
 
+    from agents.envs import registered_id
+
     try:
-        return int(gym.spec(env_id).max_episode_steps or 1000)
+        return int(gym.spec(registered_id(env_id)).max_episode_steps or 1000)
     except Exception:  # noqa: BLE001 - an id gymnasium does not know (a task family): a generous guess
         return 1000
 
