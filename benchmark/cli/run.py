@@ -28,8 +28,15 @@ if TYPE_CHECKING:
 def add_parser(commands: Any) -> None:
     run = commands.add_parser("run", help="train every run of a suite and log it to MLflow")
     run.add_argument("--suite", required=True, help="suite name (suites/NAME.yaml) or path to a suite YAML")
-    run.add_argument("--workers", type=int, default=1, help="runs trained in parallel processes (default 1)")
     run.add_argument("--seeds", type=int, nargs="+", help="override the suite's seeds, e.g. --seeds 0 1 2")
+    run.add_argument("--algos", nargs="+", help="only the runs of these algorithms, e.g. --algos ppo trpo")
+    run.add_argument("--envs", nargs="+", help="only the runs on these environments, e.g. --envs CartPole-v1")
+    add_run_options(run)
+
+
+def add_run_options(run: argparse.ArgumentParser) -> None:
+    """What ``run`` and ``train`` share: where and how the runs train, and what is shown."""
+    run.add_argument("--workers", type=int, default=1, help="runs trained in parallel processes (default 1)")
     run.add_argument(
         "--device",
         help="auto (every visible GPU, else CPU), cpu, cuda (every visible GPU) or cuda:i (that GPU only); overrides the suite",
@@ -48,8 +55,6 @@ def add_parser(commands: Any) -> None:
     )
     run.add_argument("--address", help="with --executor ray: the cluster to join ('auto': the running one); default: a local Ray")
     add_slurm_arguments(run)
-    run.add_argument("--algos", nargs="+", help="only the runs of these algorithms, e.g. --algos ppo trpo")
-    run.add_argument("--envs", nargs="+", help="only the runs on these environments, e.g. --envs CartPole-v1")
     run.add_argument(
         "--dry-run", action="store_true", help="list the runs with their state (finished, resumes, claimed, to train) and the estimated cost, and exit"
     )

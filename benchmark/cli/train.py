@@ -1,0 +1,118 @@
+"""``python -m benchmark train``: one algorithm on one environment without writing a suite file,
+as RL Baselines3 Zoo's ``train --algo --env``. The command writes the ad-hoc suite it stands for
+under ``<results-dir>/suites/`` and trains it as ``run`` would: the same run keys, tracking,
+skip-finished and resume, and ``report --suite <that file>`` reports it."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from benchmark.cli.run import INTERRUPTED as RUN_INTERRUPTED
+from benchmark.cli.run import add_run_options, command_run
+
+if TYPE_CHECKING:
+    from benchmark.tables import Output
+
+DEFAULT_STEPS = 100_000
+
+
+def add_parser(commands: Any) -> None:
+    train = commands.add_parser("train", help="train one algorithm on one environment (an ad-hoc suite, tracked and resumable like run)")
+    train.add_argument("--algo", required=True, help="an algorithm of ours, a plug-in's name or a learner's import path (package.module:Class)")
+    train.add_argument("--env", required=True, help="a gymnasium id, or package.module:Env-vN")
+    train.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="hyperparameters over the published defaults, values in YAML (1e-3 reads as a number): --set learning_rate=1e-3 hidden_sizes=[64,64]",
+    )
+    train.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (default 0)")
+    train.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"env steps per run (default {DEFAULT_STEPS:,})")
+    train.add_argument("--eval-every", type=int, metavar="STEPS", help="env steps between deterministic evaluations (default: a tenth of --steps)")
+    train.add_argument("--eval-episodes", type=int, default=10, metavar="N", help="episodes per evaluation (default 10)")
+    add_run_options(train)
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs -> hyperparameters, each value read as YAML (numbers, lists, booleans)."""
+    import yaml
+
+    from agents.errors import ConfigError
+
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, separator, text = item.partition("=")
+        if not separator or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE with a hyperparameter name as KEY")
+        if key in overrides:
+            raise ConfigError(f"--set: {key} is given twice")
+        try:
+            value = yaml.safe_load(text) if text else ""
+        except yaml.YAMLError as error:
+            raise ConfigError(f"--set {item!r}: the value is not YAML ({error.__class__.__name__})") from None
+        overrides[key] = _number(value) if isinstance(value, str) else value
+    return overrides
+
+
+def _number(text: str) -> Any:
+    """YAML 1.1 reads ``1e-3`` (no dot) as a string: a value that reads as a number is one."""
+    try:
+        return float(text) if text.strip().lower() not in ("nan", "inf", "-inf", "+inf", "infinity") else text
+    except ValueError:
+        return text
+
+
+def adhoc_suite(algo: str, env: str, overrides: dict[str, Any], seeds: list[int], steps: int, eval_every: int | None, episodes: int) -> dict[str, Any]:
+    """The suite ``train`` stands for. Its name says what it trains; settings other than the
+    published defaults add a short hash of them, so that two settings never share a file."""
+    budget = {"total_steps": steps, "eval_every": eval_every or max(steps // 10, 1), "eval_episodes": episodes}
+    name = re.sub(r"[^A-Za-z0-9_.\-]+", "_", f"train-{algo}-{env}").strip("._-")
+    if overrides:
+        name += "-" + hashlib.sha256(json.dumps(overrides, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    experiment: dict[str, Any] = {"algo": algo, "envs": [env]}
+    if overrides:
+        experiment["hyperparameters"] = overrides
+    return {
+        "name": name,
+        "description": f"python -m benchmark train --algo {algo} --env {env}",
+        "seeds": seeds,
+        "budget": budget,
+        "experiments": [experiment],
+    }
+
+
+def command_train(args: argparse.Namespace, console: Output) -> int:
+    import yaml
+
+    from agents.errors import ConfigError
+    from benchmark import config
+
+    data = adhoc_suite(args.algo, args.env, parse_overrides(args.set), args.seeds, args.steps, args.eval_every, args.eval_episodes)
+    text = yaml.safe_dump(data, sort_keys=False)
+    with tempfile.TemporaryDirectory(prefix="reprorl-train-") as scratch:  # every problem named before anything is written
+        checked = Path(scratch) / f"{data['name']}.yaml"
+        checked.write_text(text)
+        try:
+            config.load_suite(str(checked))
+        except ConfigError as error:
+            raise ConfigError(str(error).replace(f"{checked}: ", "", 1).replace("experiments[0]: ", "", 1)) from None
+    path = Path(args.results_dir) / "suites" / f"{data['name']}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
+    console.print(f"suite {path} (report with: python -m benchmark report --suite {path})", highlight=False, soft_wrap=True)
+    args.suite, args.algos, args.envs = str(path), None, None
+    args.seeds = None  # the suite file holds them
+    return command_run(args, console)
+
+
+COMMANDS = {"train": command_train}
+INTERRUPTED = {"train": RUN_INTERRUPTED["run"]}
