@@ -46,6 +46,8 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
         (("--set", "=1"), "--set '=1': expected KEY=VALUE"),
         (("--set", "gamma=2"), "gamma"),
         (("--steps", "0"), "total_steps"),
+        (("--workers", "0"), "--workers must be >= 1"),
+        (("--seeds", "1", "1"), "--seeds must be distinct"),
     ):
         completed = run_cli_in_process("train", "--algo", "dqn", "--env", "CartPole-v1", *arguments, "--results-dir", str(tmp_path / "results"), cwd=tmp_path)
         assert completed.returncode == 2 and len(completed.stderr.strip().splitlines()) == 1, completed.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmark.cli.run import INTERRUPTED as RUN_INTERRUPTED
-from benchmark.cli.run import add_run_options, command_run
+from benchmark.cli.run import add_run_options, check_run_arguments, command_run
 
 if TYPE_CHECKING:
     from benchmark.tables import Output
@@ -94,6 +94,7 @@ def command_train(args: argparse.Namespace, console: Output) -> int:
     from agents.errors import ConfigError
     from benchmark import config
 
+    check_run_arguments(args)
     data = adhoc_suite(args.algo, args.env, parse_overrides(args.set), args.seeds, args.steps, args.eval_every, args.eval_episodes)
     text = yaml.safe_dump(data, sort_keys=False)
     with tempfile.TemporaryDirectory(prefix="reprorl-train-") as scratch:  # every problem named before anything is written
