@@ -69,6 +69,8 @@ class Learner(abc.ABC):
 
     name: ClassVar[str]
     Config: ClassVar[type[Hyperparameters]]
+    #: a plug-in's search space file for tuning, relative to its module's file (ours live in suites/search/)
+    search_space: ClassVar[str | None] = None
     #: names accepted by update_parameter
     tunable_parameters: ClassVar[tuple[str, ...]] = ()
 

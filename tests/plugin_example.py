@@ -15,6 +15,7 @@ class HalfTemperatureSAC(SAC):
 
     name = "half_temperature_sac"
     Config = SACConfig
+    search_space = "plugin_example_space.yaml"
 
     def __init__(self, env_spec, config, total_steps, device="cpu", seed=0):
         super().__init__(env_spec, config, total_steps=total_steps, device=device, seed=seed)

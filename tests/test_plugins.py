@@ -125,3 +125,16 @@ def test_an_environment_named_by_import_path_trains_and_a_wrong_one_is_refused(t
         refused = run_cli_in_process("run", "--suite", str(wrong), "--results-dir", str(tmp_path / "refused"), cwd=tmp_path)
         assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1 and message in refused.stderr, refused.stderr
         assert not (tmp_path / "refused").exists() or not any((tmp_path / "refused").rglob("*.db"))
+
+
+def test_a_plugin_tunes_over_the_search_space_it_ships(tmp_path, fresh_registry):
+    """The space is found next to the plug-in's module (``search_space``), named by the learner's
+    ``name`` although the algorithm is named by its import path."""
+    from benchmark.tuning.search_space import load_search_space
+
+    space = load_search_space(PATH)
+    assert [parameter.name for parameter in space.parameters] == ["actor_lr", "batch_size"]
+    study = ("--algo", PATH, "--env", "Pendulum-v1", "--budget", "300", "--trials", "2", "--seed", "0")
+    tuned = run_cli_in_process("tune", *study, "--results-dir", str(tmp_path / "results"), cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.stderr[-2000:]
+    assert "study 'tests.plugin_example_HalfTemperatureSAC-Pendulum-v1': trials 0..1 run; 2 in all (2 complete)" in tuned.stdout

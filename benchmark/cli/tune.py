@@ -109,7 +109,8 @@ def command_tune(args: argparse.Namespace, console: Output) -> int:
     )
     slots = tuning_study.check_options(**options, local=args.executor == "local")
     executor = _tune_executor(args, slots)
-    study_name = args.study or f"{args.algo}-{args.env.replace('/', '-')}"
+    # the default name from the algorithm and env: a plug-in's import path or a module:Env id gives ':' -> '_'
+    study_name = args.study or re.sub(r"[^\w.\-]+", "_", f"{args.algo}-{args.env.replace('/', '-')}")
     if not re.fullmatch(r"[\w.\-]+", study_name):
         raise ConfigError(f"study name {study_name!r}: use letters, digits, '.', '_' and '-' only")
     default_url = tuning_storage.default_storage_url(args.results_dir)

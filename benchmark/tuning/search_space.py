@@ -23,6 +23,7 @@ the algorithm accepts: a space is checked when it is loaded, before any trial ru
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,7 +166,7 @@ def load_search_space(algo: str, path: Path | None = None) -> SearchSpace:
     validated against the algorithm's hyperparameters; ConfigError naming the problem."""
     agents.config_class(algo)  # an unknown algorithm is named as such first
     if path is None:
-        path = SEARCH_DIR / f"{algo}.yaml"
+        path = SEARCH_DIR / f"{algo}.yaml" if algo in agents.registry.REGISTRY else _shipped_space(algo)
         if not path.exists():
             names = available_search_spaces()
             raise ConfigError(f"no search space for algorithm {algo!r} ({path}); spaces exist for {', '.join(names)} (write one, or pass --space PATH)")
@@ -179,13 +180,23 @@ def load_search_space(algo: str, path: Path | None = None) -> SearchSpace:
     return space
 
 
+def _shipped_space(algo: str) -> Path:
+    """A plug-in's own search space (its learner's ``search_space``, next to its module), else
+    where ours would be. Its ``algo:`` may name the learner's ``name``: the plug-in cannot know
+    whether it is named by entry point or by import path."""
+    cls = agents.algorithm_class(algo)
+    if cls.search_space is None:
+        return SEARCH_DIR / f"{algo}.yaml"
+    return Path(inspect.getfile(cls)).parent / cls.search_space
+
+
 def _load(path: Path, algo: str, seen: tuple[Path, ...]) -> SearchSpace:
     data = read_yaml(path, "search space")
     if not isinstance(data, dict) or not isinstance(data.get("parameters"), dict):
         raise ConfigError("a search space must be a mapping with 'algo' and 'parameters' (a mapping of name -> range)")
     check_keys(data, _SPACE_KEYS, "search space")
     declared = str(data.get("algo", ""))
-    if declared != algo:
+    if declared != algo and not (algo not in agents.registry.REGISTRY and declared == agents.algorithm_class(algo).name):
         raise ConfigError(f"this space is for algorithm {declared!r}, not {algo!r}")
     parameters: dict[str, Parameter] = {}
     fixed: dict[str, Any] = {}
