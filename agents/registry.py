@@ -95,7 +95,7 @@ def _plugin(name: str) -> type[Learner]:
     path = plugins().get(name, name)
     try:
         cls = pkgutil.resolve_name(path)
-    except (ImportError, AttributeError, ValueError) as error:
+    except Exception as error:  # noqa: BLE001 - whatever a plug-in's import raises, the user is told in one line
         raise ConfigError(f"algorithm {name!r}: cannot import {path} ({type(error).__name__}: {error})") from None
     check_plugin(cls, name)
     return cast("type[Learner]", cls)
