@@ -139,3 +139,18 @@ def test_parity_record_files_stay_json(tmp_path):
     _synthetic(tmp_path)
     held = json.loads((tmp_path / "parity" / "ppo-Hopper-v5-500000.json").read_text())
     assert held["setting"]["peer"]["n_steps"] == 2048 and len(held["runs"]) == 6
+
+
+def test_the_committed_record_holds_the_whole_grid():
+    """The record's grid, as committed: PPO on five tasks with 5 seeds; TRPO and A2C on three with
+    3 (1M steps); SAC and TD3 on three and DDPG on Hopper with 3 (300k)."""
+    from collections import Counter
+
+    counts: Counter = Counter()
+    for suite_name in record.RECORD_SUITES:
+        for run in bundles.read(ROOT / "results" / "published" / suite_name).runs.values():
+            counts[run.spec.algo, run.spec.env_id.split("-")[0]] += 1
+    three = ("HalfCheetah", "Hopper", "Walker2d")
+    expected = {("ppo", task): 5 for task in (*three, "Ant", "Humanoid")}
+    expected |= {(algo, task): 3 for algo in ("trpo", "a2c", "sac", "td3") for task in three} | {("ddpg", "Hopper"): 3}
+    assert dict(counts) == expected
