@@ -16,11 +16,11 @@ running them. Captured once (``torch.cuda.CUDAGraph``), the step replays as one 
 A replayed step therefore runs the eager step's kernels on the eager step's numbers. A batch
 whose exploring actions draw their noise only through its seed tools (SAC's) captures its
 acting the same way (``CapturedActing``: the observations in, the actions out, keyed by the
-observations' shape). What the step changes in Python (the members' update counts, the stacked optimizers' step counts) is
-measured around the capture and applied again at each replay. Python control flow that varies
-between steps selects the graph: the update's phase (``OffPolicyAlgorithm.update_phase``: TD3's
-delayed actor and target steps) and the learning rates, which the fused Adam kernels take as
-arguments fixed at capture.
+observations' shape). What the step changes in Python (the members' update counts, the
+stacked optimizers' step counts) is measured around the capture and applied again at each
+replay. Python control flow that varies between steps selects the graph: the update's phase
+(``OffPolicyAlgorithm.update_phase``: TD3's delayed actor and target steps) and the learning
+rates, which the fused Adam kernels take as arguments fixed at capture.
 
 ``emulate`` runs the same bookkeeping without CUDA (a "replay" calls the step again on the
 static buffers), so the buffers, the noise order and the Python state are tested on a CPU.
@@ -124,15 +124,15 @@ class _CapturedCalls:
         """Static buffers shaped as ``inputs`` (and holding their values)."""
         return inputs.apply(torch.clone)
 
-    def _python_state(self) -> _Effects | None:
-        """The Python state a call changes (None: it changes none)."""
-        return None
+    def _python_state(self) -> _Effects:
+        """The Python state a call changes (none by default)."""
+        return _Effects([], {})
 
-    def _restore(self, state: _Effects | None) -> None:
-        pass
+    def _restore(self, state: _Effects) -> None:
+        """Set the Python state back to ``state``."""
 
-    def _apply(self, effects: _Effects | None) -> None:
-        pass
+    def _apply(self, effects: _Effects) -> None:
+        """Apply one call's effects on the Python state."""
 
     def _check(self) -> None:
         """Raise if the call cannot be captured now."""
@@ -216,8 +216,7 @@ class _CapturedCalls:
         try:
             with torch.cuda.device(self.device), torch.cuda.graph(graph, stream=self.capture_stream):
                 outputs = body()
-            after = self._python_state()
-            effects = None if after is None or before is None else after.minus(before)
+            effects = self._python_state().minus(before)
         finally:
             self._restore(before)
         return _Graph(static, tape, flat, staging, torch.cuda.Event(), outputs, effects, None, graph)
@@ -261,10 +260,10 @@ class _CapturedCalls:
             before = self._python_state()
             with _outside_inference_mode(), _NoHostReads():
                 outputs = graph.body()
-            after = self._python_state()
-            if graph.python_effects is None and after is not None and before is not None:
-                graph.python_effects = after.minus(before)
+            if graph.python_effects is None:
+                graph.python_effects = self._python_state().minus(before)
             self._restore(before)
+        assert graph.python_effects is not None
         self._apply(graph.python_effects)
         self.replays += 1
         return outputs
@@ -304,16 +303,14 @@ class CapturedSteps(_CapturedCalls):
         batch = self.batch
         return _Effects([member.num_updates for member in batch.members], {name: optimizer.steps.clone() for name, optimizer in batch.optimizers.items()})
 
-    def _restore(self, state: _Effects | None) -> None:
-        assert state is not None
+    def _restore(self, state: _Effects) -> None:
         batch = self.batch
         for member, count in zip(batch.members, state.updates, strict=True):
             member.num_updates = count
         for name, optimizer in batch.optimizers.items():
             optimizer.steps.copy_(state.optimizer_steps[name])
 
-    def _apply(self, effects: _Effects | None) -> None:
-        assert effects is not None
+    def _apply(self, effects: _Effects) -> None:
         for member, count in zip(self.batch.members, effects.updates, strict=True):
             member.num_updates += count
         for name, optimizer in self.batch.optimizers.items():

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchmark.cli.common import name_from
 from benchmark.cli.run import INTERRUPTED as RUN_INTERRUPTED
 from benchmark.cli.run import add_run_options, check_run_arguments, command_run
 
@@ -73,7 +74,7 @@ def adhoc_suite(algo: str, env: str, overrides: dict[str, Any], seeds: list[int]
     """The suite ``train`` stands for. Its name says what it trains; settings other than the
     published defaults add a short hash of them, so that two settings never share a file."""
     budget = {"total_steps": steps, "eval_every": eval_every or max(steps // 10, 1), "eval_episodes": episodes}
-    name = re.sub(r"[^A-Za-z0-9_.\-]+", "_", f"train-{algo}-{env}").strip("._-")
+    name = name_from(f"train-{algo}-{env}")
     if overrides:
         name += "-" + hashlib.sha256(json.dumps(overrides, sort_keys=True, default=str).encode()).hexdigest()[:8]
     experiment: dict[str, Any] = {"algo": algo, "envs": [env]}

@@ -13,6 +13,7 @@ from benchmark.cli.common import (
     add_format,
     add_slurm_arguments,
     add_store_arguments,
+    name_from,
     slurm_options,
 )
 
@@ -109,8 +110,7 @@ def command_tune(args: argparse.Namespace, console: Output) -> int:
     )
     slots = tuning_study.check_options(**options, local=args.executor == "local")
     executor = _tune_executor(args, slots)
-    # the default name from the algorithm and env: a plug-in's import path or a module:Env id gives ':' -> '_'
-    study_name = args.study or re.sub(r"[^\w.\-]+", "_", f"{args.algo}-{args.env.replace('/', '-')}")
+    study_name = args.study or name_from(f"{args.algo}-{args.env.replace('/', '-')}")
     if not re.fullmatch(r"[\w.\-]+", study_name):
         raise ConfigError(f"study name {study_name!r}: use letters, digits, '.', '_' and '-' only")
     default_url = tuning_storage.default_storage_url(args.results_dir)
