@@ -25,6 +25,7 @@ from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers.utils import RunningMeanStd
 
 from agents.classic_envs import register_classic_envs
+from agents.env_setup import EnvSetup, as_setup
 from agents.errors import ConfigError, suggest
 from agents.goal_envs import register_goal_envs
 from agents.tasks import is_task_family, register_task_envs
@@ -79,6 +80,7 @@ class EnvSpec:
     goal: GoalLayout | None = None  # set for goal envs, whose observations are flattened dicts
     action_nvec: tuple[int, ...] | None = None  # MultiDiscrete only: choices per action component
     task_family: bool = False  # a meta-RL task family (agents.tasks): sample_tasks, set_task, get_task
+    setup: EnvSetup | None = None  # how the env is made, where more than its id (env_kwargs, wrappers)
 
     @property
     def multi_discrete(self) -> bool:
@@ -200,32 +202,60 @@ def _register_optional_suites() -> None:
         pass
 
 
+def env_spec(env: str | EnvSetup) -> EnvSpec:
+    """The EnvSpec of a registered gymnasium environment, made as ``env`` says (built once per
+    process). An env with kwargs or wrappers is also reset once, so that one that cannot be
+    made or wrapped is refused here, in one line (ConfigError)."""
+    return _env_spec(as_setup(env))
+
+
 @functools.cache
-def env_spec(env_id: str) -> EnvSpec:
-    """The EnvSpec of a registered gymnasium environment (built once per process)."""
-    check_env_id(env_id)
-    route_mujoco_warnings(env_id)
-    env = gym.make(env_id)
+def _env_spec(setup: EnvSetup) -> EnvSpec:
+    check_env_id(setup.env_id)
+    route_mujoco_warnings(setup.env_id)
+    if setup.plain:
+        made = gym.make(setup.env_id)
+    else:
+        factories = setup.wrapper_factories()  # an import error names its wrapper
+        try:
+            made = gym.make(setup.env_id, **setup.kwargs)
+        except Exception as error:  # noqa: BLE001 - whatever the constructor raises, in one line
+            raise ConfigError(f"{setup.env_id}: env_kwargs {dict(setup.kwargs)} refused ({type(error).__name__}: {error})") from None
+        for index, wrap in enumerate(factories):
+            try:
+                made = wrap(made)
+            except Exception as error:  # noqa: BLE001
+                made.close()
+                raise ConfigError(f"{setup.env_id}: wrappers[{index}] {setup.wrappers[index][0]} refused ({type(error).__name__}: {error})") from None
+        try:
+            made.reset(seed=0)
+        except Exception as error:  # noqa: BLE001
+            made.close()
+            raise ConfigError(f"{setup.describe()}: the wrapped env fails to reset ({type(error).__name__}: {error})") from None
     try:
-        assert env.spec is not None  # gym.make sets it
-        spec = EnvSpec.from_spaces(env_id, env.observation_space, env.action_space, env.spec.max_episode_steps)
-        return dataclasses.replace(spec, task_family=is_task_family(env))
+        assert made.spec is not None  # gym.make sets it
+        spec = EnvSpec.from_spaces(setup.env_id, made.observation_space, made.action_space, made.spec.max_episode_steps)
+        return dataclasses.replace(spec, task_family=is_task_family(made), setup=None if setup.plain else setup)
     finally:
-        env.close()
+        made.close()
 
 
-@functools.cache
-def goal_functions(env_id: str) -> tuple[Callable[..., np.ndarray], Callable[..., np.ndarray] | None]:
+def goal_functions(env: str | EnvSetup) -> tuple[Callable[..., np.ndarray], Callable[..., np.ndarray] | None]:
     """A goal env's batched ``compute_reward(achieved, desired, info)`` and, where it has
     one, ``compute_terminated`` (from one instance kept for the process)."""
-    if env_spec(env_id).goal is None:
-        raise ConfigError(f"{env_id} is not a goal env (needs observation, achieved_goal and desired_goal)")
-    env: Any = gym.make(env_id).unwrapped  # a GoalEnv, whose methods gymnasium's Env does not declare
-    return env.compute_reward, getattr(env, "compute_terminated", None)
+    return _goal_functions(as_setup(env))
+
+
+@functools.cache
+def _goal_functions(setup: EnvSetup) -> tuple[Callable[..., np.ndarray], Callable[..., np.ndarray] | None]:
+    if env_spec(setup).goal is None:
+        raise ConfigError(f"{setup.env_id} is not a goal env (needs observation, achieved_goal and desired_goal)")
+    made: Any = setup.make().unwrapped  # a GoalEnv, whose methods gymnasium's Env does not declare
+    return made.compute_reward, getattr(made, "compute_terminated", None)
 
 
 def make_vector_env(
-    env_id: str,
+    env: str | EnvSetup,
     num_envs: int,
     *,
     normalize_observations: bool = False,
@@ -234,19 +264,24 @@ def make_vector_env(
     clip_observations: float = 10.0,
     clip_rewards: float = 10.0,
 ) -> gym.vector.VectorEnv:
-    """A sync vector env with episode statistics on raw rewards, then optional normalization.
+    """A sync vector env of ``env`` (its kwargs and wrappers applied to each sub-env) with episode
+    statistics on raw rewards, then optional normalization.
 
     Seed it with ``envs.reset(seed=s)``: sub-env i gets seed s + i.
     """
-    check_env_id(env_id)
-    route_mujoco_warnings(env_id)
-    wrappers = [gym.wrappers.FlattenObservation] if env_spec(env_id).goal is not None else None
+    setup = as_setup(env)
+    check_env_id(setup.env_id)
+    route_mujoco_warnings(setup.env_id)
+    wrappers = setup.wrapper_factories()
+    if env_spec(setup).goal is not None:
+        wrappers.append(gym.wrappers.FlattenObservation)
     envs = gym.make_vec(
-        env_id,
+        setup.env_id,
         num_envs=num_envs,
         vectorization_mode="sync",
         vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
         wrappers=wrappers,
+        **setup.kwargs,
     )
     envs = vector_wrappers.RecordEpisodeStatistics(envs)  # innermost: returns are unscaled
     if normalize_observations:

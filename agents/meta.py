@@ -23,6 +23,7 @@ import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from agents.api import Learner
+from agents.env_setup import EnvSetup, as_setup
 from agents.envs import check_env_id, route_mujoco_warnings
 from agents.tasks import Task, TaskSampler
 
@@ -111,13 +112,22 @@ class TaskEnvs:
     round's episode count step along unrecorded and uncounted.
     """
 
-    def __init__(self, env_id: str, num_envs: int, seed: int, device: torch.device | str = "cpu"):
-        check_env_id(env_id)
-        route_mujoco_warnings(env_id)
-        self.sampler = TaskSampler(env_id)
-        self.env_id, self.num_envs, self.seed, self.device = env_id, num_envs, seed, torch.device(device)
+    def __init__(self, env: str | EnvSetup, num_envs: int, seed: int, device: torch.device | str = "cpu"):
+        setup = as_setup(env)
+        check_env_id(setup.env_id)
+        route_mujoco_warnings(setup.env_id)
+        self.sampler = TaskSampler(setup)
+        self.env_id, self.num_envs, self.seed, self.device = setup.env_id, num_envs, seed, torch.device(device)
         self.envs = cast(
-            SyncVectorEnv, gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync", vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP})
+            SyncVectorEnv,
+            gym.make_vec(
+                setup.env_id,
+                num_envs=num_envs,
+                vectorization_mode="sync",
+                vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+                wrappers=setup.wrapper_factories(),
+                **setup.kwargs,
+            ),
         )
         spec = self.envs.envs[0].spec
         assert spec is not None and spec.max_episode_steps is not None  # gym.make sets the spec; task families have a time limit

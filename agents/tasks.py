@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import gymnasium as gym
 import numpy as np
 
+from agents.env_setup import EnvSetup, as_setup
 from agents.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -202,8 +203,10 @@ class TaskSampler:
     through that list for its training set and tests on (at most) all of them.
     """
 
-    def __init__(self, env_id: str):
-        env = gym.make(env_id)
+    def __init__(self, family: str | EnvSetup):
+        setup = as_setup(family)
+        env_id = setup.env_id
+        env = setup.make()
         try:
             if not is_task_family(env):
                 raise ConfigError(f"{env_id} is not a task family (it needs sample_tasks, set_task and get_task); task families: {', '.join(TASK_FAMILIES)}")

@@ -13,7 +13,8 @@ A bundle is a directory (committed ones live in ``results/published/<suite>/``):
   timestamp, so the same runs always give the same bytes.
 
 Schema versions: 1 had no training returns; 2 adds ``train_return_mean`` and
-``train_episodes`` to the curves. Every version's reader stays (``READERS``).
+``train_episodes`` to the curves; 3 adds the runs' ``env_kwargs`` and ``wrappers`` (JSON, empty
+where the env is made from its id alone). Every version's reader stays (``READERS``).
 
 Plain CSV rather than MLflow's own formats: ``mlflow-export-import`` writes one directory of
 JSON per run with MLflow's internal ids (400 runs: thousands of files, re-imported only
@@ -40,11 +41,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from agents.env_setup import parse_env_kwargs, parse_wrappers
 from agents.errors import ConfigError
 from benchmark.config import Budget, RunSpec, stored_hyperparameters
 
 FORMAT = "reprorl-bundle"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MANIFEST, RUNS_FILE, CURVES_FILE = "manifest.json", "runs.csv", "curves.csv.gz"
 PUBLISHED_DIR = "published"
 """Under the results directory: ``published/<suite>/`` is read by default."""
@@ -77,7 +79,11 @@ RUN_COLUMNS = (
     "ended",
     "hyperparameters",
     "overrides",
+    "env_kwargs",
+    "wrappers",
 )
+RUN_COLUMNS_V2 = RUN_COLUMNS[:-2]
+"""Schemas 1 and 2: no env_kwargs and wrappers (their runs made their envs from the id alone)."""
 CURVE_COLUMNS = ("run_key", "step", "mean", "std", "returns", "lengths", "train_return_mean", "train_episodes")
 CURVE_COLUMNS_V1 = CURVE_COLUMNS[:6]
 PROVENANCE = ("cpu_model", "gpu_model", "git_sha", "git_dirty", "python_version", "platform")
@@ -186,6 +192,8 @@ def _run_row(run: BundledRun) -> dict[str, str]:
         "ended": run.ended,
         "hyperparameters": json.dumps(spec.hyperparameters, sort_keys=True, separators=(",", ":")),
         "overrides": json.dumps(spec.overrides, sort_keys=True, separators=(",", ":")),
+        "env_kwargs": json.dumps(spec.env_kwargs, sort_keys=True, separators=(",", ":")) if spec.env_kwargs else "",
+        "wrappers": json.dumps(spec.wrappers, sort_keys=True, separators=(",", ":")) if spec.wrappers else "",
     }
 
 
@@ -309,14 +317,18 @@ def _optional_float(text: str) -> float | None:
 
 
 def _read_v1(directory: Path, data: dict[str, bytes]) -> list[BundledRun]:
-    return _read_runs(directory, data, CURVE_COLUMNS_V1)
+    return _read_runs(directory, data, CURVE_COLUMNS_V1, RUN_COLUMNS_V2)
 
 
 def _read_v2(directory: Path, data: dict[str, bytes]) -> list[BundledRun]:
-    return _read_runs(directory, data, CURVE_COLUMNS)
+    return _read_runs(directory, data, CURVE_COLUMNS, RUN_COLUMNS_V2)
 
 
-def _read_runs(directory: Path, data: dict[str, bytes], curve_columns: tuple[str, ...]) -> list[BundledRun]:
+def _read_v3(directory: Path, data: dict[str, bytes]) -> list[BundledRun]:
+    return _read_runs(directory, data, CURVE_COLUMNS, RUN_COLUMNS)
+
+
+def _read_runs(directory: Path, data: dict[str, bytes], curve_columns: tuple[str, ...], run_columns: tuple[str, ...]) -> list[BundledRun]:
     for name in (RUNS_FILE, CURVES_FILE):
         if name not in data:
             raise BundleError(f"bundle {directory} lacks {name} in its manifest")
@@ -341,7 +353,7 @@ def _read_runs(directory: Path, data: dict[str, bytes], curve_columns: tuple[str
         except ValueError as error:
             raise BundleError(f"{directory / CURVES_FILE} row {number}: {error}") from None
     runs = []
-    for number, row in enumerate(_dict_rows(data[RUNS_FILE].decode(), RUN_COLUMNS, directory / RUNS_FILE), start=2):
+    for number, row in enumerate(_dict_rows(data[RUNS_FILE].decode(), run_columns, directory / RUNS_FILE), start=2):
         try:
             spec = RunSpec(
                 suite=row["suite"],
@@ -351,6 +363,8 @@ def _read_runs(directory: Path, data: dict[str, bytes], curve_columns: tuple[str
                 hyperparameters=stored_hyperparameters(row["algo"], json.loads(row["hyperparameters"])),
                 budget=Budget(int(row["total_steps"]), int(row["eval_every"]), int(row["eval_episodes"])),
                 overrides=json.loads(row["overrides"]),
+                env_kwargs=parse_env_kwargs(json.loads(row.get("env_kwargs") or "{}")),
+                wrappers=parse_wrappers(json.loads(row.get("wrappers") or "[]")),
             )
             if spec.run_key != row["run_key"]:
                 raise ValueError(
@@ -390,7 +404,7 @@ def _dict_rows(text: str, columns: tuple[str, ...], path: Path) -> list[dict[str
     return list(reader)
 
 
-READERS = {1: _read_v1, 2: _read_v2}
+READERS = {1: _read_v1, 2: _read_v2, 3: _read_v3}
 """Schema version -> reader; a reader stays when the schema moves on, so old bundles still read."""
 
 

@@ -19,11 +19,13 @@ A suite file::
         envs: [CartPole-v1]
         budget: {total_steps: 150000}     # overrides the suite's budget
         hyperparameters: {num_envs: 4}    # fixed overrides of the published defaults
+        env_kwargs: {max_episode_steps: 200}            # optional: for gymnasium.make
+        wrappers: [gymnasium.wrappers:TimeAwareObservation]   # optional (agents.env_setup)
         grid: {learning_rate: [2.5e-4, 1e-3]}   # optional: one run per combination
         seeds_in_process: 1               # overrides the suite's for this experiment
 
-Each expanded RunSpec has a stable run key: a hash of the algorithm, environment, seed, fully
-resolved hyperparameters and budget.
+Each expanded RunSpec has a stable run key: a hash of the algorithm, environment (with its
+env_kwargs and wrappers, where set), seed, fully resolved hyperparameters and budget.
 """
 
 from __future__ import annotations
@@ -40,10 +42,11 @@ from typing import Any
 import yaml
 
 import agents
+from agents.env_setup import EnvSetup, parse_env_kwargs, parse_wrappers, setup_of
 from agents.envs import check_env_id, env_spec
 from agents.errors import ConfigError, suggest
 from agents.registry import known_config
-from benchmark.distributed_config import check_distributable, check_distributed
+from benchmark.distributed_config import check_capturable, check_distributable, check_distributed, check_slurm
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 """The checkout: suites/, results/ (reference scores, baselines, throughput) are found from here."""
@@ -117,6 +120,10 @@ class RunSpec:
     cuda_graphs: bool = False
     """Capture each gradient step as a CUDA graph and replay it (``agents.algos.graphs``: SAC,
     TD3 and DDPG on a GPU). A replay runs the eager step's kernels: not part of the run key."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for ``gymnasium.make``; part of the run key when set."""
+    wrappers: list[dict[str, dict[str, Any]]] = field(default_factory=list)
+    """Wrappers of each sub-env, innermost first, ``{import path: kwargs}``; in the key when set."""
 
     def __post_init__(self) -> None:
         every = self.checkpoint_every
@@ -130,6 +137,11 @@ class RunSpec:
             check_distributable(self.algo, self.hyperparameters, self.distributed, self.device)
         if self.cuda_graphs:
             check_capturable(self.algo, self.hyperparameters, self.device, self.distributed)
+
+    @property
+    def env(self) -> EnvSetup:
+        """How this run makes its environment."""
+        return setup_of(self.env_id, self.env_kwargs, self.wrappers)
 
     @property
     def checkpoint_interval(self) -> int:
@@ -146,6 +158,10 @@ class RunSpec:
             "hyperparameters": key_form(self.algo, self.hyperparameters),
             "budget": dataclasses.asdict(self.budget),
         }
+        if self.env_kwargs:  # only when set: the keys of runs without them stay as they were
+            identity["env_kwargs"] = self.env_kwargs
+        if self.wrappers:
+            identity["wrappers"] = self.wrappers
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -224,7 +240,7 @@ def configurations(specs: list[RunSpec]) -> list[tuple[str, list[RunSpec]]]:
     settings that tell them apart (``ppo [learning_rate=0.001]``)."""
     groups: dict[tuple[str, str, str], list[RunSpec]] = {}
     for spec in specs:
-        identity = json.dumps({"hp": spec.hyperparameters, "budget": dataclasses.asdict(spec.budget)}, sort_keys=True)
+        identity = json.dumps({"hp": spec.hyperparameters, "budget": dataclasses.asdict(spec.budget), "env": [spec.env_kwargs, spec.wrappers]}, sort_keys=True)
         groups.setdefault((spec.env_id, spec.algo, identity), []).append(spec)
     labels = {key: key[1] for key in groups}
     by_algo_env: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
@@ -233,12 +249,21 @@ def configurations(specs: list[RunSpec]) -> list[tuple[str, list[RunSpec]]]:
     for variants in by_algo_env.values():
         if len(variants) < 2:
             continue
-        settings = [{**groups[key][0].overrides, **{f"budget.{k}": v for k, v in dataclasses.asdict(groups[key][0].budget).items()}} for key in variants]
+        settings = [_settings(groups[key][0]) for key in variants]
         differing = sorted({k for setting in settings for k in setting if any(setting.get(k) != other.get(k) for other in settings)})
         for number, (key, setting) in enumerate(zip(variants, settings), start=1):
             described = ", ".join(f"{k}={setting.get(k, 'default')}" for k in differing) or f"variant {number}"
             labels[key] = f"{key[1]} [{described}]"
     return [(labels[key], members) for key, members in groups.items()]
+
+
+def _settings(spec: RunSpec) -> dict[str, Any]:
+    """What a configuration sets, flat, for telling configurations apart in labels."""
+    settings = {**spec.overrides, **{f"budget.{k}": v for k, v in dataclasses.asdict(spec.budget).items()}}
+    settings.update({f"env_kwargs.{k}": v for k, v in spec.env_kwargs.items()})
+    if spec.wrappers:
+        settings["wrappers"] = "+".join(next(iter(w)).replace(":", ".").rpartition(".")[2] for w in spec.wrappers)
+    return settings
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,10 +318,8 @@ def read_yaml(path: Path, what: str = "suite file") -> Any:
 
 
 _SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device", "checkpoint", "seeds_in_process", "slurm", "distributed", "cuda_graphs"}
-SLURM_KEYS: dict[str, type] = {"partition": str, "time_minutes": int, "gpus": int, "cpus": int, "constraint": str, "account": str, "memory_gb": float}
-"""What each Slurm job asks for (``--executor slurm``), with the type of each value."""
 _CHECKPOINT_KEYS = {"every", "replay_buffer"}
-_EXPERIMENT_KEYS = {"algo", "envs", "budget", "hyperparameters", "grid", "seeds", "seeds_in_process", "distributed"}
+_EXPERIMENT_KEYS = {"algo", "envs", "budget", "hyperparameters", "grid", "seeds", "seeds_in_process", "distributed", "env_kwargs", "wrappers"}
 
 
 def check_seeds_in_process(value: Any, where: str) -> int:
@@ -372,30 +395,6 @@ def _with_cuda_graphs(spec: RunSpec) -> RunSpec:
         raise ConfigError(f"{spec.label}: {error}") from None
 
 
-def check_capturable(algo: str, hyperparameters: dict[str, Any], device: str, distributed: dict[str, Any] | None) -> None:
-    """ConfigError, in one line, when ``algo``'s gradient steps cannot be captured as CUDA graphs."""
-    if not getattr(agents.algorithm_class(algo), "capturable_update", False):
-        capturable = sorted(name for name, cls in agents.ALGORITHMS.items() if getattr(cls, "capturable_update", False))
-        raise ConfigError(f"cuda_graphs: {algo}'s gradient steps cannot be captured (those of {', '.join(capturable)} can)")
-    if hyperparameters.get("recurrent", "none") != "none":
-        raise ConfigError(f"cuda_graphs: {algo}'s recurrent encoder cannot be captured (set recurrent: none)")
-    if device == "cpu":
-        raise ConfigError("cuda_graphs: CUDA graphs need a GPU, and the device is cpu")
-    if distributed is not None:
-        raise ConfigError("cuda_graphs: a distributed run's gradient steps are not captured (train it in one process)")
-
-
-def check_slurm(options: dict[str, Any], where: str) -> dict[str, Any]:
-    """``options`` when every key is one of SLURM_KEYS with a value of its type; ConfigError otherwise."""
-    check_keys(options, set(SLURM_KEYS), where)
-    for key, value in options.items():
-        kind = SLURM_KEYS[key]
-        valid = isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else isinstance(value, kind) and not isinstance(value, bool)
-        if not valid:
-            raise ConfigError(f"{where}.{key} must be {'a number' if kind is float else 'an integer' if kind is int else 'a string'}, got {value!r}")
-    return dict(options)
-
-
 def _expand_experiment(
     experiment: Any,
     suite_name: str,
@@ -435,10 +434,12 @@ def _expand_experiment(
             raise ConfigError(f"grid.{key} must be a non-empty list of values")
     combinations = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
 
+    env_kwargs = parse_env_kwargs(experiment.get("env_kwargs"))
+    wrappers = parse_wrappers(experiment.get("wrappers"))
     specs = []
     for env_id in envs:
         check_env_id(str(env_id))
-        spec_of_env = env_spec(str(env_id))
+        spec_of_env = env_spec(setup_of(str(env_id), env_kwargs, wrappers))
         agents.check_env_spec(algo, spec_of_env)
         for combination in combinations:
             overrides = {**fixed, **combination}
@@ -458,6 +459,8 @@ def _expand_experiment(
                         overrides,
                         seeds_in_process=seeds_in_process,
                         distributed=distributed,
+                        env_kwargs=env_kwargs,
+                        wrappers=wrappers,
                     )
                 )
     return specs

@@ -1,5 +1,7 @@
-"""A run's ``distributed:`` settings (the suite key, per experiment, and ``--distributed``):
-checked, with defaults filled in. docs/distributed.md explains the scheme."""
+"""How and where a run trains, beyond its run key: its ``distributed:`` settings (the suite key,
+per experiment, and ``--distributed``), checked with defaults filled in (docs/distributed.md
+explains the scheme); whether its gradient steps can be captured (``cuda_graphs``); a suite's
+``slurm:`` options."""
 
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ from agents.errors import ConfigError, suggest
 COLLECTOR_CPUS = "REPRORL_COLLECTOR_CPUS"
 """Environment variable: the CPUs each collector actor reserves (default 1); 0 inside a task of
 ``--executor ray``, which reserved its runs' collectors' CPUs with the task itself."""
+
+SLURM_KEYS: dict[str, type] = {"partition": str, "time_minutes": int, "gpus": int, "cpus": int, "constraint": str, "account": str, "memory_gb": float}
+"""What each Slurm job asks for (``--executor slurm``), with the type of each value."""
 
 DISTRIBUTED_DEFAULTS: dict[str, Any] = {"collectors": 1, "gradient_workers": 0, "mode": "sync", "max_staleness": 1, "chunk": 16, "backend": "ray"}
 """A distributed run's settings when the suite leaves them out (docs/distributed.md)."""
@@ -80,3 +85,29 @@ def check_distributable(algo: str, hyperparameters: dict[str, Any], settings: di
     num_envs, collectors = int(hyperparameters.get("num_envs", 1)), settings["collectors"]
     if num_envs % collectors:
         raise ConfigError(f"distributed: num_envs {num_envs} must split evenly over {collectors} collectors")
+
+
+def check_capturable(algo: str, hyperparameters: dict[str, Any], device: str, distributed: dict[str, Any] | None) -> None:
+    """ConfigError, in one line, when ``algo``'s gradient steps cannot be captured as CUDA graphs."""
+    if not getattr(agents.algorithm_class(algo), "capturable_update", False):
+        capturable = sorted(name for name, cls in agents.ALGORITHMS.items() if getattr(cls, "capturable_update", False))
+        raise ConfigError(f"cuda_graphs: {algo}'s gradient steps cannot be captured (those of {', '.join(capturable)} can)")
+    if hyperparameters.get("recurrent", "none") != "none":
+        raise ConfigError(f"cuda_graphs: {algo}'s recurrent encoder cannot be captured (set recurrent: none)")
+    if device == "cpu":
+        raise ConfigError("cuda_graphs: CUDA graphs need a GPU, and the device is cpu")
+    if distributed is not None:
+        raise ConfigError("cuda_graphs: a distributed run's gradient steps are not captured (train it in one process)")
+
+
+def check_slurm(options: dict[str, Any], where: str) -> dict[str, Any]:
+    """``options`` when every key is one of SLURM_KEYS with a value of its type; ConfigError otherwise."""
+    for key in options:
+        if key not in SLURM_KEYS:
+            raise ConfigError(f"unknown {where} key {key!r}{suggest(str(key), SLURM_KEYS)}; valid: {', '.join(sorted(SLURM_KEYS))}")
+    for key, value in options.items():
+        kind = SLURM_KEYS[key]
+        valid = isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else isinstance(value, kind) and not isinstance(value, bool)
+        if not valid:
+            raise ConfigError(f"{where}.{key} must be {'a number' if kind is float else 'an integer' if kind is int else 'a string'}, got {value!r}")
+    return dict(options)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.metadata
+import json
 import logging
 import os
 import socket
@@ -427,10 +428,11 @@ def training_returns(mlflow_client: Any, run_id: str, steps: list[int]) -> dict[
 
 
 def child_params(spec: Any) -> dict[str, Any]:
-    """A RunSpec as the MLflow params of its child run: algo, env_id, seed, suite, budget.*, hp.*."""
+    """A RunSpec as MLflow params: algo, env_id, seed, suite, budget.*, hp.*, env.kwargs/wrappers."""
     params: dict[str, Any] = {"algo": spec.algo, "env_id": spec.env_id, "seed": spec.seed, "suite": spec.suite}
     params.update({f"budget.{key}": value for key, value in dataclasses.asdict(spec.budget).items()})
     params.update({f"hp.{key}": value for key, value in spec.hyperparameters.items()})
+    params.update({f"env.{name}": json.dumps(value, sort_keys=True) for name, value in (("kwargs", spec.env_kwargs), ("wrappers", spec.wrappers)) if value})
     return params
 
 

@@ -148,7 +148,7 @@ class OffPolicyAlgorithm(Algorithm):
         relabeler = None
         if config.her_strategy != "none":
             assert spec.goal is not None  # check_settings: her_strategy needs a goal env
-            compute_reward, compute_terminated = goal_functions(spec.env_id)
+            compute_reward, compute_terminated = goal_functions(spec.setup or spec.env_id)
             relabeler = HindsightRelabeler(spec.goal, compute_reward, compute_terminated, config.her_strategy, config.her_k, config.reward_scale)
         return ReplayBuffer(
             config.buffer_size,

@@ -27,6 +27,8 @@ class SummaryRow:
     budget_steps: int = 0
     train_returns: list[float | None] | None = None
     """Each finished seed's training return of the last evaluation interval (None: not recorded)."""
+    env_changed: str = ""
+    """The env in words where env_kwargs or wrappers made it (not comparable with a source)."""
 
     @property
     def verdict(self) -> str:
@@ -35,7 +37,9 @@ class SummaryRow:
 
         if not self.returns or not self.algo:
             return "—"
-        return verdicts.verdict_for(self.algo, self.env_id, self.budget_steps, self.returns, self.train_returns or [], self.label).verdict
+        return verdicts.verdict_for(
+            self.algo, self.env_id, self.budget_steps, self.returns, self.train_returns or [], self.label, env_changed=self.env_changed
+        ).verdict
 
     @property
     def mean(self) -> float | None:
@@ -69,6 +73,7 @@ def summarize(outcomes: Iterable[RunRecord]) -> list[SummaryRow]:
                 elsewhere=elsewhere,
                 algo=specs[0].algo,
                 budget_steps=specs[0].budget.total_steps,
+                env_changed="" if specs[0].env.plain else specs[0].env.describe(),
             )
         )
     return rows

@@ -132,15 +132,27 @@ def not_comparable_reason(ours_budget: int, env_id: str, published: ReferenceSco
     return "; ".join(reasons)
 
 
-def judge(scores: np.ndarray, budget_steps: int, env_id: str, published: ReferenceScore | None, label: str = "", algo: str = "", measure: str = "") -> Verdict:
+def judge(
+    scores: np.ndarray,
+    budget_steps: int,
+    env_id: str,
+    published: ReferenceScore | None,
+    label: str = "",
+    algo: str = "",
+    measure: str = "",
+    env_changed: str = "",
+) -> Verdict:
     """The verdict for our scores (one per seed) against one published score; ``measure`` says
-    what our scores are when they are not the final evaluation."""
+    what our scores are when they are not the final evaluation; ``env_changed`` describes the
+    env where a suite made it with env_kwargs or wrappers (then no source ran the same task)."""
     scores = np.asarray(scores, dtype=float)
     ours = Ours(float(np.mean(scores)), float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0, len(scores)) if len(scores) else None
     base: dict[str, Any] = dict(label=label or algo, algo=algo, env_id=env_id, budget_steps=budget_steps, ours=ours, published=published)
     if published is None:
         return Verdict(verdict="no published score", reason="no source in results/reference/scores.csv has this algorithm on this task", **base)
     reason = not_comparable_reason(budget_steps, env_id, published)
+    if env_changed:
+        reason = "; ".join(filter(None, [f"env: {env_changed} here, made as registered in the source", reason]))
     if ours is None or ours.n < 2:
         reason = "; ".join(filter(None, [reason, f"{ours.n if ours else 0} finished seed(s) here: at least 2 are needed"]))
     if reason:
@@ -194,6 +206,7 @@ def suite_verdicts(groups: list, scores_table: tuple[ReferenceScore, ...] | None
                 [r.final_train_return for r in finished],
                 group.label,
                 scores_table,
+                "" if records[0].spec.env.plain else records[0].spec.env.describe(),
             )
         )
     return verdicts
@@ -207,15 +220,17 @@ def verdict_for(
     trains: list[float | None],
     label: str = "",
     scores_table: tuple[ReferenceScore, ...] | None = None,
+    env_changed: str = "",
 ) -> Verdict:
     """The verdict of one configuration from its seeds' final evaluations and training returns
-    (of the last evaluation interval; None where a run did not record them)."""
+    (of the last evaluation interval; None where a run did not record them); ``env_changed`` as
+    for ``judge``."""
     scores_table = reference.load_scores() if scores_table is None else scores_table
     published = choose_published(algo, env_id, budget_steps, scores_table)
     scores, measure = np.array(finals, dtype=float), ""
     if published is not None and published.protocol == "training_return" and trains and None not in trains:
         scores, measure = np.array(trains, dtype=float), "ours: training episodes of the last evaluation interval, as the source"
-    return judge(scores, budget_steps, env_id, published, label or algo, algo, measure)
+    return judge(scores, budget_steps, env_id, published, label or algo, algo, measure, env_changed)
 
 
 def ours_text(verdict: Verdict) -> str:

@@ -32,7 +32,10 @@ def add_parser(commands: Any) -> None:
         nargs="+",
         default=[],
         metavar="KEY=VALUE",
-        help="hyperparameters over the published defaults, values in YAML (1e-3 reads as a number): --set learning_rate=1e-3 hidden_sizes=[64,64]",
+        help=(
+            "hyperparameters over the published defaults, values in YAML (1e-3 reads as a number): --set learning_rate=1e-3 hidden_sizes=[64,64]; "
+            "the env's too: env_kwargs.NAME=VALUE (or env_kwargs={...}) and wrappers=[package.module:Wrapper, ...]"
+        ),
     )
     train.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (default 0)")
     train.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"env steps per run (default {DEFAULT_STEPS:,})")
@@ -41,25 +44,48 @@ def add_parser(commands: Any) -> None:
     add_run_options(train)
 
 
+ENV_OPTIONS = ("env_kwargs", "wrappers")
+"""``--set`` keys that set how the env is made (experiment keys of a suite), not hyperparameters."""
+
+
 def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs -> hyperparameters, each value read as YAML (numbers, lists, booleans)."""
+    """``KEY=VALUE`` pairs -> hyperparameters (and ``env_kwargs``, ``wrappers``), each value read
+    as YAML (numbers, lists, booleans); ``env_kwargs.NAME=VALUE`` sets one env kwarg."""
     import yaml
 
     from agents.errors import ConfigError
 
     overrides: dict[str, Any] = {}
+    whole: set[str] = set()  # keys given whole (env_kwargs={...} forbids env_kwargs.NAME=...)
     for item in items:
         key, separator, text = item.partition("=")
-        if not separator or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE with a hyperparameter name as KEY")
-        if key in overrides:
-            raise ConfigError(f"--set: {key} is given twice")
+        if not separator or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*|env_kwargs\.[A-Za-z_][A-Za-z0-9_]*", key):
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE with a hyperparameter name (or env_kwargs.NAME) as KEY")
         try:
             value = yaml.safe_load(text) if text else ""
         except yaml.YAMLError as error:
             raise ConfigError(f"--set {item!r}: the value is not YAML ({error.__class__.__name__})") from None
-        overrides[key] = _number(value) if isinstance(value, str) else value
+        value = _numbers(value)
+        if key.startswith("env_kwargs."):  # one env kwarg, into the env_kwargs mapping
+            name = key.partition(".")[2]
+            if "env_kwargs" in whole or name in overrides.get("env_kwargs", {}):
+                raise ConfigError(f"--set: {key} is given twice (by name or in env_kwargs)")
+            overrides.setdefault("env_kwargs", {})[name] = value
+            continue
+        if key in overrides:
+            raise ConfigError(f"--set: {key} is given twice")
+        whole.add(key)
+        overrides[key] = value
     return overrides
+
+
+def _numbers(value: Any) -> Any:
+    """``value`` with every string that reads as a number (at any depth) made one."""
+    if isinstance(value, dict):
+        return {key: _numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_numbers(item) for item in value]
+    return _number(value) if isinstance(value, str) else value
 
 
 def _number(text: str) -> Any:
@@ -78,8 +104,10 @@ def adhoc_suite(algo: str, env: str, overrides: dict[str, Any], seeds: list[int]
     if overrides:
         name += "-" + hashlib.sha256(json.dumps(overrides, sort_keys=True, default=str).encode()).hexdigest()[:8]
     experiment: dict[str, Any] = {"algo": algo, "envs": [env]}
-    if overrides:
-        experiment["hyperparameters"] = overrides
+    hyperparameters = {key: value for key, value in overrides.items() if key not in ENV_OPTIONS}
+    if hyperparameters:
+        experiment["hyperparameters"] = hyperparameters
+    experiment.update({key: overrides[key] for key in ENV_OPTIONS if key in overrides})
     return {
         "name": name,
         "description": f"python -m benchmark train --algo {algo} --env {env}",

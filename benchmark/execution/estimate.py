@@ -179,9 +179,12 @@ def episode_cap(env_id: str) -> int:
 
 
 def evaluation_steps(spec: RunSpec) -> int:
-    """Env steps the evaluations take at most: (total // every + 1) evaluations x episodes x cap."""
+    """Env steps the evaluations take at most: (total // every + 1) evaluations x episodes x cap
+    (the suite's ``env_kwargs`` may set the cap)."""
     evaluations = spec.budget.total_steps // spec.budget.eval_every + 1
-    return evaluations * spec.budget.eval_episodes * episode_cap(spec.env_id)
+    cap = spec.env_kwargs.get("max_episode_steps")
+    cap = cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else episode_cap(spec.env_id)
+    return evaluations * spec.budget.eval_episodes * cap
 
 
 def seconds_from_throughput(spec: RunSpec, rate: Throughput) -> float:

@@ -109,10 +109,10 @@ class Collector:
         # global RNGs of the process it runs in (an inline collector shares the learner's)
         global_rngs = rng_state()
         try:
-            algo = agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=spec.budget.total_steps, seed=spec.seed)
+            algo = agents.make(spec.algo, env_spec(spec.env), config, total_steps=spec.budget.total_steps, seed=spec.seed)
             assert isinstance(algo, Algorithm)  # collector_config refused meta-learners
             self.algo = algo
-            self.envs = make_vector_env(spec.env_id, self.per_collector, gamma=getattr(config, "gamma", 0.99))
+            self.envs = make_vector_env(spec.env, self.per_collector, gamma=getattr(config, "gamma", 0.99))
             # a replacement's envs start new episodes from seeds no earlier one of its envs used
             self.obs, _ = self.envs.reset(seed=spec.seed + index * self.per_collector + restarts * total)
         finally:

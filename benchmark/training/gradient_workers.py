@@ -42,7 +42,7 @@ class GradientWorker:
         config = config.replace(center_adv=False, positive_adv=False)  # the learner did it, batch-wide
         global_rngs = rng_state()  # its weights are replaced by the learner's: leave the process's RNGs alone
         try:
-            algo = agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=spec.budget.total_steps, seed=spec.seed)
+            algo = agents.make(spec.algo, env_spec(spec.env), config, total_steps=spec.budget.total_steps, seed=spec.seed)
         finally:
             set_rng_state(global_rngs)
         if not isinstance(algo, OnPolicyAlgorithm):

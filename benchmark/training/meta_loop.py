@@ -250,11 +250,11 @@ class _MetaSeedRun(SeedOutcome):
         self.run_dir = checkpoint.run_directory(checkpoint_dir, spec.run_key) if checkpoint_dir is not None else None
         if self.run_dir is not None:
             checkpoint.remove_partial_writes(self.run_dir)
-        algo = hooks.algorithm(agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=spec.budget.total_steps, device=device, seed=spec.seed))
+        algo = hooks.algorithm(agents.make(spec.algo, env_spec(spec.env), config, total_steps=spec.budget.total_steps, device=device, seed=spec.seed))
         assert isinstance(algo, MetaAlgorithm)
         self.algo: MetaAlgorithm[Any] = algo
-        self.train_envs = TaskEnvs(spec.env_id, algo.collection_envs, seed=spec.seed, device=device)
-        self.test_envs = TaskEnvs(spec.env_id, algo.collection_envs, seed=spec.seed + EVAL_SEED_OFFSET, device=device)
+        self.train_envs = TaskEnvs(spec.env, algo.collection_envs, seed=spec.seed, device=device)
+        self.test_envs = TaskEnvs(spec.env, algo.collection_envs, seed=spec.seed + EVAL_SEED_OFFSET, device=device)
         self.test_tasks = self.train_envs.sampler.test_tasks(spec.budget.eval_episodes)
         if job.resume is not None:
             try:

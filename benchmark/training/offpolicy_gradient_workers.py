@@ -46,7 +46,7 @@ class OffPolicyGradientWorker:
             raise ConfigError("distributed: mpo's E-step optimizes over the whole batch; gradient workers cannot split it")
         global_rngs = rng_state()  # its weights are replaced by the learner's: leave the process's RNGs alone
         try:
-            algo = agents.make(spec.algo, env_spec(spec.env_id), collector_config(spec), total_steps=spec.budget.total_steps, seed=spec.seed)
+            algo = agents.make(spec.algo, env_spec(spec.env), collector_config(spec), total_steps=spec.budget.total_steps, seed=spec.seed)
         finally:
             set_rng_state(global_rngs)
         if not isinstance(algo, OffPolicyAlgorithm):

@@ -55,13 +55,13 @@ class SeedRun(SeedOutcome):
             checkpoint.remove_partial_writes(self.run_dir)
         self.train_envs = self.open_train_envs()
         self.eval_envs = make_vector_env(
-            spec.env_id,
+            spec.env,
             spec.budget.eval_episodes,
             normalize_observations=config.normalize_observations,
             clip_observations=config.clip_observations,
         )
         freeze_normalization(self.eval_envs)
-        self.algo = hooks.algorithm(agents.make(spec.algo, env_spec(spec.env_id), config, total_steps=spec.budget.total_steps, device=device, seed=spec.seed))
+        self.algo = hooks.algorithm(agents.make(spec.algo, env_spec(spec.env), config, total_steps=spec.budget.total_steps, device=device, seed=spec.seed))
         if job.resume is None:
             self.start()
         else:
@@ -80,7 +80,7 @@ class SeedRun(SeedOutcome):
         config, spec = self.config, self.spec
         return self.hooks.train_envs(
             make_vector_env(
-                spec.env_id,
+                spec.env,
                 config.num_envs,
                 normalize_observations=config.normalize_observations,
                 normalize_rewards=config.normalize_rewards,
