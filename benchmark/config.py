@@ -39,14 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 import agents
 from agents.env_setup import EnvSetup, parse_env_kwargs, parse_wrappers, setup_of
 from agents.envs import check_env_id, env_spec
 from agents.errors import ConfigError, suggest
 from agents.registry import known_config
 from benchmark.distributed_config import check_capturable, check_distributable, check_distributed, check_slurm
+from benchmark.yaml_input import as_mapping, check_keys, read_yaml
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 """The checkout: suites/, results/ (reference scores, baselines, throughput) are found from here."""
@@ -291,32 +290,6 @@ def suite_path(name_or_path: str) -> Path:
     return path
 
 
-def read_yaml(path: Path, what: str = "suite file") -> Any:
-    """The YAML document in ``path``; ConfigError in one line naming the file (and the line and
-    column of a syntax error) when it cannot be read, is not UTF-8 text or is not YAML."""
-    try:
-        raw = path.read_bytes()
-    except OSError as error:
-        raise ConfigError(f"cannot read {what} {path}: {error.strerror or error}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = raw.count(b"\n", 0, error.start) + 1
-        column = error.start - (raw.rfind(b"\n", 0, error.start) + 1) + 1
-        raise ConfigError(f"{path}:{line}:{column}: not UTF-8 text (byte 0x{raw[error.start]:02x}); save the {what} as UTF-8") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
-        problem = " ".join(str(getattr(error, "problem", None) or error).split())
-        context = getattr(error, "context", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-        opened = getattr(error, "context_mark", None)
-        if context and opened is not None and mark is not None and opened.line != mark.line:
-            context += f" opened at line {opened.line + 1}"
-        raise ConfigError(f"{where}: YAML syntax error: {problem}" + (f" ({' '.join(context.split())})" if context else "")) from None
-
-
 _SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device", "checkpoint", "seeds_in_process", "slurm", "distributed", "cuda_graphs"}
 _CHECKPOINT_KEYS = {"every", "replay_buffer"}
 _EXPERIMENT_KEYS = {"algo", "envs", "budget", "hyperparameters", "grid", "seeds", "seeds_in_process", "distributed", "env_kwargs", "wrappers"}
@@ -356,7 +329,7 @@ def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
         raise ConfigError(f"device {device!r}: use auto, cpu, cuda or cuda:i")
     suite_seeds = seed_override if seed_override is not None else _parse_seeds(data["seeds"], "seeds")
-    suite_budget = _as_mapping(data["budget"], "budget")
+    suite_budget = as_mapping(data["budget"], "budget")
     seeds_in_process = check_seeds_in_process(data.get("seeds_in_process", 1), "seeds_in_process")
     distributed = check_distributed(data["distributed"], "distributed") if data.get("distributed") is not None else None
     experiments = data["experiments"]
@@ -370,7 +343,7 @@ def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_
             specs += _expand_experiment(experiment, name, suite_seeds, suite_budget, device, seed_override is not None, seeds_in_process, distributed)
         except ConfigError as error:
             raise ConfigError(f"{where}: {error}") from None
-    checkpoint = _as_mapping(data.get("checkpoint", {}), "checkpoint")
+    checkpoint = as_mapping(data.get("checkpoint", {}), "checkpoint")
     check_keys(checkpoint, _CHECKPOINT_KEYS, "checkpoint")
     replay_buffer = checkpoint.get("replay_buffer", False)
     if not isinstance(replay_buffer, bool):
@@ -385,7 +358,7 @@ def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_
     duplicates = {spec.label for spec in specs if keys.count(spec.run_key) > 1}
     if duplicates:
         raise ConfigError(f"the same run appears more than once: {', '.join(sorted(duplicates))}")
-    return Suite(name, str(data.get("description", "")), path, specs, check_slurm(_as_mapping(data.get("slurm", {}), "slurm"), "slurm"))
+    return Suite(name, str(data.get("description", "")), path, specs, check_slurm(as_mapping(data.get("slurm", {}), "slurm"), "slurm"))
 
 
 def _with_cuda_graphs(spec: RunSpec) -> RunSpec:
@@ -405,7 +378,7 @@ def _expand_experiment(
     seeds_in_process: int = 1,
     distributed: dict[str, Any] | None = None,
 ) -> list[RunSpec]:
-    experiment = _as_mapping(experiment, "experiment")
+    experiment = as_mapping(experiment, "experiment")
     check_keys(experiment, _EXPERIMENT_KEYS, "experiment")
     if "algo" not in experiment or "envs" not in experiment:
         raise ConfigError("each experiment needs 'algo' and 'envs'")
@@ -423,12 +396,12 @@ def _expand_experiment(
     if experiment.get("distributed") is not None:
         distributed = check_distributed(experiment["distributed"], "distributed")
     try:
-        budget = Budget(**{**suite_budget, **_as_mapping(experiment.get("budget", {}), "budget")})
+        budget = Budget(**{**suite_budget, **as_mapping(experiment.get("budget", {}), "budget")})
     except TypeError as error:
         raise ConfigError(f"budget: {error}; valid keys: total_steps, eval_every, eval_episodes") from None
 
-    fixed = _as_mapping(experiment.get("hyperparameters", {}), "hyperparameters")
-    grid = _as_mapping(experiment.get("grid", {}), "grid")
+    fixed = as_mapping(experiment.get("hyperparameters", {}), "hyperparameters")
+    grid = as_mapping(experiment.get("grid", {}), "grid")
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"grid.{key} must be a non-empty list of values")
@@ -483,18 +456,3 @@ def _parse_seeds(value: Any, where: str) -> list[int]:
             raise ConfigError(f"{where}: seeds repeat: {value}")
         return list(value)
     raise ConfigError(f"{where}: expected a count or a list of non-negative integers, got {value!r}")
-
-
-def _as_mapping(value: Any, where: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where} must be a mapping, got {type(value).__name__}: {value!r}")
-    return dict(value)
-
-
-def check_keys(data: dict[str, Any], valid: set[str], what: str) -> None:
-    """ConfigError naming the first key of ``data`` not in ``valid``, a close match and the valid ones."""
-    for key in data:
-        if key not in valid:
-            raise ConfigError(f"unknown {what} key {key!r}{suggest(str(key), valid)}; valid: {', '.join(sorted(valid))}")

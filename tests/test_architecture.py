@@ -74,6 +74,7 @@ def test_every_module_belongs_to_a_wing_or_the_ground():
         "benchmark.stores",
         "benchmark.tables",
         "benchmark.tracking",
+        "benchmark.yaml_input",
     ]
 
 

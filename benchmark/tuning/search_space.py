@@ -31,7 +31,8 @@ from typing import Any
 
 import agents
 from agents.errors import ConfigError, suggest
-from benchmark.config import PROJECT_ROOT, check_keys, read_yaml, stored_hyperparameters
+from benchmark.config import PROJECT_ROOT, stored_hyperparameters
+from benchmark.yaml_input import check_keys, read_yaml
 
 SEARCH_DIR = PROJECT_ROOT / "suites" / "search"
 
