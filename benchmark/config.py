@@ -21,6 +21,7 @@ A suite file::
         hyperparameters: {num_envs: 4}    # fixed overrides of the published defaults
         env_kwargs: {max_episode_steps: 200}            # optional: for gymnasium.make
         wrappers: [gymnasium.wrappers:TimeAwareObservation]   # optional (agents.env_setup)
+        continued_from: 3f2a...      # optional: the run key of a finished run this one trains further
         grid: {learning_rate: [2.5e-4, 1e-3]}   # optional: one run per combination
         seeds_in_process: 1               # overrides the suite's for this experiment
 
@@ -123,6 +124,9 @@ class RunSpec:
     """Keyword arguments for ``gymnasium.make``; part of the run key when set."""
     wrappers: list[dict[str, dict[str, Any]]] = field(default_factory=list)
     """Wrappers of each sub-env, innermost first, ``{import path: kwargs}``; in the key when set."""
+    continued_from: str | None = None
+    """The run key of the finished run this one continues from its ``final.pt`` (its budget
+    counts the steps before); in the key when set."""
 
     def __post_init__(self) -> None:
         every = self.checkpoint_every
@@ -136,6 +140,8 @@ class RunSpec:
             check_distributable(self.algo, self.hyperparameters, self.distributed, self.device)
         if self.cuda_graphs:
             check_capturable(self.algo, self.hyperparameters, self.device, self.distributed)
+        if self.continued_from is not None and (self.distributed is not None or agents.is_meta(self.algo)):
+            raise ConfigError("continued_from: a continued run trains in one process, and not a meta-learner's (its task envs start anew)")
 
     @property
     def env(self) -> EnvSetup:
@@ -161,6 +167,8 @@ class RunSpec:
             identity["env_kwargs"] = self.env_kwargs
         if self.wrappers:
             identity["wrappers"] = self.wrappers
+        if self.continued_from is not None:
+            identity["continued_from"] = self.continued_from
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -292,7 +300,7 @@ def suite_path(name_or_path: str) -> Path:
 
 _SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device", "checkpoint", "seeds_in_process", "slurm", "distributed", "cuda_graphs"}
 _CHECKPOINT_KEYS = {"every", "replay_buffer"}
-_EXPERIMENT_KEYS = {"algo", "envs", "budget", "hyperparameters", "grid", "seeds", "seeds_in_process", "distributed", "env_kwargs", "wrappers"}
+_EXPERIMENT_KEYS = {"algo", "envs", "budget", "hyperparameters", "grid", "seeds", "seeds_in_process", "distributed", "env_kwargs", "wrappers", "continued_from"}
 
 
 def check_seeds_in_process(value: Any, where: str) -> int:
@@ -408,6 +416,9 @@ def _expand_experiment(
     combinations = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
 
     env_kwargs = parse_env_kwargs(experiment.get("env_kwargs"))
+    continued_from = experiment.get("continued_from")
+    if continued_from is not None and not (isinstance(continued_from, str) and re.fullmatch(r"[0-9a-f]{16}", continued_from)):
+        raise ConfigError(f"continued_from must be a run key (16 hex digits), got {continued_from!r}")
     wrappers = parse_wrappers(experiment.get("wrappers"))
     specs = []
     for env_id in envs:
@@ -434,8 +445,11 @@ def _expand_experiment(
                         distributed=distributed,
                         env_kwargs=env_kwargs,
                         wrappers=wrappers,
+                        continued_from=continued_from,
                     )
                 )
+    if continued_from is not None and len(specs) != 1:
+        raise ConfigError(f"continued_from names one run ({continued_from}): give one environment, one seed and no grid")
     return specs
 
 

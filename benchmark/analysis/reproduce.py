@@ -26,6 +26,7 @@ from agents.errors import ConfigError
 from benchmark import metric_names, provenance, tracking
 from benchmark.bundles import BundledRun
 from benchmark.config import RunSpec
+from benchmark.training.checkpoint_paths import FINAL
 
 PROVENANCE_TAGS = ("git_sha", "git_dirty", "python_version", "platform", "cpu_model", "gpu_model")
 
@@ -65,8 +66,10 @@ def compare_evaluations(recorded: list[tuple[int, float]], now: list[tuple[int, 
     return lines
 
 
-def reproduce(run_id: str, tracking_uri: str) -> Reproduction:
-    """Train the recorded spec of ``run_id`` again (no tracking, no checkpoint) and compare."""
+def reproduce(run_id: str, tracking_uri: str, checkpoint_dir: Path | None = None) -> Reproduction:
+    """Train the recorded spec of ``run_id`` again (no tracking, no checkpoint of its own) and
+    compare; a continued run starts again from the final checkpoint in ``checkpoint_dir`` of
+    the run it continues."""
     client = tracking.client(tracking_uri)
     try:
         run = tracking.retry(lambda: client.get_run(run_id))
@@ -82,7 +85,7 @@ def reproduce(run_id: str, tracking_uri: str) -> Reproduction:
         spec = RunSpec.from_dict(json.loads(Path(config_path).read_text()))
     recorded = sorted((int(m.step), float(m.value)) for m in tracking.retry(lambda: client.get_metric_history(run_id, metric_names.EVAL_RETURN_MEAN)))
     batch_seeds = [int(seed) for seed in run.data.tags.get("batch_seeds", "").split()]
-    return _train_again(run_id, spec, recorded, batch_seeds, dict(run.data.tags))
+    return _train_again(run_id, spec, recorded, batch_seeds, dict(run.data.tags), checkpoint_dir)
 
 
 def find_bundled(identifier: str, bundled: dict[str, BundledRun]) -> BundledRun | None:
@@ -92,24 +95,39 @@ def find_bundled(identifier: str, bundled: dict[str, BundledRun]) -> BundledRun 
     return next((run for run in bundled.values() if run.mlflow_run_id == identifier), None)
 
 
-def reproduce_bundled(run: BundledRun) -> Reproduction:
+def reproduce_bundled(run: BundledRun, checkpoint_dir: Path | None = None) -> Reproduction:
     """Train a bundled run's spec again and compare with the bundle's evaluations."""
     tags = {**run.provenance, **{f"version.{name}": version for name, version in run.versions.items()}}
     recorded = [(evaluation.step, evaluation.mean) for evaluation in run.curve]
-    return _train_again(run.mlflow_run_id or run.run_key, run.spec, recorded, list(run.batch_seeds), tags)
+    return _train_again(run.mlflow_run_id or run.run_key, run.spec, recorded, list(run.batch_seeds), tags, checkpoint_dir)
 
 
-def _train_again(run_id: str, spec: RunSpec, recorded: list[tuple[int, float]], batch_seeds: list[int], tags: dict[str, str]) -> Reproduction:
+def _train_again(
+    run_id: str, spec: RunSpec, recorded: list[tuple[int, float]], batch_seeds: list[int], tags: dict[str, str], checkpoint_dir: Path | None
+) -> Reproduction:
+    if spec.continued_from is None:
+        return _train_again_in(None, run_id, spec, recorded, batch_seeds, tags)
+    origin = Path(checkpoint_dir or "") / spec.continued_from
+    if checkpoint_dir is None or not (origin / FINAL).is_file():
+        raise ConfigError(f"run {run_id} continues run key {spec.continued_from}: reproducing it needs that run's final checkpoint, not at {origin}")
+    with tempfile.TemporaryDirectory(prefix="reprorl-reproduce-") as scratch:  # its own checkpoints go here; the old run's is linked
+        (Path(scratch) / spec.continued_from).symlink_to(origin.resolve(), target_is_directory=True)
+        return _train_again_in(Path(scratch), run_id, spec, recorded, batch_seeds, tags)
+
+
+def _train_again_in(
+    checkpoint_dir: Path | None, run_id: str, spec: RunSpec, recorded: list[tuple[int, float]], batch_seeds: list[int], tags: dict[str, str]
+) -> Reproduction:
     from benchmark.training import loop as training_loop
 
     if len(batch_seeds) > 1:
         jobs = [training_loop.SeedJob(dataclasses.replace(spec, seed=seed)) for seed in batch_seeds]
-        outcome = training_loop.run_seeds(jobs)[batch_seeds.index(spec.seed)]
+        outcome = training_loop.run_seeds(jobs, checkpoint_dir)[batch_seeds.index(spec.seed)]
         if isinstance(outcome, BaseException):
             raise outcome
         result = outcome
     else:
-        result = training_loop.run(spec)
+        result = training_loop.run(spec, checkpoint_dir=checkpoint_dir)
     now = [(evaluation.step, evaluation.mean) for evaluation in result.evaluations]
     current = {**provenance.code_version(), **provenance.environment_tags()}
     changes = {

@@ -43,11 +43,11 @@ def command_reproduce(args: argparse.Namespace, console: Output) -> int:
     bundled = reproduce.find_bundled(args.run_id, bundles.read_all(directories)) if directories else None
     if bundled is not None:
         console.print(f"reproducing run {args.run_id} from bundle {bundled.origin} ...")
-        result = reproduce.reproduce_bundled(bundled)
+        result = reproduce.reproduce_bundled(bundled, args.results_dir / "checkpoints")
     else:
         tracking_uri = existing_store(args)
         console.print(f"reproducing run {args.run_id} from its recorded config ...")
-        result = reproduce.reproduce(args.run_id, tracking_uri)
+        result = reproduce.reproduce(args.run_id, tracking_uri, args.results_dir / "checkpoints")
     spec = result.spec
     console.print(
         f"{spec.label}, {spec.budget.total_steps:,} steps, run key {spec.run_key}"

@@ -118,30 +118,37 @@ def adhoc_suite(algo: str, env: str, overrides: dict[str, Any], seeds: list[int]
 
 
 def command_train(args: argparse.Namespace, console: Output) -> int:
+    check_run_arguments(args)
+    data = adhoc_suite(args.algo, args.env, parse_overrides(args.set), args.seeds, args.steps, args.eval_every, args.eval_episodes)
+    path = write_adhoc_suite(data, Path(args.results_dir))
+    console.print(f"suite {path} (report with: python -m benchmark report --suite {path})", highlight=False, soft_wrap=True)
+    args.suite, args.algos, args.envs = str(path), None, None
+    args.seeds = None  # the suite file holds them
+    return command_run(args, console)
+
+
+def write_adhoc_suite(data: dict[str, Any], results_dir: Path) -> Path:
+    """Write the suite ``data`` (one experiment) to ``<results_dir>/suites/<name>.yaml``, once it
+    loads: a problem is one line (ConfigError) and nothing is written."""
     import yaml
 
     from agents.errors import ConfigError
     from benchmark import config
 
-    check_run_arguments(args)
-    data = adhoc_suite(args.algo, args.env, parse_overrides(args.set), args.seeds, args.steps, args.eval_every, args.eval_episodes)
     text = yaml.safe_dump(data, sort_keys=False)
-    with tempfile.TemporaryDirectory(prefix="reprorl-train-") as scratch:  # every problem named before anything is written
+    with tempfile.TemporaryDirectory(prefix="reprorl-suite-") as scratch:  # every problem named before anything is written
         checked = Path(scratch) / f"{data['name']}.yaml"
         checked.write_text(text)
         try:
             config.load_suite(str(checked))
         except ConfigError as error:
             raise ConfigError(str(error).replace(f"{checked}: ", "", 1).replace("experiments[0]: ", "", 1)) from None
-    path = Path(args.results_dir) / "suites" / f"{data['name']}.yaml"
+    path = results_dir / "suites" / f"{data['name']}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
     temporary.write_text(text)
     temporary.replace(path)
-    console.print(f"suite {path} (report with: python -m benchmark report --suite {path})", highlight=False, soft_wrap=True)
-    args.suite, args.algos, args.envs = str(path), None, None
-    args.seeds = None  # the suite file holds them
-    return command_run(args, console)
+    return path
 
 
 COMMANDS = {"train": command_train}

@@ -140,6 +140,8 @@ class _ChildRun:
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "unset"),
             **provenance.source_tags(context.launch.command),  # the launch's command, not this worker's (Ray's)
         }
+        if spec.continued_from is not None:  # the run this one trains further (tags.run_key of its MLflow run)
+            self.tags["continued_from"] = spec.continued_from
         self.claims_id = claims.directory_id(context.claims_dir) if context.claims_dir is not None else ""
         if self.claims_id:
             self.tags[tracking.CLAIMS_TAG] = self.claims_id

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from agents.envs import normalization_state
-from benchmark.config import RunSpec
+from benchmark.config import RunSpec, key_form, stored_hyperparameters
 from benchmark.training.checkpoint_paths import FINAL, LATEST, run_directory  # noqa: F401 - the file names, re-exported
 from benchmark.training.results import Evaluation, RunResult
 
@@ -123,6 +123,29 @@ def restore_learner(payload: dict[str, Any], algo: Any, counters: Any, result: R
     for name, value in payload["loop"].items():
         setattr(counters, name, value)
     result.evaluations = [Evaluation(**evaluation) for evaluation in payload["evaluations"]]
+
+
+def continue_learner(payload: dict[str, Any], algo: Any, counters: Any, spec: RunSpec) -> int:
+    """What a run that continues a finished one takes from that run's ``final.pt``: the
+    algorithm as it ended (without a replay buffer: an off-policy learner refills it before it
+    updates again) and the env step it ended at, where the loop's counters start; returns that
+    step. ValueError when ``payload`` is not the final checkpoint of the run ``spec`` continues."""
+    origin = payload.get("spec") or {}
+    if origin.get("run_key") != spec.continued_from:
+        raise ValueError(f"the checkpoint belongs to run key {origin.get('run_key')}, not {spec.continued_from}")
+    for name in ("algo", "env_id", "seed", "env_kwargs", "wrappers"):
+        if origin.get(name, {} if name == "env_kwargs" else [] if name == "wrappers" else None) != getattr(spec, name):
+            raise ValueError(f"its {name} is {origin.get(name)!r}, this run's {getattr(spec, name)!r}")
+    if key_form(spec.algo, stored_hyperparameters(spec.algo, origin["hyperparameters"])) != key_form(spec.algo, spec.hyperparameters):
+        raise ValueError("its hyperparameters differ from this run's (a continued run keeps them)")
+    step = int(payload.get("step", origin["budget"]["total_steps"]))  # final checkpoints before continuation held no step
+    if step >= spec.budget.total_steps:
+        raise ValueError(f"it ended at env step {step:,}, and this run's budget is {spec.budget.total_steps:,}: nothing to train")
+    algo.load_state_dict(payload["algorithm"])
+    counters.step = counters.first_step = counters.next_progress = step
+    counters.next_eval = step + spec.budget.eval_every
+    counters.next_checkpoint = step + spec.checkpoint_interval
+    return step
 
 
 def normalization_tensors(train_envs: gym.vector.VectorEnv) -> dict[str, dict[str, Any]]:

@@ -121,6 +121,8 @@ class Counters:
     """The training loop's own counters (env steps, seconds): checkpointed with the algorithm."""
 
     step: int = 0
+    first_step: int = 0
+    """Where this run's training began: 0, or the last step of the run it continues."""
     next_eval: int = 0
     next_checkpoint: int = 0
     next_progress: int = 0
@@ -145,7 +147,7 @@ def finish(
     removes it once the run is recorded), the metrics flushed. ``started`` is a
     ``time.perf_counter()`` reading."""
     result.wall_seconds = time.perf_counter() - started
-    result.steps_per_second = counters.step / max(result.wall_seconds - counters.eval_seconds, 1e-9)
+    result.steps_per_second = (counters.step - counters.first_step) / max(result.wall_seconds - counters.eval_seconds, 1e-9)
     if run_dir is not None:
         path = checkpoint.write_atomic(final_payload, run_dir / checkpoint.FINAL)
         if remove_latest_on_finish:

@@ -130,7 +130,7 @@ class DistributedRun(SeedRun):
         self.collector_steps = np.zeros(settings["collectors"])
         return None
 
-    def start(self) -> None:
+    def start(self, reset_seed: int | None = None) -> None:
         """Nothing to reset here: the collectors reset their envs when they start."""
 
     def restore(self, payload: dict[str, Any]) -> None:

@@ -284,7 +284,7 @@ class _MetaSeedRun(SeedOutcome):
             {
                 **{f"train/{k}": v for k, v in logs.items()},
                 "train/epoch": float(counters.epoch),
-                metric_names.STEPS_PER_SECOND: step / max(counters.train_seconds, 1e-9),
+                metric_names.STEPS_PER_SECOND: (step - counters.first_step) / max(counters.train_seconds, 1e-9),
             },
             step,
         )

@@ -62,15 +62,20 @@ class SeedRun(SeedOutcome):
         )
         freeze_normalization(self.eval_envs)
         self.algo = hooks.algorithm(agents.make(spec.algo, env_spec(spec.env), config, total_steps=spec.budget.total_steps, device=device, seed=spec.seed))
-        if job.resume is None:
-            self.start()
-        else:
+        if job.resume is not None:
             try:
                 self.restore(job.resume)
             except (KeyError, ValueError, RuntimeError, TypeError) as error:
                 self.error = ResumeError(f"cannot resume {spec.label} from its checkpoint: {type(error).__name__}: {error}")
                 self.error.__cause__ = error
-                return
+        elif spec.continued_from is not None:
+            try:
+                self.continue_run(checkpoint_dir)
+            except (OSError, KeyError, ValueError, RuntimeError, TypeError) as error:
+                self.error = ResumeError(f"cannot continue run {spec.continued_from} as {spec.label}: {type(error).__name__}: {error}")
+                self.error.__cause__ = error
+        else:
+            self.start()
 
     #: whether the loop acts for this run and hands it the actions (``collect``); a run whose
     #: workers act (``DistributedRun``) collects a round itself (``collect_round``)
@@ -90,11 +95,36 @@ class SeedRun(SeedOutcome):
             )
         )
 
-    def start(self) -> None:
-        """A new run: its envs' first observations."""
+    def start(self, reset_seed: int | None = None) -> None:
+        """A new run: its envs' first observations (reset with the run's seed unless given)."""
         assert self.train_envs is not None
-        self.obs, _ = self.train_envs.reset(seed=self.spec.seed)
+        self.obs, _ = self.train_envs.reset(seed=self.spec.seed if reset_seed is None else reset_seed)
         self.obs_tensor = torch.as_tensor(self.obs, dtype=torch.float32, device=self.device)
+
+    def continue_run(self, checkpoint_dir: Path | None) -> None:
+        """Start where the finished run ``spec.continued_from`` ended (its ``final.pt``): its
+        algorithm, its normalization statistics and its last env step; new episodes (the
+        episodes it was in end there as truncated), its replay buffer refilled before updating."""
+        if checkpoint_dir is None:
+            raise ValueError("continuing a run needs the checkpoint directory that holds its final.pt")
+        path = checkpoint.run_directory(checkpoint_dir, str(self.spec.continued_from)) / checkpoint.FINAL
+        if not path.is_file():
+            raise FileNotFoundError(f"no final checkpoint {path}: the run did not finish here, or its checkpoints were removed")
+        payload = checkpoint.load(path)
+        step = checkpoint.continue_learner(payload, self.algo, self.counters, self.spec)
+        self.load_final_envs(payload, step)
+
+    def load_final_envs(self, payload: dict[str, Any], step: int) -> None:
+        """A continued run's envs: the normalization statistics as the run ended, new episodes."""
+        assert self.train_envs is not None
+        statistics = {name: {key: value.numpy() for key, value in stats.items()} for name, stats in payload["normalization"].items()}
+        load_normalization_state(self.train_envs, statistics)
+        self.start(reset_seed=self.spec.seed + step)
+        # the episodes it was in end at its last observations (final checkpoints before continuation
+        # held none: the first new ones stand in, bootstrapping one truncated step from them)
+        last = payload.get("obs")
+        last_obs = self.obs_tensor if last is None else torch.as_tensor(last, dtype=torch.float32, device=self.device)
+        self.algo.interrupt_episodes(last_obs, checkpoint.to_device(payload.get("recurrent_state"), self.device))
 
     def restore(self, payload: dict[str, Any]) -> None:
         """Continue from a ``latest.pt`` payload."""
@@ -155,7 +185,8 @@ class SeedRun(SeedOutcome):
         counters, step = self.counters, self.counters.step
         counters.train_seconds = time.perf_counter() - self.started - counters.eval_seconds
         losses = {f"train/{key}": float(np.mean(values)) for key, values in counters.update_logs.items()}
-        self.tracker.log_metrics({**losses, metric_names.STEPS_PER_SECOND: step / max(counters.train_seconds, 1e-9)}, step)
+        speed = (step - counters.first_step) / max(counters.train_seconds, 1e-9)
+        self.tracker.log_metrics({**losses, metric_names.STEPS_PER_SECOND: speed}, step)
         counters.update_logs.clear()
         eval_started = time.perf_counter()
         with self.hooks.evaluating():
@@ -236,6 +267,9 @@ class SeedRun(SeedOutcome):
     def finish(self, remove_latest_on_finish: bool) -> None:
         final = checkpoint.policy_payload(self.algo, self.train_envs, self.spec)
         final["algorithm"] = checkpoint.own_storage(final["algorithm"])
+        final["step"] = self.counters.step
+        if self.acts_here:  # the last observations, where a continued run ends these episodes
+            final.update(obs=torch.as_tensor(self.obs), recurrent_state=checkpoint.to_cpu(self.state))
         finish(self.result, self.counters, self.started, self.tracker, self.run_dir, final, remove_latest_on_finish)
 
     def close(self) -> None:
