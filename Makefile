@@ -18,6 +18,9 @@ ARGS   ?=
 PORT   ?= 5000
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo -n)
 INSTALL_CHROMIUM = { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -q >/dev/null 2>&1 && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1; }; } || true
+# evaluate --video: MuJoCo draws offscreen through EGL (Mesa's software renderer without a GPU);
+# installed from the OS packages where apt can (best effort: the tests skip what has no backend)
+INSTALL_GL = { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q libegl1 libgl1-mesa-dri >/dev/null 2>&1 || { $(SUDO) apt-get update -q >/dev/null 2>&1 && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q libegl1 libgl1-mesa-dri >/dev/null 2>&1; }; } || true
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -40,6 +43,7 @@ PIP_INSTALL = $(BIN)/pip install --quiet --no-compile
 COMPILE = $(BIN)/python -m compileall -qq -j 0 -x 'site-packages/.+/tests/' $(VENV)/lib || true
 
 $(STAMP): pyproject.toml Makefile
+	@{ ldconfig -p 2>/dev/null | grep -q 'libEGL.so.1 ' && ldconfig -p | grep -q 'libEGL_mesa.so.0 '; } || ! command -v apt-get >/dev/null 2>&1 || $(INSTALL_GL)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(PIP_INSTALL) $(TORCH)

@@ -263,9 +263,12 @@ def make_vector_env(
     gamma: float = 0.99,
     clip_observations: float = 10.0,
     clip_rewards: float = 10.0,
+    autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP,
 ) -> gym.vector.VectorEnv:
     """A sync vector env of ``env`` (its kwargs and wrappers applied to each sub-env) with episode
-    statistics on raw rewards, then optional normalization.
+    statistics on raw rewards, then optional normalization. Training and evaluation use
+    SAME_STEP autoreset; NEXT_STEP keeps an ended episode's last state until the next step
+    (for filming it).
 
     Seed it with ``envs.reset(seed=s)``: sub-env i gets seed s + i.
     """
@@ -279,7 +282,7 @@ def make_vector_env(
         setup.env_id,
         num_envs=num_envs,
         vectorization_mode="sync",
-        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        vector_kwargs={"autoreset_mode": autoreset_mode},
         wrappers=wrappers,
         **setup.kwargs,
     )

@@ -23,3 +23,7 @@ PRE_ADAPTATION_RETURN = "meta_test/pre_adaptation_return"
 """Meta-RL: the meta-test's mean return before adaptation (EVAL_RETURN_MEAN is after)."""
 POST_ADAPTATION_RETURN = "meta_test/post_adaptation_return"
 ADAPTATION_GAIN = "meta_test/adaptation_gain"
+
+VIDEO_STRIP_TAG = "video_strip"
+"""Tag of a run whose final policy was filmed (``evaluate --video``): the artifact path of the
+PNG strip of that episode's frames, which the suite's report shows."""

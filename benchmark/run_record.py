@@ -42,6 +42,9 @@ class RunRecord:
     """Mean return of the training episodes of the last evaluation interval (finished runs):
     compared with sources that report training returns."""
 
+    video_strip: str | None = None
+    """The artifact path of the strip of its filmed episode (``evaluate --video``), where filmed."""
+
     skipped: bool = False
     """Not trained by the launch that reports it: finished earlier, by another launch, or bundled."""
     claimed_by: str | None = None

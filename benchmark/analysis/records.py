@@ -11,7 +11,10 @@ store takes the bundle's run, whose record names the bundle in ``source``.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from benchmark import metric_names, tracking
@@ -63,6 +66,7 @@ def _from_store(suite: Suite, tracking_uri: str, with_curves: bool) -> list[RunR
             record.wall_seconds = (chosen.info.end_time - chosen.info.start_time) / 1000
         record.error = record.error or chosen.data.tags.get("error")
         record.git_sha = chosen.data.tags.get("git_sha")
+        record.video_strip = chosen.data.tags.get(metric_names.VIDEO_STRIP_TAG)
         if record.status == "FINISHED":
             record.final_train_return = metrics.get(metric_names.TRAIN_RETURN)
         if with_curves:
@@ -72,3 +76,26 @@ def _from_store(suite: Suite, tracking_uri: str, with_curves: bool) -> list[RunR
                 steps = [step for step, _ in record.curve]
                 record.final_train_return = tracking.training_returns(client, chosen.info.run_id, steps)[steps[-1]][0]
     return records
+
+
+def fetch_video_strips(records: list[RunRecord], tracking_uri: str | None, directory: Path) -> dict[str, Path]:
+    """Run key -> the PNG strip of its filmed episode, downloaded into ``directory``, for the
+    finished runs that have one (a strip that cannot be fetched is left out)."""
+    strips: dict[str, Path] = {}
+    if tracking_uri is None:
+        return strips
+    client = tracking.client(tracking_uri)
+    for record in records:
+        if not (record.finished and record.run_id and record.video_strip):
+            continue
+        run_id, artifact = record.run_id, record.video_strip
+        with tempfile.TemporaryDirectory() as scratch:
+            try:
+                fetched = Path(tracking.retry(lambda: client.download_artifacts(run_id, artifact, scratch), attempts=2))
+            except Exception:  # noqa: BLE001 - removed from the store since: the report goes on without it
+                continue
+            directory.mkdir(parents=True, exist_ok=True)
+            target = directory / f"video-{record.spec.run_key}.png"
+            shutil.copyfile(fetched, target)
+            strips[record.spec.run_key] = target
+    return strips

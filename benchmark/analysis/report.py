@@ -196,8 +196,11 @@ def _slug(text: str) -> str:
 # ------------------------------------------------------------------------------------ the report
 
 
-def write_report(suite: Suite, records: list[RunRecord], out_dir: Path, source: str, reference_dir: Path = reference.REFERENCE_DIR) -> Path:
-    """Write report.md, report.html and plots/*.png under ``out_dir``; returns report.md's path."""
+def write_report(
+    suite: Suite, records: list[RunRecord], out_dir: Path, source: str, reference_dir: Path = reference.REFERENCE_DIR, strips: dict[str, Path] | None = None
+) -> Path:
+    """Write report.md, report.html and plots/*.png under ``out_dir``; returns report.md's path.
+    ``strips`` (run key -> PNG under ``out_dir``) are the filmed episodes shown (``evaluate --video``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     plot_dir = out_dir / "plots"
     previous_plots = set(plot_dir.glob("*.png")) if plot_dir.exists() else set()
@@ -234,6 +237,7 @@ def write_report(suite: Suite, records: list[RunRecord], out_dir: Path, source: 
     _verdicts_section(doc, groups, scores_table)
     for env_id in env_ids:
         _environment_section(doc, env_id, [g for g in groups if g.env_id == env_id], normalizers[env_id], scores_table, plot_dir)
+    _videos_section(doc, records, strips or {}, out_dir)
     _runs_section(doc, records)
 
     markdown_path = out_dir / "report.md"
@@ -417,6 +421,17 @@ def _adaptation_table(doc: Document, groups: list[Group]) -> None:
             "tasks, with 95% Student-t intervals over seeds:"
         )
         doc.table(["algorithm", "seeds", "pre-adaptation [95% CI]", "post-adaptation [95% CI]", "gain [95% CI]"], rows)
+
+
+def _videos_section(doc: Document, records: list[RunRecord], strips: dict[str, Path], out_dir: Path) -> None:
+    filmed = [record for record in records if record.spec.run_key in strips]
+    if not filmed:
+        return
+    doc.heading(2, "Filmed episodes")
+    doc.paragraph("Frames of one deterministic episode of each final policy, first to last (`python -m benchmark evaluate RUN_ID --video PATH` films it).")
+    for record in filmed:
+        path = strips[record.spec.run_key].relative_to(out_dir).as_posix()
+        doc.image(path, f"{record.spec.label} (run key {record.spec.run_key}): final return {_fmt(record.final_return)}")
 
 
 def _runs_section(doc: Document, records: list[RunRecord]) -> None:

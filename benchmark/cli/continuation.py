@@ -13,10 +13,6 @@ as ``run`` does (tracked, resumable, skipped once finished)."""
 from __future__ import annotations
 
 import argparse
-import json
-import re
-import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +44,8 @@ def command_continue(args: argparse.Namespace, console: Output) -> int:
     if args.eval_every is not None and args.eval_every < 1:
         raise ConfigError(f"--eval-every must be a positive number of env steps, got {args.eval_every}")
     tracking_uri = existing_store(args)
+    from benchmark.analysis.trained import final_checkpoint, finished_run
+
     run_id, origin = finished_run(args.run, tracking_uri)
     final = final_checkpoint(run_id, origin, tracking_uri, Path(args.results_dir) / "checkpoints")
     ended = int(final.get("step", origin.budget.total_steps))
@@ -80,67 +78,6 @@ def continuation_suite(origin: RunSpec, ended: int, steps: int, eval_every: int 
         "budget": budget,
         "experiments": [experiment],
     }
-
-
-def finished_run(identifier: str, tracking_uri: str) -> tuple[str, RunSpec]:
-    """The FINISHED child run ``identifier`` names (an MLflow run id or a run key) and its spec
-    (its ``config.json``); ConfigError when there is none."""
-    from agents.errors import ConfigError
-    from benchmark import tracking
-    from benchmark.config import RunSpec
-
-    client = tracking.client(tracking_uri)
-    if re.fullmatch(r"[0-9a-f]{16}", identifier):  # a run key: its latest FINISHED run in any experiment
-        experiments = [experiment.experiment_id for experiment in tracking.retry(lambda: client.search_experiments())]
-        query = f"tags.run_key = '{identifier}' and attributes.status = 'FINISHED'"
-        found = tracking.retry(lambda: client.search_runs(experiments, query, max_results=1, order_by=["attributes.start_time DESC"])) if experiments else []
-        if not found:
-            raise ConfigError(f"no finished run with run key {identifier} in {tracking.describe_uri(tracking_uri)}")
-        run = found[0]
-    else:
-        try:
-            run = tracking.retry(lambda: client.get_run(identifier), attempts=1)
-        except Exception:  # noqa: BLE001 - MLflow raises its own exception types for a bad id
-            raise ConfigError(f"no MLflow run {identifier!r} in {tracking.describe_uri(tracking_uri)} (give a run id or a run key)") from None
-        if run.info.status != "FINISHED":
-            raise ConfigError(f"run {identifier} is {run.info.status}: only a finished run can be continued")
-    run_id = run.info.run_id
-    with tempfile.TemporaryDirectory() as scratch:
-        try:
-            config_path = client.download_artifacts(run_id, "config.json", scratch)
-            spec = RunSpec.from_dict(json.loads(Path(config_path).read_text()))
-        except ConfigError as error:
-            raise ConfigError(f"run {run_id}'s config.json: {error}") from None
-        except Exception:  # noqa: BLE001
-            raise ConfigError(f"run {run_id} has no readable config.json artifact: it is not a reprorl training run") from None
-    return run_id, spec
-
-
-def final_checkpoint(run_id: str, spec: RunSpec, tracking_uri: str, checkpoint_dir: Path) -> dict[str, Any]:
-    """The run's ``final.pt`` payload, from the checkpoint directory, or else fetched there from
-    its MLflow artifacts; ConfigError when neither holds it."""
-    from agents.errors import ConfigError
-    from benchmark import tracking
-    from benchmark.training import checkpoint
-
-    path = checkpoint.run_directory(checkpoint_dir, spec.run_key) / checkpoint.FINAL
-    if not path.is_file():
-        with tempfile.TemporaryDirectory() as scratch:
-            try:
-                fetched = Path(tracking.client(tracking_uri).download_artifacts(run_id, f"checkpoints/{checkpoint.FINAL}", scratch))
-            except Exception:  # noqa: BLE001
-                raise ConfigError(f"run {run_id} has no final checkpoint: not at {path}, nor in its MLflow artifacts") from None
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = path.with_suffix(".fetched")
-            shutil.copyfile(fetched, temporary)
-            temporary.replace(path)
-    try:
-        payload = checkpoint.load(path)
-    except Exception as error:  # noqa: BLE001 - a damaged file, in one line
-        raise ConfigError(f"cannot read {path}: {type(error).__name__}: {error}") from None
-    if not isinstance(payload, dict) or (payload.get("spec") or {}).get("run_key") != spec.run_key:
-        raise ConfigError(f"{path} is not the final checkpoint of run key {spec.run_key}")
-    return payload
 
 
 COMMANDS = {"continue": command_continue}

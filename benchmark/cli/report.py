@@ -95,7 +95,8 @@ def command_report(args: argparse.Namespace, console: Output) -> int:
         if stores.is_disk_full(error):
             raise
         raise ConfigError(f"cannot write the report to {out_dir}: {error.strerror or error}; pass --output DIR") from None
-    path = report.write_report(suite, found, out_dir, " and ".join(sources))
+    strips = records.fetch_video_strips(found, tracking_uri, out_dir / "plots")
+    path = report.write_report(suite, found, out_dir, " and ".join(sources), strips=strips)
     console.print(f"report of suite {suite.name!r} ({finished}/{len(found)} runs finished): {path} and {path.with_suffix('.html')}")
     return 0
 

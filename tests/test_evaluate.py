@@ -1,0 +1,107 @@
+"""``python -m benchmark evaluate RUN_ID [--episodes N] [--video PATH]``: a finished run's final
+policy played back on its frozen normalization; an episode filmed to an MP4 of the right number
+of frames (a MuJoCo task, drawn offscreen); the strip in the suite's report."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT, run_cli_in_process
+from mlflow import MlflowClient
+
+
+def trained_run(scratch: Path, algo: str, env: str, *settings: str, steps: int = 1024) -> tuple[Path, str, float]:
+    """Train one run with ``train``; (results directory, its MLflow run id, its final evaluation)."""
+    results = scratch / "results"
+    arguments = ("train", "--algo", algo, "--env", env, "--steps", str(steps), "--eval-episodes", "3", "--results-dir", str(results))
+    completed = run_cli_in_process(*arguments, *(("--set", *settings) if settings else ()), cwd=scratch)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.run_key != ''")
+    return results, run.info.run_id, run.data.metrics["final/eval_return_mean"]
+
+
+def frames_in(video: Path) -> int:
+    import imageio.v2 as imageio
+
+    reader = imageio.get_reader(video, format="FFMPEG")
+    try:
+        return reader.count_frames()
+    finally:
+        reader.close()
+
+
+def offscreen_backend() -> str | None:
+    """The MuJoCo offscreen backend that works here (in a child process), or None."""
+    for backend in ("egl", "osmesa"):
+        probe = "import mujoco; c = mujoco.GLContext(8, 8); c.make_current(); c.free()"
+        environment = {**os.environ, "MUJOCO_GL": backend, "PYOPENGL_PLATFORM": backend}
+        if subprocess.run([sys.executable, "-c", probe], env=environment, capture_output=True, timeout=120).returncode == 0:
+            return backend
+    return None
+
+
+def test_a_mujoco_episode_is_filmed_offscreen_with_one_frame_per_step(tmp_path):
+    """In a fresh process, as a user runs it: MUJOCO_GL is chosen before MuJoCo is imported."""
+    if offscreen_backend() is None:
+        pytest.skip("no offscreen OpenGL for MuJoCo on this machine (neither EGL nor OSMesa): make install adds libegl1 and libgl1-mesa-dri where apt can")
+    results, run_id, final = trained_run(tmp_path, "ppo", "InvertedPendulum-v5", "num_envs=2", "num_steps=64", "hidden_sizes=[16]", steps=512)
+    video = tmp_path / "films" / "pendulum.mp4"
+    environment = {key: value for key, value in os.environ.items() if key not in ("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY")}
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmark", "evaluate", run_id, "--video", str(video), "--results-dir", str(results)],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    # the run's own evaluation episodes and seed: the same returns as its final evaluation
+    assert f"return {final:.2f}" in completed.stdout and f"its final evaluation: {final:.2f}" in completed.stdout, completed.stdout
+    filmed = re.search(r"(\d+) frames at ([\d.]+) fps, one episode of (\d+) steps", completed.stdout)
+    assert filmed is not None, completed.stdout
+    frames, length = int(filmed.group(1)), int(filmed.group(3))
+    assert frames == length + 1 and frames_in(video) == frames  # the first frame, then one after each step
+    assert video.with_suffix(".png").is_file() and "MUJOCO_GL=" in completed.stdout
+    suite = next((results / "suites").glob("*.yaml"))
+    report = run_cli_in_process("report", "--suite", str(suite), "--results-dir", str(results), "--output", str(tmp_path / "r"))
+    assert report.returncode == 0, report.stderr
+    markdown = (tmp_path / "r" / "report.md").read_text()
+    assert "## Filmed episodes" in markdown and "plots/video-" in markdown
+    assert "data:image/png;base64," in (tmp_path / "r" / "report.html").read_text().split("Filmed episodes")[1]
+
+
+def test_evaluate_repeats_the_final_evaluation_and_films_a_classic_task(tmp_path):
+    results, run_id, final = trained_run(tmp_path, "dqn", "CartPole-v1", "learning_starts=200", "hidden_sizes=[16]", steps=600)
+    completed = run_cli_in_process("evaluate", run_id, "--results-dir", str(results), cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert f"return {final:.2f}" in completed.stdout and "over 3 episode(s)" in completed.stdout
+    more = run_cli_in_process("evaluate", run_id, "--episodes", "5", "--seed", "7", "--video", str(tmp_path / "cartpole.mp4"), "--results-dir", str(results))
+    assert more.returncode == 0, more.stderr
+    assert "over 5 episode(s)" in more.stdout
+    frames = int(re.search(r"(\d+) frames", more.stdout).group(1))
+    assert frames_in(tmp_path / "cartpole.mp4") == frames
+    from PIL import Image
+
+    strip = np.asarray(Image.open(tmp_path / "cartpole.png"))
+    assert strip.shape[0] == 160 and strip.shape[1] > 160 and strip.std() > 0
+
+
+def test_bad_input_is_one_line(tmp_path):
+    results, run_id, _ = trained_run(tmp_path, "dqn", "CartPole-v1", "learning_starts=100", "hidden_sizes=[8]", steps=200)
+    for arguments, message in (
+        ((run_id, "--episodes", "0"), "--episodes must be a positive number"),
+        ((run_id, "--video", str(tmp_path / "film.gif")), "give a path ending in .mp4"),
+        (("nope", "--episodes", "2"), "no MLflow run 'nope'"),
+    ):
+        completed = run_cli_in_process("evaluate", *arguments, "--results-dir", str(results), cwd=tmp_path)
+        assert completed.returncode == 2 and len(completed.stderr.strip().splitlines()) == 1, completed.stderr
+        assert message in completed.stderr, completed.stderr
+    assert not (tmp_path / "film.gif").exists()
