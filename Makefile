@@ -32,7 +32,7 @@ DOCS_STAMP := $(VENV)/.docs-installed
 PERF_FACTOR ?= 150%
 PERF_BASELINE := results/perf/baseline
 
-.PHONY: install bench test lint docs test-all perf perf-micro perf-baseline perf-regress report report-check baseline regress tune dashboard ui list clean-results
+.PHONY: install bench test test-example lint docs test-all perf perf-micro perf-baseline perf-regress report report-check baseline regress tune dashboard ui list clean-results
 
 install: $(STAMP)
 
@@ -42,12 +42,13 @@ install: $(STAMP)
 PIP_INSTALL = $(BIN)/pip install --quiet --no-compile
 COMPILE = $(BIN)/python -m compileall -qq -j 0 -x 'site-packages/.+/tests/' $(VENV)/lib || true
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile examples/redq/pyproject.toml
 	@{ ldconfig -p 2>/dev/null | grep -q 'libEGL.so.1 ' && ldconfig -p | grep -q 'libEGL_mesa.so.0 '; } || ! command -v apt-get >/dev/null 2>&1 || $(INSTALL_GL)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(PIP_INSTALL) $(TORCH)
 	$(PIP_INSTALL) -e ".[$(EXTRAS)]"
+	$(PIP_INSTALL) --no-deps -e examples/redq
 	$(COMPILE)
 	touch $(STAMP)
 
@@ -57,9 +58,13 @@ bench: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(ARGS)
 
+# the example plug-in's own tests (examples/redq, installed with the package: docs/benchmark-your-own.md)
+test-example: $(STAMP)
+	cd examples/redq && $(CURDIR)/$(BIN)/python -m pytest -q
+
 # ruff's lint rules and its formatting, then mypy over agents/ and benchmark/ (settings in
 # pyproject.toml); `ruff format` fixes the formatting
-LINTED = agents benchmark tests benchmarks docs
+LINTED = agents benchmark tests benchmarks docs examples
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)

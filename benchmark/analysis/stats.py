@@ -10,7 +10,8 @@ package); here all replicates are drawn at once with numpy, in chunks that bound
 Results are a deterministic function of the data, ``reps`` and ``seed``.
 
 ``welch_less`` and ``holm`` are for regression checks: is the current mean below a baseline's,
-and which of several such tests fail at a family-wise error rate.
+and which of several such tests fail at a family-wise error rate; ``welch_two_sided`` for
+comparisons (better, no difference, worse).
 """
 
 from __future__ import annotations
@@ -332,29 +333,40 @@ def performance_profile(
 
 @dataclass(frozen=True)
 class WelchResult:
-    """Welch's t-test of mean(current) < mean(baseline)."""
+    """Welch's t-test of mean(current) against mean(baseline)."""
 
     difference: float  # mean(current) - mean(baseline)
     low: float  # two-sided `confidence` interval of the difference (Welch-Satterthwaite df)
     high: float
-    p_value: float  # one-sided, H1: mean(current) < mean(baseline)
+    p_value: float  # welch_less: one-sided, H1: mean(current) < mean(baseline); welch_two_sided: H1: they differ
 
 
 def welch_less(current: ArrayLike, baseline: ArrayLike, confidence: float = 0.95) -> WelchResult:
     """Welch's unequal-variance t-test that `current` has a lower mean than `baseline`, 1-D samples
     of at least 2 values each. If both samples are constant the difference is exact: the interval
     is [difference, difference] and the p-value 0.0 when the difference is negative, else 1.0."""
+    return _welch(current, baseline, confidence, "less")
+
+
+def welch_two_sided(current: ArrayLike, baseline: ArrayLike, confidence: float = 0.95) -> WelchResult:
+    """Welch's t-test that the means differ (``p_value`` two-sided), as ``welch_less`` otherwise;
+    both samples constant: p is 0.0 when they differ, else 1.0."""
+    return _welch(current, baseline, confidence, "two-sided")
+
+
+def _welch(current: ArrayLike, baseline: ArrayLike, confidence: float, alternative: str) -> WelchResult:
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     current_runs = _validated_runs(current, "current")
     baseline_runs = _validated_runs(baseline, "baseline")
     for name, runs in (("current", current_runs), ("baseline", baseline_runs)):
         if runs.size < 2:
-            raise ValueError(f"welch_less needs at least 2 values in {name} to estimate its variance, got {runs.size}")
+            raise ValueError(f"Welch's test needs at least 2 values in {name} to estimate its variance, got {runs.size}")
     if np.all(current_runs == current_runs[0]) and np.all(baseline_runs == baseline_runs[0]):
         # Difference of the values, not of the means: a float mean of equal values may be off by an ulp.
         difference = float(current_runs[0] - baseline_runs[0])
-        return WelchResult(difference, difference, difference, 0.0 if difference < 0 else 1.0)
+        rejected = difference < 0 if alternative == "less" else difference != 0
+        return WelchResult(difference, difference, difference, 0.0 if rejected else 1.0)
 
     from scipy import stats  # imported here: the rest of the module needs only numpy
 
@@ -363,10 +375,10 @@ def welch_less(current: ArrayLike, baseline: ArrayLike, confidence: float = 0.95
             # scipy warns of precision loss for a constant sample, but its variance is exactly 0 and the
             # other sample's variance carries the test (all seeds at a capped return is common in RL).
             warnings.filterwarnings("ignore", "Precision loss", RuntimeWarning)
-        one_sided = stats.ttest_ind(current_runs, baseline_runs, equal_var=False, alternative="less")
+        tested = stats.ttest_ind(current_runs, baseline_runs, equal_var=False, alternative=alternative)
         interval = stats.ttest_ind(current_runs, baseline_runs, equal_var=False).confidence_interval(confidence)
     difference = float(current_runs.mean() - baseline_runs.mean())
-    return WelchResult(difference, float(interval.low), float(interval.high), float(one_sided.pvalue))
+    return WelchResult(difference, float(interval.low), float(interval.high), float(tested.pvalue))
 
 
 def holm(p_values: Sequence[float], alpha: float = 0.05) -> list[bool]:

@@ -1,5 +1,5 @@
 """The command line: ``python -m benchmark COMMAND`` (``reprorl``). ``app`` lists the commands,
-builds the parser and dispatches; each command is a module of its own (``run``, ``train``, ``continuation``, ``evaluate``, ``report``,
+builds the parser and dispatches; each command is a module of its own (``run``, ``train``, ``continuation``, ``evaluate``, ``report``, ``compare``,
 ``regress``, ``reference``, ``tune``, ``perf``, ``ui``, ``results``, ``parity``, ``listing``)
 on ``common``'s options and exit codes."""
 

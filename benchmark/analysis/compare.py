@@ -1,0 +1,289 @@
+"""A candidate against baselines (``python -m benchmark compare``): is it better, on the tasks
+both ran, at the candidate's budget, and by how much across tasks.
+
+Each side is a set of finished runs (a suite's, from the store and bundles, or a bundle's),
+grouped into configurations (algorithm and settings, ``report.group_records``). A candidate
+configuration with budget B meets a baseline configuration on every task both ran, with the
+env made the same way. The baseline is scored at B: its final evaluation when its budget is B;
+else its evaluation at step B of its longer run, when nothing in it depends on its budget
+(no learning-rate or clip annealing, no exploration decaying over a fraction of the budget:
+SAC, TD3 and DDPG read off their curves like runs of B steps); else not comparable.
+
+Per task: the means over seeds with 95% Student-t intervals, and Welch's two-sided t-test,
+corrected for the tasks of one pair by Holm's method at alpha = 0.05: ``better``, ``worse``, or
+``no difference`` (not shown to differ). Across tasks, on normalized scores (0: random policy,
+1: the task's reference; ``reference.normalizer``): IQM, mean, median and optimality gap with
+95% stratified-bootstrap intervals, the probability of improvement P(candidate > baseline) and
+performance profiles, after Agarwal et al. (2021).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from benchmark.analysis import plots, reference, stats
+from benchmark.analysis.report import Document, Group, group_records
+from benchmark.run_record import RunRecord
+
+ALPHA = 0.05
+AGGREGATE_REPS = 20_000
+BUDGET_SCHEDULES = ("anneal_lr", "anneal_clip_range", "anneal_entropy")
+"""Hyperparameters that, when true, make a run's updates depend on its whole budget."""
+OUTCOMES = ("better", "no difference", "worse", "not tested")
+
+
+@dataclass
+class Scored:
+    """One configuration's seeds on one task at a budget."""
+
+    label: str
+    env_id: str
+    scores: np.ndarray
+    how: str
+    """'final evaluation' or where on a longer run's curve the scores were read."""
+
+    @property
+    def interval(self) -> stats.Interval | None:
+        return stats.t_interval(self.scores) if len(self.scores) >= 2 else None
+
+
+@dataclass
+class TaskResult:
+    env_id: str
+    candidate: Scored
+    baseline: Scored | None
+    difference: float | None = None
+    p_value: float | None = None
+    outcome: str = "not tested"
+    reason: str = ""
+    """Why not tested, or which test."""
+
+
+@dataclass
+class PairResult:
+    """A candidate configuration against one baseline configuration."""
+
+    candidate: str
+    baseline: str
+    budget: int
+    tasks: list[TaskResult] = field(default_factory=list)
+    aggregates: dict[str, dict[str, stats.Interval]] = field(default_factory=dict)
+    """Side label -> metric -> interval, on the normalized scores of the tasks both have."""
+    improvement: stats.Interval | None = None
+    """P(candidate > baseline) on those tasks."""
+    normalized: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+
+    @property
+    def tested(self) -> list[TaskResult]:
+        return [task for task in self.tasks if task.baseline is not None and task.outcome != "not tested"]
+
+
+def score_at(record: RunRecord, budget: int) -> float | None:
+    """The run's evaluation at env step ``budget``: its final one when that is its budget, else
+    the evaluation its curve holds at that step (None when it holds none)."""
+    if record.spec.budget.total_steps == budget:
+        return record.final_return
+    return next((value for step, value in record.curve if step == budget), None)
+
+
+def budget_free(group: Group) -> bool:
+    """Whether the configuration's updates up to a step do not depend on its total budget."""
+    hyperparameters = group.records[0].spec.hyperparameters
+    return not any(hyperparameters.get(name) for name in BUDGET_SCHEDULES) and "exploration_fraction" not in hyperparameters
+
+
+def scored(group: Group, budget: int) -> tuple[Scored | None, str]:
+    """The group's finished seeds scored at ``budget``, or None and why not."""
+    finished = [record for record in group.records if record.finished]
+    own = group.records[0].spec.budget.total_steps
+    if own < budget:
+        return None, f"its budget is {own:,} steps, less than {budget:,}"
+    if own > budget and not budget_free(group):
+        return None, f"its {own:,}-step run anneals over its budget: its curve at {budget:,} is not a {budget:,}-step run"
+    values = [score_at(record, budget) for record in finished]
+    values = [value for value in values if value is not None]
+    if not values:
+        return None, f"no evaluation at {budget:,} steps on its curves"
+    how = "final evaluation" if own == budget else f"evaluation at {budget:,} of its {own:,} steps"
+    return Scored(group.label, group.env_id, np.array(values, dtype=float), how), ""
+
+
+def compare(
+    candidate: list[RunRecord], baseline: list[RunRecord], algos: list[str] | None = None, reference_dir: Path = reference.REFERENCE_DIR
+) -> list[PairResult]:
+    """Every candidate configuration against every baseline configuration (of ``algos`` only,
+    where given) that shares a task with it."""
+    candidate_groups = [group for group in group_records(candidate) if any(record.finished for record in group.records)]
+    baseline_groups = [group for group in group_records(baseline) if algos is None or group.algo in algos]
+    normalizers = {env: reference.normalizer(env, reference_dir) for env in {g.env_id for g in candidate_groups}}
+    clash = {group.label for group in candidate_groups} & {group.label for group in baseline_groups}  # told apart everywhere
+    pairs: dict[tuple[str, str, int], PairResult] = {}
+    for mine in candidate_groups:
+        budget = mine.records[0].spec.budget.total_steps
+        ours, _ = scored(mine, budget)
+        assert ours is not None  # its own budget, finished seeds
+        for theirs in baseline_groups:
+            if theirs.env_id != mine.env_id:
+                continue
+            names = (_told_apart(mine.label, clash, "candidate"), _told_apart(theirs.label, clash, "baseline"))
+            pair = pairs.setdefault((*names, budget), PairResult(*names, budget))
+            task = TaskResult(mine.env_id, ours, None)
+            if _env_settings(theirs) != _env_settings(mine):
+                task.reason = "the envs are made differently (env_kwargs or wrappers)"
+            else:
+                task.baseline, task.reason = scored(theirs, budget)
+            pair.tasks.append(task)
+    for pair in pairs.values():
+        _test(pair)
+        _aggregate(pair, normalizers)
+    return list(pairs.values())
+
+
+def _told_apart(label: str, clash: set[str], side: str) -> str:
+    return f"{label} ({side})" if label in clash else label
+
+
+def _env_settings(group: Group) -> tuple[str, str]:
+    spec = group.records[0].spec
+    return repr(sorted(spec.env_kwargs.items())), repr(spec.wrappers)
+
+
+def _test(pair: PairResult) -> None:
+    testable = [task for task in pair.tasks if task.baseline is not None and len(task.candidate.scores) >= 2 and len(task.baseline.scores) >= 2]
+    for task in pair.tasks:
+        if task.baseline is not None and task not in testable:
+            task.reason = f"{min(len(task.candidate.scores), len(task.baseline.scores))} seed(s) on one side: Welch's test needs 2"
+    for task in testable:
+        assert task.baseline is not None
+        result = stats.welch_two_sided(task.candidate.scores, task.baseline.scores)
+        task.difference, task.p_value = result.difference, result.p_value
+    rejected = stats.holm([task.p_value for task in testable if task.p_value is not None], ALPHA) if testable else []
+    for task, different in zip(testable, rejected):
+        task.outcome = ("better" if (task.difference or 0) > 0 else "worse") if different else "no difference"
+        task.reason = f"Welch's t-test, two-sided, p = {task.p_value:.2g}" + (
+            f", Holm over {len(testable)} tasks at α = {ALPHA}" if len(testable) > 1 else f", α = {ALPHA}"
+        )
+
+
+def _aggregate(pair: PairResult, normalizers: dict[str, reference.Normalizer]) -> None:
+    mine: dict[str, np.ndarray] = {}
+    theirs: dict[str, np.ndarray] = {}
+    for task in pair.tasks:
+        normalizer = normalizers[task.env_id]
+        if task.baseline is not None and normalizer.available:
+            mine[task.env_id], theirs[task.env_id] = normalizer(task.candidate.scores), normalizer(task.baseline.scores)
+    if not mine:
+        return
+    pair.normalized = {pair.candidate: mine, pair.baseline: theirs}
+    pair.aggregates = {label: stats.aggregate_intervals(scores, reps=AGGREGATE_REPS) for label, scores in pair.normalized.items()}
+    pair.improvement = stats.probability_of_improvement_interval(mine, theirs)
+
+
+# ------------------------------------------------------------------------------------ the report
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+def _with_interval(side: Scored | None) -> str:
+    if side is None:
+        return "—"
+    interval = side.interval
+    mean = float(np.mean(side.scores))
+    return f"{mean:,.1f} [{interval.low:,.1f}, {interval.high:,.1f}] ({len(side.scores)})" if interval else f"{mean:,.1f} ({len(side.scores)})"
+
+
+def _interval_text(interval: stats.Interval) -> str:
+    return f"{interval.estimate:.2f} [{interval.low:.2f}, {interval.high:.2f}]"
+
+
+def task_rows(pairs: list[PairResult]) -> list[list[str]]:
+    """One row per task of each pair: candidate, baseline, task, budget, both sides with their
+    intervals and seeds, the difference, the outcome and the test (or why none)."""
+    rows = []
+    for pair in pairs:
+        for task in pair.tasks:
+            rows.append(
+                [
+                    pair.candidate,
+                    pair.baseline,
+                    task.env_id,
+                    f"{pair.budget:,}",
+                    _with_interval(task.candidate),
+                    _with_interval(task.baseline) + (f"; {task.baseline.how}" if task.baseline and task.baseline.how != "final evaluation" else ""),
+                    _fmt(task.difference),
+                    task.outcome,
+                    task.reason,
+                ]
+            )
+    return rows
+
+
+TASK_HEADERS = ["candidate", "baseline", "task", "steps", "candidate [95% CI] (seeds)", "baseline [95% CI] (seeds)", "difference", "outcome", "test"]
+AGGREGATE_HEADERS = ["candidate", "baseline", "tasks", "candidate IQM [95% CI]", "baseline IQM [95% CI]", "P(candidate > baseline) [95% CI]"]
+
+
+def aggregate_rows(pairs: list[PairResult]) -> list[list[str]]:
+    rows = []
+    for pair in pairs:
+        if not pair.aggregates:
+            rows.append([pair.candidate, pair.baseline, "0", "—", "—", "— (no task with scores on both sides and a normalization)"])
+            continue
+        iqm = {label: pair.aggregates[label]["IQM"] for label in (pair.candidate, pair.baseline)}
+        improvement = pair.improvement
+        assert improvement is not None  # set with the aggregates
+        rows.append(
+            [
+                pair.candidate,
+                pair.baseline,
+                str(len(pair.normalized[pair.candidate])),
+                *(_interval_text(interval) for interval in iqm.values()),
+                _interval_text(improvement),
+            ]
+        )
+    return rows
+
+
+def write(pairs: list[PairResult], out_dir: Path, title: str, description: str) -> Path:
+    """report.md, report.html and plots/ of the comparison under ``out_dir``; report.md's path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    doc = Document()
+    doc.heading(1, title)
+    doc.paragraph(description)
+    doc.paragraph(
+        "A baseline is scored at the candidate's budget: its final evaluation when its budget is the same, else its evaluation "
+        "at that step of a longer run when nothing in it depends on its budget (no annealing, no exploration decaying over a "
+        "fraction of the budget), else it is not compared. Per task: means over seeds with 95% Student-t intervals; Welch's "
+        f"two-sided t-test, Holm-corrected over the tasks of each pair at α = {ALPHA}: better, worse, or no difference (not shown "
+        "to differ; with few seeds a test has little power). Across tasks, on normalized scores (0: a random policy, 1: the task's "
+        "reference score): IQM, mean, median and optimality gap with 95% stratified-bootstrap intervals, the probability of "
+        "improvement P(candidate > baseline) and performance profiles (Agarwal et al., 2021)."
+    )
+    doc.heading(2, "Per task")
+    doc.table(TASK_HEADERS, task_rows(pairs))
+    counts = {outcome: sum(task.outcome == outcome for pair in pairs for task in pair.tasks) for outcome in OUTCOMES}
+    doc.paragraph("Outcomes: " + ", ".join(f"{count} {outcome}" for outcome, count in counts.items() if count) + ".")
+    doc.heading(2, "Across tasks (normalized scores)")
+    doc.table(AGGREGATE_HEADERS, aggregate_rows(pairs))
+    for index, pair in enumerate(pair for pair in pairs if pair.aggregates):
+        metrics = list(next(iter(pair.aggregates.values())))
+        doc.heading(3, f"{pair.candidate} against {pair.baseline} at {pair.budget:,} steps")
+        rows = [
+            [label, *(f"{pair.aggregates[label][m].estimate:.2f} [{pair.aggregates[label][m].low:.2f}, {pair.aggregates[label][m].high:.2f}]" for m in metrics)]
+            for label in pair.aggregates
+        ]
+        doc.table(["configuration", *(f"{m} [95% CI]" for m in metrics)], rows)
+        plot_dir = out_dir / "plots"
+        doc.image(f"plots/{plots.aggregate_intervals(pair.aggregates, plot_dir / f'aggregates-{index}.png').name}", "aggregate intervals")
+        highest = max(float(np.max(values)) for side in pair.normalized.values() for values in side.values())
+        thresholds = np.linspace(0.0, max(1.25, highest * 1.05), 81)
+        profiles = {label: stats.performance_profile(scores, thresholds) for label, scores in pair.normalized.items()}
+        doc.image(f"plots/{plots.performance_profiles(profiles, thresholds, plot_dir / f'profiles-{index}.png').name}", "performance profiles")
+    markdown = out_dir / "report.md"
+    markdown.write_text(doc.markdown())
+    (out_dir / "report.html").write_text(doc.html(title, base=out_dir))
+    return markdown
