@@ -105,3 +105,23 @@ def test_bad_input_is_one_line(tmp_path):
         assert completed.returncode == 2 and len(completed.stderr.strip().splitlines()) == 1, completed.stderr
         assert message in completed.stderr, completed.stderr
     assert not (tmp_path / "film.gif").exists()
+
+
+def test_the_offscreen_backend_is_probed_only_for_mujoco_and_a_missing_one_is_named():
+    """In a fresh process (MuJoCo not imported yet, no display): a classic task needs no
+    backend; a MuJoCo task where no backend works is refused in one line naming the packages."""
+    script = (
+        "import os, sys\n"
+        "for name in ('MUJOCO_GL', 'PYOPENGL_PLATFORM', 'DISPLAY'): os.environ.pop(name, None)\n"
+        "from agents.errors import ConfigError\n"
+        "from benchmark.training import playback\n"
+        "assert playback.headless_gl('CartPole-v1') is None and 'MUJOCO_GL' not in os.environ\n"
+        "playback.GL_BACKENDS = ('no-such-backend',)\n"
+        "try:\n"
+        "    playback.headless_gl('Hopper-v5')\n"
+        "except ConfigError as error:\n"
+        "    print(error)\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert "no offscreen OpenGL backend works here for MuJoCo (tried no-such-backend): install libegl1" in completed.stdout

@@ -167,7 +167,8 @@ def headless_gl(env_id: str) -> str | None:
 
     check_env_id(env_id)
     entry_point = gym.spec(registered_id(env_id)).entry_point
-    if isinstance(entry_point, str) and "mujoco" not in entry_point.lower():
+    mujoco_named = isinstance(entry_point, str) and "mujoco" in entry_point.lower()
+    if isinstance(entry_point, str) and not mujoco_named:
         return None
     probe = "import mujoco; context = mujoco.GLContext(8, 8); context.make_current(); context.free()"
     for backend in GL_BACKENDS:
@@ -175,4 +176,6 @@ def headless_gl(env_id: str) -> str | None:
         if subprocess.run([sys.executable, "-c", probe], env=environment, capture_output=True, timeout=120).returncode == 0:
             os.environ.update(MUJOCO_GL=backend, PYOPENGL_PLATFORM=backend)
             return backend
+    if not mujoco_named:  # a callable entry point may not draw with MuJoCo at all: let it try
+        return None
     raise ConfigError(f"no offscreen OpenGL backend works here for MuJoCo (tried {', '.join(GL_BACKENDS)}): install {GL_PACKAGES}")
