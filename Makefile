@@ -60,7 +60,7 @@ test: $(STAMP)
 
 # the example plug-in's own tests (examples/redq, installed with the package: docs/benchmark-your-own.md)
 test-example: $(STAMP)
-	cd examples/redq && $(CURDIR)/$(BIN)/python -m pytest -q
+	cd examples/redq && $(abspath $(BIN))/python -m pytest -q
 
 # ruff's lint rules and its formatting, then mypy over agents/ and benchmark/ (settings in
 # pyproject.toml); `ruff format` fixes the formatting

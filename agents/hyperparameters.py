@@ -231,6 +231,12 @@ class Hyperparameters:
         """ConfigError if these settings of ``algorithm`` cannot run on an env of ``spec`` or
         contradict each other; checked before any run starts. Each algorithm adds its own."""
 
+    def budget_schedules(self) -> list[str]:
+        """The settings in force whose values move with the fraction of the budget trained (a
+        learning rate annealed to 0 over the run, say): with any, a run's first N steps depend on
+        its whole budget. Each algorithm with such a schedule names it; none by default."""
+        return []
+
 
 def _check_range(name: str, value: Any, bounds: Mapping[str, Any]) -> None:
     if value is None:

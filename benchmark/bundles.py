@@ -14,7 +14,8 @@ A bundle is a directory (committed ones live in ``results/published/<suite>/``):
 
 Schema versions: 1 had no training returns; 2 adds ``train_return_mean`` and
 ``train_episodes`` to the curves; 3 adds the runs' ``env_kwargs`` and ``wrappers`` (JSON, empty
-where the env is made from its id alone). Every version's reader stays (``READERS``).
+where the env is made from its id alone) and ``continued_from`` (the run key a run continued,
+empty for most). Every version's reader stays (``READERS``).
 
 Plain CSV rather than MLflow's own formats: ``mlflow-export-import`` writes one directory of
 JSON per run with MLflow's internal ids (400 runs: thousands of files, re-imported only
@@ -81,9 +82,10 @@ RUN_COLUMNS = (
     "overrides",
     "env_kwargs",
     "wrappers",
+    "continued_from",
 )
-RUN_COLUMNS_V2 = RUN_COLUMNS[:-2]
-"""Schemas 1 and 2: no env_kwargs and wrappers (their runs made their envs from the id alone)."""
+RUN_COLUMNS_V2 = RUN_COLUMNS[:-3]
+"""Schemas 1 and 2: no env_kwargs, wrappers or continued_from (envs made from the id alone, no run continued)."""
 CURVE_COLUMNS = ("run_key", "step", "mean", "std", "returns", "lengths", "train_return_mean", "train_episodes")
 CURVE_COLUMNS_V1 = CURVE_COLUMNS[:6]
 PROVENANCE = ("cpu_model", "gpu_model", "git_sha", "git_dirty", "python_version", "platform")
@@ -194,6 +196,7 @@ def _run_row(run: BundledRun) -> dict[str, str]:
         "overrides": json.dumps(spec.overrides, sort_keys=True, separators=(",", ":")),
         "env_kwargs": json.dumps(spec.env_kwargs, sort_keys=True, separators=(",", ":")) if spec.env_kwargs else "",
         "wrappers": json.dumps(spec.wrappers, sort_keys=True, separators=(",", ":")) if spec.wrappers else "",
+        "continued_from": spec.continued_from or "",
     }
 
 
@@ -365,6 +368,7 @@ def _read_runs(directory: Path, data: dict[str, bytes], curve_columns: tuple[str
                 overrides=json.loads(row["overrides"]),
                 env_kwargs=parse_env_kwargs(json.loads(row.get("env_kwargs") or "{}")),
                 wrappers=parse_wrappers(json.loads(row.get("wrappers") or "[]")),
+                continued_from=row.get("continued_from") or None,
             )
             if spec.run_key != row["run_key"]:
                 raise ValueError(

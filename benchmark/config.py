@@ -140,6 +140,8 @@ class RunSpec:
             check_distributable(self.algo, self.hyperparameters, self.distributed, self.device)
         if self.cuda_graphs:
             check_capturable(self.algo, self.hyperparameters, self.device, self.distributed)
+        if self.wrappers and self.hyperparameters.get("her_strategy", "none") != "none":
+            raise ConfigError("wrappers: hindsight relabeling recomputes rewards with the env's own compute_reward, which a wrapper may change")
         if self.continued_from is not None and (self.distributed is not None or agents.is_meta(self.algo)):
             raise ConfigError("continued_from: a continued run trains in one process, and not a meta-learner's (its task envs start anew)")
 

@@ -1,6 +1,7 @@
 """Result bundles: the file format (round trip, checksums, schema versions, merging, size) and
 bundles as first-class results through the real CLI (report, run, import, export)."""
 
+import dataclasses
 import gzip
 import json
 import re
@@ -305,3 +306,16 @@ def test_reproduce_and_regress_read_a_bundle(trained, tmp_path):
     assert "seeds [100, 101]" in checked.stdout and "dqn @ CartPole-v1" in checked.stdout
     both = run_cli("regress", "--suite", "travel.yaml", "--from", "bundle", "--baseline", "x.json", "--results-dir", "results", cwd=root)
     assert both.returncode == 2 and "--from and --baseline" in both.stderr
+
+
+def test_a_bundle_carries_env_options_and_a_continued_run(tmp_path):
+    """Schema 3: env_kwargs, wrappers and continued_from travel, so the run keys that hold them check out."""
+    run = fake_run(0)
+    spec = dataclasses.replace(
+        run.spec, env_kwargs={"max_episode_steps": 50}, wrappers=[{"gymnasium.wrappers:TimeAwareObservation": {}}], continued_from="0123456789abcdef"
+    )
+    changed = dataclasses.replace(run, spec=spec)
+    bundles.write(Bundle("synthetic", {changed.run_key: changed}), tmp_path / "b")
+    (back,) = bundles.read(tmp_path / "b").runs.values()
+    assert back.spec.env_kwargs == spec.env_kwargs and back.spec.wrappers == spec.wrappers and back.spec.continued_from == spec.continued_from
+    assert back.run_key == changed.run_key != run.run_key

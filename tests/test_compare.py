@@ -35,7 +35,7 @@ def test_a_baseline_is_read_at_the_candidates_budget_only_when_its_run_does_not_
     assert task.baseline is not None and list(task.baseline.scores) == [400.0, 401.0, 402.0]
     assert task.baseline.how == "evaluation at 30,000 of its 300,000 steps"
     assert task.outcome == "better" and task.difference == pytest.approx(950.0 - 401.0)
-    assert ppo.tasks[0].baseline is None and "anneals over its budget" in ppo.tasks[0].reason
+    assert ppo.tasks[0].baseline is None and "moves anneal_lr with its budget" in ppo.tasks[0].reason
     assert td3.tasks[0].baseline is None and "less than 30,000" in td3.tasks[0].reason
 
 

@@ -47,6 +47,7 @@ def test_continue_extends_a_finished_run_as_a_new_linked_run(trained):
     completed = run_cli_in_process("continue", run_id, "--steps", "256", "--eval-every", "64", "--results-dir", str(results), cwd=scratch)
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert f"continues run {run_id}" in completed.stdout and "from env step 512 to 768" in completed.stdout
+    assert "note: anneal_lr move with the fraction of the budget trained; over the new budget they start 67% of the way" in completed.stdout
     (suite,) = (results / "suites").glob("continue-ppo-CartPole-v1-*.yaml")
     (spec,) = load_suite(str(suite)).specs
     assert spec.continued_from == origin_key and spec.budget.total_steps == 768 and spec.run_key != origin_key

@@ -161,3 +161,13 @@ def test_train_sets_env_options_bundles_carry_them_and_verdicts_say_not_comparab
     assert verdicts.judge(np.array([1.0, 1.1]), 128, "PluginCorridor-v0", published, algo="ppo").verdict == "reproduced"
     changed = verdicts.judge(np.array([1.0, 1.1]), 128, "PluginCorridor-v0", published, algo="ppo", env_changed=run.spec.env.describe())
     assert changed.verdict == "not comparable" and "max_episode_steps=7" in changed.reason
+
+
+def test_a_study_does_not_start_from_runs_whose_env_is_made_otherwise(write_suite):
+    from benchmark.tuning.settings import base_setting
+
+    suite = corridor_suite(write_suite, name="options.yaml")
+    with pytest.raises(ConfigError, match="made from its id alone"):
+        base_setting("ppo", CORRIDOR, str(suite))
+    plain = corridor_suite(write_suite, "", name="plain.yaml")
+    assert base_setting("ppo", CORRIDOR, str(plain))[1] is not None

@@ -36,6 +36,7 @@ from torch import nn
 from agents.algos.seeds import SeedBatch, per_seed_logs
 from agents.api import Acted, Algorithm, ConfigError, Learner, Transitions, set_gradients
 from agents.configs.bc import OPTIMIZER_NAMES, BCConfig
+from agents.env_setup import EnvSetup, setup_of
 from agents.envs import EnvSpec, env_spec
 from agents.nets.distributions import Categorical, DiagGaussian
 from agents.nets.mlp import mlp
@@ -108,12 +109,17 @@ def load_expert_checkpoint(path: str, spec: EnvSpec) -> dict[str, Any]:
         raise ConfigError(f"bc expert {path}: not a checkpoint of this suite (it needs spec with algo, env_id, hyperparameters, and algorithm)") from None
     except Exception as error:  # torch raises several types for a file it cannot read
         raise ConfigError(f"bc expert {path}: cannot read it as a checkpoint ({type(error).__name__}: {error})") from None
-    expert_spec = env_spec(env_id)
+    expert_spec = env_spec(recorded_env(recorded))
     if (expert_spec.observation_shape, expert_spec.action_shape, expert_spec.discrete) != (spec.observation_shape, spec.action_shape, spec.discrete):
         raise ConfigError(f"the expert was trained on {env_id}, whose spaces differ from {spec.env_id}'s")
     if hyperparameters.get("recurrent") not in (None, "none"):
         raise ConfigError(f"the expert {algo} is recurrent; bc clones feed-forward experts only")
     return payload
+
+
+def recorded_env(recorded: Mapping[str, Any]) -> EnvSetup:
+    """The env the expert trained on, as its spec recorded it (with its env_kwargs and wrappers)."""
+    return setup_of(recorded["env_id"], recorded.get("env_kwargs") or {}, recorded.get("wrappers") or [])
 
 
 class ExpertPolicy:
@@ -126,7 +132,7 @@ class ExpertPolicy:
         algo, hyperparameters = recorded["algo"], dict(recorded["hyperparameters"])
         if "buffer_size" in hyperparameters:  # acting needs no replay buffer: keep its allocation small
             hyperparameters["buffer_size"] = max(int(hyperparameters.get("batch_size", 1)), 1)
-        self.algorithm: Learner = agents.make(algo, env_spec(recorded["env_id"]), hyperparameters, total_steps=1, device=device)
+        self.algorithm: Learner = agents.make(algo, env_spec(recorded_env(recorded)), hyperparameters, total_steps=1, device=device)
         self.algorithm.load_state_dict(payload["algorithm"])
         statistics = (payload.get("normalization") or {}).get("obs_rms")
         self.clip = float(hyperparameters.get("clip_observations", 10.0))

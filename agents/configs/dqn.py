@@ -40,3 +40,7 @@ class DQNConfig(OffPolicyConfig):
     """Exploration rate after the decay."""
     exploration_fraction: float = hp(0.1, gt=0.0, le=1.0)
     """Fraction of the training budget over which epsilon decays linearly."""
+
+    def budget_schedules(self) -> list[str]:
+        """Epsilon decays over exploration_fraction of the budget, always."""
+        return [*super().budget_schedules(), "exploration_fraction"]

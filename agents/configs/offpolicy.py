@@ -74,6 +74,11 @@ class OffPolicyConfig(Hyperparameters):
     sequence_overlap: float = hp(0.5, ge=0.0, lt=1.0)
     """Fraction of a sequence shared with the next one of the same env (R2D2: 0.5)."""
 
+    def budget_schedules(self) -> list[str]:
+        """PER's beta annealed to 1 over the budget, ERE's linear eta schedule, where on."""
+        schedules = ["per_beta"] if self.prioritized else []
+        return schedules + (["ere_anneal"] if self.emphasize_recent and self.ere_anneal == "linear" else [])
+
     def check_settings(self, spec: Any, algorithm: str) -> None:
         """The replay options must fit the env and each other."""
         if self.her_strategy != "none":

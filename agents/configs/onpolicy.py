@@ -102,6 +102,10 @@ class OnPolicyConfig(PolicyGradientOptions):
         """Sequences per rollout for a recurrent policy."""
         return self.num_envs * (self.num_steps // (self.sequence_length or self.num_steps))
 
+    def budget_schedules(self) -> list[str]:
+        """The learning rate (and PPO's clip range) annealed to 0 over the budget, where on."""
+        return [name for name in ("anneal_lr", "anneal_clip_range") if getattr(self, name, False)]
+
     def check_minibatches(self, name: str, count: int) -> None:
         """ConfigError if a rollout cannot be split into ``count`` minibatches."""
         available = self.num_sequences if self.recurrent != "none" else self.num_envs * self.num_steps

@@ -5,9 +5,10 @@ Each side is a set of finished runs (a suite's, from the store and bundles, or a
 grouped into configurations (algorithm and settings, ``report.group_records``). A candidate
 configuration with budget B meets a baseline configuration on every task both ran, with the
 env made the same way. The baseline is scored at B: its final evaluation when its budget is B;
-else its evaluation at step B of its longer run, when nothing in it depends on its budget
-(no learning-rate or clip annealing, no exploration decaying over a fraction of the budget:
-SAC, TD3 and DDPG read off their curves like runs of B steps); else not comparable.
+else its evaluation at step B of its longer run, when nothing in it moves with the fraction of
+its budget trained (``Hyperparameters.budget_schedules``: no learning-rate or clip annealing,
+no exploration decaying over a fraction of the budget, no PER beta annealed to 1: SAC, TD3 and
+DDPG read off their curves like runs of B steps); else not comparable.
 
 Per task: the means over seeds with 95% Student-t intervals, and Welch's two-sided t-test,
 corrected for the tasks of one pair by Holm's method at alpha = 0.05: ``better``, ``worse``, or
@@ -24,14 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
+from agents.errors import ConfigError
+from agents.registry import known_config
 from benchmark.analysis import plots, reference, stats
 from benchmark.analysis.report import Document, Group, group_records
 from benchmark.run_record import RunRecord
 
 ALPHA = 0.05
 AGGREGATE_REPS = 20_000
-BUDGET_SCHEDULES = ("anneal_lr", "anneal_clip_range", "anneal_entropy")
-"""Hyperparameters that, when true, make a run's updates depend on its whole budget."""
 OUTCOMES = ("better", "no difference", "worse", "not tested")
 
 
@@ -89,10 +90,17 @@ def score_at(record: RunRecord, budget: int) -> float | None:
     return next((value for step, value in record.curve if step == budget), None)
 
 
-def budget_free(group: Group) -> bool:
-    """Whether the configuration's updates up to a step do not depend on its total budget."""
-    hyperparameters = group.records[0].spec.hyperparameters
-    return not any(hyperparameters.get(name) for name in BUDGET_SCHEDULES) and "exploration_fraction" not in hyperparameters
+def budget_schedules(group: Group) -> list[str] | None:
+    """The configuration's settings that move with the fraction of its budget trained
+    (``Hyperparameters.budget_schedules``); None when its algorithm is not installed here."""
+    spec = group.records[0].spec
+    config = known_config(spec.algo)
+    if config is None:
+        return None
+    try:
+        return config.from_dict(spec.hyperparameters).budget_schedules()
+    except ConfigError:
+        return None
 
 
 def scored(group: Group, budget: int) -> tuple[Scored | None, str]:
@@ -101,8 +109,11 @@ def scored(group: Group, budget: int) -> tuple[Scored | None, str]:
     own = group.records[0].spec.budget.total_steps
     if own < budget:
         return None, f"its budget is {own:,} steps, less than {budget:,}"
-    if own > budget and not budget_free(group):
-        return None, f"its {own:,}-step run anneals over its budget: its curve at {budget:,} is not a {budget:,}-step run"
+    schedules = budget_schedules(group) if own > budget else []
+    if schedules is None:
+        return None, f"its algorithm {group.algo} is not installed here: whether its {own:,}-step run depends on its budget is unknown"
+    if schedules:
+        return None, f"its {own:,}-step run moves {', '.join(schedules)} with its budget: its curve at {budget:,} is not a {budget:,}-step run"
     values = [score_at(record, budget) for record in finished]
     values = [value for value in values if value is not None]
     if not values:
@@ -116,7 +127,7 @@ def compare(
 ) -> list[PairResult]:
     """Every candidate configuration against every baseline configuration (of ``algos`` only,
     where given) that shares a task with it."""
-    candidate_groups = [group for group in group_records(candidate) if any(record.finished for record in group.records)]
+    candidate_groups = [group for group in group_records(candidate) if any(record.finished and record.final_return is not None for record in group.records)]
     baseline_groups = [group for group in group_records(baseline) if algos is None or group.algo in algos]
     normalizers = {env: reference.normalizer(env, reference_dir) for env in {g.env_id for g in candidate_groups}}
     clash = {group.label for group in candidate_groups} & {group.label for group in baseline_groups}  # told apart everywhere
@@ -124,7 +135,8 @@ def compare(
     for mine in candidate_groups:
         budget = mine.records[0].spec.budget.total_steps
         ours, _ = scored(mine, budget)
-        assert ours is not None  # its own budget, finished seeds
+        if ours is None:  # finished seeds without a final evaluation: nothing to compare
+            continue
         for theirs in baseline_groups:
             if theirs.env_id != mine.env_id:
                 continue
@@ -284,6 +296,8 @@ def write(pairs: list[PairResult], out_dir: Path, title: str, description: str) 
         profiles = {label: stats.performance_profile(scores, thresholds) for label, scores in pair.normalized.items()}
         doc.image(f"plots/{plots.performance_profiles(profiles, thresholds, plot_dir / f'profiles-{index}.png').name}", "performance profiles")
     markdown = out_dir / "report.md"
-    markdown.write_text(doc.markdown())
-    (out_dir / "report.html").write_text(doc.html(title, base=out_dir))
+    for path, text in ((markdown, doc.markdown()), (out_dir / "report.html", doc.html(title, base=out_dir))):
+        partial = path.with_name(f".{path.name}.partial")  # a crash leaves the previous report whole
+        partial.write_text(text)
+        partial.replace(path)
     return markdown

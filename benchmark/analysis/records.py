@@ -96,6 +96,8 @@ def fetch_video_strips(records: list[RunRecord], tracking_uri: str | None, direc
                 continue
             directory.mkdir(parents=True, exist_ok=True)
             target = directory / f"video-{record.spec.run_key}.png"
-            shutil.copyfile(fetched, target)
+            partial = target.with_name(f".{target.name}.partial")
+            shutil.copyfile(fetched, partial)
+            partial.replace(target)
             strips[record.spec.run_key] = target
     return strips

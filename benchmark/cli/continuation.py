@@ -35,6 +35,7 @@ def add_parser(commands: Any) -> None:
 
 
 def command_continue(args: argparse.Namespace, console: Output) -> int:
+    import agents
     from agents.errors import ConfigError
 
     args.seeds = None
@@ -57,6 +58,14 @@ def command_continue(args: argparse.Namespace, console: Output) -> int:
         highlight=False,
         soft_wrap=True,
     )
+    schedules = agents.resolve_config(origin.algo, origin.hyperparameters).budget_schedules()
+    if schedules:
+        console.print(
+            f"note: {', '.join(schedules)} move with the fraction of the budget trained; over the new budget they start "
+            f"{ended / (ended + args.steps):.0%} of the way (the run ended at 100% of its own)",
+            highlight=False,
+            soft_wrap=True,
+        )
     args.suite, args.algos, args.envs = str(path), None, None
     return command_run(args, console)
 

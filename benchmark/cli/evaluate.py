@@ -25,6 +25,7 @@ def add_parser(commands: Any) -> None:
 
 
 def command_evaluate(args: argparse.Namespace, console: Output) -> int:
+    import agents
     from agents.errors import ConfigError
 
     if args.episodes is not None and args.episodes < 1:
@@ -39,6 +40,8 @@ def command_evaluate(args: argparse.Namespace, console: Output) -> int:
     from benchmark.training import playback
 
     run_id, spec = finished_run(args.run, tracking_uri)
+    if agents.is_meta(spec.algo):
+        raise ConfigError(f"{spec.algo} is a meta-learner: it adapts to each task first (its meta-test is in its run's evaluations)")
     backend = playback.headless_gl(spec.env_id) if args.video is not None else None  # before MuJoCo is imported
     trained = playback.load_trained(final_checkpoint(run_id, spec, tracking_uri, Path(args.results_dir) / "checkpoints"))
     evaluation = playback.evaluate_trained(trained, args.episodes or spec.budget.eval_episodes, args.seed)

@@ -74,10 +74,11 @@ def _checkpoint_step(checkpoints: Path, run_key: str) -> int | None:
 
 
 def past_runs(tracking_uri: str | None, bundled: dict[str, BundledRun]) -> list[estimate.PastRun]:
-    """The speed of every finished run in the store (every experiment) and in the bundles."""
+    """The speed of every finished run in the store (every experiment) and in the bundles (not
+    of continued runs: their wall time covers only the steps after the run they continue)."""
     found: dict[str, estimate.PastRun] = {}
     for run in bundled.values():
-        if run.wall_seconds:
+        if run.wall_seconds and run.spec.continued_from is None:
             share = max(len(run.batch_seeds), 1)
             found[run.mlflow_run_id or run.run_key] = estimate.PastRun(
                 run.spec.algo, run.spec.env_id, estimate.config_key(tracking.child_params(run.spec)), run.wall_seconds / share / run.spec.budget.total_steps
@@ -101,7 +102,7 @@ def _past_run(run: Any) -> estimate.PastRun | None:
         steps = int(params["budget.total_steps"])
     except (KeyError, ValueError):
         return None
-    if not wall or steps <= 0 or "algo" not in params or "env_id" not in params:
+    if not wall or steps <= 0 or "algo" not in params or "env_id" not in params or tags.get("continued_from"):
         return None
     share = max(len(tags.get("batch_seeds", "").split()), 1)
     return estimate.PastRun(params["algo"], params["env_id"], estimate.config_key(params), wall / share / steps)

@@ -121,8 +121,10 @@ def film(trained: Trained, video: Path, seed: int | None = None) -> Film:
     finally:
         envs.close()
     video.parent.mkdir(parents=True, exist_ok=True)
+    partial = video.with_name(f".{video.name}.partial.mp4")  # a crash leaves no half video at PATH
     # yuv420p needs even sides: a block of 2 pads at most one row or column
-    imageio.mimwrite(video, list[Any](frames), fps=fps, codec="libx264", macro_block_size=2)
+    imageio.mimwrite(partial, list[Any](frames), fps=fps, codec="libx264", macro_block_size=2)
+    partial.replace(video)
     strip = video.with_suffix(".png")
     write_strip(frames, strip)
     return Film(len(frames), fps, total, len(frames) - 1, video, strip)
@@ -152,7 +154,9 @@ def write_strip(frames: list[np.ndarray], path: Path, count: int = STRIP_FRAMES,
     for image in images:
         strip.paste(image, (left, 0))
         left += image.width
-    strip.save(path)
+    partial = path.with_name(f".{path.name}.partial.png")
+    strip.save(partial)
+    partial.replace(path)
 
 
 def headless_gl(env_id: str) -> str | None:
@@ -173,7 +177,11 @@ def headless_gl(env_id: str) -> str | None:
     probe = "import mujoco; context = mujoco.GLContext(8, 8); context.make_current(); context.free()"
     for backend in GL_BACKENDS:
         environment = {**os.environ, "MUJOCO_GL": backend, "PYOPENGL_PLATFORM": backend}
-        if subprocess.run([sys.executable, "-c", probe], env=environment, capture_output=True, timeout=120).returncode == 0:
+        try:
+            works = subprocess.run([sys.executable, "-c", probe], env=environment, capture_output=True, timeout=120).returncode == 0
+        except subprocess.TimeoutExpired:  # a driver that hangs counts as not working
+            works = False
+        if works:
             os.environ.update(MUJOCO_GL=backend, PYOPENGL_PLATFORM=backend)
             return backend
     if not mujoco_named:  # a callable entry point may not draw with MuJoCo at all: let it try

@@ -5,6 +5,7 @@ a batch) and hands it what its envs must step."""
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import time
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,7 @@ class SeedRun(SeedOutcome):
         elif spec.continued_from is not None:
             try:
                 self.continue_run(checkpoint_dir)
-            except (OSError, KeyError, ValueError, RuntimeError, TypeError) as error:
+            except (OSError, EOFError, KeyError, ValueError, RuntimeError, TypeError, pickle.UnpicklingError) as error:
                 self.error = ResumeError(f"cannot continue run {spec.continued_from} as {spec.label}: {type(error).__name__}: {error}")
                 self.error.__cause__ = error
         else:

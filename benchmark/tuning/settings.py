@@ -67,18 +67,23 @@ class StudySettings:
 def base_setting(algo: str, env_id: str, suite_name: str | None) -> tuple[str | None, Budget | None, dict[str, Any]]:
     """(suite, budget, fixed hyperparameters) of the first suite that runs ``algo`` on
     ``env_id``: ``suite_name`` if given ('none': no suite), else classic, mujoco, then the
-    others (not the tuned ones: a study starts from the benchmark's setting)."""
+    others (not the tuned ones: a study starts from the benchmark's setting). Runs that make the
+    env with env_kwargs or wrappers do not count: a study's trials make it from its id alone."""
     if suite_name == "none":
         return None, None, {}
     others = (name for name in config.available_suites() if name not in BASE_SUITE_ORDER and not name.startswith("tuned/"))
     names = [suite_name] if suite_name else [*BASE_SUITE_ORDER, *others]
+    made_otherwise = False
     for name in names:
         suite = config.load_suite(name)
         for spec in suite.specs:
             if spec.algo == algo and spec.env_id == env_id:
-                return suite.name, spec.budget, dict(spec.overrides)
+                if spec.env.plain:
+                    return suite.name, spec.budget, dict(spec.overrides)
+                made_otherwise = True  # a study's trials make the env from its id alone
     if suite_name:
-        raise ConfigError(f"suite {suite_name!r} has no run of {algo} on {env_id} (--suite none: start from the published defaults)")
+        why = " made from its id alone (its runs set env_kwargs or wrappers, which a study does not)" if made_otherwise else ""
+        raise ConfigError(f"suite {suite_name!r} has no run of {algo} on {env_id}{why} (--suite none: start from the published defaults)")
     return None, None, {}
 
 

@@ -16,7 +16,7 @@ random subset of M of them, and many critic updates per env step (the update-to-
 Defaults are the paper's (Appendix A, Table 2): N = 10, M = 2, G = 20, Adam 3e-4, batch 256,
 two hidden layers of 256 units, tau 0.005, gamma 0.99, 5,000 uniform-random steps first,
 H_target = -dim(A); the actor is updated once per env step as in the authors' code
-(``policy_update_delay = 20``).
+(``policy_update_delay = 20``, G): ``policy_delay`` follows ``gradient_steps`` unless set.
 
 It reuses reprorl's SAC for everything but the loss: networks stacked over a seed dimension (so
 seeds train batched), replay, acting, checkpoints. The subset is drawn from each seed's own
@@ -51,8 +51,9 @@ class REDQConfig(SACConfig):
     """M: the critics a target takes its minimum over, drawn anew at every gradient step."""
     gradient_steps: int = hp(20, ge=1)
     """G: critic updates per env step (the update-to-data ratio)."""
-    policy_delay: int = hp(20, ge=1)
-    """Gradient steps between the actor's (and the temperature's) updates."""
+    policy_delay: int | None = hp(None, ge=1)
+    """Gradient steps between the actor's (and the temperature's) updates; None: G of them, once
+    per env step as in the authors' code, whatever G is."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -76,7 +77,8 @@ class REDQ(SAC):
 
     def actor_step_now(self) -> bool:
         """Whether this gradient step updates the actor and the temperature (every policy_delay)."""
-        return (self.num_updates + 1) % self.config.policy_delay == 0
+        delay = self.config.policy_delay or self.config.gradient_steps
+        return (self.num_updates + 1) % delay == 0
 
     def update_phase(self) -> bool:
         return self.actor_step_now()

@@ -68,7 +68,7 @@ def fill(algo: REDQ, rewards: float = 1.0) -> None:
 
 def test_the_defaults_are_the_papers_and_an_impossible_subset_is_refused():
     config = agents.resolve_config("redq")
-    assert (config.num_critics, config.in_target_critics, config.gradient_steps, config.policy_delay) == (10, 2, 20, 20)
+    assert (config.num_critics, config.in_target_critics, config.gradient_steps, config.policy_delay) == (10, 2, 20, None)
     assert (config.actor_lr, config.critic_lr, config.batch_size, config.tau, config.gamma) == (3e-4, 3e-4, 256, 0.005, 0.99)
     assert tuple(config.hidden_sizes) == (256, 256) and config.start_steps == 5000
     with pytest.raises(ConfigError, match=r"in_target_critics \(11\) cannot exceed num_critics \(10\)"):
@@ -103,8 +103,10 @@ def test_targets_take_the_minimum_over_m_random_critics(monkeypatch):
     assert seen == {round(1.0 + 0.99 * c, 4) for c in values}  # every critic is drawn
 
 
-def test_the_actor_and_temperature_step_once_every_policy_delay_steps(monkeypatch):
-    algo = small_redq(policy_delay=3, gradient_steps=3)
+@pytest.mark.parametrize("settings", [{"gradient_steps": 3}, {"gradient_steps": 5, "policy_delay": 3}])
+def test_the_actor_and_temperature_step_once_every_policy_delay_steps(settings):
+    """By default once every G gradient steps (once per env step); policy_delay sets another rate."""
+    algo = small_redq(**settings)
     fill(algo)
     actor_before = [p.clone() for p in algo.actor.parameters()]
     steps = []
