@@ -178,3 +178,19 @@ def store_if_exists(args: argparse.Namespace, local_only: bool = False) -> str |
         return None
     tracking.ensure_store(tracking_uri, deep=True)
     return tracking_uri
+
+
+def writable_report_directory(directory: Path, what: str) -> Path:
+    """``directory``, created and checked writable for a command's report; ConfigError in one
+    line when it cannot be (a full disk is raised as it is: the command names it)."""
+    from agents.errors import ConfigError
+    from benchmark import stores
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        stores.check_writable_directory(directory, "report directory")
+    except OSError as error:
+        if stores.is_disk_full(error):
+            raise
+        raise ConfigError(f"cannot write the {what} to {directory}: {error.strerror or error}; pass --output DIR") from None
+    return directory

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmark.cli.common import EXIT_RUNS_FAILED, add_format, add_store_arguments, error_line, name_from, store_if_exists
+from benchmark.cli.common import EXIT_RUNS_FAILED, add_format, add_store_arguments, error_line, name_from, store_if_exists, writable_report_directory
 
 if TYPE_CHECKING:
     from benchmark.run_record import RunRecord
@@ -54,7 +54,6 @@ def records_of(source: str, args: argparse.Namespace) -> tuple[str, list[RunReco
 
 def command_compare(args: argparse.Namespace, console: Output) -> int:
     from agents.errors import ConfigError
-    from benchmark import stores
     from benchmark.analysis import compare
     from benchmark.tables import TableData
 
@@ -78,14 +77,8 @@ def command_compare(args: argparse.Namespace, console: Output) -> int:
         error_line(f"the baseline has no run on the candidate's tasks ({', '.join(tasks)}): nothing to compare")
         return EXIT_RUNS_FAILED
     title = f"{candidate_name} against {' and '.join(baseline_names)}"
-    out_dir = args.output or Path(args.results_dir) / "reports" / name_from(f"compare-{candidate_name}-vs-{'-'.join(baseline_names)}")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        stores.check_writable_directory(out_dir, "report directory")
-    except OSError as error:
-        if stores.is_disk_full(error):
-            raise
-        raise ConfigError(f"cannot write the comparison to {out_dir}: {error.strerror or error}; pass --output DIR") from None
+    default = Path(args.results_dir) / "reports" / name_from(f"compare-{candidate_name}-vs-{'-'.join(baseline_names)}")
+    out_dir = writable_report_directory(args.output or default, "comparison")
     per_task = TableData(f"{title}: per task", compare.TASK_HEADERS, names={"candidate", "baseline", "task"}, right={"steps", "difference"})
     for row in compare.task_rows(pairs):
         per_task.add(*row)

@@ -15,6 +15,7 @@ from benchmark.cli.common import (
     error_line,
     existing_store,
     store_if_exists,
+    writable_report_directory,
 )
 
 if TYPE_CHECKING:
@@ -68,8 +69,7 @@ def command_reproduce(args: argparse.Namespace, console: Output) -> int:
 def command_report(args: argparse.Namespace, console: Output) -> int:
     from collections import Counter
 
-    from agents.errors import ConfigError
-    from benchmark import config, stores, tracking
+    from benchmark import config, tracking
     from benchmark.analysis import records, report
 
     store_if_exists(args, local_only=True)  # a damaged store is named before the suite is read
@@ -87,14 +87,7 @@ def command_report(args: argparse.Namespace, console: Output) -> int:
             + f" of {len(found)}): nothing to report; train it with: python -m benchmark run --suite {args.suite}"
         )
         return EXIT_RUNS_FAILED
-    out_dir = args.output or args.results_dir / "reports" / suite.name
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        stores.check_writable_directory(out_dir, "report directory")
-    except OSError as error:
-        if stores.is_disk_full(error):
-            raise
-        raise ConfigError(f"cannot write the report to {out_dir}: {error.strerror or error}; pass --output DIR") from None
+    out_dir = writable_report_directory(args.output or args.results_dir / "reports" / suite.name, "report")
     strips = records.fetch_video_strips(found, tracking_uri, out_dir / "plots")
     path = report.write_report(suite, found, out_dir, " and ".join(sources), strips=strips)
     console.print(f"report of suite {suite.name!r} ({finished}/{len(found)} runs finished): {path} and {path.with_suffix('.html')}")
