@@ -74,7 +74,7 @@ def test_shipped_suites_are_valid():
         (
             "experiments: [{algo: ppx, envs: [CartPole-v1]}]",
             r"experiments\[0\]: unknown algorithm 'ppx' \(did you mean 'ppo'\?\); "
-            r"available: a2c, .*dqn, .*mpo, .*ppo, ppo_kl, reinforce, sac, surrogate_pg, td3, trpo, vpg",
+            r"available: a2c, .*dqn, .*mpo, .*ppo, ppo_kl, .*reinforce, sac, surrogate_pg, td3, trpo, vpg",
         ),
         ("experiments: [{algo: ppo, envs: [CartPole-v7]}]", r"unknown environment 'CartPole-v7' \(did you mean 'CartPole-v1'\?\)"),
         ("experiments: [{algo: ppo, envs: [CartPole-v1], hyperparameters: {lr: 0.1}}]", r"unknown hyperparameter 'lr' for PPOConfig"),

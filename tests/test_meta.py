@@ -20,13 +20,14 @@ from agents.algos.seeds import seed_axis
 from agents.api import ConfigError
 from agents.envs import env_spec
 from agents.meta import Episodes, MetaAlgorithm, TaskEnvs, meta_test
+from agents.registry import REGISTRY
 from agents.tasks import TASK_FAMILIES, TaskSampler
 from benchmark.config import Budget, RunSpec
 from benchmark.training import loop as training_loop
 from benchmark.training.results import NullTracker
 
 POINT = "reprorl/PointNav-v0"
-META = {name: cls for name, cls in agents.ALGORITHMS.items() if issubclass(cls, MetaAlgorithm)}
+META = {name: agents.algorithm_class(name) for name in REGISTRY if issubclass(agents.algorithm_class(name), MetaAlgorithm)}  # ours
 #: small settings for the contract tests
 SMALL = {
     "maml_vpg": {"meta_batch_size": 2, "episodes_per_task": 3, "num_envs": 3, "hidden_sizes": [8]},

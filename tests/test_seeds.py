@@ -758,9 +758,11 @@ META_CASES = {  # test_meta's small settings; PEARL's with a posterior phase, MA
 def test_every_registered_algorithm_batches_and_has_a_checked_case():
     """The first-updates checks above cover the whole registry: every algorithm has a seed
     batch and at least one case (online: ``CASES``, meta-learners: ``META_CASES``)."""
-    assert all(cls.seed_batch is not None for cls in agents.ALGORITHMS.values())
+    from agents.registry import REGISTRY
+
+    assert all(agents.algorithm_class(name).seed_batch is not None for name in REGISTRY)
     online = {case.split("-")[0] for case in CASES}
-    assert online | set(META_CASES) == set(agents.ALGORITHMS), set(agents.ALGORITHMS) - online - set(META_CASES)
+    assert online | set(META_CASES) == set(REGISTRY), set(REGISTRY) - online - set(META_CASES)
 
 
 @pytest.mark.parametrize("algo", sorted(META_CASES))

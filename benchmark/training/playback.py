@@ -105,7 +105,10 @@ def film(trained: Trained, video: Path, seed: int | None = None) -> Film:
 
     setup = trained.spec.env
     rendering = EnvSetup(setup.env_id, {**setup.kwargs, "render_mode": "rgb_array"}, setup.wrappers)
-    envs = _envs(trained, 1, rendering, AutoresetMode.NEXT_STEP)  # the last frame shows how the episode ended
+    try:
+        envs = _envs(trained, 1, rendering, AutoresetMode.NEXT_STEP)  # the last frame shows how the episode ended
+    except ConfigError as error:
+        raise ConfigError(f"cannot film {setup.env_id}: made with render_mode='rgb_array' it fails ({error})") from None
     try:
         obs, _ = envs.reset(seed=trained.spec.seed + EVAL_SEED_OFFSET if seed is None else seed)
         frames, total, state = [_frame(envs, setup)], 0.0, None

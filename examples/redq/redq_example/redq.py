@@ -44,6 +44,7 @@ class REDQConfig(SACConfig):
     """REDQ's hyperparameters: SAC's, with the paper's ensemble and update-to-data ratio."""
 
     supports_recurrent: ClassVar[bool] = False  # the paper's feed-forward networks only
+    supports_discrete: ClassVar[bool] = False  # the paper's continuous control
 
     num_critics: int = hp(10, ge=2)
     """N: the Q-functions of the ensemble."""
