@@ -31,8 +31,9 @@ def add_parser(commands: Any) -> None:
 
 
 def records_of(source: str, args: argparse.Namespace) -> tuple[str, list[RunRecord]]:
-    """The name and the runs of a bundle directory (``published/NAME`` under the results
-    directory) or of a suite (its runs in the store, and its published bundle)."""
+    """The name and the runs of a bundle directory (``published/NAME``: under the results
+    directory, else the checkout's committed one) or of a suite (its runs in the store, and its
+    published bundle)."""
     from agents.errors import ConfigError
     from benchmark import bundles, config
     from benchmark.analysis import records
@@ -40,8 +41,9 @@ def records_of(source: str, args: argparse.Namespace) -> tuple[str, list[RunReco
     from benchmark.run_record import from_bundle
 
     path = Path(source)
-    if not path.is_dir() and (Path(args.results_dir) / source).is_dir():
-        path = Path(args.results_dir) / source
+    for results in (Path(args.results_dir), config.PROJECT_ROOT / "results"):  # then the checkout's committed record
+        if not path.is_dir() and (results / source).is_dir():
+            path = results / source
     if path.is_dir():
         if not bundles.is_bundle(path):
             raise ConfigError(f"{source} is a directory but not a result bundle (it has no {bundles.MANIFEST})")
