@@ -91,5 +91,5 @@ def test_the_example_trains_batched_resumes_after_a_kill_and_is_listed_reported_
     )
     assert compared.returncode == 0, compared.stderr[-2000:]
     text = (tmp_path / "cmp" / "report.md").read_text()
-    row = next(line for line in text.splitlines() if line.startswith("| redq | sac |"))
+    row = next(line for line in text.splitlines() if line.startswith("| redq | sac (baseline) |"))  # the candidate's sac too
     assert "redq_example.envs:PointReach-v0 | 1,500 |" in row and ("Welch's t-test" in row or "seed(s) on one side" in row), row

@@ -251,7 +251,12 @@ def _suite(tmp_path, algo: str, extra: str = "", hyperparameters: str = "{hidden
 @pytest.mark.parametrize(
     ("algo", "extra", "hyperparameters", "message"),
     [
-        ("ppo", "cuda_graphs: true", "{hidden_sizes: [8]}", "cuda_graphs: ppo's gradient steps cannot be captured (those of ddpg, sac, td3 can)"),
+        (
+            "ppo",
+            "cuda_graphs: true",
+            "{hidden_sizes: [8]}",
+            "cuda_graphs: ppo's gradient steps cannot be captured (those of ddpg, ",
+        ),  # (and installed plug-ins')
         ("sac", "cuda_graphs: true\ndevice: cpu", "{hidden_sizes: [8]}", "cuda_graphs: CUDA graphs need a GPU, and the device is cpu"),
         ("sac", "cuda_graphs: true", "{recurrent: gru}", "cuda_graphs: sac's recurrent encoder cannot be captured (set recurrent: none)"),
         ("sac", "cuda_graphs: yes please", "{hidden_sizes: [8]}", "cuda_graphs must be true or false, got 'yes please'"),
