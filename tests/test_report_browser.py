@@ -115,8 +115,33 @@ def written_report(tmp_path_factory) -> Path:
             )
         )
     records[-1].status, records[-1].final_return, records[-1].error = "FAILED", None, "NonFiniteLoss: loss is nan at step 5,000"
-    report.write_report(suite, records, directory / "out", "mlflow.db")
+    from benchmark.training.playback import write_strip  # a filmed episode's strip, as evaluate --video keeps it
+
+    strip = directory / "out" / "plots" / f"video-{records[0].spec.run_key}.png"
+    strip.parent.mkdir(parents=True)
+    write_strip([np.full((480, 480, 3), shade, dtype=np.uint8) for shade in range(0, 240, 20)], strip)
+    report.write_report(suite, records, directory / "out", "mlflow.db", strips={records[0].spec.run_key: strip})
     return directory / "out" / "report.html"
+
+
+@pytest.fixture(scope="module")
+def written_comparison(tmp_path_factory) -> Path:
+    """A comparison of two tasks against two baselines, one read off its curve."""
+    from benchmark.analysis import compare
+    from benchmark.config import Budget, RunSpec
+
+    rng = np.random.default_rng(1)
+    records = []
+    for algo, budget, level in (("my_package.learners:MySAC", 20000, 1.0), ("sac", 100000, 0.8), ("td3", 20000, 0.9)):
+        for env_id in ("HalfCheetah-v5", "Hopper-v5"):
+            for seed in range(3):
+                final = float(level * rng.uniform(1000, 3000))
+                spec = RunSpec("browser", algo, env_id, seed, {"hidden_sizes": [8]}, Budget(budget, 5000, 10))
+                records.append(RunRecord(spec, "FINISHED", f"{algo}{env_id}{seed}", final, curve=[(20000, final), (budget, final * 1.5)]))
+    candidate = [record for record in records if record.spec.algo.startswith("my_package")]
+    pairs = compare.compare(candidate, [record for record in records if record not in candidate])
+    directory = tmp_path_factory.mktemp("comparison")
+    return compare.write(pairs, directory / "out", "Comparison: mine against the record", "Candidate: `mine`.").with_suffix(".html")
 
 
 @pytest.mark.parametrize("width,height", [(1280, 900), (390, 844)], ids=["desktop", "phone"])
@@ -134,3 +159,17 @@ def test_the_report_reads_well_in_a_browser(written_report, width, height):
     assert any(link.startswith("https://") for link in found["links"])  # source URLs are links
     assert str(written_report.parent) not in found["text"] and "/tmp/" not in found["text"]  # no local paths
     assert (shots / f"report-{width}px.png").stat().st_size > 10_000
+    assert "Filmed episodes" in found["text"]
+
+
+@pytest.mark.parametrize("width,height", [(1280, 900), (390, 844)], ids=["desktop", "phone"])
+def test_a_comparison_reads_well_in_a_browser(written_comparison, width, height):
+    keep = os.environ.get("REPORT_SCREENSHOTS")
+    shots = Path(keep) if keep else written_comparison.parent
+    shots.mkdir(parents=True, exist_ok=True)
+    found = look(written_comparison, width, height, shots / f"comparison-{width}px.png")
+    assert found["images"] >= 4 and found["decoded"] == found["images"] == found["inline"]  # aggregates and profiles, inlined
+    assert found["scroll_width"] <= width and found["widest_box"] <= width and found["widest_image"] <= width
+    assert found["tables"] >= 3 and found["tables_in_scroll_boxes"] == found["tables"]
+    assert "better" in found["text"] or "no difference" in found["text"] or "worse" in found["text"]
+    assert "evaluation at 20,000 of its 100,000 steps" in found["text"] and str(written_comparison.parent) not in found["text"]
