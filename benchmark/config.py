@@ -278,6 +278,12 @@ def _settings(spec: RunSpec) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
+def name_from(text: str) -> str:
+    """``text`` as a suite or study name may hold it: letters, digits, '.', '_' and '-' (an
+    import path's ':' and a namespace's '/' become '_')."""
+    return re.sub(r"[^A-Za-z0-9_.\-]+", "_", text).strip("._-")
+
+
 def available_suites() -> list[str]:
     """``suites/<name>.yaml``, then the suites ``tune export`` wrote: ``tuned/<algo>-<env>``."""
     return sorted(p.stem for p in SUITES_DIR.glob("*.yaml")) + sorted(f"tuned/{p.stem}" for p in (SUITES_DIR / "tuned").glob("*.yaml"))

@@ -163,11 +163,22 @@ def test_train_sets_env_options_bundles_carry_them_and_verdicts_say_not_comparab
     assert changed.verdict == "not comparable" and "max_episode_steps=7" in changed.reason
 
 
-def test_a_study_does_not_start_from_runs_whose_env_is_made_otherwise(write_suite):
-    from benchmark.tuning.settings import base_setting
+def test_a_study_makes_the_env_as_its_base_suite_does_and_exports_it(write_suite, tmp_path):
+    """The trials train on the wrapped env (the TimeAwareObservation wrapper makes observations
+    2-D: a plain env would not fit the networks), and the exported tuned suite keeps the options."""
+    from benchmark.config import name_from
 
     suite = corridor_suite(write_suite, name="options.yaml")
-    with pytest.raises(ConfigError, match="made from its id alone"):
-        base_setting("ppo", CORRIDOR, str(suite))
-    plain = corridor_suite(write_suite, "", name="plain.yaml")
-    assert base_setting("ppo", CORRIDOR, str(plain))[1] is not None
+    results = ("--results-dir", str(tmp_path / "results"))
+    study = ("--algo", "ppo", "--env", CORRIDOR, "--suite", str(suite), "--budget", "256", "--trials", "1", "--reference", "1", "--random", "-1")
+    tuned = run_cli_in_process("tune", *study, *results, cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.stderr[-2000:]
+    assert "(1 complete)" in tuned.stdout, tuned.stdout[-2000:]
+    exported = tmp_path / "tuned.yaml"
+    name = name_from(f"ppo-{CORRIDOR}")
+    done = run_cli_in_process("tune", "export", name, "--output", str(exported), *results, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (experiment,) = yaml.safe_load(exported.read_text())["experiments"]
+    assert experiment["env_kwargs"] == {"length": 3, "max_episode_steps": 7}
+    assert experiment["wrappers"][0] == {"gymnasium.wrappers:TimeAwareObservation": {}}
+    assert load_suite(str(exported)).specs[0].env.describe().startswith(f"{CORRIDOR} (length=3, max_episode_steps=7; ")

@@ -151,10 +151,10 @@ def test_settings_round_trip_and_resume_checks():
 
 
 def test_base_setting_comes_from_the_suite_that_runs_the_pair():
-    name, budget, fixed = tuning_settings.base_setting("ppo", "CartPole-v1", None)
+    name, budget, fixed, options = tuning_settings.base_setting("ppo", "CartPole-v1", None)
     classic = next(s for s in load_suite("classic").specs if s.algo == "ppo" and s.env_id == "CartPole-v1")
-    assert name == "classic" and budget == classic.budget and fixed == classic.overrides
-    assert tuning_settings.base_setting("ppo", "CartPole-v1", "none") == (None, None, {})
+    assert name == "classic" and budget == classic.budget and fixed == classic.overrides and options == {}
+    assert tuning_settings.base_setting("ppo", "CartPole-v1", "none") == (None, None, {}, {})
     with pytest.raises(ConfigError, match="suite 'her' has no run of ppo on CartPole-v1"):
         tuning_settings.base_setting("ppo", "CartPole-v1", "her")
 

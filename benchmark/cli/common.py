@@ -4,7 +4,6 @@ stores, bundles, seeds per process, Slurm) and finding the stores."""
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -55,12 +54,6 @@ def describe_failure(error: BaseException) -> str:
         if marker in text:
             return f"the tracking store is corrupt (SQLite: {marker}): restore it from a copy or move it aside"
     return f"{type(error).__name__}: {text} (set REPRORL_DEBUG=1 to see the traceback)"
-
-
-def name_from(text: str) -> str:
-    """``text`` as a suite or study name may hold it: letters, digits, '.', '_' and '-' (an
-    import path's ':' and a namespace's '/' become '_')."""
-    return re.sub(r"[^A-Za-z0-9_.\-]+", "_", text).strip("._-")
 
 
 def add_format(parser: argparse.ArgumentParser) -> None:

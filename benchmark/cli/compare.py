@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmark.cli.common import EXIT_RUNS_FAILED, add_format, add_store_arguments, error_line, name_from, store_if_exists, writable_report_directory
+from benchmark.cli.common import EXIT_RUNS_FAILED, add_format, add_store_arguments, error_line, store_if_exists, writable_report_directory
 
 if TYPE_CHECKING:
     from benchmark.run_record import RunRecord
@@ -57,6 +57,7 @@ def records_of(source: str, args: argparse.Namespace) -> tuple[str, list[RunReco
 def command_compare(args: argparse.Namespace, console: Output) -> int:
     from agents.errors import ConfigError
     from benchmark.analysis import compare
+    from benchmark.config import name_from
     from benchmark.tables import TableData
 
     candidate_name, candidate = records_of(args.candidate, args)

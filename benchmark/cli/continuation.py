@@ -16,7 +16,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmark.cli.common import existing_store, name_from
+from benchmark.cli.common import existing_store
 from benchmark.cli.run import INTERRUPTED as RUN_INTERRUPTED
 from benchmark.cli.run import add_run_options, check_run_arguments, command_run
 from benchmark.cli.train import write_adhoc_suite
@@ -73,6 +73,8 @@ def command_continue(args: argparse.Namespace, console: Output) -> int:
 def continuation_suite(origin: RunSpec, ended: int, steps: int, eval_every: int | None, command: str) -> dict[str, Any]:
     """The suite of the run that trains ``origin`` (which ended at env step ``ended``) ``steps``
     env steps further: its settings exactly, every hyperparameter spelled out."""
+    from benchmark.config import name_from
+
     budget = {"total_steps": ended + steps, "eval_every": eval_every or origin.budget.eval_every, "eval_episodes": origin.budget.eval_episodes}
     experiment: dict[str, Any] = {"algo": origin.algo, "envs": [origin.env_id], "hyperparameters": origin.hyperparameters}
     if origin.env_kwargs:

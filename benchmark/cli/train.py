@@ -13,7 +13,6 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmark.cli.common import name_from
 from benchmark.cli.run import INTERRUPTED as RUN_INTERRUPTED
 from benchmark.cli.run import add_run_options, check_run_arguments, command_run
 
@@ -99,6 +98,8 @@ def _number(text: str) -> Any:
 def adhoc_suite(algo: str, env: str, overrides: dict[str, Any], seeds: list[int], steps: int, eval_every: int | None, episodes: int) -> dict[str, Any]:
     """The suite ``train`` stands for. Its name says what it trains; settings other than the
     published defaults add a short hash of them, so that two settings never share a file."""
+    from benchmark.config import name_from
+
     budget = {"total_steps": steps, "eval_every": eval_every or max(steps // 10, 1), "eval_episodes": episodes}
     name = name_from(f"train-{algo}-{env}")
     if overrides:

@@ -13,7 +13,6 @@ from benchmark.cli.common import (
     add_format,
     add_slurm_arguments,
     add_store_arguments,
-    name_from,
     slurm_options,
 )
 
@@ -110,6 +109,8 @@ def command_tune(args: argparse.Namespace, console: Output) -> int:
     )
     slots = tuning_study.check_options(**options, local=args.executor == "local")
     executor = _tune_executor(args, slots)
+    from benchmark.config import name_from
+
     study_name = args.study or name_from(f"{args.algo}-{args.env.replace('/', '-')}")
     if not re.fullmatch(r"[\w.\-]+", study_name):
         raise ConfigError(f"study name {study_name!r}: use letters, digits, '.', '_' and '-' only")

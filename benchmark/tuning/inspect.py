@@ -27,7 +27,7 @@ def export_suite(study: Any, seeds: int, output: Path | None, force: bool = Fals
         raise ConfigError(f"study {study.study_name!r} has no completed trial to export yet")
     if seeds < 1:
         raise ConfigError(f"--seeds must be >= 1, got {seeds}")
-    stem = f"{settings.algo}-{settings.env_id.replace('/', '-')}"
+    stem = config.name_from(f"{settings.algo}-{settings.env_id.replace('/', '-')}")
     output = output or TUNED_DIR / f"{stem}.yaml"
     if output.exists() and not force:
         raise ConfigError(f"{output} exists; pass --force to replace it, or --output PATH")
@@ -41,7 +41,10 @@ def export_suite(study: Any, seeds: int, output: Path | None, force: bool = Fals
         ),
         "seeds": seeds,
         "budget": dataclasses.asdict(settings.budget),
-        "experiments": [{"algo": settings.algo, "envs": [settings.env_id], "hyperparameters": overrides}],
+        "experiments": [
+            {"algo": settings.algo, "envs": [settings.env_id], "hyperparameters": overrides}
+            | {key: value for key, value in (("env_kwargs", settings.env_kwargs), ("wrappers", settings.wrappers)) if value}
+        ],
     }
     header = (
         f"# exported by `python -m benchmark tune export {study.study_name}` on "

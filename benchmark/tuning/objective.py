@@ -97,7 +97,7 @@ class Objective:
         infeasible: ConfigError | None
         try:
             hyperparameters = agents.resolve_config(settings.algo, overrides)
-            agents.check_config(settings.algo, hyperparameters, env_spec(settings.env_id))
+            agents.check_config(settings.algo, hyperparameters, env_spec(settings.env))
         except ConfigError as error:
             hyperparameters = None
             infeasible = error
@@ -157,7 +157,19 @@ class Objective:
         returns: list[float] = []
 
         def spec_of(seed: int) -> RunSpec:
-            return RunSpec(f"tune-{self.study_name}", settings.algo, settings.env_id, seed, hyperparameters, settings.budget, self.device, 1, overrides)
+            return RunSpec(
+                f"tune-{self.study_name}",
+                settings.algo,
+                settings.env_id,
+                seed,
+                hyperparameters,
+                settings.budget,
+                self.device,
+                1,
+                overrides,
+                env_kwargs=settings.env_kwargs,
+                wrappers=settings.wrappers,
+            )
 
         per_process = min(self.seeds_per_process, len(seeds))
         unbatchable = training_loop.batchable(spec_of(seeds[0])) if per_process > 1 else None

@@ -5,10 +5,11 @@ resumed study keeps its own."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import agents
+from agents.env_setup import EnvSetup, setup_of
 from agents.envs import check_env_id, env_spec
 from agents.errors import ConfigError
 from benchmark import config
@@ -45,6 +46,13 @@ class StudySettings:
     reference_score: float
     reference_source: str
     seed: int = 0
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """How the base suite makes the env (its experiment's env_kwargs and wrappers): the trials make it so."""
+    wrappers: list[dict[str, dict[str, Any]]] = field(default_factory=list)
+
+    @property
+    def env(self) -> EnvSetup:
+        return setup_of(self.env_id, self.env_kwargs, self.wrappers)
 
     def normalize(self, episode_return: float) -> float:
         """(return - random) / (reference - random): 0 is the random policy, 1 the reference."""
@@ -64,27 +72,24 @@ class StudySettings:
         return cls(**{**data, "budget": Budget(**data["budget"]), "base_hyperparameters": base})
 
 
-def base_setting(algo: str, env_id: str, suite_name: str | None) -> tuple[str | None, Budget | None, dict[str, Any]]:
-    """(suite, budget, fixed hyperparameters) of the first suite that runs ``algo`` on
-    ``env_id``: ``suite_name`` if given ('none': no suite), else classic, mujoco, then the
-    others (not the tuned ones: a study starts from the benchmark's setting). Runs that make the
-    env with env_kwargs or wrappers do not count: a study's trials make it from its id alone."""
+def base_setting(algo: str, env_id: str, suite_name: str | None) -> tuple[str | None, Budget | None, dict[str, Any], dict[str, Any]]:
+    """(suite, budget, fixed hyperparameters, env options) of the first suite that runs ``algo``
+    on ``env_id``: ``suite_name`` if given ('none': no suite), else classic, mujoco, then the
+    others (not the tuned ones: a study starts from the benchmark's setting). The env options
+    are that experiment's ``env_kwargs`` and ``wrappers`` ({} when it sets none)."""
     if suite_name == "none":
-        return None, None, {}
+        return None, None, {}, {}
     others = (name for name in config.available_suites() if name not in BASE_SUITE_ORDER and not name.startswith("tuned/"))
     names = [suite_name] if suite_name else [*BASE_SUITE_ORDER, *others]
-    made_otherwise = False
     for name in names:
         suite = config.load_suite(name)
         for spec in suite.specs:
             if spec.algo == algo and spec.env_id == env_id:
-                if spec.env.plain:
-                    return suite.name, spec.budget, dict(spec.overrides)
-                made_otherwise = True  # a study's trials make the env from its id alone
+                options = {key: value for key, value in (("env_kwargs", spec.env_kwargs), ("wrappers", spec.wrappers)) if value}
+                return suite.name, spec.budget, dict(spec.overrides), options
     if suite_name:
-        why = " made from its id alone (its runs set env_kwargs or wrappers, which a study does not)" if made_otherwise else ""
-        raise ConfigError(f"suite {suite_name!r} has no run of {algo} on {env_id}{why} (--suite none: start from the published defaults)")
-    return None, None, {}
+        raise ConfigError(f"suite {suite_name!r} has no run of {algo} on {env_id} (--suite none: start from the published defaults)")
+    return None, None, {}, {}
 
 
 def make_settings(
@@ -103,19 +108,20 @@ def make_settings(
     validated before anything is written; ConfigError naming the problem (unknown
     environment, a budget or seed out of range, no reference score)."""
     check_env_id(env_id)
-    agents.check_env_spec(algo, env_spec(env_id))
     if seeds_per_trial < 1:
         raise ConfigError(f"--seeds-per-trial must be >= 1, got {seeds_per_trial}")
     if seed < 0:
         raise ConfigError(f"--seed must be >= 0, got {seed}")
-    suite_name, budget, fixed = base_setting(algo, env_id, base_suite)
+    suite_name, budget, fixed, options = base_setting(algo, env_id, base_suite)
+    made = setup_of(env_id, options.get("env_kwargs", {}), options.get("wrappers", []))
+    agents.check_env_spec(algo, env_spec(made))
     if budget_steps is not None:
         if budget_steps < 1:
             raise ConfigError(f"--budget must be a positive number of env steps, got {budget_steps}")
         budget = Budget(budget_steps, max(budget_steps // 10, 1), budget.eval_episodes if budget else 10)
     if budget is None:
         raise ConfigError(f"no suite runs {algo} on {env_id} to take a budget from; pass --budget STEPS")
-    agents.check_config(algo, agents.resolve_config(algo, {**fixed, **space.fixed}), env_spec(env_id))
+    agents.check_config(algo, agents.resolve_config(algo, {**fixed, **space.fixed}), env_spec(made))
 
     normalizer = reference.normalizer(env_id)
     if reference_score is None:
@@ -135,7 +141,9 @@ def make_settings(
         random_score = normalizer.random.mean
     if reference_score == random_score:
         raise ConfigError(f"the reference score equals the random score ({reference_score}): nothing to normalize by")
-    return StudySettings(algo, env_id, budget, seeds_per_trial, suite_name, fixed, space.to_dict(), float(random_score), float(reference_score), source, seed)
+    return StudySettings(
+        algo, env_id, budget, seeds_per_trial, suite_name, fixed, space.to_dict(), float(random_score), float(reference_score), source, seed, **options
+    )
 
 
 def resumed_settings(stored: StudySettings, algo: str, env_id: str, given: dict[str, Any]) -> StudySettings:

@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import agents
-from agents.envs import check_env_id, env_spec
+from agents.envs import check_env_id
 from agents.errors import ConfigError
 from benchmark import config, provenance, tracking
 from benchmark.execution import claims
@@ -63,10 +63,10 @@ def prepare(
     import optuna
 
     space = load_search_space(algo, space_path)  # (an unknown algorithm is named first)
-    check_env_id(env_id)
-    agents.check_env_spec(algo, env_spec(env_id))
-    if given.get("suite") not in (None, "none"):
-        given = {**given, "suite": config.load_suite(given["suite"]).name}
+    check_env_id(env_id)  # (its spaces are checked against the algorithm as the base suite makes the env)
+    base_suite = given.get("suite")  # a name or a path: settings keep the suite's name
+    if base_suite not in (None, "none"):
+        given = {**given, "suite": config.load_suite(base_suite).name}
     if study_exists(storage_url, study_name, default_url):
         study = optuna.load_study(study_name=study_name, storage=open_storage(storage_url))
         settings = resumed_settings(study_settings(study), algo, env_id, given)
@@ -82,7 +82,7 @@ def prepare(
         space,
         budget_steps=given.get("budget"),
         seeds_per_trial=1 if seeds_per_trial is None else seeds_per_trial,
-        base_suite=given.get("suite"),
+        base_suite=base_suite,
         reference_score=given.get("reference"),
         random_score=given.get("random"),
         seed=0 if seed is None else seed,
