@@ -100,6 +100,7 @@ def test_bad_input_is_one_line(tmp_path):
         ((run_id, "--episodes", "0"), "--episodes must be a positive number"),
         ((run_id, "--video", str(tmp_path / "film.gif")), "give a path ending in .mp4"),
         (("nope", "--episodes", "2"), "no MLflow run 'nope'"),
+        ((run_id, "--video", "/proc/no-such-dir/film.mp4"), "--video /proc/no-such-dir/film.mp4: cannot create its directory"),
     ):
         completed = run_cli_in_process("evaluate", *arguments, "--results-dir", str(results), cwd=tmp_path)
         assert completed.returncode == 2 and len(completed.stderr.strip().splitlines()) == 1, completed.stderr

@@ -6,6 +6,7 @@ beside it, both logged to the run so that its suite's report shows the strip."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,13 @@ def command_evaluate(args: argparse.Namespace, console: Output) -> int:
         raise ConfigError(f"--video {args.video}: give a path ending in .mp4")
     if args.seed is not None and args.seed < 0:
         raise ConfigError(f"--seed must be a non-negative integer, got {args.seed}")
+    if args.video is not None:  # named before anything is evaluated
+        try:
+            args.video.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ConfigError(f"--video {args.video}: cannot create its directory ({error.strerror or error})") from None
+        if args.video.is_dir() or not os.access(args.video.parent, os.W_OK):
+            raise ConfigError(f"--video {args.video}: {'a directory' if args.video.is_dir() else 'its directory is not writable'}")
     tracking_uri = existing_store(args)
     from benchmark import metric_names, tracking
     from benchmark.analysis.trained import final_checkpoint, finished_run

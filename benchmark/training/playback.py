@@ -126,8 +126,11 @@ def film(trained: Trained, video: Path, seed: int | None = None) -> Film:
     video.parent.mkdir(parents=True, exist_ok=True)
     partial = video.with_name(f".{video.name}.partial.mp4")  # a crash leaves no half video at PATH
     # yuv420p needs even sides: a block of 2 pads at most one row or column
-    imageio.mimwrite(partial, list[Any](frames), fps=fps, codec="libx264", macro_block_size=2)
-    partial.replace(video)
+    try:
+        imageio.mimwrite(partial, list[Any](frames), fps=fps, codec="libx264", macro_block_size=2)
+        partial.replace(video)
+    finally:
+        partial.unlink(missing_ok=True)  # (gone already once renamed)
     strip = video.with_suffix(".png")
     write_strip(frames, strip)
     return Film(len(frames), fps, total, len(frames) - 1, video, strip)
@@ -158,8 +161,11 @@ def write_strip(frames: list[np.ndarray], path: Path, count: int = STRIP_FRAMES,
         strip.paste(image, (left, 0))
         left += image.width
     partial = path.with_name(f".{path.name}.partial.png")
-    strip.save(partial)
-    partial.replace(path)
+    try:
+        strip.save(partial)
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def headless_gl(env_id: str) -> str | None:
