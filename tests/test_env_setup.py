@@ -182,3 +182,6 @@ def test_a_study_makes_the_env_as_its_base_suite_does_and_exports_it(write_suite
     assert experiment["env_kwargs"] == {"length": 3, "max_episode_steps": 7}
     assert experiment["wrappers"][0] == {"gymnasium.wrappers:TimeAwareObservation": {}}
     assert load_suite(str(exported)).specs[0].env.describe().startswith(f"{CORRIDOR} (length=3, max_episode_steps=7; ")
+    suite.write_text(suite.read_text().replace("length: 3", "length: 4"))  # the suite changed since: no silent resume
+    again = run_cli_in_process("tune", *study, *results, cwd=tmp_path)
+    assert again.returncode == 2 and "started from suite 'envopts' with other fixed hyperparameters or env settings" in again.stderr, again.stderr

@@ -96,11 +96,13 @@ def test_evaluate_repeats_the_final_evaluation_and_films_a_classic_task(tmp_path
 
 def test_bad_input_is_one_line(tmp_path):
     results, run_id, _ = trained_run(tmp_path, "dqn", "CartPole-v1", "learning_starts=100", "hidden_sizes=[8]", steps=200)
+    (tmp_path / "strip.png").mkdir()
     for arguments, message in (
         ((run_id, "--episodes", "0"), "--episodes must be a positive number"),
         ((run_id, "--video", str(tmp_path / "film.gif")), "give a path ending in .mp4"),
         (("nope", "--episodes", "2"), "no MLflow run 'nope'"),
-        ((run_id, "--video", "/proc/no-such-dir/film.mp4"), "--video /proc/no-such-dir/film.mp4: cannot create its directory"),
+        ((run_id, "--video", "/proc/no-such-dir/film.mp4"), "--video /proc/no-such-dir/film.mp4: cannot write under /proc"),
+        ((run_id, "--video", str(tmp_path / "strip.mp4")), "strip.png is a directory"),
     ):
         completed = run_cli_in_process("evaluate", *arguments, "--results-dir", str(results), cwd=tmp_path)
         assert completed.returncode == 2 and len(completed.stderr.strip().splitlines()) == 1, completed.stderr

@@ -6,7 +6,7 @@ beside it, both logged to the run so that its suite's report shows the strip."""
 from __future__ import annotations
 
 import argparse
-import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,13 +35,8 @@ def command_evaluate(args: argparse.Namespace, console: Output) -> int:
         raise ConfigError(f"--video {args.video}: give a path ending in .mp4")
     if args.seed is not None and args.seed < 0:
         raise ConfigError(f"--seed must be a non-negative integer, got {args.seed}")
-    if args.video is not None:  # named before anything is evaluated
-        try:
-            args.video.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise ConfigError(f"--video {args.video}: cannot create its directory ({error.strerror or error})") from None
-        if args.video.is_dir() or not os.access(args.video.parent, os.W_OK):
-            raise ConfigError(f"--video {args.video}: {'a directory' if args.video.is_dir() else 'its directory is not writable'}")
+    if args.video is not None:  # named before anything is evaluated (nothing is created yet)
+        check_video_path(args.video)
     tracking_uri = existing_store(args)
     from benchmark import metric_names, tracking
     from benchmark.analysis.trained import final_checkpoint, finished_run
@@ -75,6 +70,23 @@ def command_evaluate(args: argparse.Namespace, console: Output) -> int:
             soft_wrap=True,
         )
     return 0
+
+
+def check_video_path(video: Path) -> None:
+    """ConfigError in one line when the MP4 or its PNG strip could not be written at ``video``."""
+    from agents.errors import ConfigError
+
+    for path in (video, video.with_suffix(".png")):
+        if path.is_dir():
+            raise ConfigError(f"--video {video}: {path} is a directory")
+    existing = video.parent.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    try:  # a real write (access() says yes to root on a read-only or pseudo file system)
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        raise ConfigError(f"--video {video}: cannot write under {existing} ({error.strerror or error})") from None
 
 
 COMMANDS = {"evaluate": command_evaluate}

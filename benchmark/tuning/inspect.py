@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
+import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,8 @@ def export_suite(study: Any, seeds: int, output: Path | None, force: bool = Fals
     if seeds < 1:
         raise ConfigError(f"--seeds must be >= 1, got {seeds}")
     stem = config.name_from(f"{settings.algo}-{settings.env_id.replace('/', '-')}")
+    if not settings.env.plain:  # beside the plain env's export, not over it
+        stem += "-" + hashlib.sha256(json.dumps([settings.env_kwargs, settings.wrappers], sort_keys=True).encode()).hexdigest()[:8]
     output = output or TUNED_DIR / f"{stem}.yaml"
     if output.exists() and not force:
         raise ConfigError(f"{output} exists; pass --force to replace it, or --output PATH")
@@ -35,7 +39,7 @@ def export_suite(study: Any, seeds: int, output: Path | None, force: bool = Fals
     suite = {
         "name": f"tuned-{stem}",
         "description": (
-            f"{settings.algo} on {settings.env_id} tuned by Optuna study {study.study_name!r}: trial {best.number} "
+            f"{settings.algo} on {settings.env.describe()} tuned by Optuna study {study.study_name!r}: trial {best.number} "
             f"of {len(study.trials)}, normalized score {best.value:.3f} over {settings.seeds_per_trial} seed(s) "
             f"at {settings.budget.total_steps:,} steps"
         ),

@@ -83,10 +83,11 @@ def base_setting(algo: str, env_id: str, suite_name: str | None) -> tuple[str | 
     names = [suite_name] if suite_name else [*BASE_SUITE_ORDER, *others]
     for name in names:
         suite = config.load_suite(name)
-        for spec in suite.specs:
-            if spec.algo == algo and spec.env_id == env_id:
-                options = {key: value for key, value in (("env_kwargs", spec.env_kwargs), ("wrappers", spec.wrappers)) if value}
-                return suite.name, spec.budget, dict(spec.overrides), options
+        matching = [spec for spec in suite.specs if spec.algo == algo and spec.env_id == env_id]
+        if matching:  # the env made from its id alone first, where the suite runs it so too
+            spec = next((spec for spec in matching if spec.env.plain), matching[0])
+            options = {key: value for key, value in (("env_kwargs", spec.env_kwargs), ("wrappers", spec.wrappers)) if value}
+            return suite.name, spec.budget, dict(spec.overrides), options
     if suite_name:
         raise ConfigError(f"suite {suite_name!r} has no run of {algo} on {env_id} (--suite none: start from the published defaults)")
     return None, None, {}, {}

@@ -44,7 +44,7 @@ from benchmark.tracking import redact
 from benchmark.tuning.inspect import best_trial
 from benchmark.tuning.objective import Objective, TrialFailed, ignore_further_stop_signals, make_pruner, make_sampler, raise_interrupt, sampler_seed
 from benchmark.tuning.search_space import SearchSpace, load_search_space, space_from_dict
-from benchmark.tuning.settings import OBJECTIVE_NAME, PRUNERS, SAMPLERS, SETTINGS_ATTR, StudySettings, make_settings, resumed_settings
+from benchmark.tuning.settings import OBJECTIVE_NAME, PRUNERS, SAMPLERS, SETTINGS_ATTR, StudySettings, base_setting, make_settings, resumed_settings
 from benchmark.tuning.storage import open_storage, quiet_optuna, shared_storage, study_exists, study_settings
 
 
@@ -70,6 +70,15 @@ def prepare(
     if study_exists(storage_url, study_name, default_url):
         study = optuna.load_study(study_name=study_name, storage=open_storage(storage_url))
         settings = resumed_settings(study_settings(study), algo, env_id, given)
+        if base_suite not in (None, "none"):  # the suite as it is now must still be the one the study started from
+            _, _, fixed, options = base_setting(algo, env_id, base_suite)
+            made_now = {"hyperparameters": fixed, **options}
+            made_then = {"hyperparameters": settings.base_hyperparameters, "env_kwargs": settings.env_kwargs, "wrappers": settings.wrappers}
+            if {key: value for key, value in made_then.items() if value or key == "hyperparameters"} != made_now:
+                raise ConfigError(
+                    f"study {study_name!r} started from suite {settings.base_suite!r} with other fixed hyperparameters or env settings than "
+                    f"{base_suite} has now; leave out --suite to resume it as it was, or choose another --study name"
+                )
         if space_path is not None and space.to_dict() != settings.space:
             raise ConfigError(
                 f"study {study_name!r} searches the space it was created with, not {space_path}; leave out --space to resume it, or choose another --study name"
@@ -310,7 +319,7 @@ def run_study(
     _close_orphaned_trials(tracking_uri, experiment, study)
     parent.set_tags({"sampler": sampler, "pruner": pruner, "workers": workers})  # the latest invocation's
     console.print(
-        f"study {study_name!r}: {settings.algo} on {settings.env_id}, {trials} more trial(s) after {trials_before}, "
+        f"study {study_name!r}: {settings.algo} on {settings.env.describe()}, {trials} more trial(s) after {trials_before}, "
         f"{workers} worker(s), {settings.seeds_per_trial} seed(s) x {settings.budget.total_steps:,} steps per trial "
         + (f"({min(seeds_per_process, settings.seeds_per_trial)} at a time, batched) " if seeds_per_process > 1 else "")
         + f"(base: {settings.base_suite or 'published defaults'}); normalized by random {settings.random_score:.1f} "
