@@ -14,6 +14,7 @@ wrappers (episode statistics, then normalization), so returns are those of the w
 
 from __future__ import annotations
 
+import functools
 import json
 import pkgutil
 from collections.abc import Callable, Mapping
@@ -56,21 +57,25 @@ class EnvSetup:
 
     def wrapper_factories(self) -> list[WrapperFactory]:
         """One callable per wrapper: env -> wrapped env (ConfigError when a path does not import)."""
-        return [_bind(load_wrapper(path, index), kwargs) for index, (path, kwargs) in enumerate(self.wrappers)]
+        return [functools.partial(load_wrapper(path, index), **kwargs) for index, (path, kwargs) in enumerate(self.wrappers)]
 
     def make(self, **extra: Any) -> gym.Env:
-        """One env, made with ``kwargs`` (and ``extra``, e.g. ``render_mode``), then wrapped."""
-        env = gym.make(self.env_id, **{**self.kwargs, **extra})
-        for wrap in self.wrapper_factories():
-            env = wrap(env)
+        """One env, made with ``kwargs`` (and ``extra``, e.g. ``render_mode``), then wrapped. Where
+        kwargs or wrappers are set, what they make fail is a ConfigError in one line naming them."""
+        factories = self.wrapper_factories()  # an import error names its wrapper
+        if self.plain and not extra:
+            return gym.make(self.env_id)
+        try:
+            env = gym.make(self.env_id, **{**self.kwargs, **extra})
+        except Exception as error:  # noqa: BLE001 - whatever the constructor raises, in one line
+            raise ConfigError(f"{self.env_id}: env_kwargs {dict(self.kwargs) | extra} refused ({type(error).__name__}: {error})") from None
+        for index, wrap in enumerate(factories):
+            try:
+                env = wrap(env)
+            except Exception as error:  # noqa: BLE001
+                env.close()
+                raise ConfigError(f"{self.env_id}: wrappers[{index}] {self.wrappers[index][0]} refused ({type(error).__name__}: {error})") from None
         return env
-
-
-def _bind(cls: Callable[..., gym.Wrapper], kwargs: Mapping[str, Any]) -> WrapperFactory:
-    def wrap(env: gym.Env) -> gym.Wrapper:
-        return cls(env, **kwargs)
-
-    return wrap
 
 
 def as_setup(env: str | EnvSetup) -> EnvSetup:

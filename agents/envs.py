@@ -213,20 +213,8 @@ def env_spec(env: str | EnvSetup) -> EnvSpec:
 def _env_spec(setup: EnvSetup) -> EnvSpec:
     check_env_id(setup.env_id)
     route_mujoco_warnings(setup.env_id)
-    if setup.plain:
-        made = gym.make(setup.env_id)
-    else:
-        factories = setup.wrapper_factories()  # an import error names its wrapper
-        try:
-            made = gym.make(setup.env_id, **setup.kwargs)
-        except Exception as error:  # noqa: BLE001 - whatever the constructor raises, in one line
-            raise ConfigError(f"{setup.env_id}: env_kwargs {dict(setup.kwargs)} refused ({type(error).__name__}: {error})") from None
-        for index, wrap in enumerate(factories):
-            try:
-                made = wrap(made)
-            except Exception as error:  # noqa: BLE001
-                made.close()
-                raise ConfigError(f"{setup.env_id}: wrappers[{index}] {setup.wrappers[index][0]} refused ({type(error).__name__}: {error})") from None
+    made = setup.make()
+    if not setup.plain:
         try:
             made.reset(seed=0)
         except Exception as error:  # noqa: BLE001

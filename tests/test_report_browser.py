@@ -91,6 +91,15 @@ def look(page: Path, width: int, height: int, screenshot: Path) -> dict:
     return found
 
 
+def looked_at(page: Path, width: int, height: int, name: str) -> tuple[dict, Path]:
+    """``look`` at ``page``, its screenshot kept in $REPORT_SCREENSHOTS (else beside the page)."""
+    keep = os.environ.get("REPORT_SCREENSHOTS")
+    shots = Path(keep) if keep else page.parent
+    shots.mkdir(parents=True, exist_ok=True)
+    shot = shots / f"{name}-{width}px.png"
+    return look(page, width, height, shot), shot
+
+
 @pytest.fixture(scope="module")
 def written_report(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("browser")
@@ -146,10 +155,7 @@ def written_comparison(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("width,height", [(1280, 900), (390, 844)], ids=["desktop", "phone"])
 def test_the_report_reads_well_in_a_browser(written_report, width, height):
-    keep = os.environ.get("REPORT_SCREENSHOTS")
-    shots = Path(keep) if keep else written_report.parent
-    shots.mkdir(parents=True, exist_ok=True)
-    found = look(written_report, width, height, shots / f"report-{width}px.png")
+    found, shot = looked_at(written_report, width, height, "report")
 
     assert found["width"] == width and found["viewport_meta"]
     assert found["images"] >= 3 and found["decoded"] == found["images"] == found["inline"]  # self-contained
@@ -158,16 +164,13 @@ def test_the_report_reads_well_in_a_browser(written_report, width, height):
     assert found["tables"] >= 4 and found["tables_in_scroll_boxes"] == found["tables"]  # wide tables scroll in place
     assert any(link.startswith("https://") for link in found["links"])  # source URLs are links
     assert str(written_report.parent) not in found["text"] and "/tmp/" not in found["text"]  # no local paths
-    assert (shots / f"report-{width}px.png").stat().st_size > 10_000
+    assert shot.stat().st_size > 10_000
     assert "Filmed episodes" in found["text"]
 
 
 @pytest.mark.parametrize("width,height", [(1280, 900), (390, 844)], ids=["desktop", "phone"])
 def test_a_comparison_reads_well_in_a_browser(written_comparison, width, height):
-    keep = os.environ.get("REPORT_SCREENSHOTS")
-    shots = Path(keep) if keep else written_comparison.parent
-    shots.mkdir(parents=True, exist_ok=True)
-    found = look(written_comparison, width, height, shots / f"comparison-{width}px.png")
+    found, _ = looked_at(written_comparison, width, height, "comparison")
     assert found["images"] >= 4 and found["decoded"] == found["images"] == found["inline"]  # aggregates and profiles, inlined
     assert found["scroll_width"] <= width and found["widest_box"] <= width and found["widest_image"] <= width
     assert found["tables"] >= 3 and found["tables_in_scroll_boxes"] == found["tables"]

@@ -28,7 +28,7 @@ import numpy as np
 from agents.errors import ConfigError
 from agents.registry import known_config
 from benchmark.analysis import plots, reference, stats
-from benchmark.analysis.report import Document, Group, group_records
+from benchmark.analysis.report import Document, Group, group_records, interval_text, number_text
 from benchmark.run_record import RunRecord
 
 ALPHA = 0.05
@@ -197,20 +197,11 @@ def _aggregate(pair: PairResult, normalizers: dict[str, reference.Normalizer]) -
 # ------------------------------------------------------------------------------------ the report
 
 
-def _fmt(value: float | None, digits: int = 1) -> str:
-    return "—" if value is None else f"{value:,.{digits}f}"
-
-
 def _with_interval(side: Scored | None) -> str:
     if side is None:
         return "—"
-    interval = side.interval
-    mean = float(np.mean(side.scores))
-    return f"{mean:,.1f} [{interval.low:,.1f}, {interval.high:,.1f}] ({len(side.scores)})" if interval else f"{mean:,.1f} ({len(side.scores)})"
-
-
-def _interval_text(interval: stats.Interval) -> str:
-    return f"{interval.estimate:.2f} [{interval.low:.2f}, {interval.high:.2f}]"
+    interval = side.interval  # its estimate is the mean
+    return f"{interval_text(interval) if interval else number_text(float(np.mean(side.scores)))} ({len(side.scores)})"
 
 
 def task_rows(pairs: list[PairResult]) -> list[list[str]]:
@@ -227,7 +218,7 @@ def task_rows(pairs: list[PairResult]) -> list[list[str]]:
                     f"{pair.budget:,}",
                     _with_interval(task.candidate),
                     _with_interval(task.baseline) + (f"; {task.baseline.how}" if task.baseline and task.baseline.how != "final evaluation" else ""),
-                    _fmt(task.difference),
+                    number_text(task.difference),
                     task.outcome,
                     task.reason,
                 ]
@@ -253,8 +244,8 @@ def aggregate_rows(pairs: list[PairResult]) -> list[list[str]]:
                 pair.candidate,
                 pair.baseline,
                 str(len(pair.normalized[pair.candidate])),
-                *(_interval_text(interval) for interval in iqm.values()),
-                _interval_text(improvement),
+                *(interval_text(interval, 2) for interval in iqm.values()),
+                interval_text(improvement, 2),
             ]
         )
     return rows
@@ -284,10 +275,7 @@ def write(pairs: list[PairResult], out_dir: Path, title: str, description: str) 
     for index, pair in enumerate(pair for pair in pairs if pair.aggregates):
         metrics = list(next(iter(pair.aggregates.values())))
         doc.heading(3, f"{pair.candidate} against {pair.baseline} at {pair.budget:,} steps")
-        rows = [
-            [label, *(f"{pair.aggregates[label][m].estimate:.2f} [{pair.aggregates[label][m].low:.2f}, {pair.aggregates[label][m].high:.2f}]" for m in metrics)]
-            for label in pair.aggregates
-        ]
+        rows = [[label, *(interval_text(intervals[m], 2) for m in metrics)] for label, intervals in pair.aggregates.items()]
         doc.table(["configuration", *(f"{m} [95% CI]" for m in metrics)], rows)
         plot_dir = out_dir / "plots"
         doc.image(f"plots/{plots.aggregate_intervals(pair.aggregates, plot_dir / f'aggregates-{index}.png').name}", "aggregate intervals")

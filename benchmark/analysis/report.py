@@ -173,11 +173,13 @@ def _inline(text: str) -> str:
 # ------------------------------------------------------------------------------------ formatting
 
 
-def _fmt(value: float | None, digits: int = 1) -> str:
+def number_text(value: float | None, digits: int = 1) -> str:
+    """``value`` with thousands separators and ``digits`` decimals; — when missing or not finite."""
     return "—" if value is None or not np.isfinite(value) else f"{value:,.{digits}f}"
 
 
-def _interval(interval: stats.Interval | None, digits: int = 1) -> str:
+def interval_text(interval: stats.Interval | None, digits: int = 1) -> str:
+    """``estimate [low, high]`` as ``number_text`` writes each; — when missing."""
     if interval is None:
         return "—"
     return f"{interval.estimate:,.{digits}f} [{interval.low:,.{digits}f}, {interval.high:,.{digits}f}]"
@@ -267,7 +269,7 @@ def _aggregate_section(doc: Document, groups: list[Group], normalizers: dict[str
     rows = []
     for label, scores in per_label.items():
         runs = sum(len(v) for v in scores.values())
-        rows.append([label, str(len(scores)), str(runs), *(_interval(intervals[label][m], 2) for m in metrics)])
+        rows.append([label, str(len(scores)), str(runs), *(interval_text(intervals[label][m], 2) for m in metrics)])
     doc.table(["algorithm", "environments", "runs", *(f"{m} [95% CI]" for m in metrics)], rows)
     doc.paragraph(
         "IQM: mean of the middle 50% of all runs pooled; mean and median: over the environments' mean scores; "
@@ -291,7 +293,7 @@ def _aggregate_section(doc: Document, groups: list[Group], normalizers: dict[str
                     row.append("—")
                     continue
                 interval = stats.probability_of_improvement_interval({e: per_label[x][e] for e in shared}, {e: per_label[y][e] for e in shared})
-                row.append(_interval(interval, 2))
+                row.append(interval_text(interval, 2))
             rows.append(row)
         doc.paragraph("Probability of improvement P(row > column) on the environments both ran, with 95% CIs:")
         doc.table(["P(row > column)", *labels], rows)
@@ -347,12 +349,12 @@ def _environment_section(
                 group.label,
                 f"{len(scores)}/{len(group.records)}",
                 group.status_counts,
-                _interval(final),
-                _fmt(stats.iqm(scores)) if len(scores) else "—",
+                interval_text(final),
+                number_text(stats.iqm(scores)) if len(scores) else "—",
                 ", ".join(f"{s:.0f}" for s in scores) or "—",
-                _interval(normalized, 2),
+                interval_text(normalized, 2),
                 published.citation if published else "—",
-                _fmt(float(np.mean(speeds)), 0) if speeds else "—",
+                number_text(float(np.mean(speeds)), 0) if speeds else "—",
                 _duration(float(np.mean(walls))) if walls else "—",
             ]
         )
@@ -382,7 +384,7 @@ def _environment_section(
         rows = []
         for group in with_scores:
             intervals = per_environment_intervals(normalizer(group.scores))
-            rows.append([group.label, str(len(group.scores)), *(_interval(intervals[m], 2) for m in intervals)])
+            rows.append([group.label, str(len(group.scores)), *(interval_text(intervals[m], 2) for m in intervals)])
         doc.table(["algorithm", "seeds", *(f"{m} [95% CI]" for m in PER_ENVIRONMENT_METRICS)], rows)
     curves = {g.label: [r.curve for r in g.records if r.curve and (r.finished or r.status == "RUNNING")] for g in groups}
     curves = {label: seeds for label, seeds in curves.items() if seeds}
@@ -412,7 +414,13 @@ def _adaptation_table(doc: Document, groups: list[Group]) -> None:
             continue
         pre, post = np.array(pairs).T
         rows.append(
-            [group.label, str(len(pairs)), _interval(stats.t_interval(pre)), _interval(stats.t_interval(post)), _interval(stats.t_interval(post - pre))]
+            [
+                group.label,
+                str(len(pairs)),
+                interval_text(stats.t_interval(pre)),
+                interval_text(stats.t_interval(post)),
+                interval_text(stats.t_interval(post - pre)),
+            ]
         )
     if rows:
         doc.paragraph(
@@ -431,7 +439,7 @@ def _videos_section(doc: Document, records: list[RunRecord], strips: dict[str, P
     doc.paragraph("Frames of one deterministic episode of each final policy, first to last (`python -m benchmark evaluate RUN_ID --video PATH` films it).")
     for record in filmed:
         path = strips[record.spec.run_key].relative_to(out_dir).as_posix()
-        doc.image(path, f"{record.spec.label} (run key {record.spec.run_key}): final return {_fmt(record.final_return)}")
+        doc.image(path, f"{record.spec.label} (run key {record.spec.run_key}): final return {number_text(record.final_return)}")
 
 
 def _runs_section(doc: Document, records: list[RunRecord]) -> None:
@@ -449,8 +457,8 @@ def _runs_section(doc: Document, records: list[RunRecord]) -> None:
                 spec.env_id,
                 str(spec.seed),
                 status,
-                _fmt(record.final_return),
-                _fmt(record.steps_per_second, 0),
+                number_text(record.final_return),
+                number_text(record.steps_per_second, 0),
                 _duration(record.wall_seconds),
                 spec.run_key,
                 record.run_id or "—",

@@ -25,6 +25,7 @@ from agents.api import Algorithm
 from agents.env_setup import EnvSetup
 from agents.envs import env_spec, freeze_normalization, load_normalization_state, make_vector_env
 from agents.errors import ConfigError
+from agents.hyperparameters import Hyperparameters
 from benchmark.config import RunSpec
 from benchmark.training.evaluate import EVAL_SEED_OFFSET, evaluate
 from benchmark.training.results import Evaluation
@@ -42,6 +43,7 @@ class Trained:
     """A finished run's policy, ready to act: its spec, algorithm and normalization statistics."""
 
     spec: RunSpec
+    config: Hyperparameters
     algo: Algorithm
     normalization: dict[str, dict[str, np.ndarray]]
     device: torch.device
@@ -69,16 +71,15 @@ def load_trained(payload: dict[str, Any], device: str = "cpu") -> Trained:
     assert isinstance(algo, Algorithm)  # not a meta-learner
     algo.load_state_dict(payload["algorithm"])
     normalization = {name: {key: np.asarray(value) for key, value in stats.items()} for name, stats in payload["normalization"].items()}
-    return Trained(spec, algo, normalization, torch.device(device))
+    return Trained(spec, config, algo, normalization, torch.device(device))
 
 
 def _envs(trained: Trained, num_envs: int, setup: EnvSetup, autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP) -> Any:
-    config = agents.resolve_config(trained.spec.algo, trained.spec.hyperparameters)
     envs = make_vector_env(
         setup,
         num_envs,
-        normalize_observations=config.normalize_observations,
-        clip_observations=config.clip_observations,
+        normalize_observations=trained.config.normalize_observations,
+        clip_observations=trained.config.clip_observations,
         autoreset_mode=autoreset_mode,
     )
     load_normalization_state(envs, trained.normalization)
