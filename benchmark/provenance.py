@@ -1,15 +1,21 @@
 """Where a result came from: the command that made it, the code (git sha, dirty flag, diff) and
-the machine (Python and package versions, CPU and GPU models), as MLflow tags."""
+the machine (Python and package versions, CPU and GPU models), as MLflow tags; and the code of
+another commit checked out beside this one (``worktree``), which ``fingerprint --at`` and
+``reproduce --at-recorded-commit`` run a commit's own code in."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import getpass
 import importlib.metadata
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from agents.settings import cpu_info
@@ -120,3 +126,61 @@ def environment_tags() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             tags[f"version.{package}"] = "not installed"
     return tags
+
+
+# ------------------------------------------------------------------------------------ other commits
+
+
+def git(repository: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(repository), *arguments], capture_output=True, text=True, check=False)
+
+
+def repository() -> Path:
+    """The git checkout this code runs from."""
+    here = Path(__file__).resolve().parent
+    found = git(here, "rev-parse", "--show-toplevel")
+    if found.returncode != 0:
+        from agents.errors import ConfigError
+
+        raise ConfigError(f"{here} is not inside a git checkout: another commit's code cannot be checked out")
+    return Path(found.stdout.strip())
+
+
+def commit(repository: Path, name: str) -> str:
+    """The full sha of commit ``name``; ConfigError when the repository has no such commit."""
+    from agents.errors import ConfigError
+
+    found = git(repository, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}") if name.strip() else None
+    if found is None or found.returncode != 0:
+        raise ConfigError(f"unknown commit {name!r}: {repository} has no such commit (a sha, tag or branch; `git fetch` one from elsewhere first)")
+    return found.stdout.strip()
+
+
+@contextlib.contextmanager
+def worktree(repository: Path, sha: str) -> Iterator[Path]:
+    """A temporary detached worktree of ``sha``, removed on the way out, whatever happens."""
+    parent = Path(tempfile.mkdtemp(prefix="reprorl-worktree-"))
+    tree = parent / f"at-{sha[:12]}"
+    try:
+        added = git(repository, "worktree", "add", "--detach", "--quiet", str(tree), sha)
+        if added.returncode != 0:
+            from agents.errors import ConfigError
+
+            raise ConfigError(f"git worktree add {sha[:7]} failed: {' '.join(added.stderr.split())}")
+        yield tree
+    finally:
+        if git(repository, "worktree", "remove", "--force", str(tree)).returncode != 0 and tree.exists():
+            _forget(repository, tree)
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def _forget(repository: Path, tree: Path) -> None:
+    """Where ``git worktree remove`` failed: the checkout and git's record of it (only ours)."""
+    shutil.rmtree(tree, ignore_errors=True)
+    common = git(repository, "rev-parse", "--path-format=absolute", "--git-common-dir")
+    if common.returncode != 0:
+        return
+    for record in (Path(common.stdout.strip()) / "worktrees").glob(f"{tree.name}*"):
+        gitdir = record / "gitdir"
+        if gitdir.is_file() and Path(gitdir.read_text().strip()).parent == tree:
+            shutil.rmtree(record, ignore_errors=True)

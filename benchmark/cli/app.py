@@ -14,7 +14,7 @@ import sys
 
 from rich.console import Console
 
-from benchmark.cli import compare, continuation, evaluate, listing, parity, perf, reference, regress, report, results, run, train, tune, ui
+from benchmark.cli import compare, continuation, evaluate, fingerprint, listing, parity, perf, reference, regress, report, results, run, train, tune, ui
 from benchmark.cli.common import (
     EXIT_CONFIG_ERROR,
     EXIT_INTERRUPTED,
@@ -27,7 +27,7 @@ from benchmark.cli.common import (
     raise_terminated,
 )
 
-COMMAND_MODULES = (run, train, continuation, evaluate, report, compare, regress, reference, tune, perf, ui, results, parity, listing)
+COMMAND_MODULES = (run, train, continuation, evaluate, report, compare, regress, reference, tune, perf, ui, results, parity, fingerprint, listing)
 """In the order ``--help`` lists their commands."""
 
 
