@@ -15,7 +15,11 @@ A bundle is a directory (committed ones live in ``results/published/<suite>/``):
 Schema versions: 1 had no training returns; 2 adds ``train_return_mean`` and
 ``train_episodes`` to the curves; 3 adds the runs' ``env_kwargs`` and ``wrappers`` (JSON, empty
 where the env is made from its id alone) and ``continued_from`` (the run key a run continued,
-empty for most). Every version's reader stays (``READERS``).
+empty for most); 4 adds ``train_return_last100`` and ``train_episodes_last100`` (the mean return
+of the run's last 100 training episodes and how many there were: CleanRL's score; empty where
+the run did not record them) and ``fingerprint`` (the behaviour fingerprint of the code that
+trained the run, ``benchmark.training.fingerprint``; empty where unknown). Every version's
+reader stays (``READERS``).
 
 Plain CSV rather than MLflow's own formats: ``mlflow-export-import`` writes one directory of
 JSON per run with MLflow's internal ids (400 runs: thousands of files, re-imported only
@@ -47,7 +51,7 @@ from agents.errors import ConfigError
 from benchmark.config import Budget, RunSpec, stored_hyperparameters
 
 FORMAT = "reprorl-bundle"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 MANIFEST, RUNS_FILE, CURVES_FILE = "manifest.json", "runs.csv", "curves.csv.gz"
 PUBLISHED_DIR = "published"
 """Under the results directory: ``published/<suite>/`` is read by default."""
@@ -83,8 +87,13 @@ RUN_COLUMNS = (
     "env_kwargs",
     "wrappers",
     "continued_from",
+    "train_return_last100",
+    "train_episodes_last100",
+    "fingerprint",
 )
-RUN_COLUMNS_V2 = RUN_COLUMNS[:-3]
+RUN_COLUMNS_V3 = RUN_COLUMNS[:-3]
+"""Schema 3: no training window or fingerprint."""
+RUN_COLUMNS_V2 = RUN_COLUMNS_V3[:-3]
 """Schemas 1 and 2: no env_kwargs, wrappers or continued_from (envs made from the id alone, no run continued)."""
 CURVE_COLUMNS = ("run_key", "step", "mean", "std", "returns", "lengths", "train_return_mean", "train_episodes")
 CURVE_COLUMNS_V1 = CURVE_COLUMNS[:6]
@@ -136,6 +145,10 @@ class BundledRun:
     ended: str = ""
     origin: str = ""
     """The bundle directory it was read from ('' when it came from a store)."""
+    train_last100: tuple[float, int] | None = None
+    """(mean return, episodes) of the run's last 100 training episodes, where it recorded them."""
+    fingerprint: str = ""
+    """The behaviour fingerprint of the code that trained it ('' unknown)."""
 
     @property
     def run_key(self) -> str:
@@ -197,6 +210,9 @@ def _run_row(run: BundledRun) -> dict[str, str]:
         "env_kwargs": json.dumps(spec.env_kwargs, sort_keys=True, separators=(",", ":")) if spec.env_kwargs else "",
         "wrappers": json.dumps(spec.wrappers, sort_keys=True, separators=(",", ":")) if spec.wrappers else "",
         "continued_from": spec.continued_from or "",
+        "train_return_last100": _number(run.train_last100[0]) if run.train_last100 else "",
+        "train_episodes_last100": str(run.train_last100[1]) if run.train_last100 else "",
+        "fingerprint": run.fingerprint,
     }
 
 
@@ -328,6 +344,10 @@ def _read_v2(directory: Path, data: dict[str, bytes]) -> list[BundledRun]:
 
 
 def _read_v3(directory: Path, data: dict[str, bytes]) -> list[BundledRun]:
+    return _read_runs(directory, data, CURVE_COLUMNS, RUN_COLUMNS_V3)
+
+
+def _read_v4(directory: Path, data: dict[str, bytes]) -> list[BundledRun]:
     return _read_runs(directory, data, CURVE_COLUMNS, RUN_COLUMNS)
 
 
@@ -391,6 +411,8 @@ def _read_runs(directory: Path, data: dict[str, bytes], curve_columns: tuple[str
                     row["mlflow_run_id"],
                     row["started"],
                     row["ended"],
+                    train_last100=_train_window(row),
+                    fingerprint=row.get("fingerprint") or "",
                 )
             )
         except (ValueError, TypeError, ConfigError) as error:
@@ -398,6 +420,11 @@ def _read_runs(directory: Path, data: dict[str, bytes], curve_columns: tuple[str
     if curves:
         raise BundleError(f"{directory / CURVES_FILE} has evaluations of run key(s) not in {RUNS_FILE}: {', '.join(sorted(curves))}")
     return runs
+
+
+def _train_window(row: dict[str, str]) -> tuple[float, int] | None:
+    mean, episodes = row.get("train_return_last100") or "", row.get("train_episodes_last100") or ""
+    return (float(mean), int(episodes)) if mean and episodes else None
 
 
 def _dict_rows(text: str, columns: tuple[str, ...], path: Path) -> list[dict[str, str]]:
@@ -408,7 +435,7 @@ def _dict_rows(text: str, columns: tuple[str, ...], path: Path) -> list[dict[str
     return list(reader)
 
 
-READERS = {1: _read_v1, 2: _read_v2, 3: _read_v3}
+READERS = {1: _read_v1, 2: _read_v2, 3: _read_v3, 4: _read_v4}
 """Schema version -> reader; a reader stays when the schema moves on, so old bundles still read."""
 
 

@@ -19,6 +19,10 @@ FINAL_RETURN_MEAN = "final/eval_return_mean"
 FINAL_RETURN_STD = "final/eval_return_std"
 FINAL_STEPS_PER_SECOND = "final/steps_per_second"
 FINAL_WALL_SECONDS = "final/wall_seconds"
+FINAL_TRAIN_RETURN_LAST100 = "final/train_return_last100"
+"""The mean return of the run's last 100 training episodes (CleanRL's score), with ..."""
+FINAL_TRAIN_EPISODES_LAST100 = "final/train_episodes_last100"
+"""... how many episodes that is (fewer than 100 when the run had fewer)."""
 PRE_ADAPTATION_RETURN = "meta_test/pre_adaptation_return"
 """Meta-RL: the meta-test's mean return before adaptation (EVAL_RETURN_MEAN is after)."""
 POST_ADAPTATION_RETURN = "meta_test/post_adaptation_return"
@@ -27,3 +31,8 @@ ADAPTATION_GAIN = "meta_test/adaptation_gain"
 VIDEO_STRIP_TAG = "video_strip"
 """Tag of a run whose final policy was filmed (``evaluate --video``): the artifact path of the
 PNG strip of that episode's frames, which the suite's report shows."""
+
+FINGERPRINT_TAG = "behaviour_fingerprint"
+"""Tag of a run: the behaviour fingerprint of the algorithm's code that trained it
+(``benchmark.training.fingerprint``): runs with different fingerprints were trained by code that
+behaves differently."""

@@ -42,6 +42,14 @@ class RunRecord:
     """Mean return of the training episodes of the last evaluation interval (finished runs):
     compared with sources that report training returns."""
 
+    train_last100: tuple[float, int] | None = None
+    """(mean return, episodes) of the run's last 100 training episodes, where recorded (CleanRL's score)."""
+    train_intervals: list[tuple[int, float | None, int]] = field(default_factory=list)
+    """(step, mean return, episodes) of the training episodes of each evaluation interval, where
+    known: what ``train_last100`` is approximated from for runs that did not record it."""
+    fingerprint: str = ""
+    """The behaviour fingerprint of the code that trained the run ('' unknown)."""
+
     video_strip: str | None = None
     """The artifact path of the strip of its filmed episode (``evaluate --video``), where filmed."""
 
@@ -87,6 +95,9 @@ def from_bundle(spec: RunSpec, run: BundledRun) -> RunRecord:
         pre_adaptation_return=run.pre_adaptation_return,
         source=run.origin,
         final_train_return=run.curve[-1].train_return_mean if run.curve else None,
+        train_last100=run.train_last100,
+        train_intervals=[(e.step, e.train_return_mean, e.train_episodes) for e in run.curve],
+        fingerprint=run.fingerprint,
         skipped=True,
     )
     mark_unusable(record)

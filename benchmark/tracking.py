@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from benchmark import metric_names, stores
+from benchmark import stores
 from benchmark.provenance import code_version, command_line, environment_tags, kernel_tags, source_tags
 
 DEFAULT_RESULTS_DIR = Path("results")
@@ -410,21 +410,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def training_returns(mlflow_client: Any, run_id: str, steps: list[int]) -> dict[int, tuple[float | None, int]]:
-    """Evaluation step -> (mean, count) of the run's logged training episodes (``train/episode_return``)
-    that ended after the previous evaluation and at or before this one (``steps`` sorted): for
-    runs made before the loop logged this itself at each evaluation."""
-    import bisect
-
-    history = retry(lambda: mlflow_client.get_metric_history(run_id, metric_names.TRAIN_EPISODE_RETURN))
-    buckets: dict[int, list[float]] = {step: [] for step in steps}
-    for metric in history:
-        index = bisect.bisect_left(steps, int(metric.step))
-        if index < len(steps):
-            buckets[steps[index]].append(float(metric.value))
-    return {step: ((sum(values) / len(values)) if values else None, len(values)) for step, values in buckets.items()}
 
 
 def child_params(spec: Any) -> dict[str, Any]:

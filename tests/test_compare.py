@@ -1,6 +1,7 @@
 """``python -m benchmark compare``: a candidate against baselines on the tasks both ran, at the
 candidate's budget (a longer baseline read off its curve when nothing in it depends on its
-budget), per task better / no difference / worse by Welch's test with Holm's correction, and
+budget), per task equivalent / better / worse / inconclusive by the verdict rule (a margin, Welch's
+test with Holm's correction), and
 normalized aggregates, probability of improvement and profiles; through the real CLI against
 the committed record."""
 
@@ -30,17 +31,20 @@ def test_a_baseline_is_read_at_the_candidates_budget_only_when_its_run_does_not_
     constant = [record("sac", "Hopper-v5", seed, 3000.0, 300_000, [(30_000, 400.0 + seed), (300_000, 3000.0)]) for seed in range(3)]
     annealed = [record("ppo", "Hopper-v5", seed, 2000.0, 300_000, [(30_000, 300.0), (300_000, 2000.0)], anneal_lr=True) for seed in range(3)]
     shorter = [record("td3", "Hopper-v5", seed, 200.0, 10_000) for seed in range(3)]
-    (sac, ppo, td3) = compare.compare(candidate, constant + annealed + shorter)
+    (sac, ppo, td3) = compare.compare(candidate, constant + annealed + shorter, margin=0.1)  # ±329: the 90% interval [465, 633] is past it
     ((task,),) = [sac.tasks]
     assert task.baseline is not None and list(task.baseline.scores) == [400.0, 401.0, 402.0]
     assert task.baseline.how == "evaluation at 30,000 of its 300,000 steps"
-    assert task.outcome == "better" and task.difference == pytest.approx(950.0 - 401.0)
+    assert task.outcome == "better" and task.outcome_text == "better, beyond the margin" and task.difference == pytest.approx(950.0 - 401.0)
+    (within,) = compare.compare(candidate, constant)  # the default ±658 holds the whole interval
+    assert within.tasks[0].outcome == "equivalent"
     assert ppo.tasks[0].baseline is None and "moves anneal_lr with its budget" in ppo.tasks[0].reason
     assert td3.tasks[0].baseline is None and "less than 30,000" in td3.tasks[0].reason
 
 
 def test_outcomes_are_holm_corrected_over_the_tasks_of_a_pair():
-    """p = 0.038 alone is 'better'; beside a task with p = 1 Holm needs p <= 0.025."""
+    """p = 0.038 alone is 'better'; beside a task with p = 1 Holm needs p <= 0.025. A-v0 and B-v0
+    have no normalizer: the margin is 0.2 of the baseline's mean (±1.7 and ±1.2)."""
     mine = {"A-v0": [10.0, 11.0, 12.0], "B-v0": [5.0, 6.0, 7.0]}
     theirs = {"A-v0": [7.5, 8.5, 9.5], "B-v0": [5.0, 6.0, 7.0]}
     candidate = [record("mine", env, seed, value) for env, values in mine.items() for seed, value in enumerate(values)]
@@ -49,8 +53,8 @@ def test_outcomes_are_holm_corrected_over_the_tasks_of_a_pair():
     p = alone.tasks[0].p_value
     assert p is not None and 0.025 < p < 0.05 and alone.tasks[0].outcome == "better"
     (pair,) = compare.compare(candidate, baseline)
-    assert [task.outcome for task in pair.tasks] == ["no difference", "no difference"]
-    assert "Holm over 2 tasks" in pair.tasks[0].reason
+    assert [task.outcome for task in pair.tasks] == ["inconclusive", "inconclusive"]
+    assert "Holm over 2 rows" in pair.tasks[0].reason and pair.tasks[0].outcome_text.startswith("inconclusive (needs ")
     worse = [dataclasses.replace(r, final_return=r.final_return - 5.0, curve=[(30_000, r.final_return - 5.0)]) for r in candidate if r.spec.env_id == "A-v0"]
     (lower,) = compare.compare(worse, [r for r in baseline if r.spec.env_id == "A-v0"])
     assert lower.tasks[0].outcome == "worse"
@@ -59,7 +63,7 @@ def test_outcomes_are_holm_corrected_over_the_tasks_of_a_pair():
 def test_one_seed_or_other_env_settings_are_not_tested_and_same_names_are_told_apart():
     one_seed = compare.compare([record("sac", "Hopper-v5", 0, 1.0)], [record("sac", "Hopper-v5", seed, 2.0 + seed) for seed in range(3)])
     assert one_seed[0].candidate == "sac (candidate)" and one_seed[0].baseline == "sac (baseline)"
-    assert one_seed[0].tasks[0].outcome == "not tested" and "Welch's test needs 2" in one_seed[0].tasks[0].reason
+    assert one_seed[0].tasks[0].outcome == "not tested" and "the test needs 2" in one_seed[0].tasks[0].reason
     wrapped = [
         dataclasses.replace(r, spec=dataclasses.replace(r.spec, env_kwargs={"ctrl_cost_weight": 0.1}))
         for r in (record("mine", "Hopper-v5", s, 1.0 + s) for s in range(2))
@@ -87,7 +91,7 @@ def test_compare_against_the_committed_record_through_the_cli(tmp_path):
     assert completed.returncode == 0, completed.stderr[-2000:]
     lines = completed.stdout.splitlines()
     rows = [line for line in lines if line.startswith("sac (candidate),sac (baseline),Hopper-v5") or line.startswith("sac (candidate),td3,Hopper-v5")]
-    assert len(rows) == 2 and all("evaluation at 30,000 of its 300,000 steps" in row and ",better," in row for row in rows), completed.stdout
+    assert len(rows) == 2 and all("evaluation at 30,000 of its 300,000 steps" in row and '"better, beyond the margin"' in row for row in rows), completed.stdout
     assert (tmp_path / "cmp" / "report.html").is_file() and (tmp_path / "cmp" / "plots" / "profiles-0.png").is_file()
     text = (tmp_path / "cmp" / "report.md").read_text()
     assert "P(candidate > baseline)" in text and "IQM" in text and "optimality gap" in text

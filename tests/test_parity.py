@@ -22,30 +22,41 @@ from benchmark.cli.app import EXIT_CONFIG_ERROR, EXIT_TERMINATED, main
 from benchmark.perf import parity, parity_settings
 
 
-def test_equivalence_needs_the_90_percent_interval_inside_the_margin():
-    """TOST by hand: difference 30, Welch's 90% interval from scipy; margin 20% of the peer's mean."""
+def test_reproduced_needs_the_90_percent_interval_inside_the_normalized_margin():
+    """TOST by hand: difference 30, Welch's 90% interval from scipy; the margin 0.2 of Hopper-v5's
+    fixed normalizer (3,304.75 - 16.67 = 3,288.08): ±657.6."""
     ours, peer = [1010.0, 1050.0, 1030.0, 1040.0, 1020.0], [1000.0, 990.0, 1010.0, 995.0, 1005.0]
-    found = parity_records.compare(ours, peer)
+    found = parity_records.compare(ours, peer, env_id="Hopper-v5")
     interval = stats.ttest_ind(ours, peer, equal_var=False).confidence_interval(0.90)
-    assert found["difference"] == pytest.approx(30.0) and found["margin"] == pytest.approx(200.0)
+    assert found["difference"] == pytest.approx(30.0) and found["margin"] == pytest.approx(0.2 * (3304.75 - 16.6688))
     assert found["difference_ci90"] == pytest.approx([interval.low, interval.high])
     assert found["welch_p"] == pytest.approx(stats.ttest_ind(ours, peer, equal_var=False).pvalue)
-    assert found["verdict"] == "equivalent"
-    assert parity_records.compare(ours, peer, margin=0.01)["verdict"] == "ours higher"  # margin 10: the interval [~13, ~47] is outside
+    assert found["verdict"] == "reproduced" and found["margin_text"] == "±0.2 normalized (±658)"
+    tight = parity_records.compare(ours, peer, margin=0.003, env_id="Hopper-v5")  # ±9.9: the interval [~13, ~47] is outside
+    assert tight["verdict"] == "above" and tight["verdict_text"] == "above, beyond the margin"
 
 
-def test_a_clear_shortfall_is_ours_lower_and_noise_is_inconclusive():
-    assert parity_records.compare([500.0, 520.0, 510.0], [1000.0, 1020.0, 990.0])["verdict"] == "ours lower"
-    noisy = parity_records.compare([100.0, 3000.0, 1500.0], [2000.0, 200.0, 1200.0])
+def test_a_clear_shortfall_is_below_and_noise_is_inconclusive_with_the_seeds_a_side():
+    assert parity_records.compare([500.0, 520.0, 510.0], [1000.0, 1020.0, 990.0], env_id="Hopper-v5")["verdict"] == "reproduced"  # -500: within ±658
+    assert parity_records.compare([500.0, 520.0, 510.0], [2000.0, 2020.0, 1990.0], env_id="Hopper-v5")["verdict"] == "below"
+    noisy = parity_records.compare([100.0, 3000.0, 1500.0], [2000.0, 200.0, 1200.0], env_id="Hopper-v5")
     assert noisy["verdict"] == "inconclusive" and noisy["welch_p"] > 0.05
-    assert parity_records.compare([3000.0], [2900.0])["verdict"] == "too few seeds"
+    assert noisy["verdict_text"] == f"inconclusive (needs {noisy['seeds_needed']})" and noisy["seeds_needed"] > 3
+    assert parity_records.compare([3000.0], [2900.0], env_id="Hopper-v5")["verdict"] == "too few seeds"
 
 
 def test_constant_returns_on_both_sides_are_compared_exactly():
-    """CartPole capped at 500 on every seed: no variance, the difference is exact."""
-    same = parity_records.compare([500.0] * 5, [500.0] * 5)
-    assert same["verdict"] == "equivalent" and same["welch_p"] == 1.0 and same["difference_ci90"] == [0.0, 0.0]
-    assert parity_records.compare([300.0] * 3, [500.0] * 3)["verdict"] == "ours lower"
+    same = parity_records.compare([1500.0] * 5, [1500.0] * 5, env_id="Hopper-v5")
+    assert same["verdict"] == "reproduced" and same["welch_p"] == 1.0 and same["difference_ci90"] == [0.0, 0.0]
+    assert parity_records.compare([300.0] * 3, [1500.0] * 3, env_id="Hopper-v5")["verdict"] == "below"
+
+
+def test_a_capped_task_is_compared_as_success_rates():
+    """CartPole-v1: a seed succeeds when its final return reaches 475 (gymnasium's reward_threshold)."""
+    found = parity_records.compare([500.0, 500.0, 120.0, 500.0, 90.0], [500.0, 480.0, 500.0, 500.0, 60.0], env_id="CartPole-v1")
+    assert found["rates"] and found["margin_text"] == "±0.2 of the success rate"
+    assert found["welch_p"] == pytest.approx(stats.fisher_exact([[3, 2], [4, 1]]).pvalue)
+    assert found["verdict"] == "inconclusive"
 
 
 def test_means_carry_student_t_intervals():
@@ -202,7 +213,6 @@ def test_a_corrupt_record_or_another_setting_is_refused_and_left_alone(monkeypat
         (["--algo", "mpo"], "parity has no setting for 'mpo'"),
         (["--algo", "dqn", "--seeds", "1", "1"], "--seeds must be distinct"),
         (["--algo", "dqn", "--env", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
-        (["--algo", "dqn", "--margin", "1.5"], "--margin must be a fraction"),
         (["--algo", "dqn", "--steps", "0"], "--steps must be >= 1"),
         (["--algo", "dqn", "--device", "tpu"], "--device must be one of cpu, cuda"),
         pytest.param(
@@ -218,6 +228,15 @@ def test_bad_arguments_exit_2_with_one_line(arguments, message, tmp_path, capsys
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("margin", ["-0.5", "0", "nan", "a lot"])
+def test_a_margin_that_is_not_a_positive_number_exits_2_with_one_line(margin, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["parity", "--algo", "dqn", "--margin", margin, "--output-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert stopped.value.code == EXIT_CONFIG_ERROR and "--margin: expected a positive number of normalized units" in err
+    assert len(err.strip().splitlines()) == 1 and not any(tmp_path.iterdir())
 
 
 def test_parity_end_to_end_on_cartpole(tmp_path, capsys):

@@ -45,6 +45,17 @@ def test_the_readme_shows_the_record_the_committed_bundles_hold(capsys):
     assert main(arguments) == 0, capsys.readouterr().out
 
 
+def test_the_committed_record_regenerates_byte_identically(tmp_path):
+    """`record` into a scratch directory writes the committed results/record/ byte for byte:
+    record.md, every learning-curve figure and every performance profile (the README's block is
+    checked by the test above)."""
+    assert main(["record", "--results-dir", str(ROOT / "results"), "--no-readme", "--output", str(tmp_path / "record")]) == 0
+    committed = sorted(path.name for path in (ROOT / "results" / "record").iterdir())
+    assert sorted(path.name for path in (tmp_path / "record").iterdir()) == committed
+    for name in committed:
+        assert (tmp_path / "record" / name).read_bytes() == (ROOT / "results" / "record" / name).read_bytes(), name
+
+
 def test_report_renders_mujoco_from_the_committed_bundle_without_training(tmp_path):
     directory = ROOT / "results" / "published" / "mujoco"
     if not bundles.is_bundle(directory):
@@ -113,8 +124,11 @@ def test_record_writes_the_table_figures_and_readme_block_from_bundles(tmp_path,
     assert text.startswith("# title\n\nintro\n\n") and text.endswith(f"{record.END}\n\n## after\n") and "old text" not in text
     row = next(line for line in text.splitlines() if line.startswith("| ppo | Hopper-v5 |"))
     cells = [cell.strip() for cell in row.split("|")[1:-1]]
-    assert cells[2:4] == ["1M", "3"] and cells[-1] == "equivalent at 500k (2,010 vs 2,110, p < 0.01, 3 seeds)"
-    assert cells[6].strip("*") in {"reproduced", "above", "below", "not comparable", "no published score"}
+    assert cells[2:5] == ["1M", "3", "last 100 train episodes"] and "CleanRL" in cells[6]
+    assert cells[8].strip("*").split(" (")[0].split(",")[0] in {"reproduced", "above", "below", "inconclusive"}
+    assert "±0.2 normalized" in text and "Holm's correction" in text
+    parity_row = next(line for line in text.splitlines() if line.startswith("| ppo | Hopper-v5 | 500,000 | 3 |"))
+    assert parity_row.endswith("| reproduced |")  # -100 [90% CI] within ±658
     assert "results/record/curves_hopper.png" in text and (results / "record" / "curves_hopper.png").stat().st_size > 10_000
     assert "| ppo | Hopper-v5 | 500,000 | 3 |" in text  # the parity table
     assert (results / "record" / "record.md").read_text().count("| ppo | Hopper-v5 | 1M | 3 |") == 1

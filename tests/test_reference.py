@@ -208,3 +208,53 @@ def test_a_damaged_reference_table_is_named(tmp_path):
     scores.write_text("source,mean\nx,1.0\n")
     with pytest.raises(ConfigError, match=r"scores.csv, row 2: no column 'budget_steps'"):
         reference.load_scores(scores)
+
+
+FIXED_NORMALIZERS = {
+    # task: (random, reference) — chosen once (normalizers.csv); a published score added later must not move them
+    "Acrobot-v1": (-497.08, -86.36),
+    "Ant-v5": (-48.0484, 4950.47),
+    "CartPole-v1": (23.68, 499.84),
+    "HalfCheetah-v5": (-282.4868, 9532.99),
+    "Hopper-v5": (16.6688, 3304.75),
+    "Humanoid-v5": (112.5989, 5035.36),
+    "InvertedPendulum-v5": (5.23, 988.94),
+    "Pendulum-v1": (-1207.5552, -151.08),
+    "Walker2d-v5": (1.77, 4565.24),
+}
+
+
+def test_every_task_has_its_pinned_fixed_normalizer():
+    """The normalizer of every task is the one chosen once: Hopper's stays the TD3 paper's 1M score
+    (3,304.75), not the 300k Tianshou value (3,387.66) added to the published table later."""
+    from benchmark.analysis import normalizers
+
+    fixed = normalizers.load()
+    assert {env: (row.random, row.reference.mean) for env, row in fixed.items()} == FIXED_NORMALIZERS
+    for env_id, (random, reference_score) in FIXED_NORMALIZERS.items():
+        norm = normalizers.normalizer(env_id)
+        assert not norm.provisional and norm(np.array([random, reference_score])) == pytest.approx([0.0, 1.0])
+    assert reference.env_reference("Hopper-v5").mean != 3304.75  # the rule alone would now choose another
+
+
+def test_adding_scores_never_moves_a_fixed_normalizer(tmp_path):
+    from benchmark.analysis import normalizers
+
+    for name in ("scores.csv", "random.csv", "normalizers.csv"):
+        (tmp_path / name).write_bytes((reference.REFERENCE_DIR / name).read_bytes())
+    before = (tmp_path / "normalizers.csv").read_text()
+    with (tmp_path / "scores.csv").open("a") as handle:
+        row = "New,https://x.org,TD3,Hopper-v5,1000000,mean of the final deterministic evaluation,9999.0,1.0,std across seeds,10,"
+        handle.write(row + ",Hopper,v5,td3,final_eval,false\n")
+    assert normalizers.fix_missing(tmp_path) == [] and (tmp_path / "normalizers.csv").read_text() == before
+    assert normalizers.normalizer("Hopper-v5", tmp_path).reference.mean == 3304.75
+    with (tmp_path / "random.csv").open("a") as handle:
+        handle.write("Swimmer-v5,100,1.0,2.0,0,1.4.0,4.0.0,2026-11-28\n")
+    with (tmp_path / "scores.csv").open("a") as handle:
+        handle.write(
+            "S,https://x.org,TD3,Swimmer-v3,1000000,mean of the final deterministic evaluation,100.0,1.0,std across seeds,10,,Swimmer,v3,td3,final_eval,false\n"
+        )
+    assert normalizers.normalizer("Swimmer-v5", tmp_path).provisional
+    assert normalizers.fix_missing(tmp_path, today="2026-11-28") == ["Swimmer-v5"]
+    assert normalizers.normalizer("Swimmer-v5", tmp_path).reference.mean == 100.0 and not normalizers.normalizer("Swimmer-v5", tmp_path).provisional
+    assert (tmp_path / "normalizers.csv").read_text().startswith(before.splitlines()[0])

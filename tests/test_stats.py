@@ -306,3 +306,17 @@ def test_t_interval_covers_at_about_the_nominal_rate_with_five_seeds():
     trials = 2000
     covered = sum((interval := stats.t_interval(rng.normal(1.0, 2.0, 5))).low <= 1.0 <= interval.high for _ in range(trials))
     assert 0.93 <= covered / trials <= 0.97
+
+
+def test_the_aggregate_iqm_and_its_interval_equal_rliables():
+    """rliable's IQM (scipy's trim_mean over all runs) and its stratified-bootstrap interval,
+    computed by rliable itself on a fixed sample: the point exactly, the interval within the
+    Monte-Carlo error of 50,000 replicates (different random draws)."""
+    from rliable import library as rly
+    from rliable import metrics as rliable_metrics
+
+    scores = np.random.default_rng(7).normal(loc=[0.4, 0.8, 1.1], scale=[0.2, 0.3, 0.1], size=(10, 3))  # (runs, tasks)
+    points, intervals = rly.get_interval_estimates({"x": scores}, lambda s: np.array([rliable_metrics.aggregate_iqm(s)]), reps=50_000)
+    ours = stats.stratified_bootstrap({str(task): scores[:, task] for task in range(3)}, "IQM", reps=50_000)
+    assert ours.estimate == pytest.approx(float(points["x"][0]), abs=1e-12)
+    assert (ours.low, ours.high) == pytest.approx((float(intervals["x"][0, 0]), float(intervals["x"][1, 0])), abs=0.01)

@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmark import bundles, metric_names, tracking
+from benchmark.analysis import records
 from benchmark.bundles import BundledRun, BundleError, Evaluation
 from benchmark.config import Suite
+from benchmark.execution import outcomes
 
 IMPORTED_TAG = "imported_from"
 
@@ -70,6 +72,8 @@ def from_store(suite: Suite, tracking_uri: str) -> list[BundledRun]:
                     tags.get("original_run_id", run_id),
                     _iso(run.info.start_time),
                     _iso(run.info.end_time),
+                    train_last100=outcomes.train_last100(metrics) or records.last_training_returns(client, run_id),
+                    fingerprint=tags.get(metric_names.FINGERPRINT_TAG, ""),
                 )
             )
     return runs
@@ -88,7 +92,7 @@ def _curve(client: Any, run_id: str, scratch: Path) -> tuple[Evaluation, ...]:
     except Exception:  # noqa: BLE001 - MLflow raises its own types for a missing artifact
         pass
     steps = sorted(means)
-    training = tracking.training_returns(client, run_id, steps) if not any("train_episodes" in e for e in recorded.values()) else {}
+    training = records.training_returns(client, run_id, steps) if not any("train_episodes" in e for e in recorded.values()) else {}
     curve = []
     for step in steps:
         evaluation = recorded.get(step, {})
@@ -186,6 +190,7 @@ def _import_run(tracking_uri: str, experiment: str, parent_run_id: str, run: Bun
         "original_run_id": run.mlflow_run_id,
         "mlflow.parentRunId": parent_run_id,
         **({"batch_seeds": " ".join(map(str, run.batch_seeds))} if run.batch_seeds else {}),
+        **({metric_names.FINGERPRINT_TAG: run.fingerprint} if run.fingerprint else {}),
     }
     created = tracking.retry(
         lambda: client.create_run(experiment, start_time=_ms(run.started), run_name=run.spec.label, tags={k: str(v) for k, v in tags.items()})
@@ -202,6 +207,8 @@ def _import_run(tracking_uri: str, experiment: str, parent_run_id: str, run: Bun
         metric_names.FINAL_STEPS_PER_SECOND: run.steps_per_second,
         metric_names.FINAL_WALL_SECONDS: run.wall_seconds,
         metric_names.PRE_ADAPTATION_RETURN: run.pre_adaptation_return,
+        metric_names.FINAL_TRAIN_RETURN_LAST100: run.train_last100[0] if run.train_last100 else None,
+        metric_names.FINAL_TRAIN_EPISODES_LAST100: run.train_last100[1] if run.train_last100 else None,
     }
     metrics += [Metric(name, value, ended, last) for name, value in finals.items() if value is not None]
     params = [Param(k, str(v)[:6000]) for k, v in tracking.child_params(run.spec).items()]

@@ -10,9 +10,12 @@ its budget trained (``Hyperparameters.budget_schedules``: no learning-rate or cl
 no exploration decaying over a fraction of the budget, no PER beta annealed to 1: SAC, TD3 and
 DDPG read off their curves like runs of B steps); else not comparable.
 
-Per task: the means over seeds with 95% Student-t intervals, and Welch's two-sided t-test,
-corrected for the tasks of one pair by Holm's method at alpha = 0.05: ``better``, ``worse``, or
-``no difference`` (not shown to differ). Across tasks, on normalized scores (0: random policy,
+Per task: the means over seeds with 95% Student-t intervals, judged by the verdict rule
+(``verdict_rule``) with the margin stated in advance (default ±0.2 normalized): ``equivalent``
+when the 90% interval of the difference lies inside it; ``better`` / ``worse`` when Welch's
+two-sided test rejects after Holm's correction over the tasks of one pair; otherwise
+``inconclusive (needs N)``, N seeds a side for a decision at 80% power; capped tasks (CartPole)
+compared as success rates. Across tasks, on normalized scores (0: random policy,
 1: the task's reference; ``reference.normalizer``): IQM, mean, median and optimality gap with
 95% stratified-bootstrap intervals, the probability of improvement P(candidate > baseline) and
 performance profiles, after Agarwal et al. (2021).
@@ -27,13 +30,16 @@ import numpy as np
 
 from agents.errors import ConfigError
 from agents.registry import known_config
-from benchmark.analysis import plots, reference, stats
+from benchmark.analysis import plots, reference, scores, stats, verdict_rule, verdicts
+from benchmark.analysis.normalizers import normalizer as fixed_normalizer
 from benchmark.analysis.report import Document, Group, group_records, interval_text, number_text
 from benchmark.run_record import RunRecord
 
 ALPHA = 0.05
 AGGREGATE_REPS = 20_000
-OUTCOMES = ("better", "no difference", "worse", "not tested")
+OUTCOMES = ("equivalent", "better", "worse", "inconclusive", "not tested")
+WORDS = {verdict_rule.REPRODUCED: "equivalent", verdict_rule.ABOVE: "better", verdict_rule.BELOW: "worse", verdict_rule.INCONCLUSIVE: "inconclusive"}
+"""The rule's labels as a comparison of two configurations says them."""
 
 
 @dataclass
@@ -59,6 +65,9 @@ class TaskResult:
     difference: float | None = None
     p_value: float | None = None
     outcome: str = "not tested"
+    """One of ``OUTCOMES``."""
+    outcome_text: str = "not tested"
+    """As tables print it: 'inconclusive (needs 12)', 'better, beyond the margin'."""
     reason: str = ""
     """Why not tested, or which test."""
 
@@ -123,13 +132,17 @@ def scored(group: Group, budget: int) -> tuple[Scored | None, str]:
 
 
 def compare(
-    candidate: list[RunRecord], baseline: list[RunRecord], algos: list[str] | None = None, reference_dir: Path = reference.REFERENCE_DIR
+    candidate: list[RunRecord],
+    baseline: list[RunRecord],
+    algos: list[str] | None = None,
+    reference_dir: Path = reference.REFERENCE_DIR,
+    margin: float = verdict_rule.DEFAULT_MARGIN,
 ) -> list[PairResult]:
     """Every candidate configuration against every baseline configuration (of ``algos`` only,
     where given) that shares a task with it."""
     candidate_groups = [group for group in group_records(candidate) if any(record.finished and record.final_return is not None for record in group.records)]
     baseline_groups = [group for group in group_records(baseline) if algos is None or group.algo in algos]
-    normalizers = {env: reference.normalizer(env, reference_dir) for env in {g.env_id for g in candidate_groups}}
+    normalizers = {env: fixed_normalizer(env, reference_dir) for env in {g.env_id for g in candidate_groups}}
     clash = {group.label for group in candidate_groups} & {group.label for group in baseline_groups}  # told apart everywhere
     pairs: dict[tuple[str, str, int], PairResult] = {}
     for mine in candidate_groups:
@@ -149,7 +162,7 @@ def compare(
                 task.baseline, task.reason = scored(theirs, budget)
             pair.tasks.append(task)
     for pair in pairs.values():
-        _test(pair)
+        _test(pair, margin, reference_dir)
         _aggregate(pair, normalizers)
     return list(pairs.values())
 
@@ -163,21 +176,35 @@ def _env_settings(group: Group) -> tuple[str, str]:
     return repr(sorted(spec.env_kwargs.items())), repr(spec.wrappers)
 
 
-def _test(pair: PairResult) -> None:
+def _test(pair: PairResult, margin: float, reference_dir: Path) -> None:
+    """Each task of the pair decided by the verdict rule, Holm's correction over the pair's tasks."""
     testable = [task for task in pair.tasks if task.baseline is not None and len(task.candidate.scores) >= 2 and len(task.baseline.scores) >= 2]
     for task in pair.tasks:
         if task.baseline is not None and task not in testable:
-            task.reason = f"{min(len(task.candidate.scores), len(task.baseline.scores))} seed(s) on one side: Welch's test needs 2"
+            task.reason = f"{min(len(task.candidate.scores), len(task.baseline.scores))} seed(s) on one side: the test needs 2"
+    rows = []
     for task in testable:
         assert task.baseline is not None
-        result = stats.welch_two_sided(task.candidate.scores, task.baseline.scores)
-        task.difference, task.p_value = result.difference, result.p_value
-    rejected = stats.holm([task.p_value for task in testable if task.p_value is not None], ALPHA) if testable else []
-    for task, different in zip(testable, rejected):
-        task.outcome = ("better" if (task.difference or 0) > 0 else "worse") if different else "no difference"
-        task.reason = f"Welch's t-test, two-sided, p = {task.p_value:.2g}" + (
-            f", Holm over {len(testable)} tasks at α = {ALPHA}" if len(testable) > 1 else f", α = {ALPHA}"
-        )
+        mine, theirs = task.candidate.scores, task.baseline.scores
+        threshold = scores.success_threshold(task.env_id)
+        if threshold is not None:
+            rows.append(
+                verdict_rule.Row(
+                    verdict_rule.Sample.of(mine, [v >= threshold for v in mine]),
+                    verdict_rule.Sample.of(theirs, [v >= threshold for v in theirs]),
+                    verdict_rule.Margin.for_rates(margin),
+                    reference_fixed=False,
+                )
+            )
+        else:
+            scale = verdicts.margin_for(task.env_id, margin, float(np.mean(theirs)), reference_dir)
+            rows.append(verdict_rule.Row(verdict_rule.Sample.of(mine), verdict_rule.Sample.of(theirs), scale, reference_fixed=False))
+    for task, decision in zip(testable, verdict_rule.decide(rows)):
+        assert decision.evidence is not None
+        task.difference, task.p_value = float(np.mean(task.candidate.scores) - np.mean(task.baseline.scores)), decision.evidence.p_value  # type: ignore[union-attr]
+        task.outcome = WORDS[decision.label]
+        task.outcome_text = task.outcome + decision.text[len(decision.label) :]
+        task.reason = decision.explanation()
 
 
 def _aggregate(pair: PairResult, normalizers: dict[str, reference.Normalizer]) -> None:
@@ -219,7 +246,7 @@ def task_rows(pairs: list[PairResult]) -> list[list[str]]:
                     _with_interval(task.candidate),
                     _with_interval(task.baseline) + (f"; {task.baseline.how}" if task.baseline and task.baseline.how != "final evaluation" else ""),
                     number_text(task.difference),
-                    task.outcome,
+                    task.outcome_text,
                     task.reason,
                 ]
             )
@@ -260,9 +287,10 @@ def write(pairs: list[PairResult], out_dir: Path, title: str, description: str) 
     doc.paragraph(
         "A baseline is scored at the candidate's budget: its final evaluation when its budget is the same, else its evaluation "
         "at that step of a longer run when nothing in it depends on its budget (no annealing, no exploration decaying over a "
-        "fraction of the budget), else it is not compared. Per task: means over seeds with 95% Student-t intervals; Welch's "
-        f"two-sided t-test, Holm-corrected over the tasks of each pair at α = {ALPHA}: better, worse, or no difference (not shown "
-        "to differ; with few seeds a test has little power). Across tasks, on normalized scores (0: a random policy, 1: the task's "
+        "fraction of the budget), else it is not compared. Per task: means over seeds with 95% Student-t intervals, judged by "
+        "one rule with its margin stated in advance: equivalent when the 90% interval of the difference lies within the margin; "
+        f"better or worse when Welch's two-sided test rejects after Holm's correction over the tasks of each pair at α = {ALPHA}; "
+        "otherwise inconclusive, with the seeds a side that would decide at 80% power. Across tasks, on normalized scores (0: a random policy, 1: the task's "
         "reference score): IQM, mean, median and optimality gap with 95% stratified-bootstrap intervals, the probability of "
         "improvement P(candidate > baseline) and performance profiles (Agarwal et al., 2021)."
     )

@@ -3,14 +3,19 @@
 A record (``results/parity/<algo>-<env>-<steps>.json``) holds one comparison's setting (both
 libraries' arguments, the env, the budget, the evaluation episodes) and one entry per side and
 seed (final return, per-episode returns, wall time, versions, machine). The comparison over the
-seeds both sides finished:
+seeds both sides finished, decided by the verdict rule (``benchmark.analysis.verdict_rule``)
+across the table's rows:
 
 * each side's mean with its 95% Student t interval over seeds;
-* Welch's t-test of the difference (two-sided);
-* an equivalence verdict by two one-sided tests (TOST, 5% each): "equivalent" when the 90%
-  interval of the difference of means lies inside +-``margin`` x |peer's mean| (default 20%);
-  otherwise "ours higher" / "ours lower" when Welch's p < 0.05, else "inconclusive" (the data
-  cannot tell: too few seeds for the spread).
+* the difference with its 90% interval (Welch), the margin stated in advance (default ±0.2 in
+  the task's normalized units, ``normalizers.csv``);
+* **reproduced** when the 90% interval lies inside the margin (TOST at 5% each side); **above**
+  / **below** when Welch's two-sided test rejects after Holm's correction over the table;
+  otherwise **inconclusive (needs N)**, N seeds a side deciding with 80% power at the observed
+  spreads;
+* on a task whose return is capped (CartPole, InvertedPendulum: ``scores.SUCCESS_THRESHOLDS``)
+  the sides are compared as success rates (a seed succeeds when its final return reaches the
+  threshold): Newcombe's interval, Fisher's exact test, a margin of ±0.2 in the rate.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import os
 import statistics
 from collections.abc import Sequence
@@ -44,33 +48,60 @@ def side_summary(returns: Sequence[float]) -> dict[str, Any]:
     return {"n": len(returns), "mean": interval.estimate, "std": statistics.stdev(returns) if len(returns) > 1 else 0.0, "ci95": [interval.low, interval.high]}
 
 
-def compare(ours: Sequence[float], peer: Sequence[float], margin: float = MARGIN) -> dict[str, Any]:
-    """Welch's test and the TOST equivalence verdict of ``ours`` against ``peer`` (per-seed
-    final returns); the margin is ``margin`` x |mean of peer|."""
-    out: dict[str, Any] = {"ours": side_summary(ours), "peer": side_summary(peer), "margin_fraction": margin}
-    difference = out["ours"]["mean"] - out["peer"]["mean"]
-    bound = margin * abs(out["peer"]["mean"])
-    out.update(difference=difference, margin=bound)
-    if len(ours) < 2 or len(peer) < 2:
-        return {**out, "welch_p": None, "difference_ci90": None, "verdict": "too few seeds"}
-    variance = statistics.variance(ours) / len(ours) + statistics.variance(peer) / len(peer)
-    if variance == 0.0:
-        p_value, low, high = (1.0 if difference == 0 else 0.0), difference, difference
-    else:
-        from scipy import stats
+def rows_to_decide(summaries: Sequence[dict[str, Any]], margin: float = MARGIN) -> list[Any]:
+    """The verdict rule's rows of the summaries (success rates on capped tasks), both sides growable."""
+    from benchmark.analysis import scores, verdict_rule, verdicts
 
-        standard_error = math.sqrt(variance)
-        df = variance**2 / ((statistics.variance(ours) / len(ours)) ** 2 / (len(ours) - 1) + (statistics.variance(peer) / len(peer)) ** 2 / (len(peer) - 1))
-        p_value = float(2 * stats.t.sf(abs(difference) / standard_error, df))
-        half = float(stats.t.ppf(0.95, df)) * standard_error
-        low, high = difference - half, difference + half
-    if -bound < low and high < bound:
-        verdict = "equivalent"
-    elif p_value < 0.05:
-        verdict = "ours higher" if difference > 0 else "ours lower"
-    else:
-        verdict = "inconclusive"
-    return {**out, "welch_p": p_value, "difference_ci90": [low, high], "verdict": verdict}
+    rows = []
+    for summary in summaries:
+        ours, peer = summary.get("_ours_values") or [], summary.get("_peer_values") or []
+        if len(ours) < 2 or len(peer) < 2:
+            rows.append(verdict_rule.Row(None, None, None, "too few seeds: both sides need 2", reference_fixed=False))
+            continue
+        threshold = scores.success_threshold(summary["env_id"])
+        if threshold is not None:
+            rows.append(
+                verdict_rule.Row(
+                    verdict_rule.Sample.of(ours, [value >= threshold for value in ours]),
+                    verdict_rule.Sample.of(peer, [value >= threshold for value in peer]),
+                    verdict_rule.Margin.for_rates(margin),
+                    reference_fixed=False,
+                )
+            )
+            continue
+        scale = verdicts.margin_for(summary["env_id"], margin, float(sum(peer) / len(peer)))
+        rows.append(verdict_rule.Row(verdict_rule.Sample.of(ours), verdict_rule.Sample.of(peer), scale, reference_fixed=False))
+    return rows
+
+
+def decide(summaries: list[dict[str, Any]], margin: float = MARGIN) -> list[dict[str, Any]]:
+    """Each summary with its verdict, the table decided at once (Holm over its tested rows)."""
+    from benchmark.analysis import verdict_rule
+
+    decisions = verdict_rule.decide(rows_to_decide(summaries, margin))
+    for summary, decision in zip(summaries, decisions):
+        evidence = decision.evidence
+        summary.update(
+            margin_fraction=margin,
+            margin=decision.margin.absolute if decision.margin is not None else None,
+            margin_text=decision.margin.text() if decision.margin is not None else "—",
+            verdict=decision.label if evidence is not None else "too few seeds",
+            verdict_text=decision.text if evidence is not None else "too few seeds",
+            test=decision.explanation() if evidence is not None else "; ".join(decision.notes),
+            welch_p=evidence.p_value if evidence is not None else None,
+            difference_ci90=[evidence.low, evidence.high] if evidence is not None else None,
+            rates=evidence.rate if evidence is not None else False,
+            seeds_needed=decision.seeds_needed,
+            decision=decision,
+        )
+    return summaries
+
+
+def compare(ours: Sequence[float], peer: Sequence[float], margin: float = MARGIN, env_id: str = "") -> dict[str, Any]:
+    """One comparison decided alone (a table of one row): ``ours`` against ``peer`` (per-seed final returns)."""
+    out: dict[str, Any] = {"env_id": env_id, "ours": side_summary(ours), "peer": side_summary(peer), "_ours_values": list(ours), "_peer_values": list(peer)}
+    out["difference"] = out["ours"]["mean"] - out["peer"]["mean"]
+    return decide([out], margin)[0]
 
 
 # ---------------------------------------------------------------- the record on disk
@@ -115,14 +146,31 @@ def save_run(path: Path, setting: dict[str, Any], run: dict[str, Any]) -> dict[s
 
 
 def summarize(record: dict[str, Any], margin: float = MARGIN) -> dict[str, Any]:
-    """The comparison over the seeds both sides have finished."""
+    """The comparison over the seeds both sides have finished, decided alone (``table_rows``
+    decides a whole table at once)."""
+    summary = _summary(record)
+    return decide([summary], margin)[0] if summary["seeds"] else summary
+
+
+def _summary(record: dict[str, Any]) -> dict[str, Any]:
     by_side = {side: {r["seed"]: r["final_return"] for r in record["runs"] if r["side"] == side} for side in SIDES}
     seeds = sorted(set(by_side["ours"]) & set(by_side["peer"]))
     versions = sorted({r["version"] for r in record["runs"] if r["side"] == "peer"})
-    head = {**{key: record["setting"][key] for key in ("algo", "env_id", "steps", "episodes")}, "seeds": seeds, "peer_version": ", ".join(versions)}
+    commits = sorted({(r.get("machine") or {}).get("git_sha", "")[:7] for r in record["runs"] if r["side"] == "ours" and r["seed"] in seeds} - {""})
+    head = {
+        **{key: record["setting"][key] for key in ("algo", "env_id", "steps", "episodes")},
+        "seeds": seeds,
+        "peer_version": ", ".join(versions),
+        "commits": commits,
+    }
     if not seeds:
-        return {**head, "verdict": "no seed finished on both sides"}
-    return {**head, **compare([by_side["ours"][s] for s in seeds], [by_side["peer"][s] for s in seeds], margin)}
+        return {**head, "verdict": "no seed finished on both sides", "verdict_text": "no seed finished on both sides"}
+    ours, peer = [by_side["ours"][s] for s in seeds], [by_side["peer"][s] for s in seeds]
+    out = {**head, "ours": side_summary(ours), "peer": side_summary(peer), "_ours_values": ours, "_peer_values": peer}
+    out["difference"] = out["ours"]["mean"] - out["peer"]["mean"]
+    seconds = {side: [r["seconds"] for r in record["runs"] if r["side"] == side and r.get("seconds")] for side in SIDES}
+    out["_seconds"] = sum(statistics.mean(values) for values in seconds.values()) if all(seconds.values()) else None
+    return out
 
 
 # ---------------------------------------------------------------- the table
@@ -137,15 +185,18 @@ TABLE_COLUMNS = (
     "peer mean [95% CI]",
     "peer",
     "difference [90% CI]",
-    "Welch p",
+    "p (Holm over the table)",
     "margin",
     "verdict",
 )
 
 
 def table_rows(directory: Path = PARITY_DIR, margin: float = MARGIN) -> list[dict[str, Any]]:
-    """One summary per record file under ``directory`` (sorted by file name)."""
-    return [summarize(load_record(path), margin) for path in sorted(directory.glob("*.json"))]  # type: ignore[arg-type]
+    """One summary per record file under ``directory`` (sorted by file name), the rows with
+    seeds on both sides decided as one table."""
+    summaries = [_summary(load_record(path)) for path in sorted(directory.glob("*.json"))]  # type: ignore[arg-type]
+    decide([summary for summary in summaries if summary["seeds"]], margin)
+    return summaries
 
 
 def _interval(low_high: list[float] | None, mean: float | None = None) -> str:
@@ -155,20 +206,38 @@ def _interval(low_high: list[float] | None, mean: float | None = None) -> str:
     return f"{mean:,.0f} [{low:,.0f}, {high:,.0f}]" if mean is not None else f"[{low:,.0f}, {high:,.0f}]"
 
 
+def _success(summary: dict[str, Any], side: str) -> str:
+    from benchmark.analysis import scores
+
+    threshold = scores.success_threshold(summary["env_id"])
+    if threshold is None:
+        return ""
+    values = summary[f"_{side}_values"]
+    return f"; {sum(value >= threshold for value in values)}/{len(values)} reach {threshold:g}"
+
+
 def row_cells(summary: dict[str, Any]) -> list[str]:
-    p = summary["welch_p"]
+    p = summary.get("welch_p")
+    seeds = bool(summary["seeds"])
+    if summary.get("rates") and summary.get("difference_ci90"):
+        low, high = summary["difference_ci90"]
+        difference = f"{summary['decision'].evidence.difference:+.2f} [{low:+.2f}, {high:+.2f}] (success rate)"
+    elif summary.get("difference_ci90"):
+        difference = f"{summary['difference']:+,.0f} {_interval(summary['difference_ci90'])}"
+    else:
+        difference = "—"
     return [
         summary["algo"],
         summary["env_id"],
         f"{summary['steps']:,}",
         str(len(summary["seeds"])),
-        _interval(summary["ours"]["ci95"], summary["ours"]["mean"]) if summary["seeds"] else "—",
-        _interval(summary["peer"]["ci95"], summary["peer"]["mean"]) if summary["seeds"] else "—",
+        _interval(summary["ours"]["ci95"], summary["ours"]["mean"]) + _success(summary, "ours") if seeds else "—",
+        _interval(summary["peer"]["ci95"], summary["peer"]["mean"]) + _success(summary, "peer") if seeds else "—",
         summary["peer_version"],
-        f"{summary['difference']:+,.0f} {_interval(summary['difference_ci90'])}" if summary["difference_ci90"] else "—",
-        "—" if p is None else f"{p:.3f}",
-        f"±{summary['margin']:,.0f} ({summary['margin_fraction']:.0%})",
-        summary["verdict"],
+        difference,
+        "—" if p is None else ("< 0.001" if p < 0.001 else f"{p:.3f}"),
+        summary.get("margin_text", "—"),
+        summary.get("verdict_text", summary["verdict"]),
     ]
 
 
@@ -200,7 +269,10 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
             "difference_ci90_high",
             "welch_p",
             "margin",
+            "margin_text",
             "verdict",
+            "verdict_text",
+            "seeds_needed",
         ]
     )
     for row in rows:
@@ -221,7 +293,10 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
                 *difference_ci,
                 row["welch_p"],
                 row["margin"],
+                row["margin_text"],
                 row["verdict"],
+                row["verdict_text"],
+                "" if row["seeds_needed"] is None else row["seeds_needed"],
             ]
         )
     return stream.getvalue()

@@ -20,6 +20,7 @@ from typing import Any
 from benchmark import metric_names, tracking
 from benchmark.bundles import BundledRun
 from benchmark.config import Suite
+from benchmark.execution import outcomes
 from benchmark.run_record import RunRecord, from_bundle, mark_unusable
 
 
@@ -69,12 +70,16 @@ def _from_store(suite: Suite, tracking_uri: str, with_curves: bool) -> list[RunR
         record.video_strip = chosen.data.tags.get(metric_names.VIDEO_STRIP_TAG)
         if record.status == "FINISHED":
             record.final_train_return = metrics.get(metric_names.TRAIN_RETURN)
+            record.train_last100 = outcomes.train_last100(metrics)
+        record.fingerprint = chosen.data.tags.get(metric_names.FINGERPRINT_TAG, "")
         if with_curves:
             history = tracking.retry(lambda: client.get_metric_history(chosen.info.run_id, metric_names.EVAL_RETURN_MEAN))
             record.curve = sorted((int(m.step), float(m.value)) for m in history)
+            if record.status == "FINISHED" and record.train_last100 is None:  # made before the run logged it at its end
+                record.train_last100 = last_training_returns(client, chosen.info.run_id)
             if record.status == "FINISHED" and record.final_train_return is None and record.curve:  # made before it was logged
                 steps = [step for step, _ in record.curve]
-                record.final_train_return = tracking.training_returns(client, chosen.info.run_id, steps)[steps[-1]][0]
+                record.final_train_return = training_returns(client, chosen.info.run_id, steps)[steps[-1]][0]
     return records
 
 
@@ -101,3 +106,26 @@ def fetch_video_strips(records: list[RunRecord], tracking_uri: str | None, direc
             partial.replace(target)
             strips[record.spec.run_key] = target
     return strips
+
+
+def training_returns(mlflow_client: Any, run_id: str, steps: list[int]) -> dict[int, tuple[float | None, int]]:
+    """Evaluation step -> (mean, count) of the run's logged training episodes (``train/episode_return``)
+    that ended after the previous evaluation and at or before this one (``steps`` sorted): for
+    runs made before the loop logged this itself at each evaluation."""
+    import bisect
+
+    history = tracking.retry(lambda: mlflow_client.get_metric_history(run_id, metric_names.TRAIN_EPISODE_RETURN))
+    buckets: dict[int, list[float]] = {step: [] for step in steps}
+    for metric in history:
+        index = bisect.bisect_left(steps, int(metric.step))
+        if index < len(steps):
+            buckets[steps[index]].append(float(metric.value))
+    return {step: ((sum(values) / len(values)) if values else None, len(values)) for step, values in buckets.items()}
+
+
+def last_training_returns(mlflow_client: Any, run_id: str, count: int = 100) -> tuple[float, int] | None:
+    """(mean, episodes) of the run's last ``count`` logged training episodes (``train/episode_return``,
+    in the order they ended), for runs that did not log the figure at their end; None: none logged."""
+    history = tracking.retry(lambda: mlflow_client.get_metric_history(run_id, metric_names.TRAIN_EPISODE_RETURN))
+    ordered = [float(m.value) for m in sorted(history, key=lambda m: (int(m.step), int(m.timestamp)))][-count:]
+    return (sum(ordered) / len(ordered), len(ordered)) if ordered else None

@@ -17,6 +17,10 @@ table (the source columns, each row with its source and address: e.g. Tianshou's
 curves read at 300k steps, for the reduced-budget off-policy record); ``reference build``
 appends them.
 
+``results/reference/per_seed.csv`` holds the per-seed values behind some published rows (one
+row per source row, env step and seed: Tianshou's per-seed curves around 300k steps), so that
+a verdict resamples the source's seeds instead of assuming a normal spread.
+
 ``results/reference/random.csv`` holds uniform-random-policy returns measured by this suite on
 the exact environment versions it runs (``python -m benchmark reference random``).
 
@@ -107,6 +111,9 @@ class Normalizer:
     env_id: str
     random: RandomScore | None
     reference: ReferenceScore | None
+    provisional: bool = False
+    """Not (yet) fixed in ``normalizers.csv``: the rule's current choice, which a published score
+    added later may move (``benchmark.analysis.normalizers``)."""
 
     @property
     def available(self) -> bool:
@@ -285,6 +292,33 @@ def _load_scores(path: Path, modified: int) -> tuple[ReferenceScore, ...]:
         except (KeyError, TypeError, ValueError) as error:
             raise _malformed(path, number, error) from None
     return tuple(scores)
+
+
+PerSeed = dict[int, list[tuple[int, float]]]
+"""Seed -> [(env step, return)] of one source row, sorted by step."""
+
+
+def load_per_seed(path: Path = REFERENCE_DIR / "per_seed.csv") -> dict[tuple[str, str, str, int], PerSeed]:
+    """(source, algo, env id, budget) of a published row -> its seeds' values ({} without the file)."""
+    if not path.exists():
+        return {}
+    found: dict[tuple[str, str, str, int], PerSeed] = {}
+    for number, row in enumerate(_rows(path), start=2):
+        try:
+            key = (row["source"], row["algo"], row["env_id"], int(row["budget_steps"]))
+            found.setdefault(key, {}).setdefault(int(row["seed"]), []).append((int(row["env_step"]), float(row["return"])))
+        except (KeyError, TypeError, ValueError) as error:
+            raise _malformed(path, number, error) from None
+    for seeds in found.values():
+        for values in seeds.values():
+            values.sort()
+    return found
+
+
+def per_seed_of(score: ReferenceScore, table: dict[tuple[str, str, str, int], PerSeed] | None = None) -> PerSeed | None:
+    """The seeds' values behind a published row, where ``per_seed.csv`` holds them."""
+    table = load_per_seed() if table is None else table
+    return table.get((score.source, score.algo, score.env_id, score.budget_steps or 0))
 
 
 def load_random(path: Path = REFERENCE_DIR / "random.csv") -> dict[str, RandomScore]:

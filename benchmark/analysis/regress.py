@@ -2,14 +2,13 @@
 
 A rerun uses new seeds (the baseline's shifted by ``SEED_OFFSET``), so the check sees the same
 seed-to-seed noise a user would; re-using the baseline's seeds on the same machine would give
-identical numbers and hide it. Per (algorithm configuration, environment) the verdict is a
-**regression** when both hold:
-
-1. Welch's one-sided t-test (H1: the current mean is lower) rejects at ``alpha``, with the
-   Holm-Bonferroni correction over all comparisons of the check, so that the family-wise
-   false-alarm rate stays at ``alpha`` however many rows the suite has; and
-2. the drop is at least ``min_effect`` in normalized-score units (a fraction of reference -
-   random), so that a tiny but consistent shift does not fail a build.
+identical numbers and hide it. Each (algorithm configuration, environment) is judged by the
+verdict rule (``verdict_rule``) against the baseline's seeds, the margin (``min_effect``, in
+normalized units) stated in advance: equivalent (the 90% interval of the difference inside the
+margin), above / below (Welch's two-sided test rejects after Holm's correction over every row of
+the check, so that the family-wise false-alarm rate stays at ``alpha`` however many rows the
+suite has), or inconclusive. A **regression** is a row judged *below* whose drop is at least the
+margin (so that a tiny but consistent shift does not fail a build).
 
 A configuration whose runs fail (or finish fewer than two seeds) is a regression too.
 """
@@ -26,7 +25,7 @@ import numpy as np
 
 from agents.errors import ConfigError
 from benchmark import provenance
-from benchmark.analysis import reference, stats
+from benchmark.analysis import normalizers, stats, verdict_rule
 from benchmark.analysis.records import RunRecord
 from benchmark.analysis.report import Group, group_records
 from benchmark.config import PROJECT_ROOT, key_form
@@ -114,6 +113,8 @@ class Verdict:
     scale: float
     """Return units per normalized unit: reference - random (or the baseline's distance from random)."""
     welch: stats.WelchResult | None = None
+    decision: verdict_rule.Decision | None = None
+    """The verdict rule's decision of the row (``welch`` holds the same test's figures)."""
     improvement: stats.Interval | None = None
     """P(current > baseline): a seed of the current code beating a seed of the baseline."""
     regressed: bool = False
@@ -130,15 +131,15 @@ class Verdict:
         if self.welch is None:
             return f"{self.key}: {self.note}"
         w = self.welch
+        rule = f"; {self.decision.text}: {self.decision.explanation()}" if self.decision is not None else ""
         return (
             f"{self.key}: final return {baseline} -> {current} ({w.difference:+.1f}, {self.normalized_difference:+.2f} normalized; "
-            f"95% CI of the difference [{w.low:+.1f}, {w.high:+.1f}]; one-sided Welch p = {w.p_value:.2g}; "
-            f"P(current > baseline) = {self.improvement}){self.note}"
+            f"95% CI of the difference [{w.low:+.1f}, {w.high:+.1f}]; P(current > baseline) = {self.improvement}{rule}){self.note}"
         )
 
 
 def _scale(env_id: str, baseline: np.ndarray) -> float:
-    normalizer = reference.normalizer(env_id)
+    normalizer = normalizers.normalizer(env_id)
     if normalizer.available:
         assert normalizer.reference is not None and normalizer.random is not None  # available: both known
         return abs(normalizer.reference.mean - normalizer.random.mean)
@@ -188,7 +189,7 @@ def compare(
             verdict.regressed = True
             verdict.note = f"runs did not finish (seeds {unfinished}: {group.status_counts})" + verdict.note
         if len(current) >= 2 and len(baseline) >= 2:
-            verdict.welch = stats.welch_less(current, baseline)
+            verdict.welch = stats.welch_two_sided(current, baseline)
             verdict.improvement = stats.probability_of_improvement_interval({key: current}, {key: baseline.tolist()})
         elif not unfinished:
             verdict.note = "fewer than two seeds on one side (not compared)" + verdict.note
@@ -210,11 +211,15 @@ def compare(
                 )
             )
 
-    tested = [(v, v.welch) for v in verdicts if v.welch is not None]
-    rejected = stats.holm([welch.p_value for _, welch in tested], alpha) if tested else []
-    for (verdict, welch), significant in zip(tested, rejected):
-        effect = welch.difference / verdict.scale  # verdict.normalized_difference
-        if significant and -effect >= min_effect:
-            verdict.regressed = True
-        verdict.improved = not verdict.regressed and welch.low > 0 and effect >= min_effect
+    tested = [v for v in verdicts if v.welch is not None]
+    margin = max(min_effect, 1e-9)  # a margin of 0 (any significant drop counts) is the smallest positive one
+    rows = [
+        verdict_rule.Row(verdict_rule.Sample.of(v.current), verdict_rule.Sample.of(v.baseline), verdict_rule.Margin(margin, v.scale), reference_fixed=False)
+        for v in tested
+    ]
+    for verdict, decision in zip(tested, verdict_rule.decide(rows, alpha)):
+        verdict.decision = decision
+        effect = decision.evidence.difference / verdict.scale if decision.evidence is not None else 0.0
+        verdict.regressed = verdict.regressed or (decision.label == verdict_rule.BELOW and -effect >= min_effect)
+        verdict.improved = not verdict.regressed and decision.label == verdict_rule.ABOVE and effect >= min_effect
     return verdicts

@@ -22,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.analysis import plots, reference, stats, verdicts
+from benchmark.analysis import plots, reference, stats, verdict_rule, verdicts
+from benchmark.analysis.normalizers import normalizer as fixed_normalizer
 from benchmark.analysis.records import RunRecord
+from benchmark.analysis.scores import NAMES as SCORE_NAMES
 from benchmark.config import Suite, configurations
 
 AGGREGATE_REPS = 20_000
@@ -208,7 +210,7 @@ def write_report(
     previous_plots = set(plot_dir.glob("*.png")) if plot_dir.exists() else set()
     groups = group_records(records)
     env_ids = list(dict.fromkeys(g.env_id for g in groups))
-    normalizers = {env_id: reference.normalizer(env_id, reference_dir) for env_id in env_ids}
+    normalizers = {env_id: fixed_normalizer(env_id, reference_dir) for env_id in env_ids}
     scores_table = reference.load_scores(reference_dir / "scores.csv")
 
     doc = Document()
@@ -305,18 +307,22 @@ def _verdicts_section(doc: Document, groups: list[Group], scores_table: tuple[re
         return
     doc.heading(2, "Reproduction verdicts")
     doc.paragraph(
-        "Our final evaluation against the same algorithm's published score, chosen comparable first, then like "
-        f"protocol, closest budget and env version. Reproduced: the published mean is consistent with our seeds at "
-        f"level {verdicts.ALPHA} (Welch's t-test where the source gives a spread over seeds; otherwise the 95% "
-        "prediction interval for the mean of as many runs as the source trained); above or below: it is not, and our "
-        "mean is above or below it; not comparable: budget (more than 2x apart), protocol (maximum over training) or "
-        "env version (a changed reward) differ, or fewer than 2 seeds finished. With few seeds only large "
-        "differences show: 'reproduced' means 'not distinguishable at this number of seeds'."
+        "Each configuration against the same algorithm's published score, chosen comparable first, then like protocol, "
+        "closest budget and env version, both sides scored as the source measured (final evaluation, the mean of the "
+        "evaluations in the last 10% of the budget, or the last 100 training episodes). One rule, its margin stated in "
+        f"advance (±{verdict_rule.DEFAULT_MARGIN:g} in the task's normalized units): reproduced when the 90% interval of the "
+        "difference lies within the margin (two one-sided tests at 5%); above or below when Welch's test rejects after "
+        f"Holm's correction over this table at α = {verdicts.ALPHA}; otherwise inconclusive, with the seeds that would decide "
+        "at 80% power. Against one trained agent a cell is never reproduced: consistent with it or outside its interval. "
+        "Not comparable: budget (more than 2x apart), protocol (maximum over training), env version (a changed reward) "
+        "or env settings differ, or fewer than 2 seeds finished."
     )
-    rows = [[v.label, v.env_id, f"{v.budget_steps:,}", verdicts.ours_text(v), verdicts.published_text(v), v.verdict, v.test, v.reason] for v in judged]
-    doc.table(["algorithm", "environment", "steps", "ours (mean ± std)", "published", "verdict", "test", "note"], rows)
-    counts = Counter(v.verdict for v in judged)
-    doc.paragraph("In all: " + ", ".join(f"{counts[name]} {name}" for name in verdicts.VERDICTS if counts[name]) + ".")
+    rows = [
+        [v.label, v.env_id, f"{v.budget_steps:,}", SCORE_NAMES[v.score], verdicts.ours_text(v), verdicts.published_text(v), v.text, v.test, v.reason]
+        for v in judged
+    ]
+    doc.table(["algorithm", "environment", "steps", "score", "ours (mean ± std)", "published", "verdict", "test and margin", "note"], rows)
+    doc.paragraph("In all: " + verdicts.counts_text(judged) + ".")
 
 
 def _environment_section(

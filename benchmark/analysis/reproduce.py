@@ -12,12 +12,28 @@ bundle's row and compared with the bundle's evaluations.
 A run trained in a batch of seeds (tag ``batch_seeds``) is trained again in the same batch:
 batched matrix products round differently from single ones, so only the same batch repeats
 its numbers bit for bit.
+
+Bit-exactness holds on one CPU type at one commit. So a reproduction says two things:
+
+- **at today's code** (the default): bit-identical, or, when not, whether the new final score is
+  *consistent with the record*: inside the 95% prediction interval of one run drawn like the
+  cell's seeds (``mean ± t(0.975, n-1) · s · sqrt(1 + 1/n)``), with the behaviour fingerprint
+  (``benchmark.training.fingerprint``) saying whether the algorithm's code still behaves as the
+  code that trained the run;
+- **at the recorded commit** (``--at-recorded-commit``): the run trained again by its own commit's
+  code in a temporary git worktree (``replay_at_commit.py``), the recorded package versions and
+  CPU model compared with this machine's and every difference named: bit-identical is expected
+  only where they agree.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import os
+import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,3 +152,189 @@ def _train_again_in(
         if tags.get(name, "") != str(current.get(name, ""))
     }
     return Reproduction(run_id, spec, recorded, now, changes, batch_seeds if len(batch_seeds) > 1 else [])
+
+
+# ------------------------------------------------------------------------------------ judged
+
+
+@dataclass(frozen=True)
+class CellJudgement:
+    """Today's final score of a run against its cell's seeds."""
+
+    score: float
+    low: float
+    high: float
+    seeds: int
+    """The cell's finished seeds the interval comes from."""
+
+    @property
+    def consistent(self) -> bool:
+        return self.low <= self.score <= self.high
+
+    def text(self) -> str:
+        word = "consistent with the record" if self.consistent else "NOT consistent with the record"
+        return (
+            f"{word}: final return {self.score:,.1f} against the 95% prediction interval of one run from the cell's {self.seeds} seeds "
+            f"[{self.low:,.1f}, {self.high:,.1f}]"
+        )
+
+
+def judge_against_cell(score: float, cell: list[float]) -> CellJudgement | None:
+    """``score`` against the 95% prediction interval of one new run from ``cell`` (None: fewer than 2 seeds)."""
+    from scipy import stats as scipy_stats
+
+    if len(cell) < 2:
+        return None
+    mean = sum(cell) / len(cell)
+    sd = math.sqrt(sum((value - mean) ** 2 for value in cell) / (len(cell) - 1))
+    half = float(scipy_stats.t.ppf(0.975, len(cell) - 1)) * sd * math.sqrt(1 + 1 / len(cell))
+    return CellJudgement(score, mean - half, mean + half, len(cell))
+
+
+def cell_scores(spec: RunSpec, runs: list[BundledRun]) -> list[float]:
+    """The final returns of the runs of ``spec``'s configuration (every seed, the run's own included)."""
+    same = dataclasses.replace(spec, seed=0).run_key
+    return [run.final_return for run in runs if dataclasses.replace(run.spec, seed=0).run_key == same]
+
+
+def behaviour_text(algo: str, recorded: str, commit: str) -> str:
+    """Whether ``algo``'s code here behaves as the code that trained the run (its fingerprint)."""
+    from benchmark.training import fingerprint
+
+    now = fingerprint.recorded(algo)
+    if not now:
+        return f"behaviour: {algo}'s fingerprint cannot be computed here"
+    if not recorded:
+        return f"behaviour: the run has no fingerprint (python -m benchmark fingerprint --algo {algo} --at {commit[:7] or 'COMMIT'} computes its commit's)"
+    if fingerprint.same_behaviour(recorded, now):
+        return f"behaviour: {algo}'s code here behaves as the code that trained the run (same fingerprint)"
+    return f"behaviour: {algo}'s code has CHANGED since the run was trained at {commit[:7] or '?'} (its fingerprint differs)"
+
+
+# ------------------------------------------------------------------------------------ at its commit
+
+
+@dataclass
+class AtCommit:
+    commit: str
+    differences: list[str]
+    """What differs between the run's machine and code and this one (bit-exactness needs none)."""
+    recorded: list[tuple[int, float]]
+    now: list[tuple[int, float]]
+    read_as: list[str] = field(default_factory=list)
+
+    @property
+    def mismatches(self) -> list[str]:
+        return compare_evaluations(self.recorded, self.now)
+
+
+def expected_differences(provenance_tags: dict[str, str], versions: dict[str, str]) -> list[str]:
+    """The recorded CPU model and package versions that differ from this machine's (each breaks bit-exactness)."""
+    here = provenance.environment_tags()
+    found = []
+    recorded_cpu = provenance_tags.get("cpu_model", "")
+    if recorded_cpu and recorded_cpu != here["cpu_model"]:
+        found.append(f"CPU: the run was trained on {recorded_cpu}, this is {here['cpu_model']} (float kernels differ in the last bits)")
+    for package in provenance.PACKAGES:
+        before, after = versions.get(package, ""), here.get(f"version.{package}", "")
+        if before and before != after:
+            found.append(f"{package} {before} recorded, {after} here")
+    if provenance_tags.get("git_dirty") == "true":
+        found.append("the run was trained from a tree with uncommitted changes: its exact code is not in git")
+    return found
+
+
+def at_recorded_commit(run: BundledRun, timeout: float | None = None) -> AtCommit:
+    """Train ``run`` again with its recorded commit's code (a temporary worktree) and compare."""
+    from agents.registry import known_config
+
+    sha = run.provenance.get("git_sha", "")
+    if not sha or sha == "unknown":
+        raise ConfigError(f"run {run.run_key} recorded no git commit: it cannot be trained at its commit")
+    repository = provenance.repository()
+    commit = provenance.commit(repository, sha)
+    differences = expected_differences(run.provenance, run.versions)
+    current = run.spec.to_dict()
+    config = known_config(run.spec.algo)
+    recorded_names = {**current, "hyperparameters": config.key_form(run.spec.hyperparameters) if config is not None else run.spec.hyperparameters}
+    candidates = [_plain(data) for data in (current, recorded_names)]
+    batch = list(run.batch_seeds) if len(run.batch_seeds) > 1 else [run.spec.seed]
+    script = Path(__file__).with_name("replay_at_commit.py")
+    with provenance.worktree(repository, commit) as tree, tempfile.TemporaryDirectory(prefix="reprorl-replay-") as scratch:
+        output = Path(scratch) / "result.json"
+        environment = {**os.environ, "PYTHONPATH": str(tree), "MLFLOW_TRACKING_URI": f"sqlite:///{scratch}/mlflow.db"}
+        command = [sys.executable, "-P", str(script), json.dumps(candidates), json.dumps(batch), run.run_key, str(output)]
+        completed = subprocess.run(command, cwd=tree, env=environment, capture_output=True, text=True, timeout=timeout, check=False)
+        if not output.exists():
+            tail = " ".join(completed.stderr.strip().splitlines()[-1:]) or f"exit {completed.returncode}"
+            raise ConfigError(f"the code of {commit[:7]} could not train run {run.run_key}: {tail}")
+        result = json.loads(output.read_text())
+    if not result["run_key"]:
+        raise ConfigError(f"the code of {commit[:7]} reads this run's settings under another run key ({'; '.join(result['read_as'])}), not {run.run_key}")
+    recorded = [(evaluation.step, evaluation.mean) for evaluation in run.curve]
+    return AtCommit(commit, differences, recorded, [(int(step), float(mean)) for step, mean in result["evaluations"]], result["read_as"])
+
+
+CORE_FIELDS = ("suite", "algo", "env_id", "seed", "hyperparameters", "budget", "overrides")
+"""What every commit's RunSpec holds; the run key hashes these (fields added later only where set)."""
+
+
+def _plain(data: dict) -> dict:
+    """A spec dict as every commit's ``RunSpec.from_dict`` takes it: the core fields, and those
+    added since only where they hold more than their defaults (so an older RunSpec refuses a run
+    that needs them rather than training another one)."""
+    kept = {key: data[key] for key in CORE_FIELDS if key in data}
+    for name, empty in (("env_kwargs", {}), ("wrappers", []), ("continued_from", None)):
+        if data.get(name, empty) != empty:
+            kept[name] = data[name]
+    return kept
+
+
+def bundled_from_store(run_id: str, tracking_uri: str) -> BundledRun:
+    """A finished run of the tracking store as a bundled run (its spec, curve, provenance and
+    versions): what ``--at-recorded-commit`` and the cell judgement read."""
+    client = tracking.client(tracking_uri)
+    try:
+        run = tracking.retry(lambda: client.get_run(run_id))
+    except Exception as error:  # noqa: BLE001 - MLflow raises its own exception types for a bad id
+        raise ConfigError(f"no MLflow run {run_id!r} in {tracking_uri}: {error}") from None
+    if run.info.status != "FINISHED":
+        raise ConfigError(f"run {run_id} is {run.info.status}, not FINISHED: there is nothing to compare against")
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            config_path = client.download_artifacts(run_id, "config.json", scratch)
+        except Exception:  # noqa: BLE001
+            raise ConfigError(f"run {run_id} has no config.json artifact: it is not a reprorl child run") from None
+        spec = RunSpec.from_dict(json.loads(Path(config_path).read_text()))
+    from benchmark import bundles
+    from benchmark.bundles import Evaluation
+
+    history = tracking.retry(lambda: client.get_metric_history(run_id, metric_names.EVAL_RETURN_MEAN))
+    tags = run.data.tags
+    return BundledRun(
+        spec,
+        float(run.data.metrics.get(metric_names.FINAL_RETURN_MEAN, float("nan"))),
+        run.data.metrics.get(metric_names.FINAL_RETURN_STD),
+        tuple(Evaluation(int(m.step), float(m.value), float("nan")) for m in sorted(history, key=lambda m: int(m.step))),
+        provenance={name: tags.get(name, "") for name in bundles.PROVENANCE},
+        versions={name.split(".", 1)[1]: value for name, value in tags.items() if name.startswith("version.")},
+        batch_seeds=tuple(int(seed) for seed in tags.get("batch_seeds", "").split()),
+        mlflow_run_id=run_id,
+        fingerprint=tags.get(metric_names.FINGERPRINT_TAG, ""),
+    )
+
+
+def store_cell_scores(spec: RunSpec, tracking_uri: str) -> list[float]:
+    """The final returns of the finished runs of ``spec``'s configuration in the store, where its
+    suite file names them (every seed the suite lists, and ``spec``'s)."""
+    from benchmark import config
+
+    try:
+        suite = config.load_suite(spec.suite)
+    except ConfigError:
+        return []
+    same = dataclasses.replace(spec, seed=0).run_key
+    keys = {s.run_key for s in suite.specs if dataclasses.replace(s, seed=0).run_key == same} | {spec.run_key}
+    found = tracking.finished_child_runs(tracking_uri, spec.suite, keys)
+    values = [run.data.metrics.get(metric_names.FINAL_RETURN_MEAN) for run in found.values()]
+    return [float(value) for value in values if value is not None and math.isfinite(value)]

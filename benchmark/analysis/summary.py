@@ -25,21 +25,13 @@ class SummaryRow:
     """Seeds another launch is training (not waited for)."""
     algo: str = ""
     budget_steps: int = 0
-    train_returns: list[float | None] | None = None
-    """Each finished seed's training return of the last evaluation interval (None: not recorded)."""
     env_changed: str = ""
     """The env in words where env_kwargs or wrappers made it (not comparable with a source)."""
-
-    @property
-    def verdict(self) -> str:
-        """Reproduced, above, below, not comparable or no published score (``benchmark.analysis.verdicts``); '—' without a finished seed."""
-        from benchmark.analysis import verdicts
-
-        if not self.returns or not self.algo:
-            return "—"
-        return verdicts.verdict_for(
-            self.algo, self.env_id, self.budget_steps, self.returns, self.train_returns or [], self.label, env_changed=self.env_changed
-        ).verdict
+    records: list[RunRecord] | None = None
+    """The finished seeds' records (what the verdict reads)."""
+    verdict: str = "—"
+    """The verdict against the published score (``benchmark.analysis.verdicts``), decided with the
+    table's other rows; '—' without a finished seed."""
 
     @property
     def mean(self) -> float | None:
@@ -67,7 +59,7 @@ def summarize(outcomes: Iterable[RunRecord]) -> list[SummaryRow]:
                 env_id=specs[0].env_id,
                 seeds=sorted(m.spec.seed for m in members),
                 returns=[m.final_return for m in finished if m.final_return is not None],
-                train_returns=[m.final_train_return for m in finished if m.final_return is not None],
+                records=[m for m in finished if m.final_return is not None],
                 steps_per_second=float(np.mean(speeds)) if speeds else None,
                 failed=len(members) - len(finished) - elsewhere,
                 elsewhere=elsewhere,
@@ -76,7 +68,20 @@ def summarize(outcomes: Iterable[RunRecord]) -> list[SummaryRow]:
                 env_changed="" if specs[0].env.plain else specs[0].env.describe(),
             )
         )
+    _judge(rows)
     return rows
+
+
+def _judge(rows: list[SummaryRow]) -> None:
+    """Each row's verdict, the table decided at once (Holm's correction across its rows)."""
+    from benchmark.analysis import verdicts
+
+    judged = [row for row in rows if row.returns and row.algo and row.records]
+    if not judged:
+        return
+    cases = [verdicts.Case(row.label, row.algo, row.env_id, row.budget_steps, tuple(row.records or ()), row.env_changed) for row in judged]
+    for row, verdict in zip(judged, verdicts.judge_cases(cases)):
+        row.verdict = verdict.text
 
 
 HEADERS = ("algorithm", "environment", "seeds", "final eval return (mean ± std over seeds)", "per seed", "steps/s", "vs published")

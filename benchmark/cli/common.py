@@ -67,6 +67,28 @@ def add_format(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def margin_value(text: str) -> float:
+    """--margin: a positive number of normalized units (argparse names the option on error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number of normalized units such as 0.2, got {text!r}") from None
+    if not (value > 0 and value < 100):  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"expected a positive number of normalized units such as 0.2, got {text!r}")
+    return value
+
+
+def add_margin(parser: argparse.ArgumentParser, default: float = 0.2, what: str = "normalized units (random 0, the task's reference 1)") -> None:
+    """The equivalence margin, stated before looking (the verdict rule: docs/results.md)."""
+    parser.add_argument(
+        "--margin",
+        type=margin_value,
+        default=default,
+        metavar="M",
+        help=f"equivalence margin in {what}: reproduced means the 90%% interval of the difference lies within ±M (default {default:g})",
+    )
+
+
 def add_seeds_per_process(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seeds-per-process",

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmark.cli.common import EXIT_RUNS_FAILED, add_format, add_store_arguments, error_line, store_if_exists, writable_report_directory
+from benchmark.cli.common import EXIT_RUNS_FAILED, add_format, add_margin, add_store_arguments, error_line, store_if_exists, writable_report_directory
 
 if TYPE_CHECKING:
     from benchmark.run_record import RunRecord
@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 def add_parser(commands: Any) -> None:
     compare = commands.add_parser(
-        "compare", help="a candidate's runs against baselines' (e.g. published/mujoco): per task better / no difference / worse, normalized aggregates"
+        "compare",
+        help="a candidate's runs against baselines' (e.g. published/mujoco): per task equivalent, better, worse or inconclusive; aggregates",
     )
     compare.add_argument("--candidate", required=True, help="a suite (name or path: its runs in the store and its bundle) or a result bundle directory")
     compare.add_argument(
@@ -26,6 +27,7 @@ def add_parser(commands: Any) -> None:
     )
     compare.add_argument("--algos", nargs="+", help="only these baseline algorithms (default: every one)")
     compare.add_argument("--output", type=Path, help="report directory (default results/reports/compare-<candidate>-vs-<baseline>)")
+    add_margin(compare)
     add_store_arguments(compare)
     add_format(compare)
 
@@ -74,7 +76,7 @@ def command_compare(args: argparse.Namespace, console: Output) -> int:
     for algo in args.algos or []:
         if algo not in algos:
             raise ConfigError(f"--algos {algo}: the baseline has no finished run of it; it has {', '.join(algos) or 'none'}")
-    pairs = compare.compare(candidate, baseline, args.algos)
+    pairs = compare.compare(candidate, baseline, args.algos, margin=args.margin)
     if not pairs:
         tasks = sorted({record.spec.env_id for record in finished})
         error_line(f"the baseline has no run on the candidate's tasks ({', '.join(tasks)}): nothing to compare")

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from benchmark.cli.common import add_format
+from benchmark.cli.common import add_format, add_margin
 
 # ConfigError (agents.api) is imported in the functions that raise it: importing agents starts torch,
 # and the command line's parser reads this module (--help must not wait for torch).
@@ -36,12 +36,7 @@ def add_parser(commands: Any) -> None:
         help="seeds (default 0-4); seeds the record already holds are not trained again",
     )
     command.add_argument("--episodes", type=int, default=parity.EPISODES, help=f"final evaluation episodes (default {parity.EPISODES})")
-    command.add_argument(
-        "--margin",
-        type=float,
-        default=parity_records.MARGIN,
-        help=f"equivalence margin, a fraction of the peer's mean return (default {parity_records.MARGIN})",
-    )
+    add_margin(command, parity_records.MARGIN, "normalized units (random 0, the task's reference 1; on CartPole and InvertedPendulum: of the success rate)")
     command.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="runs trained at once, one core each (default: every core)")
     command.add_argument("--device", default="cpu", help="cpu (default) or cuda: where both sides train (the runs of one invocation share the GPU)")
     command.add_argument("--force", action="store_true", help="train the seeds again even where the record holds them")
@@ -59,8 +54,6 @@ def command_parity(args: argparse.Namespace, console: Any) -> int:
     if args.table:
         if args.algo:
             raise ConfigError("--table tabulates every record; drop --algo")
-        if not 0.0 < args.margin < 1.0:
-            raise ConfigError(f"--margin must be a fraction in (0, 1), got {args.margin}")
     else:
         if not args.algo:
             raise ConfigError("parity needs --algo (or --table)")
@@ -90,14 +83,15 @@ def command_parity(args: argparse.Namespace, console: Any) -> int:
     table = TableData(
         "parity: ours against the peer library at identical settings (final deterministic returns)",
         list(parity_records.TABLE_COLUMNS),
-        names={"algorithm", "environment", "verdict"},
-        right={"steps", "seeds", "Welch p"},
+        names={"algorithm", "environment"},
+        right={"steps", "seeds", "p (Holm over the table)"},
     )
     for row in rows:
         table.add(*parity_records.row_cells(row))
     console.table(table)
     console.print(
-        f"equivalent: the 90% interval of the difference lies within the margin (TOST, 5%); tables: "
+        f"reproduced: the 90% interval of the difference lies within the margin (TOST, 5%); above/below: Welch's test rejects "
+        f"after Holm's correction over the table; inconclusive (needs N): N seeds a side would decide with 80% power; tables: "
         f"{args.output_dir / 'parity.md'}, {args.output_dir / 'parity.csv'}",
         highlight=False,
         markup=False,

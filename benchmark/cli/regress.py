@@ -38,7 +38,14 @@ def add_parser(commands: Any) -> None:
     regress.add_argument("--workers", type=int, default=1, help="runs trained in parallel processes (default 1)")
     add_seeds_per_process(regress)
     regress.add_argument("--alpha", type=float, default=0.05, help="family-wise false-alarm rate (Holm over rows; default 0.05)")
-    regress.add_argument("--min-effect", type=float, default=0.1, help="smallest drop that counts, in normalized score (default 0.1)")
+    regress.add_argument(
+        "--margin",
+        "--min-effect",
+        dest="min_effect",
+        type=float,
+        default=0.1,
+        help="the margin, in normalized score: equivalent within it, and the smallest drop that counts as a regression (default 0.1)",
+    )
     regress.add_argument(
         "--from",
         dest="from_dirs",
@@ -112,13 +119,14 @@ def command_regress(args: argparse.Namespace, console: Output) -> int:
 
     table = TableData(
         f"regression check of suite {suite.name!r}: seeds {seeds} against the baseline of {payload['code']['git_sha'][:10]} ({payload['created']})",
-        ["configuration", "baseline mean", "current mean", "difference [95% CI]", "normalized", "p (Welch, one-sided)", "P(current > baseline)", "verdict"],
+        ["configuration", "baseline mean", "current mean", "difference [95% CI]", "normalized", "p (Welch, Holm)", "P(current > baseline)", "verdict"],
         names={"configuration"},
-        right={"baseline mean", "current mean", "normalized", "p (Welch, one-sided)"},
+        right={"baseline mean", "current mean", "normalized", "p (Welch, Holm)"},
     )
     for v in verdicts:
         w = v.welch
-        verdict = "REGRESSION" if v.regressed else ("improved" if v.improved else "ok")
+        judged = v.decision.text if v.decision is not None else "not compared"
+        verdict = f"REGRESSION ({judged})" if v.regressed else (f"improved ({judged})" if v.improved else judged)
         table.add(
             v.key,
             f"{sum(v.baseline) / len(v.baseline):.1f}" if v.baseline else "—",
@@ -138,11 +146,11 @@ def command_regress(args: argparse.Namespace, console: Output) -> int:
         for v in regressions:
             console.print(f"[bold red]REGRESSION[/] {escape(v.describe())}", highlight=False, soft_wrap=True)
         console.print(
-            f"{len(regressions)} of {len(verdicts)} configurations regressed (Welch one-sided, Holm-corrected at "
-            f"alpha {args.alpha}, drop >= {args.min_effect} normalized)"
+            f"{len(regressions)} of {len(verdicts)} configurations regressed (below by the verdict rule: Welch two-sided, Holm-corrected "
+            f"at alpha {args.alpha}, a drop of at least the margin {args.min_effect} normalized)"
         )
         return EXIT_REGRESSION
-    console.print(f"no regression in {len(verdicts)} configurations (alpha {args.alpha}, min effect {args.min_effect} normalized)")
+    console.print(f"no regression in {len(verdicts)} configurations (alpha {args.alpha}, margin {args.min_effect} normalized)")
     return 0
 
 

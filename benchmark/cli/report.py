@@ -23,8 +23,15 @@ if TYPE_CHECKING:
 
 
 def add_parser(commands: Any) -> None:
-    reproduce = commands.add_parser("reproduce", help="train a recorded MLflow run again from its config and compare the metrics")
+    reproduce = commands.add_parser(
+        "reproduce", help="train a recorded run again: bit-identical, or consistent with its cell's seeds; --at-recorded-commit: with its own commit's code"
+    )
     reproduce.add_argument("run_id", help="MLflow run id of a finished child run, or a run key (or its MLflow run id) that a bundle holds")
+    reproduce.add_argument(
+        "--at-recorded-commit",
+        action="store_true",
+        help="train it with the code of the commit that trained it (a temporary git worktree), name what differs from its machine, compare bit for bit",
+    )
     add_store_arguments(reproduce)
     add_bundle_arguments(reproduce, suite_default=False)
 
@@ -41,14 +48,23 @@ def command_reproduce(args: argparse.Namespace, console: Output) -> int:
 
     published = args.results_dir / bundles.PUBLISHED_DIR
     directories = list(args.from_dirs or []) + sorted(d for d in (published.iterdir() if published.is_dir() else []) if bundles.is_bundle(d))
-    bundled = reproduce.find_bundled(args.run_id, bundles.read_all(directories)) if directories else None
+    held = bundles.read_all(directories) if directories else {}
+    bundled = reproduce.find_bundled(args.run_id, held)
+    tracking_uri = None if bundled is not None else existing_store(args)
+    if args.at_recorded_commit:
+        run = bundled if bundled is not None else reproduce.bundled_from_store(args.run_id, str(tracking_uri))
+        return _reproduce_at_commit(run, console)
     if bundled is not None:
-        console.print(f"reproducing run {args.run_id} from bundle {bundled.origin} ...")
+        console.print(f"reproducing run {args.run_id} from bundle {bundled.origin} at today's code ...")
         result = reproduce.reproduce_bundled(bundled, args.results_dir / "checkpoints")
+        recorded_fingerprint, commit = bundled.fingerprint, bundled.provenance.get("git_sha", "")
+        cell = reproduce.cell_scores(result.spec, list(held.values()))
     else:
-        tracking_uri = existing_store(args)
-        console.print(f"reproducing run {args.run_id} from its recorded config ...")
-        result = reproduce.reproduce(args.run_id, tracking_uri, args.results_dir / "checkpoints")
+        console.print(f"reproducing run {args.run_id} from its recorded config at today's code ...")
+        result = reproduce.reproduce(args.run_id, str(tracking_uri), args.results_dir / "checkpoints")
+        stored = reproduce.bundled_from_store(args.run_id, str(tracking_uri))
+        recorded_fingerprint, commit = stored.fingerprint, stored.provenance.get("git_sha", "")
+        cell = reproduce.store_cell_scores(result.spec, str(tracking_uri))
     spec = result.spec
     console.print(
         f"{spec.label}, {spec.budget.total_steps:,} steps, run key {spec.run_key}"
@@ -57,12 +73,40 @@ def command_reproduce(args: argparse.Namespace, console: Output) -> int:
     )
     for name, (before, after) in result.environment_changes.items():
         console.print(f"  differs from the recorded run: {name}: {before!r} -> {after!r}", highlight=False, markup=False)
+    console.print(reproduce.behaviour_text(spec.algo, recorded_fingerprint, commit), highlight=False, markup=False)
     if result.matches:
         console.print(f"match: all {len(result.now)} evaluations are bit-identical to the recorded ones (final {result.now[-1][1]:.4f})", highlight=False)
         return 0
     console.print(f"[red]differ:[/] {len(result.differences)} of {len(set(dict(result.recorded)) | set(dict(result.now)))} evaluations", highlight=False)
-    for line in result.differences:
+    for line in result.differences[:5]:
         console.print(f"  {line}", highlight=False, markup=False)
+    if len(result.differences) > 5:
+        console.print(f"  ... and {len(result.differences) - 5} more", highlight=False, markup=False)
+    judged = reproduce.judge_against_cell(result.now[-1][1], cell) if result.now else None
+    if judged is None:
+        console.print("not judged: fewer than 2 finished seeds of this configuration are at hand (--from the bundle that holds them)", highlight=False)
+        return 1
+    console.print(judged.text(), highlight=False, markup=False)
+    console.print("bit-exact repetition needs the recorded commit and CPU type: reproduce --at-recorded-commit", highlight=False, markup=False)
+    return 0 if judged.consistent else 1
+
+
+def _reproduce_at_commit(run: Any, console: Output) -> int:
+    from benchmark.analysis import reproduce
+
+    commit = run.provenance.get("git_sha", "")
+    console.print(f"reproducing run {run.run_key} ({run.spec.label}) with the code of {commit[:7]} in a temporary worktree ...", highlight=False)
+    for line in reproduce.expected_differences(run.provenance, run.versions):
+        console.print(f"  differs from the run's machine: {line}", highlight=False, markup=False)
+    found = reproduce.at_recorded_commit(run)
+    if not found.mismatches:
+        console.print(f"match: all {len(found.now)} evaluations are bit-identical at {found.commit[:7]} (final {found.now[-1][1]:.4f})", highlight=False)
+        return 0
+    console.print(f"[red]differ:[/] {len(found.mismatches)} evaluations at {found.commit[:7]}", highlight=False)
+    for line in found.mismatches[:5]:
+        console.print(f"  {line}", highlight=False, markup=False)
+    reason = "; ".join(found.differences) or "nothing recorded differs: the run's numbers are not repeated by its own code on this machine"
+    console.print(f"expected where the machine or packages differ: {reason}", highlight=False, markup=False)
     return 1
 
 

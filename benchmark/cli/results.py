@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmark.cli.common import add_bundle_arguments, add_format, add_store_arguments, bundled_runs, existing_store, store_if_exists
+from benchmark.cli.common import add_bundle_arguments, add_format, add_margin, add_store_arguments, bundled_runs, existing_store, store_if_exists
 
 # ConfigError (agents.api) is imported in the functions that raise it: importing agents starts torch,
 # and the command line's parser reads this module (--help must not wait for torch).
@@ -37,8 +37,12 @@ def add_parser(commands: Any) -> None:
     merge.add_argument("bundles", type=Path, nargs="+", metavar="DIR", help="bundle directories")
     merge.add_argument("--output", type=Path, required=True, help="the merged bundle's directory (may be one of the inputs)")
 
-    verdicts = commands.add_parser("verdicts", help="did each algorithm reproduce its published score? (reproduced, above, below, not comparable)")
+    verdicts = commands.add_parser(
+        "verdicts", help="did each algorithm reproduce its published score within the margin? (reproduced, above, below, inconclusive, not comparable)"
+    )
     verdicts.add_argument("--suite", required=True, help="suite name or path")
+    add_margin(verdicts)
+    verdicts.add_argument("--plan", action="store_true", help="per configuration: the seeds that would decide its verdict, and what they would cost")
     add_format(verdicts)
     add_store_arguments(verdicts)
     add_bundle_arguments(verdicts)
@@ -51,6 +55,16 @@ def add_parser(commands: Any) -> None:
     record.add_argument("--no-readme", action="store_true", help="write results/record only")
     record.add_argument("--check", action="store_true", help="write nothing; exit 1 when the README's record is not what the bundles say")
     record.add_argument("--results-dir", type=Path, default=Path("results"), help="where published/ and parity/ are (default results)")
+    add_margin(record)
+    record.add_argument("--plan", action="store_true", help="write nothing: per cell, the seeds that would decide its verdict and their cost")
+    record.add_argument(
+        "--refresh-mixed",
+        action="store_true",
+        help="list the runs of 'mixed code' cells whose behaviour fingerprint differs from this checkout's; with --yes, train them again here and export",
+    )
+    record.add_argument("--yes", action="store_true", help="with --refresh-mixed: train the listed runs (default: only list them)")
+    record.add_argument("--workers", type=int, default=1, help="with --refresh-mixed --yes: runs trained at once (default 1)")
+    add_format(record)
 
     calibrate = commands.add_parser("calibrate", help="measure training and evaluation steps/s on one core into results/perf/throughput.csv")
     calibrate.add_argument("--algos", nargs="+", help="algorithms (default: those of --suite, else every single-task one)")
@@ -128,18 +142,30 @@ def command_merge(args: argparse.Namespace, console: Any) -> int:
     return 0
 
 
-def verdict_table(suite_name: str, found: list) -> Any:
-    from benchmark.analysis import verdicts
+def verdict_table(suite_name: str, found: list, margin: float) -> Any:
+    from benchmark.analysis import scores, verdicts
     from benchmark.tables import TableData
 
     table = TableData(
-        f"suite {suite_name}: reproduction verdicts (our final evaluation against the algorithm's own published score)",
-        ["algorithm", "environment", "steps", "ours (mean ± std)", "published", "verdict", "test", "note"],
+        f"suite {suite_name}: reproduction verdicts (ours against the algorithm's own published score, margin ±{margin:g} normalized, stated in advance)",
+        ["algorithm", "environment", "steps", "score", "ours (mean ± std)", "published", "verdict", "margin", "test", "note"],
         names={"algorithm", "environment"},
         right={"steps"},
     )
     for v in found:
-        table.add(v.label, v.env_id, f"{v.budget_steps:,}", verdicts.ours_text(v), verdicts.published_text(v), v.verdict, v.test, v.reason)
+        margin_text = v.margin.text() if v.margin is not None and v.decision is not None and v.decision.evidence is not None else "—"
+        table.add(
+            v.label,
+            v.env_id,
+            f"{v.budget_steps:,}",
+            scores.NAMES[v.score],
+            verdicts.ours_text(v),
+            verdicts.published_text(v),
+            v.text,
+            margin_text,
+            v.test,
+            v.reason,
+        )
     return table
 
 
@@ -156,42 +182,174 @@ def command_verdicts(args: argparse.Namespace, console: Any) -> int:
         raise ConfigError(
             f"no tracking store in {args.results_dir} and no result bundle of suite {suite.name!r}: pass --results-dir, --tracking-uri or --from DIR"
         )
-    found = records.collect(suite, tracking_uri, with_curves=False, bundled=bundled)
+    found = records.collect(suite, tracking_uri, with_curves=True, bundled=bundled)
     if not any(r.finished for r in found):
         raise ConfigError(f"suite {suite.name!r} has no finished run to judge: train it with python -m benchmark run --suite {args.suite}")
-    judged = verdicts.suite_verdicts([g for g in group_records(found) if len(g.scores)])
-    console.table(verdict_table(suite.name, judged))
-    counts = {name: sum(v.verdict == name for v in judged) for name in verdicts.VERDICTS}
+    groups = [g for g in group_records(found) if len(g.scores)]
+    judged = verdicts.suite_verdicts(groups, margin=args.margin)
+    if args.plan:
+        console.table(plan_table(f"suite {suite.name}: seeds that would decide each verdict", plan_rows(groups, judged, tracking_uri, bundled)))
+        return 0
+    console.table(verdict_table(suite.name, judged, args.margin))
     console.print(
-        ", ".join(f"{n} {name}" for name, n in counts.items() if n) + f" (alpha {verdicts.ALPHA}; see docs/results.md, Reproduction verdicts)", highlight=False
+        verdicts.counts_text(judged) + f" (margin ±{args.margin:g} normalized, alpha {verdicts.ALPHA} after Holm; see docs/results.md, Reproduction verdicts)",
+        highlight=False,
     )
     return 0
+
+
+def plan_rows(groups: list, judged: list, tracking_uri: str | None, bundled: dict) -> list:
+    """The seed plan of each judged group, priced from the finished runs and the throughput table."""
+    from benchmark.analysis import seed_plan
+    from benchmark.execution import plan
+
+    past = plan.past_runs(tracking_uri, bundled)
+    rows = []
+    for group, verdict in zip(groups, judged):
+        seconds, basis = seed_plan.seconds_per_seed(group.records[0].spec, past)
+        seeds = verdict.ours.n if verdict.ours is not None else 0
+        rows.append(seed_plan.plan_row(verdict.label, verdict.env_id, verdict.budget_steps, seeds, verdict.decision, seconds, basis))
+    return rows
+
+
+def plan_table(title: str, rows: list) -> Any:
+    from benchmark.analysis import seed_plan
+    from benchmark.tables import TableData
+
+    table = TableData(title, seed_plan.HEADERS, names={"algorithm", "task"}, right={"steps", "seeds", "runs to add", "core-hours"})
+    for row in rows:
+        table.add(*seed_plan.cells(row))
+    table.caption = seed_plan.total_text(rows)
+    return table
 
 
 def command_record(args: argparse.Namespace, console: Any) -> int:
     from agents.errors import ConfigError
     from benchmark.analysis import record
 
+    if args.plan:
+        return record_plan(args, console)
+    if args.refresh_mixed:
+        return refresh_mixed(args, console)
     readme = None if args.no_readme else args.readme
     if readme is not None and not readme.is_file():
         raise ConfigError(f"--readme {readme} is not a file (--no-readme writes {args.results_dir / 'record'} only)")
     if args.check and readme is None:
         raise ConfigError("--check compares the README's record: drop --no-readme")
     output = args.output or args.results_dir / "record"
-    rows, current = record.write(args.results_dir, output, readme, check=args.check)
-    runs = sum(len(row.group.scores) for row in rows)
+    found, current = record.write(args.results_dir, output, readme, check=args.check, margin=args.margin)
+    runs = sum(len(row.group.scores) for row in found.rows)
     if args.check:
         console.print(
-            f"{readme}: the record is {'current' if current else 'STALE: run python -m benchmark record'} ({len(rows)} configurations, {runs} runs)",
+            f"{readme}: the record is {'current' if current else 'STALE: run python -m benchmark record'} ({len(found.rows)} configurations, {runs} runs)",
             highlight=False,
             markup=False,
         )
         return 0 if current else 1
     console.print(
-        f"record: {len(rows)} configurations, {runs} runs -> {output / 'record.md'}" + (f" and {readme}" if readme is not None else ""),
+        f"record: {len(found.rows)} configurations, {runs} runs -> {output / 'record.md'}" + (f" and {readme}" if readme is not None else ""),
         highlight=False,
         markup=False,
     )
+    return 0
+
+
+def stale_runs(found: Any) -> list[tuple[str, Any, list[Any]]]:
+    """Per mixed-code cell of the record: its suite, its group and the runs whose fingerprint is
+    not this checkout's (unknown fingerprints count as stale: their code is not shown to behave
+    the same)."""
+    from benchmark.training import fingerprint
+
+    current: dict[str, str] = {}
+    stale = []
+    for row in found.rows:
+        if not row.code.get("mixed"):
+            continue
+        algo = row.group.algo
+        if algo not in current:
+            current[algo] = fingerprint.fingerprint(algo)
+        old = [r for r in row.finished if not (r.fingerprint and current[algo] and fingerprint.same_behaviour(r.fingerprint, current[algo]))]
+        if old:
+            stale.append((row.suite, row.group, old))
+    return stale
+
+
+def refresh_mixed(args: argparse.Namespace, console: Any) -> int:
+    """``record --refresh-mixed``: the runs of mixed-code cells trained by code that behaves
+    otherwise than this checkout's; with --yes, each cell's stale seeds trained again here
+    (``run --force``) and exported over the bundle's rows (``export --replace``)."""
+    import subprocess
+    import sys
+
+    from agents.errors import ConfigError
+    from benchmark.analysis import record
+
+    found = record.collect(args.results_dir, parity_dir=args.results_dir / "parity", margin=args.margin)
+    stale = stale_runs(found)
+    if not stale:
+        console.print("no mixed-code cell: every cell's runs carry one behaviour fingerprint (or none is known)", highlight=False, markup=False)
+        return 0
+    commands = []
+    for suite, group, runs in stale:
+        seeds = sorted(r.spec.seed for r in runs)
+        commits = sorted({(r.git_sha or "?")[:7] for r in runs})
+        console.print(
+            f"{group.label} on {group.env_id} ({suite}): seeds {' '.join(map(str, seeds))} were trained at {', '.join(commits)} by code that behaves otherwise",
+            highlight=False,
+            markup=False,
+        )
+        base = [sys.executable, "-m", "benchmark"]
+        where = ["--results-dir", str(args.results_dir)]
+        train = [*base, "run", "--suite", suite, "--algos", group.algo, "--envs", group.env_id, "--seeds", *map(str, seeds), "--force", "--yes"]
+        commands.append([*train, "--workers", str(args.workers), *where])
+        commands.append([*base, "export", "--suite", suite, "--replace", *where])
+    if not args.yes:
+        console.print("to train them again here and export them (or pass --yes):", highlight=False, markup=False)
+        for command in commands:
+            console.print("  " + " ".join(command[1:]), highlight=False, markup=False)
+        return 0
+    for command in commands:
+        if subprocess.run(command, check=False).returncode != 0:
+            raise ConfigError(f"{' '.join(command[2:])} failed: the bundles keep the runs exported so far")
+    console.print("refreshed: run python -m benchmark record to rewrite the record", highlight=False, markup=False)
+    return 0
+
+
+def record_plan(args: argparse.Namespace, console: Any) -> int:
+    """``record --plan``: the seeds that would decide each cell of the record and of the parity table, and their cost."""
+    from benchmark import bundles
+    from benchmark.analysis import record, seed_plan
+    from benchmark.execution import plan
+
+    found = record.collect(args.results_dir, parity_dir=args.results_dir / "parity", margin=args.margin)
+    bundled: dict = {}
+    for name in record.RECORD_SUITES:
+        directory = bundles.published_directory(args.results_dir, name)
+        if bundles.is_bundle(directory):
+            bundled.update(bundles.read(directory).runs)
+    past = plan.past_runs(None, bundled)
+    rows = []
+    for row in found.rows:
+        seconds, basis = seed_plan.seconds_per_seed(row.group.records[0].spec, past)
+        rows.append(seed_plan.plan_row(row.group.label, row.group.env_id, row.steps, len(row.group.scores), row.verdict.decision, seconds, basis))
+    console.table(plan_table(f"the record: seeds that would decide each cell (margin ±{args.margin:g} normalized)", rows))
+    parity_rows = []
+    for summary in found.parity_rows:
+        pair = summary.get("_seconds")
+        parity_rows.append(
+            seed_plan.plan_row(
+                summary["algo"],
+                summary["env_id"],
+                summary["steps"],
+                len(summary["seeds"]),
+                summary.get("decision"),
+                pair,
+                "the record's own runs, both sides",
+                sides=2,
+            )
+        )
+    if parity_rows:
+        console.table(plan_table("parity: seeds a side that would decide each cell", parity_rows))
     return 0
 
 

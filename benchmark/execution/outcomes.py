@@ -46,6 +46,7 @@ def trained(spec: RunSpec, run_id: str, result: Any) -> RunRecord:
         git_sha=provenance.code_version()["git_sha"],
         attempts=1,
         final_train_return=final.train_return_mean,
+        train_last100=result.train_last100,
     )
     mark_unusable(record)
     return record
@@ -67,9 +68,17 @@ def of_finished(spec: RunSpec, run: Any) -> RunRecord:
         pre_adaptation_return=metrics.get(metric_names.PRE_ADAPTATION_RETURN),
         skipped=True,
         final_train_return=metrics.get(metric_names.TRAIN_RETURN),
+        train_last100=train_last100(metrics),
+        fingerprint=run.data.tags.get(metric_names.FINGERPRINT_TAG, ""),
     )
     mark_unusable(record)
     return record
+
+
+def train_last100(metrics: dict[str, float]) -> tuple[float, int] | None:
+    """(mean, episodes) of a finished run's last 100 training episodes, where it logged them."""
+    mean, episodes = metrics.get(metric_names.FINAL_TRAIN_RETURN_LAST100), metrics.get(metric_names.FINAL_TRAIN_EPISODES_LAST100)
+    return (float(mean), int(episodes)) if mean is not None and episodes else None
 
 
 def line(record: RunRecord) -> str:

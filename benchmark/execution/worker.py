@@ -190,6 +190,12 @@ class _ChildRun:
 
     def open(self) -> None:
         """Reopen the run of a resumable checkpoint, or start a new child run."""
+        from benchmark.training import fingerprint
+
+        # the behaviour of the code that trains it, once per process and algorithm; unknown ('') leaves the tag out
+        behaviour = fingerprint.recorded(self.spec.algo)
+        if behaviour:
+            self.tags[metric_names.FINGERPRINT_TAG] = behaviour
         latest = self.latest
         if latest is not None and latest.exists():
             if self.context.launch.resume:
@@ -256,6 +262,11 @@ class _ChildRun:
                     metric_names.FINAL_RETURN_STD: final.std,
                     metric_names.FINAL_STEPS_PER_SECOND: result.steps_per_second,
                     metric_names.FINAL_WALL_SECONDS: result.wall_seconds,
+                    **(
+                        {metric_names.FINAL_TRAIN_RETURN_LAST100: result.train_last100[0], metric_names.FINAL_TRAIN_EPISODES_LAST100: result.train_last100[1]}
+                        if result.train_last100
+                        else {}
+                    ),
                 },
                 final.step,
             )

@@ -77,8 +77,8 @@ def check_arguments(
         raise ConfigError(f"--seeds must be distinct non-negative integers, got {list(seeds)}")
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {episodes}")
-    if not 0.0 < margin < 1.0:
-        raise ConfigError(f"--margin must be a fraction in (0, 1), got {margin}")
+    if not margin > 0.0:
+        raise ConfigError(f"--margin must be a positive number of normalized units, got {margin}")
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
     if device not in DEVICES:

@@ -116,6 +116,9 @@ def deferred_stop() -> Iterator[None]:
         StopSignal.pending, StopSignal.deferring = False, False
 
 
+RECENT_TRAIN_EPISODES = 100
+
+
 @dataclass
 class Counters:
     """The training loop's own counters (env steps, seconds): checkpointed with the algorithm."""
@@ -132,6 +135,15 @@ class Counters:
     train_return_sum: float = 0.0
     """Of the training episodes that ended since the last evaluation (with train_episodes)."""
     train_episodes: int = 0
+    recent_train_returns: list[float] = field(default_factory=list)
+    """The returns of the last ``RECENT_TRAIN_EPISODES`` training episodes (CleanRL's score)."""
+
+    def record_episode(self, episode_return: float) -> None:
+        """A training episode ended with ``episode_return`` (unnormalized)."""
+        self.train_return_sum += episode_return
+        self.train_episodes += 1
+        self.recent_train_returns.append(float(episode_return))
+        del self.recent_train_returns[:-RECENT_TRAIN_EPISODES]
 
 
 def finish(
@@ -147,6 +159,8 @@ def finish(
     removes it once the run is recorded), the metrics flushed. ``started`` is a
     ``time.perf_counter()`` reading."""
     result.wall_seconds = time.perf_counter() - started
+    recent = counters.recent_train_returns
+    result.train_last100 = (sum(recent) / len(recent), len(recent)) if recent else None
     result.steps_per_second = (counters.step - counters.first_step) / max(result.wall_seconds - counters.eval_seconds, 1e-9)
     if run_dir is not None:
         path = checkpoint.write_atomic(final_payload, run_dir / checkpoint.FINAL)

@@ -164,8 +164,7 @@ class DistributedRun(SeedRun):
             self.tracker.log_metrics(
                 {metric_names.TRAIN_EPISODE_RETURN: episode_return, metric_names.TRAIN_EPISODE_LENGTH: length}, self.counters.step + (step + 1) * num_envs
             )
-            self.counters.train_return_sum += episode_return
-            self.counters.train_episodes += 1
+            self.counters.record_episode(episode_return)
         self.counters.step += steps * num_envs
         self.rounds += 1
         if self.group.restarts > restarts:

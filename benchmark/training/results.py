@@ -69,6 +69,8 @@ class RunResult:
     wall_seconds: float = 0.0
     device: str = "cpu"
     checkpoint: str | None = None
+    train_last100: tuple[float, int] | None = None
+    """(mean, episodes) of the last 100 training episodes' returns (None: none ended)."""
 
 
 ProgressCallback = Callable[[int, int, float | None], None]  # (step, total_steps, last eval mean)

@@ -170,8 +170,7 @@ class SeedRun(SeedOutcome):
     def _log_episodes(self, infos: dict[str, Any]) -> None:
         for episode_return, episode_length in finished_episodes(infos):
             self.tracker.log_metrics({metric_names.TRAIN_EPISODE_RETURN: episode_return, metric_names.TRAIN_EPISODE_LENGTH: episode_length}, self.counters.step)
-            self.counters.train_return_sum += episode_return
-            self.counters.train_episodes += 1
+            self.counters.record_episode(episode_return)
 
     def record_update(self, logs: dict[str, float]) -> None:
         self.check_finite(logs, self.counters.step)

@@ -13,7 +13,7 @@ from agents.env_setup import EnvSetup, setup_of
 from agents.envs import check_env_id, env_spec
 from agents.errors import ConfigError
 from benchmark import config
-from benchmark.analysis import reference
+from benchmark.analysis import normalizers, reference
 from benchmark.config import Budget
 from benchmark.tuning.search_space import SearchSpace
 
@@ -124,7 +124,7 @@ def make_settings(
         raise ConfigError(f"no suite runs {algo} on {env_id} to take a budget from; pass --budget STEPS")
     agents.check_config(algo, agents.resolve_config(algo, {**fixed, **space.fixed}), env_spec(made))
 
-    normalizer = reference.normalizer(env_id)
+    normalizer = normalizers.normalizer(env_id)
     if reference_score is None:
         if normalizer.reference is None:
             raise ConfigError(
