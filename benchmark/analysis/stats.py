@@ -11,7 +11,7 @@ Results are a deterministic function of the data, ``reps`` and ``seed``.
 
 ``welch_less`` and ``holm`` are for regression checks: is the current mean below a baseline's,
 and which of several such tests fail at a family-wise error rate; ``welch_two_sided`` for
-comparisons (better, no difference, worse).
+comparisons (the verdict rule, ``verdict_rule``, builds on it).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``python -m benchmark compare --candidate SUITE_OR_BUNDLE --baseline published/mujoco``: a
 candidate's runs against baselines' on the tasks both ran (``benchmark.analysis.compare``):
-per task better, no difference or worse with the test stated; normalized aggregates, the
+per task equivalent, better, worse or inconclusive by the verdict rule; normalized aggregates, the
 probability of improvement and performance profiles; a report under results/reports/."""
 
 from __future__ import annotations
