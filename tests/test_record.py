@@ -67,8 +67,9 @@ def test_report_renders_mujoco_from_the_committed_bundle_without_training(tmp_pa
     assert not (tmp_path / "mlflow.db").exists()  # read-only: no store was created
 
 
-def _synthetic(results: Path, seeds: int = 3, final: float = 2500.0) -> None:
-    """A mujoco bundle with PPO on Hopper-v5 (``seeds`` seeds at 1M steps) and a SAC parity record."""
+def _synthetic(results: Path, seeds: int = 3, final: float = 2500.0, fingerprints: list[str] | None = None) -> None:
+    """A mujoco bundle with PPO on Hopper-v5 (``seeds`` seeds at 1M steps, their fingerprints
+    where given) and a PPO parity record."""
     suite = load_suite("mujoco")
     rng = np.random.default_rng(0)
     runs = {}
@@ -89,8 +90,9 @@ def _synthetic(results: Path, seeds: int = 3, final: float = 2500.0) -> None:
             wall_seconds=600.0,
             steps_per_second=1700.0,
             device="cpu",
-            provenance={"git_sha": "0" * 40},
+            provenance={"git_sha": str(spec.seed) * 40},
             versions={"torch": "2.13.0"},
+            fingerprint=fingerprints[spec.seed] if fingerprints else "",
         )
     bundles.write(Bundle("mujoco", runs), bundles.published_directory(results, "mujoco"))
     setting = parity._setting_record(parity.SETTINGS["ppo"], "Hopper-v5", 500_000, 10)
@@ -138,6 +140,35 @@ def test_record_writes_the_table_figures_and_readme_block_from_bundles(tmp_path,
     assert main([*arguments, "--check"]) == 1
     assert "STALE" in capsys.readouterr().out and readme.read_text() == before
     assert main(arguments) == 0 and "| ppo | Hopper-v5 | 1M | 4 |" in readme.read_text()
+
+
+def test_a_cell_whose_runs_behave_differently_is_mixed_code_and_refresh_lists_the_stale_ones(tmp_path, capsys):
+    results = tmp_path / "results"
+    _synthetic(results, fingerprints=["v1 1.0 2.0", "v1 1.0 2.0005", "v1 1.0 3.0"])  # seeds 0 and 1 match (5e-4 < 1e-3)
+    arguments = ["record", "--results-dir", str(results), "--no-readme", "--output", str(tmp_path / "record")]
+    assert main(arguments) == 0
+    row = next(line for line in (tmp_path / "record" / "record.md").read_text().splitlines() if line.startswith("| ppo | Hopper-v5 | 1M |"))
+    assert "**mixed code** (0000000+1111111 / 2222222)" in row
+    capsys.readouterr()
+    before = (bundles.published_directory(results, "mujoco") / "runs.csv").read_bytes()
+    assert main(["record", "--results-dir", str(results), "--refresh-mixed"]) == 0
+    out = capsys.readouterr().out
+    assert "ppo on Hopper-v5 (mujoco): seeds 0 1 2 were trained at 0000000, 1111111, 2222222 by code that behaves otherwise" in out
+    assert "run --suite mujoco --algos ppo --envs Hopper-v5 --seeds 0 1 2 --force" in out and "export --suite mujoco --replace" in out
+    assert (bundles.published_directory(results, "mujoco") / "runs.csv").read_bytes() == before  # listed, not trained
+    _synthetic(results, fingerprints=["v1 1.0 2.0"] * 3)
+    assert main(arguments) == 0
+    assert "mixed code" not in (tmp_path / "record" / "record.md").read_text()
+
+
+def test_record_plan_prices_the_seeds_that_would_decide(tmp_path, capsys):
+    results = tmp_path / "results"
+    _synthetic(results)
+    assert main(["record", "--results-dir", str(results), "--plan", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("ppo,Hopper-v5,"))
+    assert "core-hours" in out.splitlines()[0] and ",3," in row
+    assert ("decided" in row) or ("inconclusive (needs" in row and "finished run(s) of this configuration" in row)
 
 
 def test_a_readme_without_markers_is_refused_and_left_alone(tmp_path, capsys):

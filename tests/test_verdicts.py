@@ -203,3 +203,18 @@ def test_a_source_with_per_seed_curves_is_judged_on_the_last_tenth_of_both_curve
 def test_collapse_is_counted_where_the_cell_succeeds():
     assert verdicts.collapsed(np.array([0.9, 0.1, 0.95, 0.8])) == (1, 4)
     assert verdicts.collapsed(np.array([0.1, 0.2, 0.3])) is None  # the cell's median is 0.2: collapse is not defined
+
+
+def test_verdicts_through_the_cli_state_the_margin_and_plan_the_seeds(tmp_path):
+    """The committed classic bundle: every comparable source is one RL Zoo agent, so nothing is
+    reproduced and nothing can be planned for; a margin that is not a number is one line."""
+    from conftest import ROOT, run_cli_in_process
+
+    bundle = ["--from", str(ROOT / "results" / "published" / "classic")]
+    done = run_cli_in_process("verdicts", "--suite", "classic", "--results-dir", str(tmp_path), *bundle, "--format", "csv", "--margin", "0.1")
+    assert done.returncode == 0, done.stderr
+    assert "consistent with one agent" in done.stdout and ",reproduced," not in done.stdout and "±0.1 normalized" in done.stdout
+    planned = run_cli_in_process("verdicts", "--suite", "classic", "--results-dir", str(tmp_path), *bundle, "--plan", "--format", "csv")
+    assert planned.returncode == 0 and "one trained agent: no seed count shows equivalence" in planned.stdout
+    refused = run_cli_in_process("verdicts", "--suite", "classic", "--results-dir", str(tmp_path), *bundle, "--margin", "wide")
+    assert refused.returncode == 2 and "--margin: expected a positive number" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
