@@ -36,8 +36,10 @@ def test_a_baseline_is_read_at_the_candidates_budget_only_when_its_run_does_not_
     assert task.baseline is not None and list(task.baseline.scores) == [400.0, 401.0, 402.0]
     assert task.baseline.how == "evaluation at 30,000 of its 300,000 steps"
     assert task.outcome == "better" and task.outcome_text == "better, beyond the margin" and task.difference == pytest.approx(950.0 - 401.0)
-    (within,) = compare.compare(candidate, constant)  # the default ±658 holds the whole interval
-    assert within.tasks[0].outcome == "equivalent"
+    (within,) = compare.compare(candidate, constant)  # the default ±658 holds the whole interval, yet they differ
+    assert within.tasks[0].outcome == "better" and within.tasks[0].outcome_text == "better, within the margin"
+    (same,) = compare.compare(candidate, [record("sac", "Hopper-v5", s, 3000.0, 300_000, [(30_000, 940.0 + 15 * s), (300_000, 3000.0)]) for s in range(3)])
+    assert same.tasks[0].outcome == "equivalent"
     assert ppo.tasks[0].baseline is None and "moves anneal_lr with its budget" in ppo.tasks[0].reason
     assert td3.tasks[0].baseline is None and "less than 30,000" in td3.tasks[0].reason
 
@@ -54,7 +56,7 @@ def test_outcomes_are_holm_corrected_over_the_tasks_of_a_pair():
     assert p is not None and 0.025 < p < 0.05 and alone.tasks[0].outcome == "better"
     (pair,) = compare.compare(candidate, baseline)
     assert [task.outcome for task in pair.tasks] == ["inconclusive", "inconclusive"]
-    assert "Holm over 2 rows" in pair.tasks[0].reason and pair.tasks[0].outcome_text.startswith("inconclusive (needs ")
+    assert "(Holm-adjusted 0.075 over 2 rows)" in pair.tasks[0].reason and pair.tasks[0].outcome_text.startswith("inconclusive (needs ")
     worse = [dataclasses.replace(r, final_return=r.final_return - 5.0, curve=[(30_000, r.final_return - 5.0)]) for r in candidate if r.spec.env_id == "A-v0"]
     (lower,) = compare.compare(worse, [r for r in baseline if r.spec.env_id == "A-v0"])
     assert lower.tasks[0].outcome == "worse"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import numpy as np
 import pytest
 import yaml
 from conftest import run_cli_in_process
@@ -19,6 +18,7 @@ from benchmark import bundles
 from benchmark.analysis import verdicts
 from benchmark.analysis.reference import ReferenceScore
 from benchmark.config import load_suite
+from benchmark.run_record import RunRecord
 from benchmark.training import loop
 
 SUITE = """
@@ -156,10 +156,16 @@ def test_train_sets_env_options_bundles_carry_them_and_verdicts_say_not_comparab
     assert exported.returncode == 0, exported.stderr
     (run,) = bundles.read(tmp_path / "bundle").runs.values()
     assert run.spec.env_kwargs == {"length": 3, "max_episode_steps": 7} and run.spec.run_key == load_suite(str(suite_file)).specs[0].run_key
-    assert json.loads((tmp_path / "bundle" / "manifest.json").read_text())["schema_version"] == 3
+    assert json.loads((tmp_path / "bundle" / "manifest.json").read_text())["schema_version"] == bundles.SCHEMA_VERSION
     published = ReferenceScore("a paper", "", "ppo", "PluginCorridor-v0", 128, "final eval", 1.0, 0.1, 5, "PluginCorridor", "v0", "ppo", "final_eval", False)
-    assert verdicts.judge(np.array([1.0, 1.1]), 128, "PluginCorridor-v0", published, algo="ppo").verdict == "reproduced"
-    changed = verdicts.judge(np.array([1.0, 1.1]), 128, "PluginCorridor-v0", published, algo="ppo", env_changed=run.spec.env.describe())
+    records = tuple(
+        RunRecord(dataclasses.replace(run.spec, env_kwargs={}, wrappers=[], seed=seed), "FINISHED", f"r{seed}", value) for seed, value in enumerate([1.0, 1.1])
+    )
+    [plain] = verdicts.judge_cases([verdicts.Case("ppo", "ppo", "PluginCorridor-v0", 128, records)], (published,), per_seed={})
+    assert plain.verdict == "inconclusive"  # the 90% interval, about +0.05 ± 0.19, is not inside ±0.2 of the source's mean
+    [changed] = verdicts.judge_cases(
+        [verdicts.Case("ppo", "ppo", "PluginCorridor-v0", 128, records, env_changed=run.spec.env.describe())], (published,), per_seed={}
+    )
     assert changed.verdict == "not comparable" and "max_episode_steps=7" in changed.reason
 
 

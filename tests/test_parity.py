@@ -31,13 +31,17 @@ def test_reproduced_needs_the_90_percent_interval_inside_the_normalized_margin()
     assert found["difference"] == pytest.approx(30.0) and found["margin"] == pytest.approx(0.2 * (3304.75 - 16.6688))
     assert found["difference_ci90"] == pytest.approx([interval.low, interval.high])
     assert found["welch_p"] == pytest.approx(stats.ttest_ind(ours, peer, equal_var=False).pvalue)
-    assert found["verdict"] == "reproduced" and found["margin_text"] == "±0.2 normalized (±658)"
+    assert found["verdict"] == "above" and found["verdict_text"] == "above, within the margin"  # equivalent at ±658, yet +30 is shown
+    assert found["margin_text"] == "±0.2 normalized (±658)"
+    close = parity_records.compare(ours, [1010.0, 1060.0, 1000.0, 1045.0, 1020.0], env_id="Hopper-v5")
+    assert close["verdict"] == "reproduced"
     tight = parity_records.compare(ours, peer, margin=0.003, env_id="Hopper-v5")  # ±9.9: the interval [~13, ~47] is outside
     assert tight["verdict"] == "above" and tight["verdict_text"] == "above, beyond the margin"
 
 
 def test_a_clear_shortfall_is_below_and_noise_is_inconclusive_with_the_seeds_a_side():
-    assert parity_records.compare([500.0, 520.0, 510.0], [1000.0, 1020.0, 990.0], env_id="Hopper-v5")["verdict"] == "reproduced"  # -500: within ±658
+    within = parity_records.compare([500.0, 520.0, 510.0], [1000.0, 1020.0, 990.0], env_id="Hopper-v5")  # -493, inside ±658
+    assert within["verdict_text"] == "below, within the margin"
     assert parity_records.compare([500.0, 520.0, 510.0], [2000.0, 2020.0, 1990.0], env_id="Hopper-v5")["verdict"] == "below"
     noisy = parity_records.compare([100.0, 3000.0, 1500.0], [2000.0, 200.0, 1200.0], env_id="Hopper-v5")
     assert noisy["verdict"] == "inconclusive" and noisy["welch_p"] > 0.05

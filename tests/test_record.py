@@ -130,7 +130,7 @@ def test_record_writes_the_table_figures_and_readme_block_from_bundles(tmp_path,
     assert cells[8].strip("*").split(" (")[0].split(",")[0] in {"reproduced", "above", "below", "inconclusive"}
     assert "±0.2 normalized" in text and "Holm's correction" in text
     parity_row = next(line for line in text.splitlines() if line.startswith("| ppo | Hopper-v5 | 500,000 | 3 |"))
-    assert parity_row.endswith("| reproduced |")  # -100 [90% CI] within ±658
+    assert parity_row.endswith("| below, within the margin |")  # -100 [-117, -83]: inside ±658, yet shown
     assert "results/record/curves_hopper.png" in text and (results / "record" / "curves_hopper.png").stat().st_size > 10_000
     assert "| ppo | Hopper-v5 | 500,000 | 3 |" in text  # the parity table
     assert (results / "record" / "record.md").read_text().count("| ppo | Hopper-v5 | 1M | 3 |") == 1

@@ -33,6 +33,7 @@ def test_a_forty_percent_shift_with_a_small_spread_is_below_beyond_the_margin():
     rng = np.random.default_rng(2)
     decision = one(Sample.of(rng.normal(1800, 50, 20)), Sample.of(rng.normal(3000, 50, 20)))
     assert decision.label == "below" and decision.beyond_margin and decision.text == "below, beyond the margin"
+    assert decision.adjusted_p == decision.evidence.p_value < 0.001  # one row: Holm adjusts nothing
 
 
 def test_three_seeds_with_a_huge_spread_are_inconclusive_with_the_seeds_that_would_decide():
@@ -65,11 +66,12 @@ def test_a_one_agent_source_is_never_reproduced_however_many_seeds():
     assert decision.label == "consistent with one agent" and decision.seeds_needed is None
     far = one(Sample.of([1000.0, 1010.0, 990.0, 1005.0]), agent, fixed=True)
     assert far.label == "outside one agent's interval"
-    # the prediction interval of one run: mean ± t(0.95, n-1) · s · sqrt(1 + 1/n)
+    # the 95% prediction interval of one run the test decides with: mean ± t(0.975, n-1) · s · sqrt(1 + 1/n)
     values = [10.0, 12.0, 14.0]
     found = one(Sample.of(values), Sample.summary(21.0, None, 1), Margin(0.2, 100.0), fixed=True)
-    half = stats.t.ppf(0.95, 2) * 2.0 * math.sqrt(1 + 1 / 3)
-    assert (found.evidence.low, found.evidence.high) == pytest.approx((12 - 21 - half, 12 - 21 + half))
+    half = stats.t.ppf(0.975, 2) * 2.0 * math.sqrt(1 + 1 / 3)
+    assert (found.evidence.low, found.evidence.high) == pytest.approx((12 - 21 - half, 12 - 21 + half)) and "95% PI" in found.explanation()
+    assert found.label == "consistent with one agent" and found.evidence.low < 0 < found.evidence.high
 
 
 def test_a_mean_of_k_runs_without_a_spread_takes_ours_for_its_spread():
@@ -90,9 +92,43 @@ def test_holm_changes_a_borderline_row():
     assert decided[0].label == "inconclusive" and decided[0].family == 3
 
 
-def test_a_significant_difference_inside_the_margin_is_reproduced_and_says_so():
+def test_a_significant_difference_inside_the_margin_is_above_within_the_margin():
+    """Equivalent at ±200, yet a difference of 50 is shown: the verdict says both."""
     decision = one(Sample.of([3050.0, 3051.0, 3049.0, 3050.5]), Sample.of([3000.0, 3001.0, 2999.0, 3000.5]))
-    assert decision.label == "reproduced" and decision.significant and "significant but within the margin" in decision.explanation()
+    assert decision.label == "above" and decision.significant and decision.text == "above, within the margin"
+    straddling = one(Sample.of([3150.0, 3300.0, 3200.0, 3250.0]), Sample.of([3000.0, 3001.0, 2999.0, 3000.5]))
+    assert straddling.text == "above, perhaps within the margin"
+
+
+def test_the_seeds_needed_are_the_first_count_that_decides_even_where_power_falls_again():
+    """Against a fixed source the power does not grow monotonically with our seeds: Welch's
+    degrees of freedom fall towards the source's k - 1. Here it peaks near 12 seeds and falls
+    to 0.22 at 1,000; the scan finds 8 (a search that assumed monotone power said none)."""
+    rows = [Row(Sample.of([0.3, 0.5, 0.7]), Sample.of([0.0, -0.1, 0.1]), Margin(0.2, 1.0))]
+    rows += [Row(Sample.of([1.0, 1.1, 0.9]), Sample.of([1.0, 1.05, 0.95]), Margin(0.2, 1.0))] * 15  # 16 rows: Holm's first level 0.05 / 16
+    first = rule.decide(rows)[0]
+    assert first.label == "inconclusive" and first.seeds_needed == 8 and first.needed_for == "a difference"
+
+
+def test_holm_adjusted_p_values_reject_exactly_as_holm():
+    from benchmark.analysis import stats
+
+    p = [0.01, 0.04, 0.03, 0.005, 0.5]
+    assert stats.holm_adjusted(p) == pytest.approx([0.04, 0.09, 0.09, 0.025, 0.5])
+    for alpha in (0.01, 0.03, 0.05, 0.1):
+        assert [a <= alpha for a in stats.holm_adjusted(p)] == stats.holm(p, alpha)
+
+
+def test_success_rates_need_seeds_by_the_exact_power_of_newcombes_interval():
+    """5/5 against 5/5: the Wald standard error is 0, yet Newcombe's 90% interval fits inside ±0.2
+    only from 11 seeds a side (9/9 and 10/10 do not)."""
+    full = Sample.of([500.0] * 5, [True] * 5)
+    decision = one(full, full, Margin.for_rates())
+    assert decision.label == "inconclusive" and decision.seeds_needed == 11 and decision.needed_for == "equivalence"
+    ten = Sample.of([500.0] * 10, [True] * 10)
+    assert one(ten, ten, Margin.for_rates()).label == "inconclusive"
+    eleven = Sample.of([500.0] * 11, [True] * 11)
+    assert one(eleven, eleven, Margin.for_rates()).label == "reproduced"
 
 
 def test_a_source_whose_own_spread_is_too_wide_says_no_seed_count_of_ours_decides():

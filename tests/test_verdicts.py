@@ -141,7 +141,7 @@ def test_the_table_is_corrected_by_holm_over_its_rows():
     table = (source, published(2600.0, 100.0, 10, env_id="Walker2d-v3"), published(2600.0, 100.0, 10, env_id="HalfCheetah-v3"))
     [alone] = verdicts.judge_cases([tight], table, margin=0.001, per_seed={})
     together = verdicts.judge_cases([tight, *others], table, margin=0.001, per_seed={})
-    assert alone.verdict == "above" and together[0].verdict == "inconclusive" and "Holm over 3 rows" in together[0].test
+    assert alone.verdict == "above" and together[0].verdict == "inconclusive" and "Holm-adjusted 0.1 over 3 rows" in together[0].test
 
 
 def test_the_published_score_chosen_is_comparable_then_like_protocol_then_closest_budget():

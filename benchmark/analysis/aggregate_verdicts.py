@@ -67,37 +67,45 @@ class Aggregate:
     thresholds: np.ndarray | None = None
 
 
-def representative(sample: Sample) -> np.ndarray:
-    """The reference's runs as values: its seeds, or a summary's normal quantiles, or its one value."""
+def representative(sample: Sample, runs: int) -> np.ndarray:
+    """The reference's side as ``runs`` values (as many as ours on the task, so that both sides
+    weigh the tasks alike in the pooled IQM): its seeds (their quantiles at (i - 1/2) / runs where
+    it has another count), a summary's normal quantiles, or its one value repeated."""
     from scipy import stats as scipy_stats
 
+    levels = (np.arange(runs) + 0.5) / runs
     if sample.values is not None:
-        return np.asarray(sample.values, dtype=float)
+        values = np.asarray(sample.values, dtype=float)
+        return values if values.size == runs else np.quantile(values, levels)
     if sample.sd is None or sample.n < 2:
-        return np.array([sample.mean])
-    quantiles = scipy_stats.norm.ppf((np.arange(sample.n) + 0.5) / sample.n)
-    return sample.mean + sample.sd * quantiles
+        return np.full(runs, sample.mean)
+    return sample.mean + sample.sd * scipy_stats.norm.ppf(levels)
 
 
 def _draws(rng: np.random.Generator, sample: Sample, reps: int, ours: np.ndarray) -> np.ndarray:
-    """(reps, n) resampled reference runs: seeds resampled, summaries with a spread drawn
-    parametrically; a value without a spread (one agent, or a mean of k runs) moves as the mean of
-    k runs drawn like ours would (our seeds' deviations from their mean, resampled): the
-    prediction interval of the per-task rule, in the bootstrap."""
+    """(reps, runs) resampled reference runs, ``runs`` = ours on the task. Its seeds: k resampled,
+    then ``runs`` drawn from those; a mean with a spread over k seeds: the mean drawn with its
+    standard error, then ``runs`` values around it; a value without a spread (one agent, or a mean
+    of k runs) moves as the mean of k runs drawn like ours would (our seeds' deviations from their
+    mean, resampled): the prediction interval of the per-task rule, in the bootstrap."""
+    runs = ours.size
     if sample.values is not None:
         values = np.asarray(sample.values, dtype=float)
-        return values[rng.integers(0, values.size, size=(reps, values.size))]
+        resampled = values[rng.integers(0, values.size, size=(reps, values.size))]
+        return resampled if values.size == runs else np.take_along_axis(resampled, rng.integers(0, values.size, size=(reps, runs)), axis=1)
     if sample.sd is None or sample.n < 2:
         deviations = ours - ours.mean()
-        return sample.mean + deviations[rng.integers(0, deviations.size, size=(reps, sample.n))].mean(axis=1, keepdims=True)
-    return rng.normal(sample.mean, sample.sd, size=(reps, sample.n))
+        moved = sample.mean + deviations[rng.integers(0, deviations.size, size=(reps, sample.n))].mean(axis=1, keepdims=True)
+        return np.repeat(moved, runs, axis=1)
+    means = rng.normal(sample.mean, sample.sd / np.sqrt(sample.n), size=(reps, 1))
+    return rng.normal(means, sample.sd, size=(reps, runs))
 
 
 def aggregate(label: str, budget: int, sides: Sequence[TaskSides], reps: int = REPS, seed: int = 0, reference_grows: bool = False) -> Aggregate:
     """The aggregate of ``sides`` (every task with at least one run of ours)."""
     rng = np.random.default_rng(seed)
     ours_point = stats.aggregate_iqm({side.task: side.ours for side in sides})
-    reference_runs = {side.task: representative(side.reference) for side in sides}
+    reference_runs = {side.task: representative(side.reference, side.ours.size) for side in sides}
     reference_point = stats.aggregate_iqm(reference_runs)
     ours_reps = np.empty(reps)
     reference_reps = np.empty(reps)
@@ -124,7 +132,7 @@ def aggregate(label: str, budget: int, sides: Sequence[TaskSides], reps: int = R
         improvement,
         float(np.var(ours_reps)),
         float(np.var(reference_reps)),
-        any(side.reference.one_agent or not side.reference.has_spread and side.reference.values is None for side in sides),
+        any(side.reference.one_agent for side in sides),
         min(side.ours.size for side in sides),
         reference_grows,
     )
@@ -139,10 +147,10 @@ def aggregate(label: str, budget: int, sides: Sequence[TaskSides], reps: int = R
 
 def decide(aggregates: Sequence[Aggregate], margin: float = verdict_rule.DEFAULT_MARGIN, alpha: float = verdict_rule.ALPHA) -> None:
     """Each aggregate's decision by the rule, Holm's correction over the table's aggregates."""
-    rejected = stats.holm([found.p_value for found in aggregates], alpha) if aggregates else []
+    adjusted = stats.holm_adjusted([found.p_value for found in aggregates]) if aggregates else []
     unit = Margin(margin, 1.0, "normalized units")
-    for found, significant in zip(aggregates, rejected):
-        difference = found.difference
+    for found, adjusted_p in zip(aggregates, adjusted):
+        difference, significant = found.difference, adjusted_p <= alpha
         evidence = Evidence(
             difference.estimate,
             difference.low,
@@ -153,19 +161,22 @@ def decide(aggregates: Sequence[Aggregate], margin: float = verdict_rule.DEFAULT
             "stratified bootstrap of the IQM difference",
             one_agent=found.one_agent,
         )
-        decision = Decision(verdict_rule.INCONCLUSIVE, evidence, unit, significant, family=len(aggregates), reference_fixed=not found.reference_grows)
+        decision = Decision(
+            verdict_rule.INCONCLUSIVE, evidence, unit, significant, adjusted_p, family=len(aggregates), reference_fixed=not found.reference_grows
+        )
+        inside = -margin < difference.low and difference.high < margin
         if found.one_agent:
             decision.label = verdict_rule.ONE_AGENT_OUTSIDE if significant else verdict_rule.ONE_AGENT_CONSISTENT
-            decision.notes.append("a task's reference is one trained agent (or a mean without a spread): equivalence cannot be shown")
-        elif -margin < difference.low and difference.high < margin:
-            decision.label = verdict_rule.REPRODUCED
-            if significant:
-                decision.notes.append("the difference is significant but within the margin")
+            decision.notes.append("a task's reference is one trained agent: equivalence cannot be shown")
         elif significant:
             decision.label = verdict_rule.ABOVE if difference.estimate > 0 else verdict_rule.BELOW
-            decision.beyond_margin = difference.low > margin if difference.estimate > 0 else difference.high < -margin
+            beyond = difference.low > margin if difference.estimate > 0 else difference.high < -margin
+            decision.margin_position = "beyond" if beyond else ("within" if inside else "perhaps within")
+        elif inside:
+            decision.label = verdict_rule.REPRODUCED
         else:
             decision.seeds_needed, decision.needed_for = _seeds_needed(found, margin, len(aggregates), alpha)
+            decision.searched_to = verdict_rule.MAX_SEEDS
         found.decision = decision
 
 

@@ -89,6 +89,7 @@ def decide(summaries: list[dict[str, Any]], margin: float = MARGIN) -> list[dict
             verdict_text=decision.text if evidence is not None else "too few seeds",
             test=decision.explanation() if evidence is not None else "; ".join(decision.notes),
             welch_p=evidence.p_value if evidence is not None else None,
+            holm_p=decision.adjusted_p,
             difference_ci90=[evidence.low, evidence.high] if evidence is not None else None,
             rates=evidence.rate if evidence is not None else False,
             seeds_needed=decision.seeds_needed,
@@ -185,7 +186,7 @@ TABLE_COLUMNS = (
     "peer mean [95% CI]",
     "peer",
     "difference [90% CI]",
-    "p (Holm over the table)",
+    "p, Holm-adjusted",
     "margin",
     "verdict",
 )
@@ -217,7 +218,7 @@ def _success(summary: dict[str, Any], side: str) -> str:
 
 
 def row_cells(summary: dict[str, Any]) -> list[str]:
-    p = summary.get("welch_p")
+    p = summary.get("holm_p")
     seeds = bool(summary["seeds"])
     if summary.get("rates") and summary.get("difference_ci90"):
         low, high = summary["difference_ci90"]
@@ -268,6 +269,7 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
             "difference_ci90_low",
             "difference_ci90_high",
             "welch_p",
+            "holm_p",
             "margin",
             "margin_text",
             "verdict",
@@ -292,6 +294,7 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
                 row["difference"],
                 *difference_ci,
                 row["welch_p"],
+                row["holm_p"],
                 row["margin"],
                 row["margin_text"],
                 row["verdict"],

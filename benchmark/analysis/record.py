@@ -91,20 +91,13 @@ def collect(results_dir: Path = Path("results"), suites: tuple[str, ...] = RECOR
 def provenance_of(records: list[Any]) -> dict[str, Any]:
     """The commits a cell's runs were trained at and whether their code behaved the same: the
     runs' behaviour fingerprints in classes of matching ones ('mixed code' when more than one)."""
+    from benchmark.training import fingerprint
+
     commits = sorted({(record.git_sha or "")[:7] for record in records} - {""})
-    known = [record for record in records if record.fingerprint]
-    if known:
-        from benchmark.training import fingerprint
-    classes: list[list[Any]] = []
-    for record in known:
-        for members in classes:
-            if fingerprint.same_behaviour(members[0].fingerprint, record.fingerprint):
-                members.append(record)
-                break
-        else:
-            classes.append([record])
-    by_class = [sorted({(r.git_sha or "")[:7] for r in members} - {""}) for members in classes]
-    return {"commits": commits, "classes": by_class, "unknown": len(records) - len(known), "mixed": len(classes) > 1}
+    groups = fingerprint.classes([record.fingerprint for record in records])
+    by_class = [sorted({(records[i].git_sha or "")[:7] for i in group} - {""}) for group in groups]
+    known = sum(len(group) for group in groups)
+    return {"commits": commits, "classes": by_class, "unknown": len(records) - known, "mixed": len(groups) > 1}
 
 
 def aggregates_of(rows: list[Row], margin: float) -> list[Any]:

@@ -88,7 +88,19 @@ def code_cell(row: Any) -> str:
     return f"{head}, same code" if len(commits) > 1 else head
 
 
-CELL_HEADERS = ["algorithm", "task", "steps", "seeds", "score", "ours [95% CI]", "published", "difference, normalized [90% CI]", "verdict", "collapsed", "code"]
+CELL_HEADERS = [
+    "algorithm",
+    "task",
+    "steps",
+    "seeds",
+    "score",
+    "ours [95% CI]",
+    "published",
+    "difference, normalized [90% CI; one agent: 95% PI]",
+    "verdict",
+    "collapsed",
+    "code",
+]
 
 
 def cell_table(rows: list[Any]) -> str:

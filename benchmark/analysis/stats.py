@@ -398,3 +398,19 @@ def holm(p_values: Sequence[float], alpha: float = 0.05) -> list[bool]:
             break
         rejected[index] = True
     return rejected
+
+
+def holm_adjusted(p_values: Sequence[float]) -> list[float]:
+    """Holm's adjusted p-values, in the input's order: the k-th smallest of m becomes the largest
+    of (m - j + 1) p_(j) over j <= k, capped at 1; a hypothesis is rejected at level alpha (as
+    ``holm``) exactly when its adjusted value is at most alpha."""
+    p = np.asarray(p_values, dtype=float)
+    if p.ndim != 1:
+        raise ValueError(f"p_values: expected a flat sequence, got shape {p.shape}")
+    if not np.all((p >= 0.0) & (p <= 1.0)):
+        raise ValueError(f"p_values must lie in [0, 1], got {p.tolist()}")
+    order = np.argsort(p, kind="stable")
+    scaled = np.minimum(1.0, np.maximum.accumulate(p[order] * (p.size - np.arange(p.size))))
+    adjusted = np.empty(p.size)
+    adjusted[order] = scaled
+    return adjusted.tolist()

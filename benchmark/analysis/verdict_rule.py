@@ -21,7 +21,7 @@ reference = 1):
   spread of its own: ours stands for both (the prediction interval of k new runs,
   ``mean ± t · s · sqrt(1/n + 1/k)``). Against one agent the row can never be "reproduced",
   whatever our seed count: it is "consistent with one agent" or "outside one agent's interval"
-  (Holm-corrected like the rest).
+  (Holm-corrected like the rest; the interval shown is the 95% one the test uses).
 - **Success rates** (tasks whose return is capped: CartPole, InvertedPendulum): when both sides
   are seeds marked as successes or not, d is the difference of success rates, its 90% interval
   Newcombe's hybrid score interval, the test Fisher's exact test, and the margin an absolute
@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from benchmark.analysis import stats
 
@@ -127,7 +128,7 @@ class Margin:
         if self.basis == "success rate":
             return f"±{self.normalized:g} of the success rate"
         if self.basis == "normalized units":
-            return f"±{self.normalized:g} normalized (±{_number(self.absolute)})"
+            return f"±{self.normalized:g} normalized" + ("" if self.scale == 1.0 else f" (±{_number(self.absolute)})")
         return f"±{self.normalized:g} × {self.basis} (±{_number(self.absolute)})"
 
     @classmethod
@@ -143,7 +144,8 @@ class Evidence:
     """mean(ours) - mean(reference), in score units (or a difference of success rates)."""
     low: float
     high: float
-    """The 90% interval of the difference (the TOST interval)."""
+    """The 90% interval of the difference (the TOST interval); against one agent, the 95%
+    prediction interval its test decides with."""
     p_value: float
     """Two-sided: the difference test (or, against one agent, whether it lies outside our prediction interval)."""
     se: float
@@ -163,8 +165,13 @@ class Decision:
     margin: Margin | None
     significant: bool = False
     """The difference test rejected after Holm's correction over the table."""
-    beyond_margin: bool | None = None
-    """Above or below: whether the 90% interval lies wholly past the margin."""
+    adjusted_p: float | None = None
+    """The p-value adjusted by Holm's method over the table (significant: at most alpha)."""
+    margin_position: str = ""
+    """Above or below: 'beyond' (the 90% interval wholly past the margin), 'within' (wholly inside
+    it) or 'perhaps within' (across it)."""
+    searched_to: int = 0
+    """Inconclusive without a seed count: the largest count tried."""
     seeds_needed: int | None = None
     """Inconclusive: seeds per side (or ours, against a fixed reference) for a decision at 80% power."""
     needed_for: str = ""
@@ -181,18 +188,22 @@ class Decision:
         if self.label == INCONCLUSIVE:
             if self.seeds_needed is not None:
                 return f"{INCONCLUSIVE} (needs {self.seeds_needed:,})"
-            return f"{INCONCLUSIVE} (needs more than {MAX_SEEDS:,})" if self.needed_for == "" else f"{INCONCLUSIVE} (no seed count decides)"
+            return f"{INCONCLUSIVE} (needs more than {self.searched_to or MAX_SEEDS:,})" if self.needed_for == "" else f"{INCONCLUSIVE} (no seed count decides)"
         if self.label in (ABOVE, BELOW):
-            return f"{self.label}, {'beyond' if self.beyond_margin else 'perhaps within'} the margin"
+            return f"{self.label}, {self.margin_position} the margin"
         return self.label
+
+    @property
+    def beyond_margin(self) -> bool:
+        return self.margin_position == "beyond"
 
     def explanation(self) -> str:
         """The tests and their figures in one line (what the row's 'test' column shows)."""
         evidence, margin = self.evidence, self.margin
         if evidence is None or margin is None:
             return "; ".join(self.notes)
-        holm = f", Holm over {self.family} rows" if self.family > 1 else ""
-        interval = "90% PI" if evidence.test.startswith("prediction interval") else "90% CI"
+        holm = f" (Holm-adjusted {_p(self.adjusted_p, bare=True)} over {self.family} rows)" if self.family > 1 and self.adjusted_p is not None else ""
+        interval = "95% PI" if evidence.one_agent else ("90% PI" if evidence.test.startswith("prediction interval") else "90% CI")
         parts = [
             f"{evidence.test}: difference {_signed(evidence.difference, evidence.rate)} [{interval} {_signed(evidence.low, evidence.rate)}, "
             f"{_signed(evidence.high, evidence.rate)}], {_p(evidence.p_value)}{holm}; margin {margin.text()}"
@@ -235,7 +246,8 @@ def evidence(ours: Sample, reference: Sample) -> Evidence:
     if se == 0.0:
         p_value = 1.0 if difference == 0 else 0.0
         return Evidence(difference, difference, difference, p_value, 0.0, df, test, one_agent=reference.one_agent)
-    half = float(scipy_stats.t.ppf(1 - ALPHA, df)) * se
+    level = 1 - ALPHA / 2 if reference.one_agent else 1 - ALPHA  # one agent: the test's own 95% interval
+    half = float(scipy_stats.t.ppf(level, df)) * se
     p_value = float(2 * scipy_stats.t.sf(abs(difference) / se, df))
     return Evidence(difference, difference - half, difference + half, p_value, se, df, test, one_agent=reference.one_agent)
 
@@ -304,8 +316,7 @@ def decide(rows: Sequence[Row], alpha: float = ALPHA) -> list[Decision]:
         comparable = not row.reason and row.ours is not None and row.reference is not None and row.margin is not None and row.ours.n >= 2
         evidences.append(evidence(row.ours, row.reference) if comparable else None)  # type: ignore[arg-type]
     tested = [index for index, found in enumerate(evidences) if found is not None]
-    rejected = stats.holm([evidences[i].p_value for i in tested], alpha) if tested else []  # type: ignore[union-attr]
-    significant = dict(zip(tested, rejected))
+    adjusted = dict(zip(tested, stats.holm_adjusted([evidences[i].p_value for i in tested]))) if tested else {}  # type: ignore[union-attr]
     decisions = []
     for index, (row, found) in enumerate(zip(rows, evidences)):
         if found is None:
@@ -316,7 +327,9 @@ def decide(rows: Sequence[Row], alpha: float = ALPHA) -> list[Decision]:
             decisions.append(Decision(label, None, row.margin, notes=[reason] if reason else []))
             continue
         assert row.margin is not None and row.ours is not None and row.reference is not None
-        decisions.append(_decision(row, found, significant[index], len(tested), alpha))
+        decision = _decision(row, found, adjusted[index] <= alpha, len(tested), alpha)
+        decision.adjusted_p = adjusted[index]
+        decisions.append(decision)
     return decisions
 
 
@@ -329,105 +342,149 @@ def _decision(row: Row, found: Evidence, significant: bool, family: int, alpha: 
         decision.label = ONE_AGENT_OUTSIDE if significant else ONE_AGENT_CONSISTENT
         decision.notes.append("one trained agent: equivalence cannot be shown against it, whatever our seed count")
         return decision
-    if inside:
-        decision.label = REPRODUCED
-        if significant:
-            decision.notes.append("the difference is significant but within the margin")
-        return decision
     if significant:
         decision.label = ABOVE if found.difference > 0 else BELOW
-        decision.beyond_margin = found.low > m if found.difference > 0 else found.high < -m
+        beyond = found.low > m if found.difference > 0 else found.high < -m
+        decision.margin_position = "beyond" if beyond else ("within" if inside else "perhaps within")
         return decision
-    decision.seeds_needed, decision.needed_for = seeds_needed(row, found, family, alpha)
+    if inside:
+        decision.label = REPRODUCED
+        return decision
+    decision.seeds_needed, decision.needed_for, decision.searched_to = seeds_needed(row, found, family, alpha)
     return decision
 
 
 # ------------------------------------------------------------------------------------ planning
 
 
-def seeds_needed(row: Row, found: Evidence, family: int, alpha: float = ALPHA) -> tuple[int | None, str]:
-    """Seeds per side (ours only when the reference is fixed) at which equivalence (|d| < m) or
-    the difference (at Holm's first level, alpha / family) would be shown with ``POWER``,
-    taking the observed difference and spreads as true; (None, why) when no count up to
-    MAX_SEEDS would ('' for why: more than MAX_SEEDS would)."""
+def seeds_needed(row: Row, found: Evidence, family: int, alpha: float = ALPHA) -> tuple[int | None, str, int]:
+    """The first seed count per side (ours only when the reference is fixed) at which equivalence
+    (|d| < m) or the difference (at Holm's first level, alpha / family) would be shown with
+    ``POWER``, taking the observed difference and spreads as true; (None, why, the largest count
+    tried) when none would ('' for why: none up to that count). The counts are scanned in order:
+    against a fixed source the power need not grow with our seeds (Welch's degrees of freedom
+    fall towards the source's)."""
     assert row.ours is not None and row.reference is not None and row.margin is not None
+    if found.rate:
+        return _rate_seeds_needed(row, found, family, alpha)
     m, d = row.margin.absolute, found.difference
-
-    def decides(n: int) -> str:
-        n_reference = row.reference.n if row.reference_fixed else max(n, row.reference.n)  # type: ignore[union-attr]
-        if found.rate:
-            se, df = _rate_se(row.ours, row.reference, n, n_reference), math.inf  # type: ignore[arg-type]
-        else:
-            se, df = _se(row.ours, row.reference, n, n_reference)  # type: ignore[arg-type]
-        if abs(d) < m and tost_power(d, m, se, df, alpha) >= POWER:
-            return "equivalence"
-        if d != 0 and difference_power(d, se, df, alpha / max(family, 1)) >= POWER:
-            return "a difference"
-        return ""
-
-    low, high = row.ours.n + 1, MAX_SEEDS
-    if not decides(high):
-        if row.reference_fixed and row.reference.has_spread and not found.rate and not decides(10**12):
-            floor = row.reference.sd / math.sqrt(row.reference.n)  # type: ignore[operator]
-            return None, (
-                f"no seed count of ours decides: the source's own standard error ({_number(floor)} over its "
-                f"{row.reference.n} seeds) is too wide for the margin at this difference"
-            )
-        return None, ""
-    while low < high:  # the power grows with the seeds: the first count that decides
-        middle = (low + high) // 2
-        if decides(middle):
-            high = middle
-        else:
-            low = middle + 1
-    return low, decides(low)
+    counts = np.arange(row.ours.n + 1, MAX_SEEDS + 1)
+    n_reference = np.full(counts.shape, row.reference.n) if row.reference_fixed else np.maximum(counts, row.reference.n)
+    se, df = _se(row.ours, row.reference, counts, n_reference)
+    equivalence = (abs(d) < m) & (tost_power(d, m, se, df, alpha) >= POWER)
+    difference = (d != 0) & (difference_power(d, se, df, alpha / max(family, 1)) >= POWER)
+    decided = np.flatnonzero(equivalence | difference)
+    if decided.size:
+        first = decided[0]
+        return int(counts[first]), "equivalence" if equivalence[first] else "a difference", int(counts[-1])
+    if row.reference_fixed and row.reference.has_spread:
+        floor = row.reference.sd / math.sqrt(row.reference.n)  # type: ignore[operator]
+        reason = (
+            f"no seed count of ours decides: the source's own standard error ({_number(floor)} over its "
+            f"{row.reference.n} seeds) is too wide for the margin at this difference"
+        )
+        return None, reason, int(counts[-1])
+    return None, "", int(counts[-1])
 
 
-def _se(ours: Sample, reference: Sample, n: int, n_reference: int) -> tuple[float, float]:
+MAX_RATE_SEEDS = 300
+"""Success rates: the exact search stops here (it enumerates every outcome of both sides)."""
+
+
+def _rate_seeds_needed(row: Row, found: Evidence, family: int, alpha: float) -> tuple[int | None, str, int]:
+    """Success rates, both sides with n seeds: equivalence's power exactly (every pair of outcomes
+    weighed by its binomial probability, Newcombe's 90% interval inside the margin); the
+    difference's by the normal approximation at Holm's first level."""
+    from scipy import stats as scipy_stats
+
+    assert row.ours is not None and row.reference is not None and row.margin is not None
+    p1, p2, m = row.ours.rate or 0.0, row.reference.rate or 0.0, row.margin.absolute
+    critical = float(scipy_stats.norm.ppf(1 - alpha / max(family, 1) / 2))
+    start = max(row.ours.n, row.reference.n) + 1
+    for n in range(start, MAX_RATE_SEEDS + 1):
+        if abs(p1 - p2) < m and _rate_equivalence_power(p1, p2, n, m) >= POWER:
+            return n, "equivalence", n
+        se = math.sqrt((p1 * (1 - p1) + p2 * (1 - p2)) / n)
+        if p1 != p2 and se > 0 and float(scipy_stats.norm.sf(critical - abs(p1 - p2) / se)) >= POWER:
+            return n, "a difference", n
+    return None, "", MAX_RATE_SEEDS
+
+
+def _rate_equivalence_power(p1: float, p2: float, n: int, margin: float) -> float:
+    """P(Newcombe's 90% interval of the difference lies inside ±margin) with n seeds a side."""
+    from scipy import stats as scipy_stats
+
+    k = np.arange(n + 1)
+    low, high = _wilson_arrays(k, n, 0.9)
+    rates = k / n
+    d = rates[:, None] - rates[None, :]
+    lower = d - np.sqrt((rates[:, None] - low[:, None]) ** 2 + (high[None, :] - rates[None, :]) ** 2)
+    upper = d + np.sqrt((high[:, None] - rates[:, None]) ** 2 + (rates[None, :] - low[None, :]) ** 2)
+    weight = scipy_stats.binom.pmf(k, n, p1)[:, None] * scipy_stats.binom.pmf(k, n, p2)[None, :]
+    return float(np.sum(weight * ((lower > -margin) & (upper < margin))))
+
+
+def _wilson_arrays(successes: np.ndarray, n: int, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    from scipy import stats as scipy_stats
+
+    z = float(scipy_stats.norm.ppf(0.5 + confidence / 2))
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return np.maximum(0.0, centre - half), np.minimum(1.0, centre + half)
+
+
+def _se(ours: Sample, reference: Sample, n: np.ndarray, n_reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The standard error of the difference and its degrees of freedom at n seeds of ours
+    (arrays: one per count)."""
     assert ours.sd is not None
     if reference.has_spread:
         assert reference.sd is not None
         a, b = ours.sd**2 / n, reference.sd**2 / n_reference
-        return math.sqrt(a + b), welch_df(a, b, n, n_reference)
-    return ours.sd * math.sqrt(1 / n + 1 / n_reference), float(n - 1)
+        denominator = a * a / (n - 1) + b * b / (n_reference - 1)
+        df = np.where(denominator > 0, (a + b) ** 2 / np.where(denominator > 0, denominator, 1.0), n + n_reference - 2.0)
+        return np.sqrt(a + b), df
+    return ours.sd * np.sqrt(1 / n + 1 / n_reference), (n - 1).astype(float)
 
 
-def _rate_se(ours: Sample, reference: Sample, n: int, n_reference: int) -> float:
-    p1, p2 = ours.rate or 0.0, reference.rate or 0.0
-    return math.sqrt(p1 * (1 - p1) / n + p2 * (1 - p2) / n_reference)
-
-
-def tost_power(difference: float, margin: float, se: float, df: float, alpha: float = ALPHA) -> float:
+def tost_power(difference: float, margin: float, se: ArrayLike, df: ArrayLike, alpha: float = ALPHA) -> np.ndarray:
     """Power of the two one-sided tests at ``margin`` when the true difference is ``difference``:
     P(T1 > t) + P(T2 < -t) - 1 with T1, T2 noncentral t (the usual approximation to the exact
-    bivariate probability; it is exact as df grows)."""
+    bivariate probability; it is exact as df grows). Element-wise over ``se`` and ``df``."""
     from scipy import stats as scipy_stats
 
-    if se <= 0:
-        return 1.0 if abs(difference) < margin else 0.0
-    critical = float(scipy_stats.t.ppf(1 - alpha, df)) if math.isfinite(df) else float(scipy_stats.norm.ppf(1 - alpha))
-    upper = _noncentral_sf(critical, df, (difference + margin) / se)
-    lower = 1.0 - _noncentral_sf(-critical, df, (difference - margin) / se)
-    return max(0.0, upper + lower - 1.0)
+    se, df = np.broadcast_arrays(np.asarray(se, dtype=float), np.asarray(df, dtype=float))
+    safe = np.where(se > 0, se, 1.0)
+    critical = scipy_stats.t.ppf(1 - alpha, df)
+    upper = _noncentral_sf(critical, df, (difference + margin) / safe)
+    lower = 1.0 - _noncentral_sf(-critical, df, (difference - margin) / safe)
+    power = np.maximum(0.0, upper + lower - 1.0)
+    return np.where(se > 0, power, 1.0 if abs(difference) < margin else 0.0)
 
 
-def difference_power(difference: float, se: float, df: float, alpha: float = ALPHA) -> float:
-    """Power of the two-sided t-test at level ``alpha`` when the true difference is ``difference``."""
+def difference_power(difference: float, se: ArrayLike, df: ArrayLike, alpha: float = ALPHA) -> np.ndarray:
+    """Power of the two-sided t-test at level ``alpha`` when the true difference is ``difference``
+    (element-wise over ``se`` and ``df``)."""
     from scipy import stats as scipy_stats
 
-    if se <= 0:
-        return 1.0 if difference != 0 else 0.0
-    critical = float(scipy_stats.t.ppf(1 - alpha / 2, df)) if math.isfinite(df) else float(scipy_stats.norm.ppf(1 - alpha / 2))
-    shift = difference / se
-    return _noncentral_sf(critical, df, shift) + 1.0 - _noncentral_sf(-critical, df, shift)
+    se, df = np.broadcast_arrays(np.asarray(se, dtype=float), np.asarray(df, dtype=float))
+    safe = np.where(se > 0, se, 1.0)
+    critical = scipy_stats.t.ppf(1 - alpha / 2, df)
+    shift = difference / safe
+    power = _noncentral_sf(critical, df, shift) + 1.0 - _noncentral_sf(-critical, df, shift)
+    return np.where(se > 0, power, 1.0 if difference != 0 else 0.0)
 
 
-def _noncentral_sf(x: float, df: float, shift: float) -> float:
+def _noncentral_sf(x: np.ndarray, df: np.ndarray, shift: np.ndarray | float) -> np.ndarray:
+    """P(T > x) for T noncentral t (df, shift); the normal where df is infinite or huge."""
     from scipy import stats as scipy_stats
 
-    if not math.isfinite(df) or df > 1e6:
-        return float(scipy_stats.norm.sf(x - shift))
-    return float(scipy_stats.nct.sf(x, df, shift))
+    shift = np.broadcast_to(np.asarray(shift, dtype=float), np.shape(x))
+    normal = ~np.isfinite(df) | (df > 1e6)
+    out = np.empty(np.shape(x))
+    out[normal] = scipy_stats.norm.sf(x[normal] - shift[normal])
+    out[~normal] = scipy_stats.nct.sf(x[~normal], df[~normal], shift[~normal])
+    return out
 
 
 # ------------------------------------------------------------------------------------ text
@@ -441,5 +498,7 @@ def _signed(value: float, rate: bool = False) -> str:
     return f"{value:+.2f}" if rate else ("+" if value > 0 else "") + _number(value)
 
 
-def _p(value: float) -> str:
+def _p(value: float, bare: bool = False) -> str:
+    if bare:
+        return "< 0.001" if value < 0.001 else f"{value:.2g}"
     return "p < 0.001" if value < 0.001 else f"p = {value:.2g}"

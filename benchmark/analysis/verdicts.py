@@ -192,9 +192,10 @@ def our_scores(records: Sequence[RunRecord], kind: str, budget: int) -> tuple[np
             if approximate:
                 counts = sorted({w.episodes for w in approximate})
                 span = f"{counts[0]}" if counts[0] == counts[-1] else f"{counts[0]}-{counts[-1]}"
+                covered = f"the last {span} episodes" if counts[0] else "the last evaluation interval's episodes"
                 note = (
                     f"ours: {len(approximate)} of {len(windows)} seeds' training returns read from whole evaluation intervals "
-                    f"(the last {span} episodes, not exactly 100: these runs did not record them)"
+                    f"({covered}, not exactly the last 100: these runs did not record them)"
                 )
             return np.array([w.mean for w in windows if w is not None], dtype=float), scores.TRAIN100, note
         return finals, scores.FINAL, "source: returns of training episodes; ours: final evaluation (no training returns recorded)"
@@ -274,6 +275,14 @@ def _prepare(case: Case, scores_table: tuple[ReferenceScore, ...], fraction: flo
         notes.append("source: read off a plot")
     if published.approximate and published.protocol != "approx_plot":
         notes.append("source value approximate")
+    normalizer = normalizers.normalizer(case.env_id)
+    if normalizer.available and margin.basis == "normalized units":
+        level = float(normalizer(published.mean))
+        if abs(level) < fraction:
+            notes.append(
+                f"the margin (±{fraction:g}) is wider than the source's own normalized score ({level:.2f}): "
+                "equivalence here says little (a smaller --margin asks more)"
+            )
     base.reason = "; ".join(notes)
     return verdict_rule.Row(Sample.of(values), base.reference_sample, margin), base
 

@@ -78,6 +78,13 @@ def margin_value(text: str) -> float:
     return value
 
 
+def nonnegative_margin_value(text: str) -> float:
+    """--margin where 0 is meaningful (regress: every significant drop counts)."""
+    if text.strip() in ("0", "0.0"):
+        return 0.0
+    return margin_value(text)
+
+
 def add_margin(parser: argparse.ArgumentParser, default: float = 0.2, what: str = "normalized units (random 0, the task's reference 1)") -> None:
     """The equivalence margin, stated before looking (the verdict rule: docs/results.md)."""
     parser.add_argument(

@@ -84,7 +84,7 @@ def command_parity(args: argparse.Namespace, console: Any) -> int:
         "parity: ours against the peer library at identical settings (final deterministic returns)",
         list(parity_records.TABLE_COLUMNS),
         names={"algorithm", "environment"},
-        right={"steps", "seeds", "p (Holm over the table)"},
+        right={"steps", "seeds", "p, Holm-adjusted"},
     )
     for row in rows:
         table.add(*parity_records.row_cells(row))

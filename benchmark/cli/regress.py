@@ -12,6 +12,7 @@ from benchmark.cli.common import (
     add_format,
     add_seeds_per_process,
     add_store_arguments,
+    nonnegative_margin_value,
 )
 from benchmark.cli.run import check_run_arguments, execute_suite
 
@@ -42,7 +43,7 @@ def add_parser(commands: Any) -> None:
         "--margin",
         "--min-effect",
         dest="min_effect",
-        type=float,
+        type=nonnegative_margin_value,
         default=0.1,
         help="the margin, in normalized score: equivalent within it, and the smallest drop that counts as a regression (default 0.1)",
     )
@@ -119,9 +120,9 @@ def command_regress(args: argparse.Namespace, console: Output) -> int:
 
     table = TableData(
         f"regression check of suite {suite.name!r}: seeds {seeds} against the baseline of {payload['code']['git_sha'][:10]} ({payload['created']})",
-        ["configuration", "baseline mean", "current mean", "difference [95% CI]", "normalized", "p (Welch, Holm)", "P(current > baseline)", "verdict"],
+        ["configuration", "baseline mean", "current mean", "difference [95% CI]", "normalized", "p (Welch, Holm-adjusted)", "P(current > baseline)", "verdict"],
         names={"configuration"},
-        right={"baseline mean", "current mean", "normalized", "p (Welch, Holm)"},
+        right={"baseline mean", "current mean", "normalized", "p (Welch, Holm-adjusted)"},
     )
     for v in verdicts:
         w = v.welch
@@ -133,7 +134,7 @@ def command_regress(args: argparse.Namespace, console: Output) -> int:
             f"{sum(v.current) / len(v.current):.1f}" if v.current else "—",
             f"{w.difference:+.1f} [{w.low:+.1f}, {w.high:+.1f}]" if w else "—",
             f"{v.normalized_difference:+.2f}" if w else "—",
-            f"{w.p_value:.2g}" if w else "—",
+            f"{v.decision.adjusted_p:.2g}" if v.decision is not None and v.decision.adjusted_p is not None else "—",
             f"{v.improvement.estimate:.2f} [{v.improvement.low:.2f}, {v.improvement.high:.2f}]" if v.improvement else "—",
             verdict,
         )
