@@ -42,12 +42,12 @@ def test_three_seeds_with_a_huge_spread_are_inconclusive_with_the_seeds_that_wou
     assert decision.label == "inconclusive" and decision.seeds_needed == 38 and decision.needed_for == "equivalence"
     assert decision.text == "inconclusive (needs 38)" and "38 seeds per side would show equivalence" in decision.explanation()
 
-    def power(n):  # at the seeds it names the power reaches 80%; one fewer does not
+    def power_at(n):  # at the seeds it names the power reaches 80%; one fewer does not
         a, b = ours.sd**2 / n, theirs.sd**2 / n
         df = (a + b) ** 2 / (a**2 / (n - 1) + b**2 / (n - 1))
-        return rule.tost_power(0.0, 1000.0, math.sqrt(a + b), df)
+        return power.tost_power(0.0, 1000.0, math.sqrt(a + b), df)
 
-    assert power(decision.seeds_needed) >= 0.8 > power(decision.seeds_needed - 1)
+    assert power_at(decision.seeds_needed) >= 0.8 > power_at(decision.seeds_needed - 1)
 
 
 def test_the_interval_is_welchs_ninety_percent_one_and_p_its_two_sided_test():

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from benchmark.analysis import stats, verdict_rule
+from benchmark.analysis import power, stats, verdict_rule
 from benchmark.analysis.verdict_rule import Decision, Evidence, Margin, Sample
 
 REPS = 20_000
@@ -188,9 +188,9 @@ def _seeds_needed(found: Aggregate, margin: float, family: int, alpha: float) ->
     def decides(n: float) -> str:
         reference_variance = found.reference_variance * (found.seeds / n if found.reference_grows else 1.0)
         se = math.sqrt(found.ours_variance * found.seeds / n + reference_variance)
-        if abs(d) < margin and verdict_rule.tost_power(d, margin, se, math.inf, alpha) >= verdict_rule.POWER:
+        if abs(d) < margin and power.tost_power(d, margin, se, math.inf, alpha) >= verdict_rule.POWER:
             return "equivalence"
-        if d != 0 and verdict_rule.difference_power(d, se, math.inf, alpha / max(family, 1)) >= verdict_rule.POWER:
+        if d != 0 and power.difference_power(d, se, math.inf, alpha / max(family, 1)) >= verdict_rule.POWER:
             return "a difference"
         return ""
 

@@ -38,9 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from numpy.typing import ArrayLike
 
-from benchmark.analysis import stats
+from benchmark.analysis import power, stats
 
 ALPHA = 0.05
 """Level of the difference test (after Holm) and of each one-sided test of TOST (a 90% interval)."""
@@ -371,8 +370,8 @@ def seeds_needed(row: Row, found: Evidence, family: int, alpha: float = ALPHA) -
     counts = np.arange(row.ours.n + 1, MAX_SEEDS + 1)
     n_reference = np.full(counts.shape, row.reference.n) if row.reference_fixed else np.maximum(counts, row.reference.n)
     se, df = _se(row.ours, row.reference, counts, n_reference)
-    equivalence = (abs(d) < m) & (tost_power(d, m, se, df, alpha) >= POWER)
-    difference = (d != 0) & (difference_power(d, se, df, alpha / max(family, 1)) >= POWER)
+    equivalence = (abs(d) < m) & (power.tost_power(d, m, se, df, alpha) >= POWER)
+    difference = (d != 0) & (power.difference_power(d, se, df, alpha / max(family, 1)) >= POWER)
     decided = np.flatnonzero(equivalence | difference)
     if decided.size:
         first = decided[0]
@@ -402,36 +401,12 @@ def _rate_seeds_needed(row: Row, found: Evidence, family: int, alpha: float) -> 
     critical = float(scipy_stats.norm.ppf(1 - alpha / max(family, 1) / 2))
     start = max(row.ours.n, row.reference.n) + 1
     for n in range(start, MAX_RATE_SEEDS + 1):
-        if abs(p1 - p2) < m and _rate_equivalence_power(p1, p2, n, m) >= POWER:
+        if abs(p1 - p2) < m and power.rate_equivalence_power(p1, p2, n, m) >= POWER:
             return n, "equivalence", n
         se = math.sqrt((p1 * (1 - p1) + p2 * (1 - p2)) / n)
         if p1 != p2 and se > 0 and float(scipy_stats.norm.sf(critical - abs(p1 - p2) / se)) >= POWER:
             return n, "a difference", n
     return None, "", MAX_RATE_SEEDS
-
-
-def _rate_equivalence_power(p1: float, p2: float, n: int, margin: float) -> float:
-    """P(Newcombe's 90% interval of the difference lies inside ±margin) with n seeds a side."""
-    from scipy import stats as scipy_stats
-
-    k = np.arange(n + 1)
-    low, high = _wilson_arrays(k, n, 0.9)
-    rates = k / n
-    d = rates[:, None] - rates[None, :]
-    lower = d - np.sqrt((rates[:, None] - low[:, None]) ** 2 + (high[None, :] - rates[None, :]) ** 2)
-    upper = d + np.sqrt((high[:, None] - rates[:, None]) ** 2 + (rates[None, :] - low[None, :]) ** 2)
-    weight = scipy_stats.binom.pmf(k, n, p1)[:, None] * scipy_stats.binom.pmf(k, n, p2)[None, :]
-    return float(np.sum(weight * ((lower > -margin) & (upper < margin))))
-
-
-def _wilson_arrays(successes: np.ndarray, n: int, confidence: float) -> tuple[np.ndarray, np.ndarray]:
-    from scipy import stats as scipy_stats
-
-    z = float(scipy_stats.norm.ppf(0.5 + confidence / 2))
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return np.maximum(0.0, centre - half), np.minimum(1.0, centre + half)
 
 
 def _se(ours: Sample, reference: Sample, n: np.ndarray, n_reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -445,46 +420,6 @@ def _se(ours: Sample, reference: Sample, n: np.ndarray, n_reference: np.ndarray)
         df = np.where(denominator > 0, (a + b) ** 2 / np.where(denominator > 0, denominator, 1.0), n + n_reference - 2.0)
         return np.sqrt(a + b), df
     return ours.sd * np.sqrt(1 / n + 1 / n_reference), (n - 1).astype(float)
-
-
-def tost_power(difference: float, margin: float, se: ArrayLike, df: ArrayLike, alpha: float = ALPHA) -> np.ndarray:
-    """Power of the two one-sided tests at ``margin`` when the true difference is ``difference``:
-    P(T1 > t) + P(T2 < -t) - 1 with T1, T2 noncentral t (the usual approximation to the exact
-    bivariate probability; it is exact as df grows). Element-wise over ``se`` and ``df``."""
-    from scipy import stats as scipy_stats
-
-    se, df = np.broadcast_arrays(np.asarray(se, dtype=float), np.asarray(df, dtype=float))
-    safe = np.where(se > 0, se, 1.0)
-    critical = scipy_stats.t.ppf(1 - alpha, df)
-    upper = _noncentral_sf(critical, df, (difference + margin) / safe)
-    lower = 1.0 - _noncentral_sf(-critical, df, (difference - margin) / safe)
-    power = np.maximum(0.0, upper + lower - 1.0)
-    return np.where(se > 0, power, 1.0 if abs(difference) < margin else 0.0)
-
-
-def difference_power(difference: float, se: ArrayLike, df: ArrayLike, alpha: float = ALPHA) -> np.ndarray:
-    """Power of the two-sided t-test at level ``alpha`` when the true difference is ``difference``
-    (element-wise over ``se`` and ``df``)."""
-    from scipy import stats as scipy_stats
-
-    se, df = np.broadcast_arrays(np.asarray(se, dtype=float), np.asarray(df, dtype=float))
-    safe = np.where(se > 0, se, 1.0)
-    critical = scipy_stats.t.ppf(1 - alpha / 2, df)
-    shift = difference / safe
-    power = _noncentral_sf(critical, df, shift) + 1.0 - _noncentral_sf(-critical, df, shift)
-    return np.where(se > 0, power, 1.0 if difference != 0 else 0.0)
-
-
-def _noncentral_sf(x: np.ndarray, df: np.ndarray, shift: np.ndarray | float) -> np.ndarray:
-    """P(T > x) for T noncentral t (df, shift); the normal where df is infinite or huge."""
-    from scipy import stats as scipy_stats
-
-    shift = np.broadcast_to(np.asarray(shift, dtype=float), np.shape(x))
-    normal = ~np.isfinite(df) | (df > 1e6)
-    out = np.empty(np.shape(x))
-    out[normal] = scipy_stats.norm.sf(x[normal] - shift[normal])
-    out[~normal] = scipy_stats.nct.sf(x[~normal], df[~normal], shift[~normal])
-    return out
 
 
 # ------------------------------------------------------------------------------------ text
