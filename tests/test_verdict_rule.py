@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from benchmark.analysis import power
 from benchmark.analysis import verdict_rule as rule
 from benchmark.analysis.verdict_rule import Margin, Row, Sample
 
