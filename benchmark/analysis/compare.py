@@ -30,7 +30,7 @@ import numpy as np
 
 from agents.errors import ConfigError
 from agents.registry import known_config
-from benchmark.analysis import plots, reference, scores, stats, verdict_rule, verdicts
+from benchmark.analysis import plots, reference, stats, verdict_rule, verdicts
 from benchmark.analysis.normalizers import normalizer as fixed_normalizer
 from benchmark.analysis.report import Document, Group, group_records, interval_text, number_text
 from benchmark.run_record import RunRecord
@@ -182,23 +182,7 @@ def _test(pair: PairResult, margin: float, reference_dir: Path) -> None:
     for task in pair.tasks:
         if task.baseline is not None and task not in testable:
             task.reason = f"{min(len(task.candidate.scores), len(task.baseline.scores))} seed(s) on one side: the test needs 2"
-    rows = []
-    for task in testable:
-        assert task.baseline is not None
-        mine, theirs = task.candidate.scores, task.baseline.scores
-        threshold = scores.success_threshold(task.env_id)
-        if threshold is not None:
-            rows.append(
-                verdict_rule.Row(
-                    verdict_rule.Sample.of(mine, [v >= threshold for v in mine]),
-                    verdict_rule.Sample.of(theirs, [v >= threshold for v in theirs]),
-                    verdict_rule.Margin.for_rates(margin),
-                    reference_fixed=False,
-                )
-            )
-        else:
-            scale = verdicts.margin_for(task.env_id, margin, float(np.mean(theirs)), reference_dir)
-            rows.append(verdict_rule.Row(verdict_rule.Sample.of(mine), verdict_rule.Sample.of(theirs), scale, reference_fixed=False))
+    rows = [verdicts.seeds_row(task.env_id, task.candidate.scores, task.baseline.scores, margin, reference_dir) for task in testable]  # type: ignore[union-attr]
     for task, decision in zip(testable, verdict_rule.decide(rows)):
         assert decision.evidence is not None
         task.difference, task.p_value = float(np.mean(task.candidate.scores) - np.mean(task.baseline.scores)), decision.evidence.p_value  # type: ignore[union-attr]

@@ -61,7 +61,7 @@ def load(reference_dir: Path = reference.REFERENCE_DIR) -> dict[str, Fixed]:
     if not path.exists():
         return {}
     fixed = {}
-    for number, row in enumerate(_rows(path), start=2):
+    for number, row in enumerate(reference.read_rows(path), start=2):
         try:
             budget, seeds = row["budget_steps"], row["n_seeds"]
             score = ReferenceScore(
@@ -85,14 +85,6 @@ def load(reference_dir: Path = reference.REFERENCE_DIR) -> dict[str, Fixed]:
             missing = f"no column {error}" if isinstance(error, KeyError) else str(error)
             raise ConfigError(f"{path}, row {number}: {missing}; restore the file with git checkout") from None
     return fixed
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            return list(csv.DictReader(handle))
-    except (OSError, UnicodeDecodeError, csv.Error) as error:
-        raise ConfigError(f"cannot read {path} as a CSV table ({type(error).__name__}: {error}); restore it with git checkout") from None
 
 
 def normalizer(env_id: str, reference_dir: Path = reference.REFERENCE_DIR) -> Normalizer:

@@ -50,7 +50,7 @@ def side_summary(returns: Sequence[float]) -> dict[str, Any]:
 
 def rows_to_decide(summaries: Sequence[dict[str, Any]], margin: float = MARGIN) -> list[Any]:
     """The verdict rule's rows of the summaries (success rates on capped tasks), both sides growable."""
-    from benchmark.analysis import scores, verdict_rule, verdicts
+    from benchmark.analysis import verdict_rule, verdicts
 
     rows = []
     for summary in summaries:
@@ -58,19 +58,7 @@ def rows_to_decide(summaries: Sequence[dict[str, Any]], margin: float = MARGIN) 
         if len(ours) < 2 or len(peer) < 2:
             rows.append(verdict_rule.Row(None, None, None, "too few seeds: both sides need 2", reference_fixed=False))
             continue
-        threshold = scores.success_threshold(summary["env_id"])
-        if threshold is not None:
-            rows.append(
-                verdict_rule.Row(
-                    verdict_rule.Sample.of(ours, [value >= threshold for value in ours]),
-                    verdict_rule.Sample.of(peer, [value >= threshold for value in peer]),
-                    verdict_rule.Margin.for_rates(margin),
-                    reference_fixed=False,
-                )
-            )
-            continue
-        scale = verdicts.margin_for(summary["env_id"], margin, float(sum(peer) / len(peer)))
-        rows.append(verdict_rule.Row(verdict_rule.Sample.of(ours), verdict_rule.Sample.of(peer), scale, reference_fixed=False))
+        rows.append(verdicts.seeds_row(summary["env_id"], ours, peer, margin))
     return rows
 
 

@@ -247,7 +247,7 @@ def load_scores(path: Path = REFERENCE_DIR / "scores.csv") -> tuple[ReferenceSco
     return _load_scores(path, path.stat().st_mtime_ns)
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
+def read_rows(path: Path) -> list[dict[str, str]]:
     """The rows of a CSV table; ConfigError naming the file when it cannot be read as one."""
     try:
         with path.open(newline="", encoding="utf-8") as handle:
@@ -264,7 +264,7 @@ def _malformed(path: Path, row_number: int, error: Exception) -> ConfigError:
 @functools.lru_cache(maxsize=4)
 def _load_scores(path: Path, modified: int) -> tuple[ReferenceScore, ...]:
     scores = []
-    for number, row in enumerate(_rows(path), start=2):
+    for number, row in enumerate(read_rows(path), start=2):
         try:
             mean = _number(row["mean"])
             if mean is None:
@@ -303,7 +303,7 @@ def load_per_seed(path: Path = REFERENCE_DIR / "per_seed.csv") -> dict[tuple[str
     if not path.exists():
         return {}
     found: dict[tuple[str, str, str, int], PerSeed] = {}
-    for number, row in enumerate(_rows(path), start=2):
+    for number, row in enumerate(read_rows(path), start=2):
         try:
             key = (row["source"], row["algo"], row["env_id"], int(row["budget_steps"]))
             found.setdefault(key, {}).setdefault(int(row["seed"]), []).append((int(row["env_step"]), float(row["return"])))
@@ -326,7 +326,7 @@ def load_random(path: Path = REFERENCE_DIR / "random.csv") -> dict[str, RandomSc
     if not path.exists():
         return {}
     scores = {}
-    for number, row in enumerate(_rows(path), start=2):
+    for number, row in enumerate(read_rows(path), start=2):
         try:
             scores[row["env_id"]] = RandomScore(row["env_id"], int(row["episodes"]), float(row["mean"]), float(row["std"]), int(row["seed"]))
         except (KeyError, TypeError, ValueError) as error:

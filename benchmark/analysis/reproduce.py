@@ -37,6 +37,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agents.errors import ConfigError
 from benchmark import metric_names, provenance, tracking
@@ -86,6 +87,15 @@ def reproduce(run_id: str, tracking_uri: str, checkpoint_dir: Path | None = None
     """Train the recorded spec of ``run_id`` again (no tracking, no checkpoint of its own) and
     compare; a continued run starts again from the final checkpoint in ``checkpoint_dir`` of
     the run it continues."""
+    client, run, spec = _finished_run(run_id, tracking_uri)
+    recorded = sorted((int(m.step), float(m.value)) for m in tracking.retry(lambda: client.get_metric_history(run_id, metric_names.EVAL_RETURN_MEAN)))
+    batch_seeds = [int(seed) for seed in run.data.tags.get("batch_seeds", "").split()]
+    return _train_again(run_id, spec, recorded, batch_seeds, dict(run.data.tags), checkpoint_dir)
+
+
+def _finished_run(run_id: str, tracking_uri: str) -> tuple[Any, Any, RunSpec]:
+    """The store's client, the FINISHED child run ``run_id`` and its recorded spec; ConfigError
+    naming what is wrong otherwise."""
     client = tracking.client(tracking_uri)
     try:
         run = tracking.retry(lambda: client.get_run(run_id))
@@ -98,10 +108,7 @@ def reproduce(run_id: str, tracking_uri: str, checkpoint_dir: Path | None = None
             config_path = client.download_artifacts(run_id, "config.json", scratch)
         except Exception:  # noqa: BLE001
             raise ConfigError(f"run {run_id} has no config.json artifact: it is not a reprorl child run") from None
-        spec = RunSpec.from_dict(json.loads(Path(config_path).read_text()))
-    recorded = sorted((int(m.step), float(m.value)) for m in tracking.retry(lambda: client.get_metric_history(run_id, metric_names.EVAL_RETURN_MEAN)))
-    batch_seeds = [int(seed) for seed in run.data.tags.get("batch_seeds", "").split()]
-    return _train_again(run_id, spec, recorded, batch_seeds, dict(run.data.tags), checkpoint_dir)
+        return client, run, RunSpec.from_dict(json.loads(Path(config_path).read_text()))
 
 
 def find_bundled(identifier: str, bundled: dict[str, BundledRun]) -> BundledRun | None:
@@ -293,19 +300,7 @@ def _plain(data: dict) -> dict:
 def bundled_from_store(run_id: str, tracking_uri: str) -> BundledRun:
     """A finished run of the tracking store as a bundled run (its spec, curve, provenance and
     versions): what ``--at-recorded-commit`` and the cell judgement read."""
-    client = tracking.client(tracking_uri)
-    try:
-        run = tracking.retry(lambda: client.get_run(run_id))
-    except Exception as error:  # noqa: BLE001 - MLflow raises its own exception types for a bad id
-        raise ConfigError(f"no MLflow run {run_id!r} in {tracking_uri}: {error}") from None
-    if run.info.status != "FINISHED":
-        raise ConfigError(f"run {run_id} is {run.info.status}, not FINISHED: there is nothing to compare against")
-    with tempfile.TemporaryDirectory() as scratch:
-        try:
-            config_path = client.download_artifacts(run_id, "config.json", scratch)
-        except Exception:  # noqa: BLE001
-            raise ConfigError(f"run {run_id} has no config.json artifact: it is not a reprorl child run") from None
-        spec = RunSpec.from_dict(json.loads(Path(config_path).read_text()))
+    client, run, spec = _finished_run(run_id, tracking_uri)
     from benchmark import bundles
     from benchmark.bundles import Evaluation
 

@@ -224,6 +224,24 @@ def margin_for(env_id: str, fraction: float = verdict_rule.DEFAULT_MARGIN, basel
     return Margin(fraction, scale, "the reference's mean (the task has no normalizer)")
 
 
+Seeds = Sequence[float] | np.ndarray
+
+
+def seeds_row(env_id: str, ours: Seeds, theirs: Seeds, fraction: float, reference_dir: Path | None = None) -> verdict_rule.Row:
+    """The rule's row for two sides of seeds we can both grow (parity, compare): success rates on
+    a capped task (``scores.SUCCESS_THRESHOLDS``), else the returns with the task's margin."""
+    threshold = scores.success_threshold(env_id)
+    if threshold is not None:
+        return verdict_rule.Row(
+            Sample.of(ours, [value >= threshold for value in ours]),
+            Sample.of(theirs, [value >= threshold for value in theirs]),
+            Margin.for_rates(fraction),
+            reference_fixed=False,
+        )
+    margin = margin_for(env_id, fraction, float(np.mean(theirs)), reference_dir)
+    return verdict_rule.Row(Sample.of(ours), Sample.of(theirs), margin, reference_fixed=False)
+
+
 # ------------------------------------------------------------------------------------ the table
 
 
