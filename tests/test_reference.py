@@ -258,3 +258,15 @@ def test_adding_scores_never_moves_a_fixed_normalizer(tmp_path):
     assert normalizers.fix_missing(tmp_path, today="2026-11-28") == ["Swimmer-v5"]
     assert normalizers.normalizer("Swimmer-v5", tmp_path).reference.mean == 100.0 and not normalizers.normalizer("Swimmer-v5", tmp_path).provisional
     assert (tmp_path / "normalizers.csv").read_text().startswith(before.splitlines()[0])
+
+
+def test_the_per_seed_values_agree_with_the_published_rows_they_stand_behind():
+    """Tianshou's 10 seeds at 300k (per_seed.csv) average to the published mean of the same row
+    (additions.csv, read off the same file's column rew) and spread as its std (ddof 1)."""
+    per_seed = reference.load_per_seed()
+    rows = [score for score in reference.load_scores() if reference.per_seed_of(score, per_seed)]
+    assert len(rows) == 7 and {score.algorithm for score in rows} == {"sac", "td3", "ddpg"}
+    for score in rows:
+        values = [dict(curve)[300_000] for curve in reference.per_seed_of(score, per_seed).values()]
+        assert len(values) == score.n_seeds == 10
+        assert np.mean(values) == pytest.approx(score.mean, abs=1e-3) and np.std(values, ddof=1) == pytest.approx(score.spread, abs=1e-3)
