@@ -50,7 +50,7 @@ def command_reproduce(args: argparse.Namespace, console: Output) -> int:
     directories = list(args.from_dirs or []) + sorted(d for d in (published.iterdir() if published.is_dir() else []) if bundles.is_bundle(d))
     held = bundles.read_all(directories) if directories else {}
     bundled = reproduce.find_bundled(args.run_id, held)
-    tracking_uri = None if bundled is not None else existing_store(args)
+    tracking_uri = None if bundled is not None else _store_of(args, published)
     if args.at_recorded_commit:
         run = bundled if bundled is not None else reproduce.bundled_from_store(args.run_id, str(tracking_uri))
         return _reproduce_at_commit(run, console)
@@ -89,6 +89,16 @@ def command_reproduce(args: argparse.Namespace, console: Output) -> int:
     console.print(judged.text(), highlight=False, markup=False)
     console.print("bit-exact repetition needs the recorded commit and CPU type: reproduce --at-recorded-commit", highlight=False, markup=False)
     return 0 if judged.consistent else 1
+
+
+def _store_of(args: argparse.Namespace, published: Path) -> str:
+    """The tracking store to find a run no bundle holds in; its absence named with where else was looked."""
+    from agents.errors import ConfigError
+
+    try:
+        return existing_store(args)
+    except ConfigError as error:
+        raise ConfigError(f"run {args.run_id!r} is in no bundle under {published} (--from DIR reads others), and {error}") from None
 
 
 def _reproduce_at_commit(run: Any, console: Output) -> int:

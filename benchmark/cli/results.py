@@ -225,12 +225,15 @@ def plan_table(title: str, rows: list) -> Any:
 
 def command_record(args: argparse.Namespace, console: Any) -> int:
     from agents.errors import ConfigError
+    from benchmark import bundles
     from benchmark.analysis import record
 
-    if args.plan:
-        return record_plan(args, console)
-    if args.refresh_mixed:
-        return refresh_mixed(args, console)
+    if args.plan or args.refresh_mixed:
+        if not any(bundles.is_bundle(bundles.published_directory(args.results_dir, name)) for name in record.RECORD_SUITES):
+            raise ConfigError(
+                f"no bundle of the record ({', '.join(record.RECORD_SUITES)}) under {args.results_dir / 'published'}: pass the --results-dir that holds it"
+            )
+        return record_plan(args, console) if args.plan else refresh_mixed(args, console)
     readme = None if args.no_readme else args.readme
     if readme is not None and not readme.is_file():
         raise ConfigError(f"--readme {readme} is not a file (--no-readme writes {args.results_dir / 'record'} only)")
