@@ -216,7 +216,8 @@ def markdown(record: Any, images: list[Path], image_prefix: str, notes: bool = F
     ]
     if record.aggregates:
         parts += [
-            "\nPer algorithm, across its compared tasks: IQM of normalized scores (stratified bootstrap; the reference "
+            "\nPer algorithm, across its compared tasks: IQM of normalized scores, runs pooled over tasks as rliable pools "
+            "them (a task with more seeds weighs more until every cell has its 10), stratified bootstrap (the reference "
             "resampled from its seeds, or parametrically from its mean and spread), judged by the same rule:\n",
             aggregate_table(record.aggregates),
         ]
