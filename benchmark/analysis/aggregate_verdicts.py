@@ -10,9 +10,10 @@ spread) its value held fixed. The reference's point estimate for a summary sourc
 of its "representative" sample, mean + sd x the normal quantiles at (i - 1/2) / n.
 
 The verdict is the rule's (``verdict_rule``), on the difference IQM(ours) - IQM(reference): its
-90% bootstrap interval inside ±margin (normalized) is **reproduced**; a two-sided bootstrap
-p-value (twice the smaller tail of the replicates at 0) rejected after Holm's correction over
-the table's aggregates is **above** / **below**; otherwise **inconclusive**, with the seeds per
+90% bootstrap interval inside ±margin (normalized) without a difference shown is **reproduced**;
+a two-sided bootstrap p-value (twice the smaller tail of the replicates at 0) rejected after
+Holm's correction over the table's aggregates is **above** / **below** (beyond, within or across
+the margin); otherwise **inconclusive**, with the seeds per
 task that would decide at 80% power (the bootstrap variance of our IQM scaled by n / N). A
 reference with a one-agent task can only be "consistent with" or "outside" it. Beside it:
 P(ours > reference) with its interval, and a performance profile per side.

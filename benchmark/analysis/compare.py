@@ -12,11 +12,12 @@ DDPG read off their curves like runs of B steps); else not comparable.
 
 Per task: the means over seeds with 95% Student-t intervals, judged by the verdict rule
 (``verdict_rule``) with the margin stated in advance (default ±0.2 normalized): ``equivalent``
-when the 90% interval of the difference lies inside it; ``better`` / ``worse`` when Welch's
-two-sided test rejects after Holm's correction over the tasks of one pair; otherwise
+when the 90% interval of the difference lies inside it and no difference is shown; ``better`` /
+``worse`` when Welch's two-sided test rejects after Holm's correction over the tasks of one pair
+(beyond, within or across the margin); otherwise
 ``inconclusive (needs N)``, N seeds a side for a decision at 80% power; capped tasks (CartPole)
 compared as success rates. Across tasks, on normalized scores (0: random policy,
-1: the task's reference; ``reference.normalizer``): IQM, mean, median and optimality gap with
+1: the task's reference; ``normalizers.normalizer``): IQM, mean, median and optimality gap with
 95% stratified-bootstrap intervals, the probability of improvement P(candidate > baseline) and
 performance profiles, after Agarwal et al. (2021).
 """
@@ -272,7 +273,8 @@ def write(pairs: list[PairResult], out_dir: Path, title: str, description: str) 
         "A baseline is scored at the candidate's budget: its final evaluation when its budget is the same, else its evaluation "
         "at that step of a longer run when nothing in it depends on its budget (no annealing, no exploration decaying over a "
         "fraction of the budget), else it is not compared. Per task: means over seeds with 95% Student-t intervals, judged by "
-        "one rule with its margin stated in advance: equivalent when the 90% interval of the difference lies within the margin; "
+        "one rule with its margin stated in advance: equivalent when the 90% interval of the difference lies within the margin "
+        "and no difference is shown; "
         f"better or worse when Welch's two-sided test rejects after Holm's correction over the tasks of each pair at α = {ALPHA}; "
         "otherwise inconclusive, with the seeds a side that would decide at 80% power. Across tasks, on normalized scores (0: a random policy, 1: the task's "
         "reference score): IQM, mean, median and optimality gap with 95% stratified-bootstrap intervals, the probability of "

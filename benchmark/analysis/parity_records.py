@@ -9,8 +9,9 @@ across the table's rows:
 * each side's mean with its 95% Student t interval over seeds;
 * the difference with its 90% interval (Welch), the margin stated in advance (default ±0.2 in
   the task's normalized units, ``normalizers.csv``);
-* **reproduced** when the 90% interval lies inside the margin (TOST at 5% each side); **above**
-  / **below** when Welch's two-sided test rejects after Holm's correction over the table;
+* **reproduced** when the 90% interval lies inside the margin (TOST at 5% each side) and no
+  difference is shown; **above** / **below** when Welch's two-sided test rejects after Holm's
+  correction over the table (beyond, within or across the margin);
   otherwise **inconclusive (needs N)**, N seeds a side deciding with 80% power at the observed
   spreads;
 * on a task whose return is capped (CartPole, InvertedPendulum: ``scores.SUCCESS_THRESHOLDS``)

@@ -209,8 +209,9 @@ def markdown(record: Any, images: list[Path], image_prefix: str, notes: bool = F
         f"{runs} runs in {len(rows)} cells, read from the bundles under `results/published/` (`mujoco`, `mujoco_300k`). "
         f"Each cell is judged against the same algorithm's published score, both scored as the source measured, by one rule "
         f"stated in advance (docs/results.md, Reproduction verdicts): **reproduced** when the 90% interval of the difference "
-        f"lies within ±{record.margin:g} normalized (random 0, the task's reference 1); **above**/**below** when Welch's test "
-        f"rejects after Holm's correction over the {tested} tested cells; otherwise **inconclusive (needs N seeds)**; against "
+        f"lies within ±{record.margin:g} normalized (random 0, the task's reference 1) and no difference is shown; **above**/"
+        f"**below** when Welch's test rejects after Holm's correction over the {tested} tested cells (beyond, within or across "
+        f"the margin); otherwise **inconclusive (needs N seeds)**; against "
         f"one trained agent never reproduced. Verdicts: {verdicts.counts_text(judged) or 'none yet'}.\n",
         cell_table(rows) if rows else "No run of the record has been exported yet.\n",
     ]

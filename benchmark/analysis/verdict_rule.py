@@ -7,12 +7,12 @@ Welch's standard error and degrees of freedom (Welch-Satterthwaite), and a margi
 advance (``Margin``: by default 0.2 in normalized units, random = 0 and the task's normalizer
 reference = 1):
 
-- **reproduced**: the 90% interval of d lies inside (-m, m): both one-sided tests of Schuirmann's
-  TOST reject at 5%. It takes precedence: a difference that is significant but smaller than the
-  margin is still reproduced (the note says so).
+- **reproduced**: the 90% interval of d lies inside (-m, m) (both one-sided tests of Schuirmann's
+  TOST reject at 5%) and no difference is shown.
 - **above** / **below**: Welch's two-sided test rejects at ``ALPHA`` after Holm's correction over
-  every tested row of the table; ``beyond_margin`` says whether the 90% interval lies wholly
-  past the margin too.
+  every tested row of the table; ``margin_position`` says where the 90% interval lies: wholly
+  past the margin ("beyond"), wholly inside it ("within": equivalent at that margin, yet
+  different) or across it ("perhaps within").
 - **inconclusive**: neither. ``seeds_needed`` is the seed count per side (ours only, where the
   reference is a published source that cannot grow) at which, with the observed spreads and the
   observed difference taken as true, one of the two decisions has 80% power (Colas et al.,

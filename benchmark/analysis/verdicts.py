@@ -14,8 +14,9 @@ curves we hold (``per_seed.csv``), the mean of the evaluations in the last 10% o
 both sides; otherwise the final evaluation. The table is then decided by the verdict rule
 (``benchmark.analysis.verdict_rule``): the margin (default ±0.2 in the task's normalized units,
 ``normalizers.csv``) is stated before looking and printed with every verdict;
-**reproduced** when the 90% interval of (ours - published) lies inside it; **above** /
-**below** when Welch's test rejects after Holm's correction across the table; **inconclusive
+**reproduced** when the 90% interval of (ours - published) lies inside it and no difference is
+shown; **above** / **below** when Welch's test rejects after Holm's correction across the table
+(beyond, within or across the margin); **inconclusive
 (needs N)** otherwise; against one trained agent (RL Zoo) never reproduced: **consistent with
 one agent** or **outside one agent's interval**. **Not comparable** when the budget differs
 more than ``BUDGET_RATIO`` times (or the source does not state it), the source reports the

@@ -90,7 +90,7 @@ def command_parity(args: argparse.Namespace, console: Any) -> int:
         table.add(*parity_records.row_cells(row))
     console.table(table)
     console.print(
-        f"reproduced: the 90% interval of the difference lies within the margin (TOST, 5%); above/below: Welch's test rejects "
+        f"reproduced: the 90% interval of the difference lies within the margin (TOST, 5%) and no difference is shown; above/below: Welch's test rejects "
         f"after Holm's correction over the table; inconclusive (needs N): N seeds a side would decide with 80% power; tables: "
         f"{args.output_dir / 'parity.md'}, {args.output_dir / 'parity.csv'}",
         highlight=False,
