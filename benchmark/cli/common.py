@@ -92,7 +92,8 @@ def add_margin(parser: argparse.ArgumentParser, default: float = 0.2, what: str 
         type=margin_value,
         default=default,
         metavar="M",
-        help=f"equivalence margin in {what}: reproduced means the 90%% interval of the difference lies within ±M and no difference is shown (default {default:g})",
+        help=f"equivalence margin in {what}: reproduced means the 90%% interval of the difference lies within ±M "
+        f"and no difference is shown (default {default:g})",
     )
 
 
