@@ -196,6 +196,7 @@ GRID = {
     **{(algo, task): 3 for algo in ("trpo", "a2c", "sac", "td3") for task in ("HalfCheetah", "Hopper", "Walker2d")},
     ("ddpg", "Hopper"): 3,
     ("trpo", "HalfCheetah"): 10,
+    ("trpo", "Hopper"): 10,
 }
 
 
