@@ -320,3 +320,20 @@ def test_the_aggregate_iqm_and_its_interval_equal_rliables():
     ours = stats.stratified_bootstrap({str(task): scores[:, task] for task in range(3)}, "IQM", reps=50_000)
     assert ours.estimate == pytest.approx(float(points["x"][0]), abs=1e-12)
     assert (ours.low, ours.high) == pytest.approx((float(intervals["x"][0, 0]), float(intervals["x"][1, 0])), abs=0.01)
+
+
+def test_the_records_aggregate_verdict_computes_rliables_iqm_and_interval():
+    """aggregate_verdicts.aggregate (the record's per-algorithm verdict) on a fixed sample: our
+    side's IQM is rliable's exactly, its interval within the Monte-Carlo error of 20,000 draws."""
+    from rliable import library as rly
+    from rliable import metrics as rliable_metrics
+
+    from benchmark.analysis import aggregate_verdicts
+    from benchmark.analysis.verdict_rule import Sample
+
+    scores = np.random.default_rng(11).normal(loc=[0.5, 0.9, 0.7], scale=[0.15, 0.1, 0.3], size=(10, 3))
+    sides = [aggregate_verdicts.TaskSides(str(task), scores[:, task], Sample.summary(0.8, 0.1, 10)) for task in range(3)]
+    found = aggregate_verdicts.aggregate("x", 1, sides, reps=20_000)
+    points, intervals = rly.get_interval_estimates({"x": scores}, lambda s: np.array([rliable_metrics.aggregate_iqm(s)]), reps=20_000)
+    assert found.ours_iqm.estimate == pytest.approx(float(points["x"][0]), abs=1e-12)
+    assert (found.ours_iqm.low, found.ours_iqm.high) == pytest.approx((float(intervals["x"][0, 0]), float(intervals["x"][1, 0])), abs=0.01)
