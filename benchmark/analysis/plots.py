@@ -1,7 +1,9 @@
-"""PNG plots for reports: learning curves, aggregate intervals, performance profiles (matplotlib, Agg)."""
+"""PNG (and SVG) plots for reports and the record: learning curves, aggregate intervals,
+performance profiles, probabilities of improvement, IQM against steps (matplotlib, Agg)."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -13,13 +15,31 @@ import numpy as np  # noqa: E402
 from benchmark.analysis import stats  # noqa: E402
 
 COLORS = matplotlib.color_sequences["tab10"]  # the colours of the tab10 colormap
+matplotlib.rcParams["svg.hashsalt"] = "reprorl"  # the SVGs' element ids: the same bytes on every run
 
 
-def _save(figure: plt.Figure, path: Path) -> Path:
+def _save(figure: plt.Figure, path: Path, svg: bool = False) -> Path:
+    """``path`` (PNG), and with ``svg`` the same figure beside it as SVG (no date written)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110, bbox_inches="tight")  # a legend wider than the axes is kept whole
+    if svg:
+        figure.savefig(path.with_suffix(".svg"), bbox_inches="tight", metadata={"Date": None})
     plt.close(figure)
     return path
+
+
+def _title(text: str, width: int = 110) -> str:
+    return "\n".join(textwrap.wrap(text, width))
+
+
+def steps_axis(axis: plt.Axes) -> None:
+    """Env steps on the x axis in millions, written 0.3M, 0.05M (no `1e6` offset text)."""
+    from matplotlib.ticker import FuncFormatter
+
+    def text(value: float, _: int) -> str:
+        return "0" if value == 0 else f"{value / 1e6:g}M"
+
+    axis.xaxis.set_major_formatter(FuncFormatter(text))
 
 
 def learning_curves(
@@ -77,7 +97,7 @@ def clipped_band(by_step: list[list[float]]) -> tuple[list[float], list[float], 
     return [interval.estimate for interval in intervals], low, high
 
 
-def aggregate_intervals(intervals: dict[str, dict[str, stats.Interval]], path: Path) -> Path:
+def aggregate_intervals(intervals: dict[str, dict[str, stats.Interval]], path: Path, title: str | None = None, svg: bool = False) -> Path:
     """One panel per aggregate metric (IQM, mean, median, optimality gap), one interval per
     algorithm: a bar for the interval and a marker at the estimate, so that a zero-width
     interval stays visible; the axes reach past every interval."""
@@ -96,14 +116,17 @@ def aggregate_intervals(intervals: dict[str, dict[str, stats.Interval]], path: P
         span = max(max(highs) - min(lows), 0.1)
         axis.set_xlim(min(lows) - 0.08 * span, max(highs) + 0.08 * span)
         axis.set_title(metric, fontsize=10)
-        axis.set_xlabel("normalized score")
+        axis.set_xlabel("normalized score" if metric != "optimality gap" else "gap to 1 (lower is better)")
         axis.grid(axis="x", alpha=0.3)
     axes[0].set_yticks(range(len(labels)), labels)
-    figure.suptitle("aggregate normalized scores: estimate (diamond) and 95% stratified bootstrap CI (bar)", fontsize=10)
-    return _save(figure, path)
+    heading = "aggregate normalized scores: estimate (diamond) and 95% stratified bootstrap CI (bar)"
+    figure.suptitle(_title(f"{title}: estimate (diamond), 95% stratified bootstrap CI (bar)" if title else heading), fontsize=9)
+    return _save(figure, path, svg)
 
 
-def performance_profiles(profiles: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], thresholds: np.ndarray, path: Path) -> Path:
+def performance_profiles(
+    profiles: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], thresholds: np.ndarray, path: Path, title: str | None = None, svg: bool = False
+) -> Path:
     """Fraction of runs with normalized score > tau, a step function of tau, with its 95%
     bootstrap band (edges drawn, so that a narrow band is seen)."""
     figure, axes = plt.subplots(figsize=(6.5, 4.2), layout="constrained")
@@ -118,5 +141,46 @@ def performance_profiles(profiles: dict[str, tuple[np.ndarray, np.ndarray, np.nd
     axes.set_ylim(-0.03, 1.03)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
-    axes.set_title("performance profiles (95% bootstrap bands)", fontsize=10)
-    return _save(figure, path)
+    axes.set_title(_title(f"{title} (95% bootstrap bands)", 80) if title else "performance profiles (95% bootstrap bands)", fontsize=9 if title else 10)
+    return _save(figure, path, svg)
+
+
+def improvement_intervals(probabilities: dict[str, stats.Interval], path: Path, title: str) -> Path:
+    """One row per comparison 'X > Y': P(X > Y) as a marker with its 95% interval as a bar, on
+    [0, 1] with 0.5 (no difference) marked; PNG and SVG."""
+    labels = list(probabilities)
+    figure, axes = plt.subplots(figsize=(6.5, 0.45 * len(labels) + 1.5), layout="constrained")
+    for row, label in enumerate(labels):
+        interval = probabilities[label]
+        color = COLORS[0] if "reference" not in label else COLORS[1]
+        axes.barh(row, interval.high - interval.low, left=interval.low, height=0.55, color=color, alpha=0.35)
+        axes.plot([interval.estimate], [row], marker="D", markersize=6, color=color, markeredgecolor="black", markeredgewidth=0.5)
+    axes.axvline(0.5, color="grey", linestyle=":", linewidth=1)
+    axes.set_yticks(range(len(labels)), labels)
+    axes.invert_yaxis()
+    axes.set_xlim(0, 1)
+    axes.set_xlabel("P(X > Y): a run of X beats a run of Y, averaged over tasks")
+    axes.grid(axis="x", alpha=0.3)
+    axes.set_title(_title(f"{title}: estimate (diamond), 95% bootstrap CI (bar)", 80), fontsize=9)
+    return _save(figure, path, svg=True)
+
+
+def sample_efficiency(curves: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], path: Path, title: str) -> Path:
+    """IQM of normalized returns against env steps per algorithm, ``curves[label]`` = (steps,
+    IQM, low, high), with its 95% band; PNG and SVG."""
+    figure, axes = plt.subplots(figsize=(6.5, 4.2), layout="constrained")
+    for index, (label, (steps, estimate, low, high)) in enumerate(curves.items()):
+        if not len(steps):
+            continue
+        color = COLORS[index % len(COLORS)]
+        axes.fill_between(steps, low, high, color=color, alpha=0.2, linewidth=0)
+        axes.plot(steps, estimate, color=color, linewidth=2, label=label)
+    axes.axhline(1.0, color="black", linestyle="--", linewidth=0.8, label="the tasks' reference (1)")
+    axes.axhline(0.0, color="grey", linestyle=":", linewidth=0.8, label="random policy (0)")
+    steps_axis(axes)
+    axes.set_xlabel("environment steps")
+    axes.set_ylabel("IQM normalized return")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    axes.set_title(_title(f"{title} (95% stratified bootstrap bands)", 80), fontsize=9)
+    return _save(figure, path, svg=True)

@@ -8,7 +8,8 @@ difference in normalized units with its 90% interval, the verdict under the rule
 Holm's correction over every tested cell of both suites), the share of collapsed seeds and the
 code that trained the cell; then the verdict per algorithm across its tasks
 (``aggregate_verdicts``); the parity table under the same rule and its aggregate; one
-learning-curve figure per task. Written to ``results/record/record.md`` (with every row's tests
+learning-curve figure per task; per budget, rliable's figures across tasks
+(``aggregate_figures``). Written to ``results/record/record.md`` (with every row's tests
 and notes) with the figures beside it, and spliced into the README between two marker lines
 (``--check`` only compares), so that the README's record is always what the bundles say.
 """
@@ -158,10 +159,14 @@ def write(
 ) -> tuple[Record, bool]:
     """Write the record (and splice it into ``readme``); with ``check``, write nothing and say
     whether ``readme`` already holds it. The record and whether the README is (now) current."""
+    from benchmark.analysis import aggregate_figures
+
     parity_dir = parity_dir if parity_dir is not None else results_dir / "parity"
     found = collect(results_dir, parity_dir=parity_dir, margin=margin)
     images = list(record_text.figure_paths(found.rows, output).values()) if check else record_text.figures(found.rows, output)
     profile_images = [path for _, path in record_text.profile_paths(found, output)] if check else record_text.profiles(found, output)
+    across = aggregate_figures.budgets(found.rows, found.aggregates)
+    aggregate_images = aggregate_figures.paths(across, output) if check else aggregate_figures.draw(across, output)
     prefix = _relative(output, readme.parent) if readme is not None else ""
     block = record_text.markdown(found, images, prefix, notes=False)
     current = True
@@ -174,7 +179,8 @@ def write(
             current = True
     if not check:
         output.mkdir(parents=True, exist_ok=True)
-        (output / "record.md").write_text("# The MuJoCo record\n\n" + record_text.markdown(found, images, "", notes=True, profile_images=profile_images))
+        text = record_text.markdown(found, images, "", notes=True, profile_images=profile_images, aggregate_images=aggregate_images)
+        (output / "record.md").write_text("# The MuJoCo record\n\n" + text)
     return found, current
 
 

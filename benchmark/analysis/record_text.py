@@ -196,7 +196,14 @@ def row_notes(record: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def markdown(record: Any, images: list[Path], image_prefix: str, notes: bool = False, profile_images: list[Path] | None = None) -> str:
+def markdown(
+    record: Any,
+    images: list[Path],
+    image_prefix: str,
+    notes: bool = False,
+    profile_images: list[Path] | None = None,
+    aggregate_images: list[Path] | None = None,
+) -> str:
     """The record as markdown; images are linked as ``image_prefix + file name``; with notes,
     every row's tests (record.md)."""
     from benchmark.analysis import parity_records, verdicts
@@ -233,6 +240,15 @@ def markdown(record: Any, images: list[Path], image_prefix: str, notes: bool = F
             parts += ["\nAcross the parity cells (each cell a task, normalized; both sides resampled):\n", aggregate_table([record.parity_aggregate])]
     if notes:
         parts += ["\n## Every row's tests\n", row_notes(record)]
+    if aggregate_images:
+        parts += [
+            "\n## Algorithms across tasks, per budget\n",
+            "rliable's figures (`benchmark/analysis/aggregate_figures.py`): per budget, the algorithms on the tasks they all "
+            "ran, each run's final evaluation normalized (random 0, the task's fixed reference 1); IQM, mean, median and "
+            "optimality gap with 95% stratified-bootstrap intervals; performance profiles; P(X > Y) between algorithms and "
+            "against each one's published scores; IQM against steps. SVG beside each PNG.\n",
+            " ".join(f"![{path.stem}]({image_prefix}{path.name})" for path in aggregate_images) + "\n",
+        ]
     if profile_images:
         parts += ["\n## Performance profiles per algorithm\n", " ".join(f"![{path.stem}]({image_prefix}{path.name})" for path in profile_images) + "\n"]
     if images:
