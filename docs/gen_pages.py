@@ -4,7 +4,7 @@
   ranges and meanings, read from its Config dataclass (``agents.config_docs``);
 - ``algorithms/hyperparameters.md``: the index of those pages;
 - ``record.md``: the MuJoCo record as ``python -m benchmark record`` last wrote it into the
-  README, with its learning-curve images.
+  README, with its figure grids.
 """
 
 from __future__ import annotations

@@ -135,7 +135,8 @@ def test_record_writes_the_table_figures_and_readme_block_from_bundles(tmp_path,
     assert "±0.2 normalized" in text and "Holm's correction" in text
     parity_row = next(line for line in text.splitlines() if line.startswith("| ppo | Hopper-v5 | 500,000 | 3 |"))
     assert parity_row.endswith("| below, within the margin |")  # -100 [-117, -83]: inside ±658, yet shown
-    assert "results/record/curves_hopper.png" in text and (results / "record" / "curves_hopper.png").stat().st_size > 10_000
+    assert "results/record/curves_1M.png" in text and (results / "record" / "curves_1M.png").stat().st_size > 10_000
+    assert (results / "record" / "curves_1M.svg").is_file()
     assert "| ppo | Hopper-v5 | 500,000 | 3 |" in text  # the parity table
     assert (results / "record" / "record.md").read_text().count("| ppo | Hopper-v5 | 1M | 3 |") == 1
     assert main([*arguments, "--check"]) == 0

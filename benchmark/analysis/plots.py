@@ -184,3 +184,48 @@ def sample_efficiency(curves: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray
     axes.legend(fontsize=8)
     axes.set_title(_title(f"{title} (95% stratified bootstrap bands)", 80), fontsize=9)
     return _save(figure, path, svg=True)
+
+
+def curve_grid(title: str, panels: list, path: Path) -> Path:
+    """One panel per task (``curve_grid.Panel``): each algorithm's smoothed mean and band in its
+    colour, the same colour in every panel, one legend below; published scores as stars at their
+    budget with their spread as an error bar. PNG and SVG."""
+    algos = list(dict.fromkeys(algo for panel in panels for algo in panel.lines))
+    color = {algo: COLORS[index % len(COLORS)] for index, algo in enumerate(algos)}
+    columns = min(len(panels), 3)
+    rows = -(-len(panels) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(4.4 * columns, 3.3 * rows + 0.9), layout="constrained", squeeze=False)
+    for axis, panel in zip(axes.flat, panels):
+        for algo, drawn in panel.lines.items():
+            axis.fill_between(drawn.steps, drawn.low, drawn.high, color=color[algo], alpha=0.18, linewidth=0)
+            axis.plot(drawn.steps, drawn.mean, color=color[algo], linewidth=1.8, label=algo)
+        for algo, (steps, mean, spread, _) in panel.published.items():
+            axis.errorbar(
+                [steps],
+                [mean],
+                yerr=None if spread is None else [[spread], [spread]],
+                color=color.get(algo, "black"),
+                marker="*",
+                markersize=11,
+                markeredgecolor="black",
+                markeredgewidth=0.6,
+                capsize=3,
+                linewidth=1,
+                clip_on=False,
+            )
+        seeds = ", ".join(f"{algo} {drawn.seeds}" for algo, drawn in panel.lines.items())
+        axis.set_title(f"{panel.task}\nseeds: {seeds}", fontsize=9)
+        steps_axis(axis)
+        axis.grid(alpha=0.3)
+        axis.tick_params(labelsize=8)
+    for axis in axes.flat[len(panels) :]:
+        axis.set_visible(False)
+    for axis in axes[:, 0]:
+        axis.set_ylabel("evaluation return", fontsize=9)
+    for axis in axes[-1, :]:
+        axis.set_xlabel("environment steps", fontsize=9)
+    handles = [matplotlib.lines.Line2D([], [], color=color[algo], linewidth=2, label=algo) for algo in algos]
+    handles.append(matplotlib.lines.Line2D([], [], color="grey", marker="*", markersize=10, markeredgecolor="black", linestyle="none", label="published score"))
+    figure.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=9, frameon=False)
+    figure.suptitle(_title(title, 150), fontsize=9)
+    return _save(figure, path, svg=True)

@@ -8,8 +8,8 @@ difference in normalized units with its 90% interval, the verdict under the rule
 Holm's correction over every tested cell of both suites), the share of collapsed seeds and the
 code that trained the cell; then the verdict per algorithm across its tasks
 (``aggregate_verdicts``); the parity table under the same rule and its aggregate; one
-learning-curve figure per task; per budget, rliable's figures across tasks
-(``aggregate_figures``). Written to ``results/record/record.md`` (with every row's tests
+figure grid of learning curves per budget (``curve_grid``); per budget, rliable's figures
+across tasks (``aggregate_figures``). Written to ``results/record/record.md`` (with every row's tests
 and notes) with the figures beside it, and spliced into the README between two marker lines
 (``--check`` only compares), so that the README's record is always what the bundles say.
 """
@@ -159,11 +159,11 @@ def write(
 ) -> tuple[Record, bool]:
     """Write the record (and splice it into ``readme``); with ``check``, write nothing and say
     whether ``readme`` already holds it. The record and whether the README is (now) current."""
-    from benchmark.analysis import aggregate_figures
+    from benchmark.analysis import aggregate_figures, curve_grid
 
     parity_dir = parity_dir if parity_dir is not None else results_dir / "parity"
     found = collect(results_dir, parity_dir=parity_dir, margin=margin)
-    images = list(record_text.figure_paths(found.rows, output).values()) if check else record_text.figures(found.rows, output)
+    images = curve_grid.paths(found.rows, output) if check else curve_grid.draw(found.rows, output)
     profile_images = [path for _, path in record_text.profile_paths(found, output)] if check else record_text.profiles(found, output)
     across = aggregate_figures.budgets(found.rows, found.aggregates)
     aggregate_images = aggregate_figures.paths(across, output) if check else aggregate_figures.draw(across, output)

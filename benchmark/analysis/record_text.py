@@ -273,30 +273,3 @@ def profiles(record: Any, directory: Path) -> list[Path]:
         sides = {f"{aggregate.label} (ours)": aggregate.profiles["ours"], "reference" if aggregate.budget else "SB3": aggregate.profiles["reference"]}
         paths.append(plots.performance_profiles(sides, aggregate.thresholds, path))
     return paths
-
-
-def figure_paths(rows: list[Any], directory: Path) -> dict[str, Path]:
-    """Task -> its figure's path, in the rows' order."""
-    return {env_id: directory / f"curves_{env_id.split('-')[0].lower()}.png" for env_id in dict.fromkeys(row.group.env_id for row in rows)}
-
-
-def figures(rows: list[Any], directory: Path) -> list[Path]:
-    """One learning-curve figure per task: every configuration's seeds and mean, and the
-    published score each verdict was judged against as a dashed line in its color."""
-    from benchmark.analysis import plots
-
-    paths = []
-    for env_id, path in figure_paths(rows, directory).items():
-        curves, published = {}, {}
-        for row in rows:
-            if row.group.env_id != env_id:
-                continue
-            label = f"{row.group.label} [{steps_text(row.steps)}]"
-            curves[label] = [r.curve for r in row.group.records if r.finished and r.curve]
-            chosen = row.verdict.published
-            if chosen is not None and row.verdict.decision is not None and row.verdict.decision.evidence is not None:
-                budget = f", {steps_text(chosen.budget_steps)}" if chosen.budget_steps else ""
-                protocol = {"training_return": ", training returns", "final_eval": ", final evaluation"}.get(chosen.protocol, f", {chosen.protocol}")
-                published[label] = (chosen.mean, f"{chosen.source.split(' (')[0]}{budget}{protocol}")
-        paths.append(plots.learning_curves(env_id, curves, path, published=published))
-    return paths
