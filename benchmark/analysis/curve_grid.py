@@ -73,38 +73,64 @@ def line(curves: Sequence[Sequence[tuple[int, float]]], window: int = WINDOW, re
     return Line(np.asarray(steps), values.mean(axis=0), low, high, len(by_step))
 
 
-def panels_by_budget(rows: Sequence[Any]) -> dict[int, list[Panel]]:
-    """Budget -> one panel per task, in the record's order (rows are ``record.Row``)."""
+@dataclass(frozen=True)
+class Cell:
+    """One configuration to draw: its budget, task, label, each seed's curve and the published
+    score its verdict compared with (budget steps, mean, spread over seeds or None, source)."""
+
+    steps: int
+    task: str
+    label: str
+    curves: list[list[tuple[int, float]]]
+    published: tuple[int, float, float | None, str] | None = None
+
+
+def compared_score(verdict: Any, steps: int) -> tuple[int, float, float | None, str] | None:
+    """The published score a verdict (``verdicts.Verdict``) compared with, as a star: the value
+    it used (the source's late-evaluation window where it gives seeds) and its spread over seeds
+    (one agent's spread is over episodes: none); None where the verdict compared nothing."""
+    chosen, sample, decision = verdict.published, verdict.reference_sample, verdict.decision
+    if chosen is None or decision is None or decision.evidence is None:
+        return None
+    mean = sample.mean if sample is not None else chosen.mean
+    spread = (sample.sd if sample is not None else chosen.spread) if chosen.multi_seed else None
+    return (chosen.budget_steps or steps, mean, spread, chosen.source.split(" (")[0])
+
+
+def record_cells(rows: Sequence[Any]) -> list[Cell]:
+    """The record's rows (``record.Row``) as cells: finished runs only."""
+    return [
+        Cell(row.steps, row.group.env_id, row.group.label, [r.curve for r in row.finished if r.curve], compared_score(row.verdict, row.steps)) for row in rows
+    ]
+
+
+def panels_by_budget(cells: Sequence[Cell]) -> dict[int, list[Panel]]:
+    """Budget (largest first) -> one panel per task, in the cells' order."""
     found: dict[int, dict[str, Panel]] = {}
-    for row in rows:
-        panel = found.setdefault(row.steps, {}).setdefault(row.group.env_id, Panel(row.group.env_id))
-        drawn = line([r.curve for r in row.finished if r.curve])
+    for cell in cells:
+        panel = found.setdefault(cell.steps, {}).setdefault(cell.task, Panel(cell.task))
+        drawn = line(cell.curves)
         if drawn is not None:
-            panel.lines[row.group.label] = drawn
-        chosen, sample, decision = row.verdict.published, row.verdict.reference_sample, row.verdict.decision
-        if chosen is not None and decision is not None and decision.evidence is not None:
-            # the value the verdict used (the source's late-evaluation window where it gives seeds); its spread
-            # over seeds only (one agent's is over episodes)
-            mean = sample.mean if sample is not None else chosen.mean
-            spread = (sample.sd if sample is not None else chosen.spread) if chosen.multi_seed else None
-            panel.published[row.group.label] = (chosen.budget_steps or row.steps, mean, spread, chosen.source.split(" (")[0])
+            panel.lines[cell.label] = drawn
+        if cell.published is not None:
+            panel.published[cell.label] = cell.published
     return {steps: list(panels.values()) for steps, panels in sorted(found.items(), reverse=True)}
 
 
-def paths(rows: Sequence[Any], directory: Path) -> list[Path]:
+def paths(cells: Sequence[Cell], directory: Path) -> list[Path]:
     """The PNG of each budget's grid (an SVG beside each)."""
     from benchmark.analysis.record_text import steps_text
 
-    return [directory / f"curves_{steps_text(steps)}.png" for steps in panels_by_budget(rows)]
+    return [directory / f"curves_{steps_text(steps)}.png" for steps in panels_by_budget(cells)]
 
 
-def draw(rows: Sequence[Any], directory: Path) -> list[Path]:
+def draw(cells: Sequence[Cell], directory: Path) -> list[Path]:
     """Write each budget's grid (PNG and SVG); the PNGs' paths."""
     from benchmark.analysis import plots
     from benchmark.analysis.record_text import steps_text
 
     written = []
-    for (steps, panels), path in zip(panels_by_budget(rows).items(), paths(rows, directory)):
+    for (steps, panels), path in zip(panels_by_budget(cells).items(), paths(cells, directory)):
         title = (
             f"{steps_text(steps)} steps: evaluation return, mean over seeds of each seed's curve smoothed over {WINDOW} "
             "evaluations, 95% bootstrap band over seeds; star: the published score each verdict compared with, as its source scored it"

@@ -42,61 +42,6 @@ def steps_axis(axis: plt.Axes) -> None:
     axis.xaxis.set_major_formatter(FuncFormatter(text))
 
 
-def learning_curves(
-    title: str,
-    curves: dict[str, list[list[tuple[int, float]]]],
-    path: Path,
-    reference: tuple[float, str] | None = None,
-    random: float | None = None,
-    published: dict[str, tuple[float, str]] | None = None,
-) -> Path:
-    """Evaluation return against env steps: for each label (``curves[label]`` holds each seed's
-    [(step, return), ...]) every seed as a thin line and their mean as a thick one, over a 95%
-    Student-t band of the mean clipped to the returns the seeds reached (with 3 seeds the t band
-    alone runs far past any possible return). At each step only the seeds that reached it count
-    (runs still going have shorter curves). ``reference``: (score, whose: the algorithm and
-    source), the dashed black line; ``published``: label -> (score, source) of that algorithm's
-    own published score, dashed in its color."""
-    figure, axes = plt.subplots(figsize=(7.5, 5.2), layout="constrained")
-    drawn: set[str] = set()
-    for index, (label, seeds) in enumerate(curves.items()):
-        steps = sorted({step for curve in seeds for step, _ in curve})
-        if not steps:
-            continue
-        color = COLORS[index % len(COLORS)]
-        for curve in seeds:
-            if curve:
-                axes.plot(*zip(*curve), color=color, linewidth=0.7, alpha=0.35)
-        by_step = [[dict(curve)[step] for curve in seeds if step in dict(curve)] for step in steps]
-        mean, low, high = clipped_band(by_step)
-        axes.plot(steps, mean, color=color, linewidth=2, label=f"{label} (mean of {len(seeds)} seeds)")
-        axes.fill_between(steps, low, high, color=color, alpha=0.15, linewidth=0)
-        algo = label.split(" [")[0]
-        if published and label in published and algo not in drawn:
-            drawn.add(algo)
-            score, source = published[label]
-            axes.axhline(score, color=color, linestyle="--", linewidth=1, label=f"{algo}, published: {score:.1f} ({source})")
-    if reference is not None:
-        axes.axhline(reference[0], color="black", linestyle="--", linewidth=1, label=f"reference: {reference[1]}, {reference[0]:.1f}")
-    if random is not None:
-        axes.axhline(random, color="grey", linestyle=":", linewidth=1, label=f"random policy: {random:.1f}")
-    axes.set_xlabel("environment steps")
-    axes.set_ylabel("evaluation return")
-    axes.set_title(f"{title}: each seed (thin), mean (thick), 95% CI clipped to the seeds' range", fontsize=10)
-    axes.grid(alpha=0.3)
-    figure.legend(fontsize=7, loc="outside lower center", ncols=2, frameon=False)
-    return _save(figure, path)
-
-
-def clipped_band(by_step: list[list[float]]) -> tuple[list[float], list[float], list[float]]:
-    """Per step, the mean of the seeds' returns and its 95% Student-t interval clipped to the
-    lowest and highest return a seed reached there: (means, lows, highs)."""
-    intervals = [stats.t_interval(values) for values in by_step]
-    low = [max(interval.low, min(values)) for interval, values in zip(intervals, by_step)]
-    high = [min(interval.high, max(values)) for interval, values in zip(intervals, by_step)]
-    return [interval.estimate for interval in intervals], low, high
-
-
 def aggregate_intervals(intervals: dict[str, dict[str, stats.Interval]], path: Path, title: str | None = None, svg: bool = False) -> Path:
     """One panel per aggregate metric (IQM, mean, median, optimality gap), one interval per
     algorithm: a bar for the interval and a marker at the estimate, so that a zero-width

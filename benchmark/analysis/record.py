@@ -163,7 +163,8 @@ def write(
 
     parity_dir = parity_dir if parity_dir is not None else results_dir / "parity"
     found = collect(results_dir, parity_dir=parity_dir, margin=margin)
-    images = curve_grid.paths(found.rows, output) if check else curve_grid.draw(found.rows, output)
+    cells = curve_grid.record_cells(found.rows)
+    images = curve_grid.paths(cells, output) if check else curve_grid.draw(cells, output)
     profile_images = [path for _, path in record_text.profile_paths(found, output)] if check else record_text.profiles(found, output)
     across = aggregate_figures.budgets(found.rows, found.aggregates)
     aggregate_images = aggregate_figures.paths(across, output) if check else aggregate_figures.draw(across, output)

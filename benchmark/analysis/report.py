@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.analysis import plots, reference, stats, verdict_rule, verdicts
+from benchmark.analysis import curve_grid, plots, reference, stats, verdict_rule, verdicts
 from benchmark.analysis.normalizers import normalizer as fixed_normalizer
 from benchmark.analysis.records import RunRecord
 from benchmark.analysis.scores import NAMES as SCORE_NAMES
@@ -207,7 +207,7 @@ def write_report(
     ``strips`` (run key -> PNG under ``out_dir``) are the filmed episodes shown (``evaluate --video``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     plot_dir = out_dir / "plots"
-    previous_plots = set(plot_dir.glob("*.png")) if plot_dir.exists() else set()
+    previous_plots = set(plot_dir.glob("*.png")) | set(plot_dir.glob("*.svg")) if plot_dir.exists() else set()
     groups = group_records(records)
     env_ids = list(dict.fromkeys(g.env_id for g in groups))
     normalizers = {env_id: fixed_normalizer(env_id, reference_dir) for env_id in env_ids}
@@ -238,9 +238,10 @@ def write_report(
     )
 
     _aggregate_section(doc, groups, normalizers, plot_dir)
-    _verdicts_section(doc, groups, scores_table)
+    judged = _verdicts_section(doc, groups, scores_table)
+    _curves_section(doc, groups, judged, plot_dir)
     for env_id in env_ids:
-        _environment_section(doc, env_id, [g for g in groups if g.env_id == env_id], normalizers[env_id], scores_table, plot_dir)
+        _environment_section(doc, env_id, [g for g in groups if g.env_id == env_id], normalizers[env_id], scores_table)
     _videos_section(doc, records, strips or {}, out_dir)
     _runs_section(doc, records)
 
@@ -248,6 +249,7 @@ def write_report(
     markdown_path.write_text(doc.markdown())
     (out_dir / "report.html").write_text(doc.html(f"reprorl report: {suite.name}", base=out_dir))
     referenced = {out_dir / content[0] for kind, content in doc.blocks if kind == "image"}
+    referenced |= {path.with_suffix(".svg") for path in referenced}
     for stale in previous_plots - referenced:  # e.g. an environment no longer in the suite
         stale.unlink()
     return markdown_path
@@ -301,10 +303,11 @@ def _aggregate_section(doc: Document, groups: list[Group], normalizers: dict[str
         doc.table(["P(row > column)", *labels], rows)
 
 
-def _verdicts_section(doc: Document, groups: list[Group], scores_table: tuple[reference.ReferenceScore, ...]) -> None:
+def _verdicts_section(doc: Document, groups: list[Group], scores_table: tuple[reference.ReferenceScore, ...]) -> list[verdicts.Verdict]:
+    """The verdicts' table; the verdicts (none without a finished run)."""
     judged = verdicts.suite_verdicts([g for g in groups if len(g.scores)], scores_table)
     if not judged:
-        return
+        return []
     doc.heading(2, "Reproduction verdicts")
     doc.paragraph(
         "Each configuration against the same algorithm's published score, chosen comparable first, then like protocol, "
@@ -324,6 +327,26 @@ def _verdicts_section(doc: Document, groups: list[Group], scores_table: tuple[re
     ]
     doc.table(["algorithm", "environment", "steps", "score", "ours (mean ± std)", "published", "verdict", "test and margin", "note"], rows)
     doc.paragraph("In all: " + verdicts.counts_text(judged) + ".")
+    return judged
+
+
+def _curves_section(doc: Document, groups: list[Group], judged: list[verdicts.Verdict], plot_dir: Path) -> None:
+    """One figure grid of learning curves per budget (``curve_grid``): finished runs and runs
+    still going (a failed run's partial curve would drag the mean)."""
+    by_cell = {(v.label, v.env_id): v for v in judged}
+    cells = []
+    for group in groups:
+        curves = [r.curve for r in group.records if r.curve and (r.finished or r.status == "RUNNING")]
+        if not curves:
+            continue
+        steps = group.records[0].spec.budget.total_steps
+        verdict = by_cell.get((group.label, group.env_id))
+        cells.append(curve_grid.Cell(steps, group.env_id, group.label, curves, curve_grid.compared_score(verdict, steps) if verdict else None))
+    if not cells:
+        return
+    doc.heading(2, "Learning curves")
+    for path in curve_grid.draw(cells, plot_dir):
+        doc.image(f"plots/{path.name}", f"learning curves, {path.stem.removeprefix('curves_')} steps")
 
 
 def _environment_section(
@@ -332,7 +355,6 @@ def _environment_section(
     groups: list[Group],
     normalizer: reference.Normalizer,
     scores_table: tuple[reference.ReferenceScore, ...],
-    plot_dir: Path,
 ) -> None:
     doc.heading(2, env_id)
     ref, random = normalizer.reference, normalizer.random
@@ -393,23 +415,6 @@ def _environment_section(
             intervals = per_environment_intervals(normalizer(group.scores))
             rows.append([group.label, str(len(group.scores)), *(interval_text(intervals[m], 2) for m in intervals)])
         doc.table(["algorithm", "seeds", *(f"{m} [95% CI]" for m in PER_ENVIRONMENT_METRICS)], rows)
-    curves = {g.label: [r.curve for r in g.records if r.curve and (r.finished or r.status == "RUNNING")] for g in groups}
-    curves = {label: seeds for label, seeds in curves.items() if seeds}
-    if curves:
-        own_published: dict[str, tuple[float, str]] = {}
-        for group in groups:
-            own = reference.published_score(group.algo, env_id, scores_table)
-            if own is not None and group.label in curves and (ref is None or own.source != ref.source or own.algo != ref.algo):
-                own_published[group.label] = (own.mean, own.source.split(" (")[0])
-        path = plots.learning_curves(
-            env_id,
-            curves,
-            plot_dir / f"curves_{_slug(env_id)}.png",
-            reference=(ref.mean, f"{ref.algo}, {ref.source.split(' (')[0]}") if ref else None,
-            random=random.mean if random else None,
-            published=own_published,
-        )
-        doc.image(f"plots/{path.name}", f"learning curves on {env_id}")
 
 
 def _adaptation_table(doc: Document, groups: list[Group]) -> None:
