@@ -3,8 +3,8 @@
 - ``algorithms/<name>.md``: each registered algorithm's hyperparameters with their defaults,
   ranges and meanings, read from its Config dataclass (``agents.config_docs``);
 - ``algorithms/hyperparameters.md``: the index of those pages;
-- ``record.md``: the MuJoCo record as ``python -m benchmark record`` last wrote it into the
-  README, with its figure grids.
+- ``record.md``: the full MuJoCo record as ``python -m benchmark record`` last wrote it
+  (``results/record/record.md``), with its figures.
 """
 
 from __future__ import annotations
@@ -74,14 +74,11 @@ def index_page() -> str:
 
 
 def record_page() -> str:
-    """The README's record section (heading to the end marker), images relinked to copies."""
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("## The record")
-    end = readme.index("<!-- end of record -->")
-    section = readme[start:end].replace("## The record", "# The record", 1)
-    section = re.sub(r"\]\(results/record/([^)]+)\)", r"](record/\1)", section)
-    section = section.replace("](docs/", "](")  # the README links into docs/; this page lives there
-    return "---\nhide:\n  - toc\n---\n\n" + section
+    """The full record as ``python -m benchmark record`` wrote it (results/record/record.md:
+    every column, every row's tests, aggregates, parity, figures), images relinked to copies."""
+    text = (ROOT / "results" / "record" / "record.md").read_text()
+    text = re.sub(r"\]\(([A-Za-z0-9_.-]+\.png)\)", r"](record/\1)", text)
+    return "---\nhide:\n  - toc\n---\n\n" + text
 
 
 for algorithm in registry.REGISTRY:

@@ -128,17 +128,23 @@ def test_record_writes_the_table_figures_and_readme_block_from_bundles(tmp_path,
     assert main(arguments) == 0
     text = readme.read_text()
     assert text.startswith("# title\n\nintro\n\n") and text.endswith(f"{record.END}\n\n## after\n") and "old text" not in text
+    # the README: the compact table (the full one is record.md's), a footnote per source, one figure, the link
     row = next(line for line in text.splitlines() if line.startswith("| ppo | Hopper-v5 |"))
     cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    assert cells[2:4] == ["1M", "3"] and cells[5].endswith("¹")
+    assert cells[6].split(" ", 1)[1].split(" (")[0].split(",")[0] in {"reproduced", "above", "below", "inconclusive"}
+    assert "\n¹ CleanRL (3 seeds, v4 tasks): mean of the last 100 training episodes; ours scored the same way." in text
+    assert "margin ±0.2 normalized" in text and "[the full record](results/record/record.md)" in text
+    assert "results/record/aggregate_overview.png" in text and (results / "record" / "aggregate_overview.png").stat().st_size > 10_000
+    assert (results / "record" / "curves_1M.png").stat().st_size > 10_000 and (results / "record" / "curves_1M.svg").is_file()
+    full = (results / "record" / "record.md").read_text()
+    row = next(line for line in full.splitlines() if line.startswith("| ppo | Hopper-v5 | 1M |"))
+    cells = [cell.strip() for cell in row.split("|")[1:-1]]
     assert cells[2:5] == ["1M", "3", "last 100 train episodes"] and "CleanRL" in cells[6]
-    assert cells[8].strip("*").split(" (")[0].split(",")[0] in {"reproduced", "above", "below", "inconclusive"}
-    assert "±0.2 normalized" in text and "Holm's correction" in text
-    parity_row = next(line for line in text.splitlines() if line.startswith("| ppo | Hopper-v5 | 500,000 | 3 |"))
+    assert "±0.2 normalized" in full and "Holm's correction" in full
+    parity_row = next(line for line in full.splitlines() if line.startswith("| ppo | Hopper-v5 | 500,000 | 3 |"))
     assert parity_row.endswith("| below, within the margin |")  # -100 [-117, -83]: inside ±658, yet shown
-    assert "results/record/curves_1M.png" in text and (results / "record" / "curves_1M.png").stat().st_size > 10_000
-    assert (results / "record" / "curves_1M.svg").is_file()
-    assert "| ppo | Hopper-v5 | 500,000 | 3 |" in text  # the parity table
-    assert (results / "record" / "record.md").read_text().count("| ppo | Hopper-v5 | 1M | 3 |") == 1
+    assert full.count("| ppo | Hopper-v5 | 1M | 3 |") == 1
     assert main([*arguments, "--check"]) == 0
     _synthetic(results, seeds=4)  # a slice exported, the README not regenerated
     before = readme.read_text()

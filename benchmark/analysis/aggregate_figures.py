@@ -188,3 +188,19 @@ def draw(found: Sequence[Budget], directory: Path) -> list[Path]:
         written.append(plots.improvement_intervals(improvements(budget), path["improvement"], title=f"probability of improvement, {caption}"))
         written.append(plots.sample_efficiency(sample_efficiency(budget), path["sample_efficiency"], title=f"IQM against steps, {caption}"))
     return written
+
+
+def overview_path(directory: Path) -> Path:
+    return directory / "aggregate_overview.png"
+
+
+def overview(found: Sequence[Budget], directory: Path) -> Path | None:
+    """The README's one figure: the IQM against steps of every budget, side by side (None without a budget)."""
+    from benchmark.analysis import plots
+    from benchmark.analysis.record_text import steps_text
+
+    if not found:
+        return None
+    panels = [(f"{steps_text(budget.steps)} steps: {', '.join(budget.tasks)}", sample_efficiency(budget)) for budget in found]
+    title = "IQM of normalized evaluation returns over tasks and seeds against env steps (random 0, the task's reference 1), 95% stratified bootstrap bands"
+    return plots.sample_efficiency_panels(panels, overview_path(directory), title)

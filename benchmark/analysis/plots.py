@@ -113,21 +113,31 @@ def improvement_intervals(probabilities: dict[str, stats.Interval], path: Path, 
 def sample_efficiency(curves: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], path: Path, title: str) -> Path:
     """IQM of normalized returns against env steps per algorithm, ``curves[label]`` = (steps,
     IQM, low, high), with its 95% band; PNG and SVG."""
-    figure, axes = plt.subplots(figsize=(6.5, 4.2), layout="constrained")
-    for index, (label, (steps, estimate, low, high)) in enumerate(curves.items()):
-        if not len(steps):
-            continue
-        color = COLORS[index % len(COLORS)]
-        axes.fill_between(steps, low, high, color=color, alpha=0.2, linewidth=0)
-        axes.plot(steps, estimate, color=color, linewidth=2, label=label)
-    axes.axhline(1.0, color="black", linestyle="--", linewidth=0.8, label="the tasks' reference (1)")
-    axes.axhline(0.0, color="grey", linestyle=":", linewidth=0.8, label="random policy (0)")
-    steps_axis(axes)
-    axes.set_xlabel("environment steps")
-    axes.set_ylabel("IQM normalized return")
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=8)
-    axes.set_title(_title(f"{title} (95% stratified bootstrap bands)", 80), fontsize=9)
+    return sample_efficiency_panels([("", curves)], path, f"{title} (95% stratified bootstrap bands)")
+
+
+def sample_efficiency_panels(panels: list[tuple[str, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]]], path: Path, title: str) -> Path:
+    """``sample_efficiency`` side by side, one panel per (panel title, curves), each algorithm in
+    its own colour across panels; PNG and SVG."""
+    algos = list(dict.fromkeys(label for _, curves in panels for label in curves))
+    color = {algo: COLORS[index % len(COLORS)] for index, algo in enumerate(algos)}
+    figure, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.2), layout="constrained", squeeze=False)
+    for axis, (heading, curves) in zip(axes[0], panels):
+        for label, (steps, estimate, low, high) in curves.items():
+            if not len(steps):
+                continue
+            axis.fill_between(steps, low, high, color=color[label], alpha=0.2, linewidth=0)
+            axis.plot(steps, estimate, color=color[label], linewidth=2, label=label)
+        axis.axhline(1.0, color="black", linestyle="--", linewidth=0.8, label="the tasks' reference (1)")
+        axis.axhline(0.0, color="grey", linestyle=":", linewidth=0.8, label="random policy (0)")
+        steps_axis(axis)
+        axis.set_xlabel("environment steps")
+        axis.set_ylabel("IQM normalized return")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+        if heading:
+            axis.set_title(_title(heading, 80), fontsize=9)
+    figure.suptitle(_title(title, 80 * len(panels)), fontsize=9)
     return _save(figure, path, svg=True)
 
 

@@ -10,7 +10,7 @@ code that trained the cell; then the verdict per algorithm across its tasks
 (``aggregate_verdicts``); the parity table under the same rule and its aggregate; one
 figure grid of learning curves per budget (``curve_grid``); per budget, rliable's figures
 across tasks (``aggregate_figures``). Written to ``results/record/record.md`` (with every row's tests
-and notes) with the figures beside it, and spliced into the README between two marker lines
+and notes) with the figures beside it; a compact table (``record_readme``) is spliced into the README between two marker lines
 (``--check`` only compares), so that the README's record is always what the bundles say.
 """
 
@@ -159,7 +159,7 @@ def write(
 ) -> tuple[Record, bool]:
     """Write the record (and splice it into ``readme``); with ``check``, write nothing and say
     whether ``readme`` already holds it. The record and whether the README is (now) current."""
-    from benchmark.analysis import aggregate_figures, curve_grid
+    from benchmark.analysis import aggregate_figures, curve_grid, record_readme
 
     parity_dir = parity_dir if parity_dir is not None else results_dir / "parity"
     found = collect(results_dir, parity_dir=parity_dir, margin=margin)
@@ -168,8 +168,9 @@ def write(
     profile_images = [path for _, path in record_text.profile_paths(found, output)] if check else record_text.profiles(found, output)
     across = aggregate_figures.budgets(found.rows, found.aggregates)
     aggregate_images = aggregate_figures.paths(across, output) if check else aggregate_figures.draw(across, output)
+    overview = (aggregate_figures.overview_path(output) if across else None) if check else aggregate_figures.overview(across, output)
     prefix = _relative(output, readme.parent) if readme is not None else ""
-    block = record_text.markdown(found, images, prefix, notes=False)
+    block = record_readme.markdown(found, overview, prefix, f"{prefix}record.md")
     current = True
     if readme is not None:
         text = readme.read_text()

@@ -21,14 +21,14 @@ def _number(value: float) -> str:
     return f"{value:,.0f}"
 
 
-def _interval(values: np.ndarray) -> str:
+def interval_cell(values: np.ndarray) -> str:
     if len(values) < 2:
         return _number(float(np.mean(values))) if len(values) else "—"
     interval = stats.t_interval(values)
     return f"{interval.estimate:,.0f} [{interval.low:,.0f}, {interval.high:,.0f}]"
 
 
-def _source_name(source: str) -> str:
+def source_name(source: str) -> str:
     return source.split(" (")[0].replace(" MuJoCo benchmark curves", "").replace(" benchmark.md", "").replace(" docs", "")
 
 
@@ -40,7 +40,7 @@ def published_cell(row: Any) -> str:
         return "none found"
     sample = verdict.reference_sample
     seeds = f"{published.n_seeds} seed{'s' if published.n_seeds != 1 else ''}" if published.n_seeds else "seeds not stated"
-    where = f"{_source_name(published.source)}, {published.env_id}, {seeds}"
+    where = f"{source_name(published.source)}, {published.env_id}, {seeds}"
     if published.budget_steps and published.budget_steps != verdict.budget_steps:
         where += f", {steps_text(published.budget_steps)} steps"
     value = sample.mean if sample is not None else published.mean
@@ -118,7 +118,7 @@ def cell_table(rows: list[Any]) -> str:
                     steps_text(row.steps),
                     str(len(row.group.scores)),
                     SCORE_SHORT[kind],
-                    _interval(values),
+                    interval_cell(values),
                     published_cell(row),
                     difference_cell(row),
                     verdict_cell(row),
@@ -178,12 +178,12 @@ def row_notes(record: Any) -> str:
         verdict = row.verdict
         finals = row.group.scores
         late = [scores.late(r.curve, row.steps) for r in row.finished]
-        parts = [f"final evaluation {_interval(finals)}"]
+        parts = [f"final evaluation {interval_cell(finals)}"]
         if all(value is not None for value in late):
-            parts.append(f"last 10% of evaluations {_interval(np.array(late, dtype=float))}")
+            parts.append(f"last 10% of evaluations {interval_cell(np.array(late, dtype=float))}")
         windows = [verdicts.train_window(r) for r in row.finished]
         if all(window is not None for window in windows):
-            parts.append(f"last 100 training episodes {_interval(np.array([w.mean for w in windows if w is not None]))}")
+            parts.append(f"last 100 training episodes {interval_cell(np.array([w.mean for w in windows if w is not None]))}")
         parts += [part for part in (verdict.test, verdict.reason) if part]
         if verdict.published is not None:
             parts.append(f"source: {verdict.published.citation} <{verdict.published.source_url}>")
