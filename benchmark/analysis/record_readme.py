@@ -8,8 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmark.analysis import scores, verdict_rule
-from benchmark.analysis.record_text import interval_cell, source_name, steps_text
+import numpy as np
+
+from benchmark.analysis import scores, stats, verdict_rule
+from benchmark.analysis.record_text import source_name, steps_text
 
 MARKS = {
     verdict_rule.REPRODUCED: "✅",
@@ -22,18 +24,49 @@ MARKS = {
     verdict_rule.NO_REFERENCE: "➖",
 }
 SUPERSCRIPTS = "¹²³⁴⁵⁶⁷⁸⁹"
-HEADERS = ["algorithm", "task", "budget", "seeds", "ours [95% CI]", "published", "verdict"]
+HEADERS = ["algo", "task", "steps", "seeds", "ours ± 95% CI", "published", "verdict"]
+
+
+def plus_minus(values: np.ndarray) -> str:
+    """The mean over seeds ± the half-width of its 95% Student-t interval (symmetric, so nothing is lost)."""
+    interval = stats.t_interval(values) if len(values) else None
+    if interval is None:
+        return "—"
+    half = (interval.high - interval.low) / 2
+    return f"{interval.estimate:,.0f} ± {half:,.0f}" if half > 0 else f"{interval.estimate:,.0f}"
 
 
 def verdict_text(row: Any) -> str:
-    """The verdict with its mark; 'not comparable' says why in a word or two."""
-    verdict = row.verdict
-    label = verdict.decision.label if verdict.decision is not None else verdict.verdict
-    text = verdict.text
+    """The verdict with its mark, short enough for one line of the README's table: 'needs 34
+    seeds', 'above, within margin', 'not comparable (budget)'; the full words are record.md's."""
+    verdict, decision = row.verdict, row.verdict.decision
+    label = decision.label if decision is not None else verdict.verdict
     if verdict.verdict == verdict_rule.NOT_COMPARABLE:
-        kinds = dict.fromkeys(part.split(":")[0].strip() for part in verdict.reason.split(";") if part.strip())
-        text = f"not comparable ({', '.join(kinds)})" if kinds else "not comparable"
+        text = "not comparable"  # why: the footnote's source, and record.md's note
+    elif label == verdict_rule.INCONCLUSIVE and decision is not None:
+        if decision.seeds_needed is not None:
+            text = f"needs {decision.seeds_needed:,} seeds"
+        else:
+            text = "no seed count decides" if decision.needed_for else f"needs over {decision.searched_to:,} seeds"
+    elif label in (verdict_rule.ABOVE, verdict_rule.BELOW) and decision is not None:
+        text = f"{label}, {decision.margin_position} margin"
+    elif label == verdict_rule.ONE_AGENT_CONSISTENT:
+        text = "consistent (1 agent)"
+    elif label == verdict_rule.ONE_AGENT_OUTSIDE:
+        text = "outside (1 agent)"
+    else:
+        text = verdict.text
     return f"{MARKS.get(label, MARKS.get(verdict.verdict, ''))} {text}".strip()
+
+
+LEGEND = (
+    "✅ reproduced: the 90% interval of the difference lies within ±{margin:g} normalized (random 0, the task's "
+    "reference 1) and no difference is shown; ⬆️/⬇️ above/below: a difference shown (Welch, Holm over the table), "
+    "beyond, within or perhaps within the margin; ❔ inconclusive: these seeds cannot tell, N seeds would with 80% "
+    "power (or no seed count would, against the source's spread); ≈ consistent (1 agent) / ✖️ outside (1 agent): "
+    "the source is one trained agent, which no seed count can reproduce, and ours lies within / outside its 95% "
+    "prediction interval; ➖ not comparable: budget, task version or protocol differ."
+)
 
 
 def footnote_of(row: Any) -> str | None:
@@ -66,7 +99,15 @@ def table(rows: list[Any]) -> tuple[str, list[str]]:
             sample = row.verdict.reference_sample
             value = sample.mean if sample is not None else row.verdict.published.mean
             published = f"{value:,.0f}{SUPERSCRIPTS[notes.index(note) % len(SUPERSCRIPTS)]}"
-        cells = [row.group.label, row.group.env_id, steps_text(row.steps), str(len(row.group.scores)), interval_cell(values), published, verdict_text(row)]
+        cells = [
+            row.group.label,
+            row.group.env_id.removesuffix("-v5"),
+            steps_text(row.steps),
+            str(len(row.group.scores)),
+            plus_minus(values),
+            published,
+            verdict_text(row),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n", notes
 
@@ -80,9 +121,10 @@ def markdown(record: Any, figure: Path | None, image_prefix: str, full_record: s
     runs = sum(len(row.group.scores) for row in rows)
     parts = [
         body,
+        LEGEND.format(margin=record.margin) + "\n",
         "\n".join(f"{SUPERSCRIPTS[i % len(SUPERSCRIPTS)]} {note}; ours scored the same way." for i, note in enumerate(notes)) + "\n",
-        f"{runs} runs in {len(rows)} cells, margin ±{record.margin:g} normalized; ours: mean over seeds with its 95% t interval, "
-        f"scored as the source measured. Every column, each row's test, the aggregates per algorithm, the parity with "
+        f"{runs} runs in {len(rows)} cells (tasks: Gymnasium v5); ours: mean over seeds ± the half-width of its 95% t interval, scored as "
+        f"the source measured. Every column, each row's test, the aggregates per algorithm, the parity with "
         f"Stable-Baselines3 and the learning curves: [the full record]({full_record}).\n",
     ]
     if figure is not None:
