@@ -18,12 +18,12 @@ def _row(verdict: str, published: ReferenceScore | None, score: str = scores.FIN
 
 
 def test_every_verdict_has_its_mark():
-    assert record_readme.verdict_text(_row(verdict_rule.REPRODUCED, None)) == "✅ reproduced"
-    assert record_readme.verdict_text(_row(verdict_rule.INCONCLUSIVE, None)) == "❔ needs 34 seeds"
-    assert record_readme.verdict_text(_row(verdict_rule.ABOVE, None)) == "⬆️ above, within margin"
+    assert record_readme.verdict_text(_row(verdict_rule.REPRODUCED, None)) == "✓ reproduced"
+    assert record_readme.verdict_text(_row(verdict_rule.INCONCLUSIVE, None)) == "? needs 34 seeds"
+    assert record_readme.verdict_text(_row(verdict_rule.ABOVE, None)) == "↑ above, within margin"
     assert record_readme.verdict_text(_row(verdict_rule.ONE_AGENT_CONSISTENT, None)) == "≈ consistent (1 agent)"
     not_comparable = _row(verdict_rule.NOT_COMPARABLE, None, reason="budget: 3M against 1M; env version: v4 against v5")
-    assert record_readme.verdict_text(not_comparable) == "➖ not comparable"  # why: the source's footnote, record.md
+    assert record_readme.verdict_text(not_comparable) == "– not comparable"  # why: the source's footnote, record.md
     assert set(record_readme.MARKS) >= {verdict_rule.REPRODUCED, verdict_rule.ABOVE, verdict_rule.BELOW, verdict_rule.INCONCLUSIVE}
 
 

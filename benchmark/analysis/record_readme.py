@@ -13,15 +13,17 @@ import numpy as np
 from benchmark.analysis import scores, stats, verdict_rule
 from benchmark.analysis.record_text import source_name, steps_text
 
+# Marks every common font carries (DejaVu, Liberation, the system UI fonts): emoji render as boxes
+# where no colour-emoji font is installed.
 MARKS = {
-    verdict_rule.REPRODUCED: "✅",
-    verdict_rule.ABOVE: "⬆️",
-    verdict_rule.BELOW: "⬇️",
-    verdict_rule.INCONCLUSIVE: "❔",
+    verdict_rule.REPRODUCED: "✓",
+    verdict_rule.ABOVE: "↑",
+    verdict_rule.BELOW: "↓",
+    verdict_rule.INCONCLUSIVE: "?",
     verdict_rule.ONE_AGENT_CONSISTENT: "≈",
-    verdict_rule.ONE_AGENT_OUTSIDE: "✖️",
-    verdict_rule.NOT_COMPARABLE: "➖",
-    verdict_rule.NO_REFERENCE: "➖",
+    verdict_rule.ONE_AGENT_OUTSIDE: "✗",
+    verdict_rule.NOT_COMPARABLE: "–",
+    verdict_rule.NO_REFERENCE: "–",
 }
 SUPERSCRIPTS = "¹²³⁴⁵⁶⁷⁸⁹"
 HEADERS = ["algo", "task", "steps", "seeds", "ours ± 95% CI", "published", "verdict"]
@@ -60,12 +62,12 @@ def verdict_text(row: Any) -> str:
 
 
 LEGEND = (
-    "✅ reproduced: the 90% interval of the difference lies within ±{margin:g} normalized (random 0, the task's "
-    "reference 1) and no difference is shown; ⬆️/⬇️ above/below: a difference shown (Welch, Holm over the table), "
-    "beyond, within or perhaps within the margin; ❔ inconclusive: these seeds cannot tell, N seeds would with 80% "
-    "power (or no seed count would, against the source's spread); ≈ consistent (1 agent) / ✖️ outside (1 agent): "
+    "✓ reproduced: the 90% interval of the difference lies within ±{margin:g} normalized (random 0, the task's "
+    "reference 1) and no difference is shown; ↑/↓ above/below: a difference shown (Welch, Holm over the table), "
+    "beyond, within or perhaps within the margin; ? inconclusive: these seeds cannot tell, N seeds would with 80% "
+    "power (or no seed count would, against the source's spread); ≈ consistent (1 agent) / ✗ outside (1 agent): "
     "the source is one trained agent, which no seed count can reproduce, and ours lies within / outside its 95% "
-    "prediction interval; ➖ not comparable: budget, task version or protocol differ."
+    "prediction interval; – not comparable: budget, task version or protocol differ."
 )
 
 
