@@ -88,7 +88,10 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--distributed",
         metavar="KEY=VALUE,...",
-        help="train each run over workers, e.g. collectors=4 (keys: collectors, mode, backend; merged into the suite's distributed:; docs/distributed.md)",
+        help=(
+            "train each run over workers, e.g. collectors=4,gradient_workers=2 (keys: collectors, gradient_workers, mode, "
+            "max_staleness, chunk, backend; merged into the suite's distributed:; docs/distributed.md)"
+        ),
     )
     run.add_argument(
         "--cuda-graphs",
