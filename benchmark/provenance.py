@@ -10,6 +10,7 @@ import functools
 import getpass
 import importlib.metadata
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -154,6 +155,22 @@ def commit(repository: Path, name: str) -> str:
     if found is None or found.returncode != 0:
         raise ConfigError(f"unknown commit {name!r}: {repository} has no such commit (a sha, tag or branch; `git fetch` one from elsewhere first)")
     return found.stdout.strip()
+
+
+def commit_url_template(repository: Path | None = None) -> str | None:
+    """'https://host/owner/name/commit/{sha}' for the checkout's ``origin`` remote when it is a
+    web-hosted one (https, or git@host:owner/name), so a report can link each run's commit; None
+    without such a remote (a commit is then named, not linked)."""
+    try:
+        where = repository if repository is not None else Path(__file__).resolve().parent
+        url = git(where, "remote", "get-url", "origin").stdout.strip()
+    except OSError:  # no git at all
+        return None
+    match = re.fullmatch(r"(?:https://([^/\s]+)/|git@([^:\s]+):)([^\s]+?)(?:\.git)?/?", url)
+    if match is None:
+        return None
+    host = match.group(1) or match.group(2)
+    return f"https://{host}/{match.group(3)}/commit/{{sha}}"
 
 
 @contextlib.contextmanager

@@ -52,6 +52,8 @@ class RunRecord:
 
     video_strip: str | None = None
     """The artifact path of the strip of its filmed episode (``evaluate --video``), where filmed."""
+    experiment_id: str | None = None
+    """The MLflow experiment the run is in (read from a tracking store; None from a bundle)."""
 
     skipped: bool = False
     """Not trained by the launch that reports it: finished earlier, by another launch, or bundled."""

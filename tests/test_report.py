@@ -11,6 +11,7 @@ from conftest import run_cli_in_process as run_cli
 from mlflow.tracking import MlflowClient
 
 from benchmark.analysis import report
+from benchmark.analysis.document import Document
 from benchmark.analysis.records import RunRecord
 from benchmark.config import load_suite
 
@@ -68,16 +69,20 @@ def test_report_of_a_small_suite_contains_every_run_and_plot(write_suite, tmp_pa
     for png in pngs:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert matplotlib.image.imread(png).shape[0] > 100
-        # the Markdown links the files; the HTML page carries them inline (it can be mailed on its own)
-        assert f"(plots/{png.name})" in markdown and f'src="data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()}"' in page
-    assert len(re.findall(r'<img src="data:image/png;base64,', page)) == len(names) and "plots/" not in page
+        # the Markdown links the files; the HTML page carries them inline (it can be mailed on its own), the
+        # learning curves as an interactive plot with plotly.js inlined once
+        assert f"(plots/{png.name})" in markdown
+        if not png.name.startswith("curves_"):
+            assert f'src="data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()}"' in page
+    assert len(re.findall(r'<img src="data:image/png;base64,', page)) == len(names) - 1 and "plots/" not in page
+    assert page.count('<div class="plot"') == 1 and page.count("Plotly.newPlot(") == 1 and "<script src=" not in page
     assert '<meta name="viewport"' in page and '<div class="scroll"><table>' in page
     assert str(tmp_path) not in markdown and str(tmp_path) not in page  # no local paths: "from `mlflow.db`"
     assert "from `mlflow.db`" in markdown
 
 
 def test_urls_in_report_html_are_links_and_text_is_escaped():
-    doc = report.Document()
+    doc = Document()
     doc.paragraph("Reference: 499.8 (CleanRL paper, https://arxiv.org/abs/2111.08819). <script>")
     doc.table(["source"], [["see https://example.org/a?b=1&c=2, then <b>"]])
     page = doc.html("t")
@@ -164,7 +169,7 @@ def test_per_environment_intervals_by_hand():
 
 
 def test_markdown_table_cells_stay_on_one_line():
-    doc = report.Document()
+    doc = Document()
     doc.table(["run", "note"], [["a", "ValueError: Expected parameter loc\n  of shape (1,)\nfound | nan"]])
     lines = doc.markdown().strip().splitlines()
     assert len(lines) == 3 and lines[2] == "| a | ValueError: Expected parameter loc of shape (1,) found \\| nan |"

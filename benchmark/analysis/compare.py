@@ -32,8 +32,9 @@ import numpy as np
 from agents.errors import ConfigError
 from agents.registry import known_config
 from benchmark.analysis import plots, reference, stats, verdict_rule, verdicts
+from benchmark.analysis.document import Document
 from benchmark.analysis.normalizers import normalizer as fixed_normalizer
-from benchmark.analysis.report import Document, Group, group_records, interval_text, number_text
+from benchmark.analysis.report import Group, group_records, interval_text, number_text
 from benchmark.run_record import RunRecord
 
 ALPHA = 0.05

@@ -55,6 +55,7 @@ def _from_store(suite: Suite, tracking_uri: str, with_curves: bool) -> list[RunR
         chosen = finished[0] if finished else candidates[0]
         metrics = chosen.data.metrics
         record.run_id = chosen.info.run_id
+        record.experiment_id = experiment.experiment_id
         record.status = chosen.info.status
         if chosen is not candidates[0]:
             record.latest_status = candidates[0].info.status

@@ -11,18 +11,17 @@ counted and listed, never dropped silently.
 
 from __future__ import annotations
 
-import base64
 import datetime
-import html
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from benchmark.analysis import curve_grid, plots, reference, stats, verdict_rule, verdicts
+from benchmark import provenance
+from benchmark.analysis import curve_grid, interactive, plots, reference, stats, verdict_rule, verdicts
+from benchmark.analysis.document import Document
 from benchmark.analysis.normalizers import normalizer as fixed_normalizer
 from benchmark.analysis.records import RunRecord
 from benchmark.analysis.scores import NAMES as SCORE_NAMES
@@ -81,97 +80,6 @@ def per_environment_intervals(normalized: np.ndarray, reps: int = AGGREGATE_REPS
 # ------------------------------------------------------------------------------------ documents
 
 
-class Document:
-    """Blocks rendered twice, as Markdown and as HTML, so both say exactly the same."""
-
-    def __init__(self) -> None:
-        self.blocks: list[tuple[str, Any]] = []
-
-    def heading(self, level: int, text: str) -> None:
-        self.blocks.append(("heading", (level, text)))
-
-    def paragraph(self, text: str) -> None:
-        self.blocks.append(("paragraph", text))
-
-    def table(self, headers: list[str], rows: list[list[str]]) -> None:
-        self.blocks.append(("table", (headers, rows)))
-
-    def image(self, relative_path: str, caption: str) -> None:
-        self.blocks.append(("image", (relative_path, caption)))
-
-    def markdown(self) -> str:
-        out = []
-        for kind, content in self.blocks:
-            if kind == "heading":
-                out.append("#" * content[0] + " " + content[1])
-            elif kind == "paragraph":
-                out.append(content)
-            elif kind == "table":
-                headers, rows = content
-                cell = lambda text: " ".join(str(text).split()).replace("|", "\\|")  # noqa: E731
-                lines = ["| " + " | ".join(map(cell, headers)) + " |", "|" + "---|" * len(headers)]
-                lines += ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
-                out.append("\n".join(lines))
-            else:
-                out.append(f"![{content[1]}]({content[0]})")
-        return "\n\n".join(out) + "\n"
-
-    def html(self, title: str, base: Path | None = None) -> str:
-        """One self-contained page (images inlined as data URIs from ``base``, so it can be mailed
-        or attached), links clickable, tables that scroll sideways on a narrow screen."""
-        body = []
-        for kind, content in self.blocks:
-            if kind == "heading":
-                body.append(f"<h{content[0]}>{html.escape(content[1])}</h{content[0]}>")
-            elif kind == "paragraph":
-                text = _inline(content)
-                text = re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
-                text = re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", text)
-                body.append(f"<p>{text}</p>")
-            elif kind == "table":
-                headers, rows = content
-                head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
-                cells = "".join("<tr>" + "".join(f"<td>{_inline(str(c))}</td>" for c in row) + "</tr>" for row in rows)
-                body.append(f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{cells}</tbody></table></div>')
-            else:
-                path, caption = content
-                source = html.escape(path, quote=True)
-                if base is not None and (base / path).is_file():
-                    source = "data:image/png;base64," + base64.b64encode((base / path).read_bytes()).decode("ascii")
-                caption = html.escape(caption, quote=True)
-                body.append(f'<figure><img src="{source}" alt="{caption}"><figcaption>{caption}</figcaption></figure>')
-        style = (
-            "body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;line-height:1.4}"
-            ".scroll{overflow-x:auto;-webkit-overflow-scrolling:touch;margin:1em 0}"
-            "table{border-collapse:collapse;font-size:0.9em}"
-            "th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}"
-            "td{white-space:nowrap}td:last-child{white-space:normal;min-width:12em}"
-            "p,figcaption{overflow-wrap:anywhere}"
-            "img{max-width:100%;height:auto}figure{margin:1em 0}figcaption{font-size:0.85em;color:#555}"
-            "@media (max-width:600px){body{margin:1em auto;padding:0 0.6em}table{font-size:0.8em}}"
-        )
-        return (
-            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{html.escape(title)}</title><style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
-        )
-
-
-URL = re.compile(r"https?://[^\s<>\"'`)\]]+[^\s<>\"'`)\].,;:]")
-
-
-def _inline(text: str) -> str:
-    """``text`` escaped for HTML, with its URLs as links."""
-    parts, last = [], 0
-    for match in URL.finditer(text):
-        parts.append(html.escape(text[last : match.start()]))
-        url = html.escape(match.group(0), quote=True)
-        parts.append(f'<a href="{url}">{url}</a>')
-        last = match.end()
-    parts.append(html.escape(text[last:]))
-    return "".join(parts)
-
-
 # ------------------------------------------------------------------------------------ formatting
 
 
@@ -201,10 +109,17 @@ def _slug(text: str) -> str:
 
 
 def write_report(
-    suite: Suite, records: list[RunRecord], out_dir: Path, source: str, reference_dir: Path = reference.REFERENCE_DIR, strips: dict[str, Path] | None = None
+    suite: Suite,
+    records: list[RunRecord],
+    out_dir: Path,
+    source: str,
+    reference_dir: Path = reference.REFERENCE_DIR,
+    strips: dict[str, Path] | None = None,
+    mlflow_ui: str | None = None,
 ) -> Path:
     """Write report.md, report.html and plots/*.png under ``out_dir``; returns report.md's path.
-    ``strips`` (run key -> PNG under ``out_dir``) are the filmed episodes shown (``evaluate --video``)."""
+    ``strips`` (run key -> PNG under ``out_dir``) are the filmed episodes shown (``evaluate --video``);
+    ``mlflow_ui`` (e.g. http://localhost:5000, where ``ui`` serves) links each run to its MLflow page."""
     out_dir.mkdir(parents=True, exist_ok=True)
     plot_dir = out_dir / "plots"
     previous_plots = set(plot_dir.glob("*.png")) | set(plot_dir.glob("*.svg")) if plot_dir.exists() else set()
@@ -243,7 +158,7 @@ def write_report(
     for env_id in env_ids:
         _environment_section(doc, env_id, [g for g in groups if g.env_id == env_id], normalizers[env_id], scores_table)
     _videos_section(doc, records, strips or {}, out_dir)
-    _runs_section(doc, records)
+    _runs_section(doc, records, mlflow_ui, provenance.commit_url_template())
 
     markdown_path = out_dir / "report.md"
     markdown_path.write_text(doc.markdown())
@@ -325,7 +240,7 @@ def _verdicts_section(doc: Document, groups: list[Group], scores_table: tuple[re
         [v.label, v.env_id, f"{v.budget_steps:,}", SCORE_NAMES[v.score], verdicts.ours_text(v), verdicts.published_text(v), v.text, v.test, v.reason]
         for v in judged
     ]
-    doc.table(["algorithm", "environment", "steps", "score", "ours (mean ± std)", "published", "verdict", "test and margin", "note"], rows)
+    doc.table(["algorithm", "environment", "steps", "score", "ours (mean ± std)", "published", "verdict", "test and margin", "note"], rows, fold=7)
     doc.paragraph("In all: " + verdicts.counts_text(judged) + ".")
     return judged
 
@@ -345,8 +260,8 @@ def _curves_section(doc: Document, groups: list[Group], judged: list[verdicts.Ve
     if not cells:
         return
     doc.heading(2, "Learning curves")
-    for path in curve_grid.draw(cells, plot_dir):
-        doc.image(f"plots/{path.name}", f"learning curves, {path.stem.removeprefix('curves_')} steps")
+    for path, figure in zip(curve_grid.draw(cells, plot_dir), interactive.figures(cells).values()):
+        doc.plot(figure, f"plots/{path.name}", f"learning curves, {path.stem.removeprefix('curves_')} steps")
 
 
 def _environment_section(
@@ -380,8 +295,8 @@ def _environment_section(
                 group.status_counts,
                 interval_text(final),
                 number_text(stats.iqm(scores)) if len(scores) else "—",
-                ", ".join(f"{s:.0f}" for s in scores) or "—",
                 interval_text(normalized, 2),
+                ", ".join(f"{s:.0f}" for s in scores) or "—",
                 published.citation if published else "—",
                 number_text(float(np.mean(speeds)), 0) if speeds else "—",
                 _duration(float(np.mean(walls))) if walls else "—",
@@ -392,15 +307,16 @@ def _environment_section(
             "algorithm",
             "seeds",
             "runs",
-            "final return [95% CI]",
+            "final evaluation return [95% CI]",
             "IQM",
-            "per seed",
             "normalized [95% CI]",
+            "per seed",
             "published (this algorithm)",
             "steps/s",
             "wall time (mean)",
         ],
         rows,
+        fold=6,
     )
     _adaptation_table(doc, groups)
     # finished runs and runs still going; a failed run's partial curve would drag the mean
@@ -454,7 +370,9 @@ def _videos_section(doc: Document, records: list[RunRecord], strips: dict[str, P
         doc.image(path, f"{record.spec.label} (run key {record.spec.run_key}): final return {number_text(record.final_return)}")
 
 
-def _runs_section(doc: Document, records: list[RunRecord]) -> None:
+def _runs_section(doc: Document, records: list[RunRecord], mlflow_ui: str | None = None, commit_url: str | None = None) -> None:
+    """Every run: its state and final score, linked to its MLflow page (classic view) and its commit
+    where known; the run's identities and notes folded into a details cell in HTML."""
     doc.heading(2, "Every run")
     rows = []
     for record in records:
@@ -463,6 +381,12 @@ def _runs_section(doc: Document, records: list[RunRecord]) -> None:
         note = record.error or (f"{record.curve[-1][0]:,} of {spec.budget.total_steps:,} steps" if status == "RUNNING" and record.curve else "")
         if record.latest_status:
             note = f"a newer attempt is {record.latest_status}; " + note
+        run = record.run_id or "—"
+        if mlflow_ui and record.run_id and record.experiment_id:
+            run = f"[{record.run_id}]({mlflow_ui.rstrip('/')}/#/experiments/{record.experiment_id}/runs/{record.run_id})"
+        sha = (record.git_sha or "—")[:10]
+        if commit_url and record.git_sha:
+            sha = f"[{sha}]({commit_url.format(sha=record.git_sha)})"
         rows.append(
             [
                 spec.algo,
@@ -472,17 +396,16 @@ def _runs_section(doc: Document, records: list[RunRecord]) -> None:
                 number_text(record.final_return),
                 number_text(record.steps_per_second, 0),
                 _duration(record.wall_seconds),
+                run,
+                sha,
                 spec.run_key,
-                record.run_id or "—",
                 _source(record),
                 str(record.attempts),
-                (record.git_sha or "—")[:10],
                 note[:200],
             ]
         )
-    doc.table(
-        ["algorithm", "environment", "seed", "status", "final return", "steps/s", "wall", "run key", "MLflow run", "from", "attempts", "git sha", "note"], rows
-    )
+    headers = ["algorithm", "environment", "seed", "status", "final evaluation return", "steps/s", "wall", "MLflow run", "commit"]
+    doc.table([*headers, "run key", "from", "attempts", "note"], rows, fold=len(headers))
 
 
 def _source(record: RunRecord) -> str:

@@ -4,6 +4,7 @@ recorded run trained again and compared."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,11 @@ def add_parser(commands: Any) -> None:
     report = commands.add_parser("report", help="report of a suite's runs from MLflow: results/reports/<suite>/report.md and .html")
     report.add_argument("--suite", required=True, help="suite name or path; its run keys decide which runs belong in the report")
     report.add_argument("--output", type=Path, help="directory (default results/reports/<suite>)")
+    report.add_argument(
+        "--mlflow-ui",
+        metavar="URL",
+        help="where the MLflow UI serves this store, to link each run to its page (default: the tracking server, else http://localhost:$PORT or 5000)",
+    )
     add_store_arguments(report)
     add_bundle_arguments(report)
 
@@ -143,7 +149,9 @@ def command_report(args: argparse.Namespace, console: Output) -> int:
         return EXIT_RUNS_FAILED
     out_dir = writable_report_directory(args.output or args.results_dir / "reports" / suite.name, "report")
     strips = records.fetch_video_strips(found, tracking_uri, out_dir / "plots")
-    path = report.write_report(suite, found, out_dir, " and ".join(sources), strips=strips)
+    server = tracking_uri is not None and str(tracking_uri).startswith(("http://", "https://"))
+    mlflow_ui = args.mlflow_ui or (str(tracking_uri).rstrip("/") if server else f"http://localhost:{os.environ.get('PORT') or 5000}")
+    path = report.write_report(suite, found, out_dir, " and ".join(sources), strips=strips, mlflow_ui=mlflow_ui)
     console.print(f"report of suite {suite.name!r} ({finished}/{len(found)} runs finished): {path} and {path.with_suffix('.html')}")
     return 0
 

@@ -1,0 +1,120 @@
+"""The learning-curve grid of a budget as an interactive Plotly figure (the report's HTML), the
+same numbers as ``curve_grid``'s PNG: one panel per task, one colour per algorithm, the smoothed
+mean over seeds with its 95% bootstrap band, the published score each verdict compared with as a
+star. Interactive: hover shows each value; clicking an algorithm in the legend hides or shows it
+in every panel; a button shows every seed's own (unsmoothed) curve; a slider sets the smoothing
+window (1 = none), every window's mean and band computed here, so the page needs no code of ours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from benchmark.analysis import curve_grid
+
+WINDOWS = (1, 3, 5, 9)
+"""Smoothing windows the slider offers (evaluations in the centered moving average)."""
+COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")  # tab10
+
+
+def _rgba(color: str, alpha: float) -> str:
+    red, green, blue = (int(color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({red},{green},{blue},{alpha})"
+
+
+def figure(cells: Sequence[curve_grid.Cell], steps: int) -> dict[str, Any]:
+    """The Plotly figure (``{"data": [...], "layout": {...}}``) of the budget ``steps``."""
+    from plotly.subplots import make_subplots
+
+    from benchmark.analysis.record_text import steps_text
+
+    mine = [cell for cell in cells if cell.steps == steps]
+    tasks = list(dict.fromkeys(cell.task for cell in mine))
+    algos = list(dict.fromkeys(cell.label for cell in mine))
+    color = {algo: COLORS[index % len(COLORS)] for index, algo in enumerate(algos)}
+    columns = min(len(tasks), 3)
+    rows = -(-len(tasks) // columns)
+    layout = make_subplots(rows=rows, cols=columns, subplot_titles=tasks, horizontal_spacing=0.06, vertical_spacing=0.12).to_plotly_json()["layout"]
+    data: list[dict[str, Any]] = []
+    by_window: dict[int, dict[int, list[float]]] = {window: {} for window in WINDOWS}
+    seed_traces: list[int] = []
+    shown: set[str] = set()
+    for index, task in enumerate(tasks):
+        axis = "" if index == 0 else str(index + 1)
+        where = {"xaxis": f"x{axis}", "yaxis": f"y{axis}"}
+        for cell in (c for c in mine if c.task == task):
+            lines = {window: curve_grid.line(cell.curves, window=window) for window in WINDOWS}
+            default = lines[curve_grid.WINDOW] if curve_grid.WINDOW in lines else lines[WINDOWS[0]]
+            if default is None:
+                continue
+            x = default.steps.tolist()
+            hue = color[cell.label]
+            for part in ("high", "low", "mean"):
+                trace: dict[str, Any] = {"type": "scatter", "mode": "lines", "x": x, "y": getattr(default, part).tolist(), **where}
+                trace |= {"legendgroup": cell.label, "name": cell.label, "hoverinfo": "skip" if part != "mean" else None}
+                if part == "mean":
+                    trace |= {"line": {"color": hue, "width": 2}, "showlegend": cell.label not in shown, "customdata": [default.seeds] * len(x)}
+                    trace["hovertemplate"] = f"{cell.label}: %{{y:,.1f}} at %{{x:,}} steps (mean of %{{customdata}} seeds)<extra></extra>"
+                    shown.add(cell.label)
+                else:
+                    trace |= {"line": {"width": 0, "color": hue}, "showlegend": False}
+                    if part == "low":
+                        trace |= {"fill": "tonexty", "fillcolor": _rgba(hue, 0.18)}
+                trace = {key: value for key, value in trace.items() if value is not None}
+                for window, drawn in lines.items():
+                    if drawn is not None:
+                        by_window[window][len(data)] = getattr(drawn, part).tolist()
+                data.append(trace)
+            for number, curve in enumerate(c for c in cell.curves if c):
+                seed_x, seed_y = zip(*curve)
+                data.append(
+                    {"type": "scatter", "mode": "lines", "x": list(seed_x), "y": list(seed_y), **where, "visible": False, "showlegend": False}
+                    | {"legendgroup": cell.label, "line": {"color": hue, "width": 0.8}, "opacity": 0.5, "name": f"{cell.label} seed run {number + 1}"}
+                )
+                seed_traces.append(len(data) - 1)
+            if cell.published is not None:
+                at, mean, spread, source = cell.published
+                star = {"type": "scatter", "mode": "markers", "x": [at], "y": [mean], **where, "showlegend": False, "legendgroup": cell.label}
+                star |= {"marker": {"symbol": "star", "size": 14, "color": hue, "line": {"color": "black", "width": 1}}}
+                star["hovertemplate"] = f"{cell.label}, published ({source}): %{{y:,.1f}}<extra></extra>"
+                if spread is not None:
+                    star["error_y"] = {"type": "data", "array": [spread], "color": hue}
+                data.append(star)
+    for key, value in layout.items():
+        if key.startswith("xaxis"):
+            value |= {"tickformat": "~s", "title": {"text": "environment steps"} if key == "xaxis" else None}
+            layout[key] = {k: v for k, v in value.items() if v is not None}
+    layout |= {
+        "title": {"text": f"{steps_text(steps)} steps: evaluation return, mean over seeds with its 95% bootstrap band", "font": {"size": 14}},
+        "hovermode": "closest",
+        "legend": {"orientation": "h", "y": -0.12},
+        "margin": {"t": 90, "l": 50, "r": 20, "b": 60},
+        "updatemenus": [_seed_buttons(len(data), seed_traces)],
+        "sliders": [_smoothing_slider(by_window)],
+    }
+    return {"data": data, "layout": layout}
+
+
+def _seed_buttons(traces: int, seed_traces: list[int]) -> dict[str, Any]:
+    buttons = [
+        {"label": "mean and band", "method": "restyle", "args": [{"visible": False}, seed_traces]},
+        {"label": "every seed too", "method": "restyle", "args": [{"visible": True}, seed_traces]},
+    ]
+    return {"type": "buttons", "direction": "right", "x": 0, "y": 1.12, "xanchor": "left", "yanchor": "bottom", "buttons": buttons, "showactive": True}
+
+
+def _smoothing_slider(by_window: dict[int, dict[int, list[float]]]) -> dict[str, Any]:
+    steps = []
+    for window, traces in by_window.items():
+        indices = sorted(traces)
+        label = "none" if window == 1 else f"{window} evaluations"
+        steps.append({"label": label, "method": "restyle", "args": [{"y": [traces[i] for i in indices]}, indices]})
+    active = WINDOWS.index(curve_grid.WINDOW) if curve_grid.WINDOW in WINDOWS else 0
+    place = {"x": 0.45, "len": 0.55, "y": 1.16, "yanchor": "bottom", "pad": {"t": 0}}
+    return {"active": active, "currentvalue": {"prefix": "smoothing: "}, "steps": steps, **place}
+
+
+def figures(cells: Sequence[curve_grid.Cell]) -> dict[int, dict[str, Any]]:
+    """Budget (largest first) -> its figure."""
+    return {steps: figure(cells, steps) for steps in sorted({cell.steps for cell in cells}, reverse=True)}
