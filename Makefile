@@ -149,4 +149,4 @@ ui: $(STAMP)
 report-check: $(STAMP)
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || $(INSTALL_CHROMIUM)
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { echo "report-check needs Chromium (apt-get install chromium)"; exit 2; }
-	REPORT_SCREENSHOTS=results/reports/screenshots $(BIN)/python -m pytest tests/test_report_browser.py -p no:xdist -q -rs
+	REPORT_SCREENSHOTS=results/reports/screenshots $(BIN)/python -m pytest tests/test_report_browser.py tests/test_readme_browser.py -p no:xdist -q -rs

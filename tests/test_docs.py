@@ -65,12 +65,35 @@ def test_list_algo_prints_ranges_and_meanings(capsys):
 @pytest.mark.parametrize("page", ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))])
 def test_relative_links_resolve(page):
     """Each relative link of the README and the hand-written pages names a file that exists (the
-    algorithms' hyperparameter pages are generated when the site builds)."""
+    algorithms' pages are generated when the site builds, each with its prose from
+    algorithms/prose/, whose links therefore read from algorithms/)."""
     source = ROOT / page
+    where = source.parent.parent if source.parent.name == "prose" else source.parent
     generated = {f"{name}.md" for name in agents.ALGORITHMS} | {"hyperparameters.md", "record.md"}
     for target, _ in LINK.findall(source.read_text()):
         if target.startswith(("http://", "https://", "mailto:")):
             continue
-        if source.parent.name in ("docs", "algorithms") and Path(target).name in generated:
+        if where.name in ("docs", "algorithms") and Path(target).name in generated:
             continue
-        assert (source.parent / target).exists(), f"{page} links to {target}, which does not exist"
+        assert (where / target).exists(), f"{page} links to {target}, which does not exist"
+
+
+def test_every_algorithm_has_a_page_in_the_sites_navigation_with_its_prose():
+    """Each registered algorithm: a page in mkdocs.yml's navigation, and prose with what it is, its
+    papers, its equations (each converts to MathML: the site draws them with no script), how it is
+    implemented and where it differs, and how to run it."""
+    import latex2mathml.converter
+
+    from agents import registry
+
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for name in registry.REGISTRY:
+        assert f"algorithms/{name}.md" in nav, f"{name} is not in the site's navigation"
+        prose = (ROOT / "docs" / "algorithms" / "prose" / f"{name}.md").read_text()
+        for part in ("**Papers:**", "## The update", "## How it is implemented here", "### Where it differs", "## Run it"):
+            assert part in prose, f"{name}'s page has no {part!r}"
+        equations = re.findall(r"^\$\$\n(.*?)\n\$\$$", prose, re.S | re.M)
+        assert equations, f"{name}'s page has no display equation"
+        for equation in equations:
+            assert "<math" in latex2mathml.converter.convert(equation.strip(), display="block")
+        assert re.search(r"python -m benchmark (train|run) ", prose), f"{name}'s page says not how to run it"
