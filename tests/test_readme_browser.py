@@ -74,7 +74,7 @@ def look(page: Path, width: int, height: int) -> dict:
     """The probe's findings in a ``width`` x ``height`` iframe (headless windows are at least 500 px wide)."""
     wrapper = page.with_name(f"frame-{width}.html")
     wrapper.write_text(
-        f'<!DOCTYPE html><html><body style="margin:0"><iframe id="page" style="border:0;width:{width}px;height:{height}px" '
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"></head><body style="margin:0"><iframe id="page" style="border:0;width:{width}px;height:{height}px" '
         f'srcdoc="{html.escape(page.read_text(), quote=True)}"></iframe><script>'
         'document.getElementById("page").addEventListener("load", () => setTimeout(() => {'
         'const inner = document.getElementById("page").contentDocument.getElementById("probe");'

@@ -54,6 +54,7 @@ frame.addEventListener("load", () => {
     tables: doc.querySelectorAll("table").length,
     tables_in_scroll_boxes: doc.querySelectorAll(".scroll > table").length,
     widest_box: Math.max(0, ...[...doc.querySelectorAll(".scroll")].map((box) => box.getBoundingClientRect().width)),
+    tables_scrolling: [...doc.querySelectorAll(".scroll")].filter((box) => box.scrollWidth > box.clientWidth + 1).length,
     text: doc.body.innerText,
   };
   const out = document.createElement("pre");
@@ -80,7 +81,7 @@ def look(page: Path, width: int, height: int, screenshot: Path) -> dict:
     headless Chromium's window is at least 500 pixels wide), and a screenshot of it."""
     wrapper = page.with_name(f"probe-{width}.html")
     wrapper.write_text(
-        '<!DOCTYPE html><html><body style="margin:0">'
+        '<!DOCTYPE html><html><head><meta charset="utf-8"></head><body style="margin:0">'
         f'<iframe id="page" style="border:0;width:{width}px;height:{height}px" srcdoc="{html.escape(page.read_text(), quote=True)}">'
         f"</iframe>{PROBE}</body></html>"
     )
@@ -162,6 +163,8 @@ def test_the_report_reads_well_in_a_browser(written_report, width, height):
     assert found["scroll_width"] <= width, "the page is wider than the screen"
     assert found["widest_image"] <= width and found["widest_box"] <= width
     assert found["tables"] >= 4 and found["tables_in_scroll_boxes"] == found["tables"]  # wide tables scroll in place
+    if width >= 1280:
+        assert found["tables_scrolling"] == 0, "a table scrolls sideways at desktop width (fold its long columns)"
     assert any(link.startswith("https://") for link in found["links"])  # source URLs are links
     assert str(written_report.parent) not in found["text"] and "/tmp/" not in found["text"]  # no local paths
     assert shot.stat().st_size > 10_000

@@ -25,7 +25,7 @@ STYLE = (
     ".scroll{overflow-x:auto;-webkit-overflow-scrolling:touch;margin:1em 0}"
     "table{border-collapse:collapse;font-size:0.9em}"
     "th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}"
-    "td{white-space:nowrap}td:last-child{white-space:normal;min-width:12em}"
+    "td{white-space:nowrap}td:last-child{white-space:normal;min-width:12em}td.long{white-space:normal;min-width:14em;max-width:26em}"
     "details summary{cursor:pointer;color:#0550ae}details dl{margin:0.3em 0;white-space:normal;max-width:40em}"
     "details dt{font-weight:bold}details dd{margin:0 0 0.4em 0}"
     "p,figcaption{overflow-wrap:anywhere}"
@@ -160,12 +160,18 @@ class Document:
         )
 
 
+LONG_CELL = 48
+"""Characters above which a cell's text wraps (the others stay on one line)."""
+LONG = ' class="long"'
+
+
 def _table_html(headers: list[str], rows: list[list[str]], fold: int | None) -> str:
     shown = headers if fold is None else [*headers[:fold], "details"]
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in shown)
     lines = []
     for row in rows:
-        cells = [f"<td>{inline(str(c))}</td>" for c in (row if fold is None else row[:fold])]
+        # a long cell wraps in a column of reading width, so that the table fits a 1280 px screen
+        cells = [f'<td{LONG if len(str(c)) > LONG_CELL else ""}>{inline(str(c))}</td>' for c in (row if fold is None else row[:fold])]
         if fold is not None:
             pairs = "".join(f"<dt>{html.escape(str(h))}</dt><dd>{inline(str(c))}</dd>" for h, c in zip(headers[fold:], row[fold:]) if str(c).strip())
             cells.append(f"<td><details><summary>more</summary><dl>{pairs}</dl></details></td>" if pairs else "<td></td>")

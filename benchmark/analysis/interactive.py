@@ -86,10 +86,14 @@ def figure(cells: Sequence[curve_grid.Cell], steps: int) -> dict[str, Any]:
             value |= {"tickformat": "~s", "title": {"text": "environment steps"} if key == "xaxis" else None}
             layout[key] = {k: v for k, v in value.items() if v is not None}
     layout |= {
-        "title": {"text": f"{steps_text(steps)} steps: evaluation return, mean over seeds with its 95% bootstrap band", "font": {"size": 14}},
+        "title": {
+            "text": f"{steps_text(steps)} steps: evaluation return, mean over seeds with its 95% bootstrap band",
+            "font": {"size": 14},
+            **{"x": 0, "xanchor": "left", "y": 0.99, "yanchor": "top", "yref": "container"},
+        },
         "hovermode": "closest",
         "legend": {"orientation": "h", "y": -0.12},
-        "margin": {"t": 90, "l": 50, "r": 20, "b": 60},
+        "margin": {"t": 150, "l": 50, "r": 20, "b": 60},
         "updatemenus": [_seed_buttons(len(data), seed_traces)],
         "sliders": [_smoothing_slider(by_window)],
     }
@@ -101,7 +105,7 @@ def _seed_buttons(traces: int, seed_traces: list[int]) -> dict[str, Any]:
         {"label": "mean and band", "method": "restyle", "args": [{"visible": False}, seed_traces]},
         {"label": "every seed too", "method": "restyle", "args": [{"visible": True}, seed_traces]},
     ]
-    return {"type": "buttons", "direction": "right", "x": 0, "y": 1.12, "xanchor": "left", "yanchor": "bottom", "buttons": buttons, "showactive": True}
+    return {"type": "buttons", "direction": "right", "x": 0, "y": 1.08, "xanchor": "left", "yanchor": "bottom", "buttons": buttons, "showactive": True}
 
 
 def _smoothing_slider(by_window: dict[int, dict[int, list[float]]]) -> dict[str, Any]:
@@ -111,7 +115,7 @@ def _smoothing_slider(by_window: dict[int, dict[int, list[float]]]) -> dict[str,
         label = "none" if window == 1 else f"{window} evaluations"
         steps.append({"label": label, "method": "restyle", "args": [{"y": [traces[i] for i in indices]}, indices]})
     active = WINDOWS.index(curve_grid.WINDOW) if curve_grid.WINDOW in WINDOWS else 0
-    place = {"x": 0.45, "len": 0.55, "y": 1.16, "yanchor": "bottom", "pad": {"t": 0}}
+    place = {"x": 0.4, "len": 0.6, "y": 1.08, "yanchor": "bottom", "pad": {"t": 0, "b": 10}}
     return {"active": active, "currentvalue": {"prefix": "smoothing: "}, "steps": steps, **place}
 
 
