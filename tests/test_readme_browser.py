@@ -110,3 +110,56 @@ def test_the_probe_sees_a_readme_that_breaks_the_rules(tmp_path):
     found = look(rendered_readme(tmp_path, text), 1280, SCREEN)
     assert found["two_commands_top"] > SCREEN and found["record_table_bottom"] > 2 * SCREEN
     assert found["scroll_width"] > 1280 and found["decoded"] == found["images"] == 1
+
+
+SITE_PROBE = """
+<script>
+window.addEventListener("load", () => setTimeout(() => {
+  const images = [...document.images];
+  const out = document.createElement("pre");
+  out.id = "probe";
+  out.hidden = true;
+  out.textContent = JSON.stringify({
+    width: window.innerWidth,
+    scroll_width: document.documentElement.scrollWidth,
+    images: images.length,
+    decoded: images.filter((image) => image.complete && image.naturalWidth > 0).length,
+    equations: document.querySelectorAll("math[display=block]").length,
+    drawn_equations: [...document.querySelectorAll("math[display=block]")].filter((m) => m.getBoundingClientRect().height > 10).length,
+    broken_names: [...document.querySelectorAll("td:first-child code")].filter((c) => c.getClientRects().length > 1).length,
+  });
+  document.body.appendChild(out);
+}, 300));
+</script>
+"""
+
+
+@pytest.mark.parametrize("width,height", [(1280, SCREEN), (390, 844)], ids=["desktop", "phone"])
+def test_an_algorithm_page_of_the_site_reads_well(tmp_path, width, height):
+    """The built site's SAC page (make docs builds site/; CI builds it before the tests): equations
+    drawn, figures decoded, no hyperparameter name broken over two lines, no page overflow."""
+    built = ROOT / "site" / "algorithms" / "sac" / "index.html"
+    if not built.is_file():
+        pytest.skip("the site is not built (make docs)")
+    page = built.with_name("probe.html")
+    try:
+        page.write_text(built.read_text().replace("</body>", SITE_PROBE + "</body>"))
+        wrapper = tmp_path / f"frame-{width}.html"
+        wrapper.write_text(
+            f'<!DOCTYPE html><html><head><meta charset="utf-8"></head><body style="margin:0"><iframe id="page" src="{page.as_uri()}" '
+            f'style="border:0;width:{width}px;height:{height}px"></iframe><script>'
+            'document.getElementById("page").addEventListener("load", () => setTimeout(() => {'
+            'const inner = document.getElementById("page").contentDocument.getElementById("probe");'
+            'const out = document.createElement("pre"); out.id = "found"; out.textContent = inner ? inner.textContent : "{}";'
+            "document.body.appendChild(out);}, 1000));</script></body></html>"
+        )
+        dom = chromium("--window-size=1400,1000", "--allow-file-access-from-files", "--dump-dom", wrapper.as_uri())
+    finally:
+        page.unlink(missing_ok=True)
+    start = dom.index('<pre id="found">') + len('<pre id="found">')
+    found = json.loads(html.unescape(dom[start : dom.index("</pre>", start)]))
+    assert found["width"] == width
+    assert found["equations"] >= 5 and found["drawn_equations"] == found["equations"], found
+    assert found["images"] >= 1 and found["decoded"] == found["images"], found
+    assert found["broken_names"] == 0, found
+    assert found["scroll_width"] <= width, found
