@@ -41,3 +41,22 @@ def test_a_grid_is_written_as_png_and_svg(tmp_path):
 
     path = plots.curve_grid("a title", panels, tmp_path / "curves_0.1k.png")
     assert path.stat().st_size > 10_000 and path.with_suffix(".svg").stat().st_size > 10_000
+
+
+def test_a_published_whole_curve_is_read_and_cut_at_the_budget(tmp_path):
+    from types import SimpleNamespace
+
+    path = tmp_path / "curves.csv"
+    path.write_text(
+        "source,source_url,algo,env_id,seeds,env_step,mean,std\n"
+        + "".join(f"S,https://x/sac.csv,SAC,Hopper-v3,10,{step},{step / 1000},1.0\n" for step in (200_000, 100_000, 300_000, 400_000))
+    )
+    curves = curve_grid.published_curves(path)
+    assert curves["https://x/sac.csv"][0].tolist() == [100_000, 200_000, 300_000, 400_000]  # sorted by step
+    published = SimpleNamespace(source_url="https://x/sac.csv", mean=300.0, spread=1.0, multi_seed=True, budget_steps=300_000, source="S (x)")
+    verdict = SimpleNamespace(published=published, reference_sample=None, decision=SimpleNamespace(evidence=object()))
+    at, mean = curve_grid.compared_curve(verdict, 300_000, curves)
+    assert at.tolist() == [100_000, 200_000, 300_000] and mean.tolist() == [100.0, 200.0, 300.0]
+    verdict.decision = SimpleNamespace(evidence=None)  # not compared: no curve drawn
+    assert curve_grid.compared_curve(verdict, 300_000, curves) is None
+    assert curve_grid.published_curves(tmp_path / "none.csv") == {}

@@ -7,7 +7,9 @@ then averaged over seeds; the band is the 95% percentile bootstrap interval of t
 seeds (seeds resampled with replacement, ``REPS`` replicates, not clipped: with 3 seeds it is
 wide, and shows it). A published score the cell's verdict compared with is a star at its budget
 in the algorithm's colour (scored as its source scored it: some are training returns), with the
-source's spread over seeds as an error bar where it gives one; a
+source's spread over seeds as an error bar where it gives one, and where the source publishes its
+whole curve (Tianshou's 10-seed evaluation curves, ``results/reference/curves.csv``) that curve,
+dashed, its mean over seeds; a
 published score that is not comparable (another budget, env version or protocol) is left out.
 """
 
@@ -43,6 +45,8 @@ class Panel:
     lines: dict[str, Line] = field(default_factory=dict)
     published: dict[str, tuple[int, float, float | None, str]] = field(default_factory=dict)
     """Algorithm -> (budget steps, mean, standard deviation or None, source) of a comparable published score."""
+    published_curves: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    """Algorithm -> (steps, mean over seeds) of that source's published curve, where it gives one."""
 
 
 def smooth(values: np.ndarray, window: int = WINDOW) -> np.ndarray:
@@ -83,6 +87,8 @@ class Cell:
     label: str
     curves: list[list[tuple[int, float]]]
     published: tuple[int, float, float | None, str] | None = None
+    published_curve: tuple[np.ndarray, np.ndarray] | None = None
+    """(steps, mean over seeds) of the compared source's whole curve, up to the budget, where it publishes one."""
 
 
 def compared_score(verdict: Any, steps: int) -> tuple[int, float, float | None, str] | None:
@@ -97,10 +103,46 @@ def compared_score(verdict: Any, steps: int) -> tuple[int, float, float | None, 
     return (chosen.budget_steps or steps, mean, spread, chosen.source.split(" (")[0])
 
 
-def record_cells(rows: Sequence[Any]) -> list[Cell]:
-    """The record's rows (``record.Row``) as cells: finished runs only."""
+CURVES = Path(__file__).resolve().parents[2] / "results" / "reference" / "curves.csv"
+"""Published whole curves (source URL, env step, mean over seeds): Tianshou's 10-seed CSVs."""
+
+
+def published_curves(path: Path = CURVES) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Source URL -> (env steps, mean over seeds) of each published curve ``path`` holds."""
+    import csv
+
+    if not path.is_file():
+        return {}
+    found: dict[str, list[tuple[int, float]]] = {}
+    with path.open(newline="") as file:
+        for row in csv.DictReader(file):
+            found.setdefault(row["source_url"], []).append((int(row["env_step"]), float(row["mean"])))
+    return {url: (np.array([s for s, _ in sorted(points)]), np.array([m for _, m in sorted(points)])) for url, points in found.items()}
+
+
+def compared_curve(verdict: Any, steps: int, curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The whole published curve of the source a verdict compared with, up to ``steps``; None without one."""
+    if compared_score(verdict, steps) is None or verdict.published.source_url not in curves:
+        return None
+    at, mean = curves[verdict.published.source_url]
+    keep = at <= steps
+    return (at[keep], mean[keep]) if keep.any() else None
+
+
+def record_cells(rows: Sequence[Any], curves: dict[str, tuple[np.ndarray, np.ndarray]] | None = None) -> list[Cell]:
+    """The record's rows (``record.Row``) as cells: finished runs only, with the compared source's
+    curve where ``curves`` (default: ``published_curves()``) holds it."""
+    curves = published_curves() if curves is None else curves
     return [
-        Cell(row.steps, row.group.env_id, row.group.label, [r.curve for r in row.finished if r.curve], compared_score(row.verdict, row.steps)) for row in rows
+        Cell(
+            row.steps,
+            row.group.env_id,
+            row.group.label,
+            [r.curve for r in row.finished if r.curve],
+            compared_score(row.verdict, row.steps),
+            compared_curve(row.verdict, row.steps, curves),
+        )
+        for row in rows
     ]
 
 
@@ -114,6 +156,8 @@ def panels_by_budget(cells: Sequence[Cell]) -> dict[int, list[Panel]]:
             panel.lines[cell.label] = drawn
         if cell.published is not None:
             panel.published[cell.label] = cell.published
+        if cell.published_curve is not None:
+            panel.published_curves[cell.label] = cell.published_curve
     return {steps: list(panels.values()) for steps, panels in sorted(found.items(), reverse=True)}
 
 
@@ -133,7 +177,8 @@ def draw(cells: Sequence[Cell], directory: Path) -> list[Path]:
     for (steps, panels), path in zip(panels_by_budget(cells).items(), paths(cells, directory)):
         title = (
             f"{steps_text(steps)} steps: evaluation return, mean over seeds of each seed's curve smoothed over {WINDOW} "
-            "evaluations, 95% bootstrap band over seeds; star: the published score each verdict compared with, as its source scored it"
+            "evaluations, 95% bootstrap band over seeds; star: the published score each verdict compared with, as its source scored it "
+            "(dashed: the source's own mean curve, where it publishes one)"
         )
         written.append(plots.curve_grid(title, panels, path))
     return written

@@ -73,6 +73,12 @@ def figure(cells: Sequence[curve_grid.Cell], steps: int) -> dict[str, Any]:
                     | {"legendgroup": cell.label, "line": {"color": hue, "width": 0.8}, "opacity": 0.5, "name": f"{cell.label} seed run {number + 1}"}
                 )
                 seed_traces.append(len(data) - 1)
+            if cell.published_curve is not None:
+                curve_steps, curve_mean = cell.published_curve
+                dashed = {"type": "scatter", "mode": "lines", "x": curve_steps.tolist(), "y": curve_mean.tolist(), **where, "showlegend": False}
+                dashed |= {"legendgroup": cell.label, "line": {"color": hue, "width": 1.2, "dash": "dash"}, "name": f"{cell.label}, published curve"}
+                dashed["hovertemplate"] = f"{cell.label}, published curve: %{{y:,.1f}} at %{{x:,}} steps<extra></extra>"
+                data.append(dashed)
             if cell.published is not None:
                 at, mean, spread, source = cell.published
                 star = {"type": "scatter", "mode": "markers", "x": [at], "y": [mean], **where, "showlegend": False, "legendgroup": cell.label}

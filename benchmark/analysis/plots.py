@@ -154,6 +154,8 @@ def curve_grid(title: str, panels: list, path: Path) -> Path:
         for algo, drawn in panel.lines.items():
             axis.fill_between(drawn.steps, drawn.low, drawn.high, color=color[algo], alpha=0.18, linewidth=0)
             axis.plot(drawn.steps, drawn.mean, color=color[algo], linewidth=1.8, label=algo)
+        for algo, (steps, mean) in panel.published_curves.items():
+            axis.plot(steps, mean, color=color.get(algo, "black"), linewidth=1.2, linestyle="--", alpha=0.9)
         for algo, (steps, mean, spread, _) in panel.published.items():
             axis.errorbar(
                 [steps],
@@ -181,6 +183,8 @@ def curve_grid(title: str, panels: list, path: Path) -> Path:
         axis.set_xlabel("environment steps", fontsize=9)
     handles = [matplotlib.lines.Line2D([], [], color=color[algo], linewidth=2, label=algo) for algo in algos]
     handles.append(matplotlib.lines.Line2D([], [], color="grey", marker="*", markersize=10, markeredgecolor="black", linestyle="none", label="published score"))
+    if any(panel.published_curves for panel in panels):
+        handles.append(matplotlib.lines.Line2D([], [], color="grey", linestyle="--", linewidth=1.2, label="published curve (mean over its seeds)"))
     figure.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=9, frameon=False)
     figure.suptitle(_title(title, 150), fontsize=9)
     return _save(figure, path, svg=True)
