@@ -270,3 +270,28 @@ def test_the_per_seed_values_agree_with_the_published_rows_they_stand_behind():
         values = [dict(curve)[300_000] for curve in reference.per_seed_of(score, per_seed).values()]
         assert len(values) == score.n_seeds == 10
         assert np.mean(values) == pytest.approx(score.mean, abs=1e-3) and np.std(values, ddof=1) == pytest.approx(score.spread, abs=1e-3)
+
+
+def test_the_published_whole_curves_agree_with_the_per_seed_values():
+    """curves.csv (Tianshou's 10-seed curves, mean and ddof=0 std per step up to 300k, transcribed from
+    the same files as per_seed.csv): at every step per_seed.csv holds, the curve's mean is the mean of
+    those seeds' returns and its std their spread; every curve runs in 5k steps to the budget."""
+    import csv
+    from collections import defaultdict
+
+    from benchmark.analysis import curve_grid
+
+    curves = curve_grid.published_curves()
+    per_seed: dict[tuple[str, int], list[float]] = defaultdict(list)
+    with (reference.REFERENCE_DIR / "per_seed.csv").open(newline="") as file:
+        for row in csv.DictReader(file):
+            per_seed[row["source_url"], int(row["env_step"])].append(float(row["return"]))
+    assert set(curves) == {url for url, _ in per_seed} and len(curves) == 7
+    with (reference.REFERENCE_DIR / "curves.csv").open(newline="") as file:
+        stds = {(row["source_url"], int(row["env_step"])): float(row["std"]) for row in csv.DictReader(file)}
+    for (url, step), values in per_seed.items():
+        at, mean = curves[url]
+        assert len(values) == 10 and mean[list(at).index(step)] == pytest.approx(np.mean(values), abs=1e-4)
+        assert stds[url, step] == pytest.approx(np.std(values), abs=1e-4)
+    for at, _ in curves.values():
+        assert at[-1] == 300_000 and set(np.diff(at)) == {5_000}

@@ -171,7 +171,7 @@ def _table_html(headers: list[str], rows: list[list[str]], fold: int | None) -> 
     lines = []
     for row in rows:
         # a long cell wraps in a column of reading width, so that the table fits a 1280 px screen
-        cells = [f'<td{LONG if len(str(c)) > LONG_CELL else ""}>{inline(str(c))}</td>' for c in (row if fold is None else row[:fold])]
+        cells = [f"<td{LONG if len(str(c)) > LONG_CELL else ''}>{inline(str(c))}</td>" for c in (row if fold is None else row[:fold])]
         if fold is not None:
             pairs = "".join(f"<dt>{html.escape(str(h))}</dt><dd>{inline(str(c))}</dd>" for h, c in zip(headers[fold:], row[fold:]) if str(c).strip())
             cells.append(f"<td><details><summary>more</summary><dl>{pairs}</dl></details></td>" if pairs else "<td></td>")
