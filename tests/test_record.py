@@ -204,6 +204,7 @@ GRID = {
     ("ddpg", "Hopper"): 3,
     ("trpo", "HalfCheetah"): 10,
     ("trpo", "Hopper"): 10,
+    ("trpo", "Walker2d"): 10,
 }
 
 
