@@ -54,7 +54,7 @@ def test_a_published_whole_curve_is_read_and_cut_at_the_budget(tmp_path):
     curves = curve_grid.published_curves(path)
     assert curves["https://x/sac.csv"][0].tolist() == [100_000, 200_000, 300_000, 400_000]  # sorted by step
     published = SimpleNamespace(source_url="https://x/sac.csv", mean=300.0, spread=1.0, multi_seed=True, budget_steps=300_000, source="S (x)")
-    verdict = SimpleNamespace(published=published, reference_sample=None, decision=SimpleNamespace(evidence=object()))
+    verdict = SimpleNamespace(published=published, published_value=300.0, reference_sample=None, decision=SimpleNamespace(evidence=object()))
     at, mean = curve_grid.compared_curve(verdict, 300_000, curves)
     assert at.tolist() == [100_000, 200_000, 300_000] and mean.tolist() == [100.0, 200.0, 300.0]
     verdict.decision = SimpleNamespace(evidence=None)  # not compared: no curve drawn

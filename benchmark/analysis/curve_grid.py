@@ -98,9 +98,8 @@ def compared_score(verdict: Any, steps: int) -> tuple[int, float, float | None, 
     chosen, sample, decision = verdict.published, verdict.reference_sample, verdict.decision
     if chosen is None or decision is None or decision.evidence is None:
         return None
-    mean = sample.mean if sample is not None else chosen.mean
     spread = (sample.sd if sample is not None else chosen.spread) if chosen.multi_seed else None
-    return (chosen.budget_steps or steps, mean, spread, chosen.source.split(" (")[0])
+    return (chosen.budget_steps or steps, verdict.published_value, spread, chosen.source.split(" (")[0])
 
 
 CURVES = Path(__file__).resolve().parents[2] / "results" / "reference" / "curves.csv"

@@ -11,15 +11,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from matplotlib.colors import to_hex, to_rgba
+
 from benchmark.analysis import curve_grid
+from benchmark.analysis.plots import COLORS  # the PNG's colours, so both figures match
 
 WINDOWS = (1, 3, 5, 9)
-"""Smoothing windows the slider offers (evaluations in the centered moving average)."""
-COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")  # tab10
+"""Smoothing windows the slider offers (evaluations in the centered moving average); the PNG's window among them."""
 
 
-def _rgba(color: str, alpha: float) -> str:
-    red, green, blue = (int(color[i : i + 2], 16) for i in (1, 3, 5))
+def _rgba(color: Any, alpha: float) -> str:
+    red, green, blue, _ = (round(255 * part) for part in to_rgba(color))
     return f"rgba({red},{green},{blue},{alpha})"
 
 
@@ -32,7 +34,7 @@ def figure(cells: Sequence[curve_grid.Cell], steps: int) -> dict[str, Any]:
     mine = [cell for cell in cells if cell.steps == steps]
     tasks = list(dict.fromkeys(cell.task for cell in mine))
     algos = list(dict.fromkeys(cell.label for cell in mine))
-    color = {algo: COLORS[index % len(COLORS)] for index, algo in enumerate(algos)}
+    color = {algo: to_hex(COLORS[index % len(COLORS)]) for index, algo in enumerate(algos)}
     columns = min(len(tasks), 3)
     rows = -(-len(tasks) // columns)
     layout = make_subplots(rows=rows, cols=columns, subplot_titles=tasks, horizontal_spacing=0.06, vertical_spacing=0.12).to_plotly_json()["layout"]
@@ -45,7 +47,7 @@ def figure(cells: Sequence[curve_grid.Cell], steps: int) -> dict[str, Any]:
         where = {"xaxis": f"x{axis}", "yaxis": f"y{axis}"}
         for cell in (c for c in mine if c.task == task):
             lines = {window: curve_grid.line(cell.curves, window=window) for window in WINDOWS}
-            default = lines[curve_grid.WINDOW] if curve_grid.WINDOW in lines else lines[WINDOWS[0]]
+            default = lines[curve_grid.WINDOW]
             if default is None:
                 continue
             x = default.steps.tolist()
@@ -120,7 +122,7 @@ def _smoothing_slider(by_window: dict[int, dict[int, list[float]]]) -> dict[str,
         indices = sorted(traces)
         label = "none" if window == 1 else f"{window} evaluations"
         steps.append({"label": label, "method": "restyle", "args": [{"y": [traces[i] for i in indices]}, indices]})
-    active = WINDOWS.index(curve_grid.WINDOW) if curve_grid.WINDOW in WINDOWS else 0
+    active = WINDOWS.index(curve_grid.WINDOW)
     place = {"x": 0.4, "len": 0.6, "y": 1.08, "yanchor": "bottom", "pad": {"t": 0, "b": 10}}
     return {"active": active, "currentvalue": {"prefix": "smoothing: "}, "steps": steps, **place}
 

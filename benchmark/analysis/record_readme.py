@@ -98,9 +98,7 @@ def table(rows: list[Any]) -> tuple[str, list[str]]:
         if note is not None:
             if note not in notes:
                 notes.append(note)
-            sample = row.verdict.reference_sample
-            value = sample.mean if sample is not None else row.verdict.published.mean
-            published = f"{value:,.0f}{SUPERSCRIPTS[notes.index(note) % len(SUPERSCRIPTS)]}"
+            published = f"{row.verdict.published_value:,.0f}{SUPERSCRIPTS[notes.index(note) % len(SUPERSCRIPTS)]}"
         cells = [
             row.group.label,
             row.group.env_id.removesuffix("-v5"),

@@ -38,13 +38,11 @@ def published_cell(row: Any) -> str:
     published = verdict.published
     if published is None:
         return "none found"
-    sample = verdict.reference_sample
     seeds = f"{published.n_seeds} seed{'s' if published.n_seeds != 1 else ''}" if published.n_seeds else "seeds not stated"
     where = f"{source_name(published.source)}, {published.env_id}, {seeds}"
     if published.budget_steps and published.budget_steps != verdict.budget_steps:
         where += f", {steps_text(published.budget_steps)} steps"
-    value = sample.mean if sample is not None else published.mean
-    return f"{value:,.0f} ({where})"
+    return f"{verdict.published_value:,.0f} ({where})"
 
 
 def difference_cell(row: Any) -> str:

@@ -93,6 +93,14 @@ class Verdict:
     def margin(self) -> Margin | None:
         return self.decision.margin if self.decision is not None else None
 
+    @property
+    def published_value(self) -> float | None:
+        """The published value the verdict compared with: the mean of the source's sample as
+        scored (its late-evaluation window where it gives seeds), else its stated mean."""
+        if self.reference_sample is not None:
+            return self.reference_sample.mean
+        return self.published.mean if self.published is not None else None
+
 
 @dataclass(frozen=True)
 class Case:
