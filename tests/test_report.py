@@ -70,12 +70,13 @@ def test_report_of_a_small_suite_contains_every_run_and_plot(write_suite, tmp_pa
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert matplotlib.image.imread(png).shape[0] > 100
         # the Markdown links the files; the HTML page carries them inline (it can be mailed on its own), the
-        # learning curves as an interactive plot with plotly.js inlined once
+        # learning curves, aggregates and profiles as interactive plots with plotly.js inlined once
         assert f"(plots/{png.name})" in markdown
-        if not png.name.startswith("curves_"):
+        if png.name not in {"curves_0.512k.png", "aggregates.png", "profiles.png"}:
             assert f'src="data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()}"' in page
-    assert len(re.findall(r'<img src="data:image/png;base64,', page)) == len(names) - 1 and "plots/" not in page
-    assert page.count('<div class="plot"') == 1 and page.count("Plotly.newPlot(") == 1 and "<script src=" not in page
+    assert len(re.findall(r'<img src="data:image/png;base64,', page)) == len(names) - 3 and "plots/" not in page
+    assert page.count('<div class="plot"') == 3 and page.count("Plotly.newPlot(") == 3 and "<script src=" not in page
+    assert page.count("<script>") == 2 + 3  # plotly.js once, the enlarging script, one per plot
     assert '<meta name="viewport"' in page and '<div class="scroll"><table>' in page
     assert str(tmp_path) not in markdown and str(tmp_path) not in page  # no local paths: "from `mlflow.db`"
     assert "from `mlflow.db`" in markdown

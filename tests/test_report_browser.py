@@ -38,6 +38,22 @@ experiments:
 
 PROBE = """
 <script>
+// Move the mouse over the middle point of a plot's first trace that has a hover text, as a user
+// would (a mousemove on the subplot, at that point's pixel), and read the label Plotly draws.
+function hover(plot, view) {
+  const data = plot._fullData || [];
+  const trace = data.find((t) => t.visible === true && t.hovertemplate && t.hoverinfo !== "skip");
+  if (!trace) return {rendered: !!plot.querySelector(".main-svg"), traces: data.length, hover: ""};
+  const layout = plot._fullLayout;
+  const xaxis = layout[trace.xaxis.replace("x", "xaxis")], yaxis = layout[trace.yaxis.replace("y", "yaxis")];
+  const middle = Math.floor(trace.x.length / 2);
+  const x = xaxis._offset + xaxis.l2p(xaxis.d2l(trace.x[middle])), y = yaxis._offset + yaxis.l2p(yaxis.d2l(trace.y[middle]));
+  const drag = plot.querySelector(`.draglayer .${trace.xaxis}${trace.yaxis} .nsewdrag`);
+  const box = plot.getBoundingClientRect();
+  drag.dispatchEvent(new view.MouseEvent("mousemove", {clientX: box.left + x, clientY: box.top + y, bubbles: true}));
+  const label = plot.querySelector(".hoverlayer .hovertext");
+  return {rendered: !!plot.querySelector(".main-svg"), traces: data.length, hover: label ? label.textContent : ""};
+}
 const frame = document.getElementById("page");
 frame.addEventListener("load", () => {
   const doc = frame.contentDocument, view = frame.contentWindow;
@@ -56,6 +72,7 @@ frame.addEventListener("load", () => {
     widest_box: Math.max(0, ...[...doc.querySelectorAll(".scroll")].map((box) => box.getBoundingClientRect().width)),
     tables_scrolling: [...doc.querySelectorAll(".scroll")].filter((box) => box.scrollWidth > box.clientWidth + 1).length,
     text: doc.body.innerText,
+    plots: [...doc.querySelectorAll(".plot")].map((plot) => hover(plot, view)),
   };
   const out = document.createElement("pre");
   out.id = "probe";
@@ -159,7 +176,7 @@ def test_the_report_reads_well_in_a_browser(written_report, width, height):
     found, shot = looked_at(written_report, width, height, "report")
 
     assert found["width"] == width and found["viewport_meta"]
-    assert found["images"] >= 3 and found["decoded"] == found["images"] == found["inline"]  # self-contained
+    assert found["images"] >= 1 and found["decoded"] == found["images"] == found["inline"]  # self-contained (the filmed strip)
     assert found["scroll_width"] <= width, "the page is wider than the screen"
     assert found["widest_image"] <= width and found["widest_box"] <= width
     assert found["tables"] >= 4 and found["tables_in_scroll_boxes"] == found["tables"]  # wide tables scroll in place
@@ -169,6 +186,10 @@ def test_the_report_reads_well_in_a_browser(written_report, width, height):
     assert str(written_report.parent) not in found["text"] and "/tmp/" not in found["text"]  # no local paths
     assert shot.stat().st_size > 10_000
     assert "Filmed episodes" in found["text"]
+    # the learning curves and the aggregates are interactive: drawn, and a hover shows a value
+    assert len(found["plots"]) >= 3 and all(plot["rendered"] and plot["traces"] for plot in found["plots"])
+    for plot in found["plots"]:
+        assert any(ch.isdigit() for ch in plot["hover"]), f"hovering a plot shows no value: {plot}"
 
 
 @pytest.mark.parametrize("width,height", [(1280, 900), (390, 844)], ids=["desktop", "phone"])

@@ -124,3 +124,26 @@ def test_the_plot_answers_a_hover_and_a_click_in_a_browser(tmp_path):
     found = json.loads(html.unescape(dom[start : dom.index("</pre>", start)]))
     assert found["traces"] > 10 and found["hover"] >= 1, found
     assert found["enlarged"], found
+
+
+def test_the_aggregate_figures_carry_the_intervals_and_profiles_they_are_given():
+    from benchmark.analysis.stats import Interval
+
+    intervals = {
+        "ppo": {"IQM": Interval(0.6, 0.5, 0.7), "optimality gap": Interval(0.4, 0.3, 0.5)},
+        "sac": {"IQM": Interval(0.9, 0.9, 0.9), "optimality gap": Interval(0.1, 0.05, 0.2)},
+    }
+    figure = interactive.aggregate_intervals(intervals)
+    points = {(trace["y"][0], trace["xaxis"]): trace for trace in figure["data"]}
+    assert len(points) == 4
+    gap = points["ppo", "x2"]  # second metric, second panel
+    assert gap["x"] == [0.4] and gap["error_x"]["array"] == [pytest.approx(0.1)] and gap["error_x"]["arrayminus"] == [pytest.approx(0.1)]
+    assert points["sac", "x"]["error_x"]["array"] == [0.0]  # a zero-width interval still has its diamond
+    assert "optimality gap" in gap["hovertemplate"] and [a["text"] for a in figure["layout"]["annotations"]] == ["IQM", "optimality gap"]
+
+    thresholds = np.linspace(0, 1, 5)
+    profile = (np.array([1.0, 0.8, 0.5, 0.2, 0.0]), np.array([1.0, 0.6, 0.3, 0.0, 0.0]), np.array([1.0, 1.0, 0.7, 0.4, 0.1]))
+    figure = interactive.performance_profiles({"ppo": profile}, thresholds)
+    high, low, mean = figure["data"]
+    assert mean["y"] == profile[0].tolist() and low["y"] == profile[1].tolist() and high["y"] == profile[2].tolist()
+    assert low["fill"] == "tonexty" and mean["line"]["shape"] == "hv" and mean["customdata"][1] == [0.6, 1.0]

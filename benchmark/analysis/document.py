@@ -32,7 +32,7 @@ STYLE = (
     "img{max-width:100%;height:auto}figure{margin:1em 0;cursor:zoom-in}figcaption{font-size:0.85em;color:#555}"
     ".plot{width:100%;height:560px}"
     "figure.enlarged{position:fixed;inset:0;margin:0;padding:1em;background:#fff;z-index:10;overflow:auto;cursor:zoom-out}"
-    "figure.enlarged img{max-width:none;width:auto;max-height:none}figure.enlarged .plot{height:calc(100vh - 5em)}"
+    "figure.enlarged img{max-width:none;width:auto;max-height:none}figure.enlarged .plot{height:calc(100vh - 5em) !important}"
     "@media (max-width:600px){body{margin:1em auto;padding:0 0.6em}table{font-size:0.8em}.plot{height:420px}}"
 )
 
@@ -94,10 +94,10 @@ class Document:
     def image(self, relative_path: str, caption: str) -> None:
         self.blocks.append(("image", (relative_path, caption)))
 
-    def plot(self, figure: dict[str, Any], relative_png: str, caption: str) -> None:
-        """An interactive Plotly figure (``{"data": [...], "layout": {...}}``) in HTML; its PNG twin
-        at ``relative_png`` in Markdown."""
-        self.blocks.append(("plot", (figure, relative_png, caption)))
+    def plot(self, figure: dict[str, Any], relative_png: str, caption: str, height: int | None = None) -> None:
+        """An interactive Plotly figure (``{"data": [...], "layout": {...}}``) in HTML, ``height``
+        pixels tall (default: the stylesheet's); its PNG twin at ``relative_png`` in Markdown."""
+        self.blocks.append(("plot", (figure, relative_png, caption, height)))
 
     def markdown(self) -> str:
         out = []
@@ -134,12 +134,14 @@ class Document:
             elif kind == "table":
                 body.append(_table_html(*content))
             elif kind == "plot":
-                figure, _, caption = content
+                figure, _, caption, height = content
                 plots += 1
                 spec = json.dumps(figure, separators=(",", ":")).replace("</", "<\\/")
+                size = f' style="height:{height}px"' if height else ""
+                legend = "click the legend to show or hide a line; " if figure["layout"].get("showlegend", True) else ""
                 body.append(
-                    f'<figure><div class="plot" id="plot{plots}"></div><figcaption>{html.escape(caption)} (hover for values; click the '
-                    f"legend to show or hide a line; click the figure to enlarge it)</figcaption></figure>"
+                    f'<figure><div class="plot" id="plot{plots}"{size}></div><figcaption>{html.escape(caption)} (hover for values; '
+                    f"{legend}click the figure to enlarge it)</figcaption></figure>"
                     f'<script>(() => {{ const figure = {spec}; Plotly.newPlot("plot{plots}", figure.data, figure.layout, '
                     f"{{responsive: true, displaylogo: false}}); }})();</script>"
                 )

@@ -130,3 +130,77 @@ def _smoothing_slider(by_window: dict[int, dict[int, list[float]]]) -> dict[str,
 def figures(cells: Sequence[curve_grid.Cell]) -> dict[int, dict[str, Any]]:
     """Budget (largest first) -> its figure."""
     return {steps: figure(cells, steps) for steps in sorted({cell.steps for cell in cells}, reverse=True)}
+
+
+def aggregate_height(intervals: dict[str, dict[str, Any]]) -> int:
+    """Pixels the aggregate panels need (two rows of them): the title and axes, and a line per algorithm in each."""
+    return max(380, 200 + 2 * 34 * len(intervals))
+
+
+def aggregate_intervals(intervals: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The report's aggregate panel as a Plotly figure, the numbers of ``plots.aggregate_intervals``'
+    PNG: one panel per metric (IQM, mean, median, optimality gap), one row per algorithm, the
+    estimate as a diamond with its 95% interval as an error bar; hover gives all three."""
+    from plotly.subplots import make_subplots
+
+    labels = list(intervals)
+    metrics = list(next(iter(intervals.values())))
+    columns = min(2, len(metrics))  # two by two: each panel readable on a phone too
+    rows = -(-len(metrics) // columns)
+    grid = make_subplots(
+        rows=rows,
+        cols=columns,
+        subplot_titles=metrics,
+        shared_yaxes=True,
+        horizontal_spacing=0.04,
+        vertical_spacing=0.3 / rows,
+    )
+    layout = grid.to_plotly_json()["layout"]
+    data: list[dict[str, Any]] = []
+    for column, metric in enumerate(metrics):
+        axis = "" if column == 0 else str(column + 1)
+        for row, label in enumerate(labels):
+            interval = intervals[label][metric]
+            hue = to_hex(COLORS[row % len(COLORS)])
+            point: dict[str, Any] = {"type": "scatter", "mode": "markers", "x": [interval.estimate], "y": [label], "xaxis": f"x{axis}", "yaxis": f"y{axis}"}
+            point |= {"name": label, "legendgroup": label, "showlegend": column == 0, "customdata": [[interval.low, interval.high]]}
+            point |= {"marker": {"symbol": "diamond", "size": 11, "color": hue, "line": {"color": "black", "width": 0.5}}}
+            bar = {"type": "data", "symmetric": False, "array": [interval.high - interval.estimate], "arrayminus": [interval.estimate - interval.low]}
+            point["error_x"] = bar | {"color": hue, "thickness": 6, "width": 0}
+            point["hovertemplate"] = f"{label}, {metric}: %{{x:.3f}} [%{{customdata[0]:.3f}}, %{{customdata[1]:.3f}}]<extra></extra>"
+            data.append(point)
+        layout["xaxis" if column == 0 else f"xaxis{column + 1}"] |= {"zeroline": False}
+    layout |= {
+        "title": {"text": "normalized scores, 95% stratified bootstrap CIs", "font": {"size": 14}, "x": 0, "xanchor": "left"},
+        "hovermode": "closest",
+        "showlegend": False,
+        "margin": {"t": 70, "l": 110, "r": 20, "b": 50},
+    }
+    return {"data": data, "layout": layout}
+
+
+def performance_profiles(profiles: dict[str, tuple[Any, Any, Any]], thresholds: Any) -> dict[str, Any]:
+    """The report's performance profiles as a Plotly figure (``plots.performance_profiles``' numbers):
+    the fraction of runs scoring above tau, a step line per algorithm with its 95% bootstrap band;
+    hover gives the fraction and its band at each tau; the legend toggles an algorithm."""
+    data: list[dict[str, Any]] = []
+    taus = [float(tau) for tau in thresholds]
+    for index, (label, (estimate, low, high)) in enumerate(profiles.items()):
+        hue = to_hex(COLORS[index % len(COLORS)])
+        common = {"type": "scatter", "mode": "lines", "x": taus, "legendgroup": label, "name": label}
+        data.append(common | {"y": [float(v) for v in high], "line": {"width": 0, "color": hue, "shape": "hv"}, "showlegend": False, "hoverinfo": "skip"})
+        band = {"fill": "tonexty", "fillcolor": _rgba(hue, 0.22), "hoverinfo": "skip", "showlegend": False}
+        data.append(common | {"y": [float(v) for v in low], "line": {"width": 0, "color": hue, "shape": "hv"}} | band)
+        mean = common | {"y": [float(v) for v in estimate], "line": {"width": 2, "color": hue, "shape": "hv"}}
+        mean["customdata"] = [[float(a), float(b)] for a, b in zip(low, high)]
+        mean["hovertemplate"] = f"{label}: %{{y:.2f}} [%{{customdata[0]:.2f}}, %{{customdata[1]:.2f}}] of runs score above τ = %{{x:.2f}}<extra></extra>"
+        data.append(mean)
+    layout = {
+        "title": {"text": "performance profiles (95% bootstrap bands)", "font": {"size": 14}, "x": 0, "xanchor": "left"},
+        "xaxis": {"title": {"text": "normalized score τ"}},
+        "yaxis": {"title": {"text": "fraction of runs with score > τ"}, "range": [-0.03, 1.03]},
+        "hovermode": "closest",
+        "legend": {"orientation": "h", "y": -0.2},
+        "margin": {"t": 50, "l": 60, "r": 20, "b": 60},
+    }
+    return {"data": data, "layout": layout}

@@ -194,11 +194,18 @@ def _aggregate_section(doc: Document, groups: list[Group], normalizers: dict[str
         "IQM: mean of the middle 50% of all runs pooled; mean and median: over the environments' mean scores; "
         "optimality gap: how far runs fall short of the reference (1 − mean of min(score, 1)); lower is better."
     )
-    doc.image(f"plots/{plots.aggregate_intervals(intervals, plot_dir / 'aggregates.png').name}", "aggregate intervals")
+    drawn = plots.aggregate_intervals(intervals, plot_dir / "aggregates.png")
+    doc.plot(
+        interactive.aggregate_intervals(intervals),
+        f"plots/{drawn.name}",
+        "aggregate normalized scores (optimality gap: lower is better)",
+        interactive.aggregate_height(intervals),
+    )
     highest = max(float(np.max(v)) for scores in per_label.values() for v in scores.values())
     thresholds = np.linspace(0.0, max(1.25, highest * 1.05), 81)
     profiles = {label: stats.performance_profile(scores, thresholds) for label, scores in per_label.items()}
-    doc.image(f"plots/{plots.performance_profiles(profiles, thresholds, plot_dir / 'profiles.png').name}", "performance profiles")
+    drawn = plots.performance_profiles(profiles, thresholds, plot_dir / "profiles.png")
+    doc.plot(interactive.performance_profiles(profiles, thresholds), f"plots/{drawn.name}", "performance profiles", 460)
 
     labels = list(per_label)
     shares = any(set(per_label[x]) & set(per_label[y]) for x in labels for y in labels if x != y)
