@@ -149,3 +149,26 @@ def _forget_stores(tracking) -> None:
         engine.dispose()
     SqlAlchemyStore._engine_map.clear()
     type(utils._tracking_store_registry)._get_store_with_resolved_uri.cache_clear()
+
+
+class Reached(Exception):
+    """Raised by ``stop_once`` at the first evaluation that passes its test (the run ends there)."""
+
+    def __init__(self, evaluations: list) -> None:
+        super().__init__(f"reached at step {evaluations[-1].step:,}")
+        self.evaluations = evaluations
+
+
+def stop_once(reached) -> tuple:
+    """An ``on_evaluation`` callback for a learning test whose claim is "reaches X at some
+    evaluation": training ends at the first evaluation for which ``reached(evaluation)`` holds
+    (the loop raises ``Reached`` out of ``run``), rather than running out a budget that can only
+    add evaluations the claim does not look at. Returns (callback, the evaluations seen so far)."""
+    seen: list = []
+
+    def callback(evaluation) -> None:
+        seen.append(evaluation)
+        if reached(evaluation):
+            raise Reached(list(seen))
+
+    return callback, seen

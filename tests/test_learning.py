@@ -152,8 +152,11 @@ def success_rate(returns: list[float], n_bits: int) -> float:
     return sum(r > -n_bits for r in returns) / len(returns)
 
 
+# The row without relabeling is the control: it shows that 10 bits cannot be solved in the budget
+# without hindsight, a property of the task and the budget (as the GRU's control below), so
+# `make test` trains the HER row and leaves the control to `make test-all`.
 @pytest.mark.learning
-@pytest.mark.parametrize("strategy,solves", [("future", True), ("none", False)])
+@pytest.mark.parametrize("strategy,solves", [("future", True), pytest.param("none", False, marks=pytest.mark.extended)])
 def test_dqn_solves_10_bit_flipping_with_hindsight_replay_only(strategy, solves):
     (spec,) = [s for s in suite_specs("her", "dqn", "reprorl/BitFlipping10-v0") if s.hyperparameters["her_strategy"] == strategy]
     final = run(spec).evaluations[-1]
@@ -171,11 +174,18 @@ def test_dqn_solves_10_bit_flipping_with_hindsight_replay_only(strategy, solves)
 @pytest.mark.learning
 @pytest.mark.parametrize("recurrent,solves", [("gru", True), pytest.param(None, False, marks=pytest.mark.extended)])
 def test_only_recurrent_ppo_solves_cartpole_without_velocities(recurrent, solves):
+    """The GRU row stops at its first evaluation of 200 or more (the claim is "reaches 200"; its
+    learning rate still anneals over the 60k steps); the control trains the whole 60k."""
+    from conftest import Reached, stop_once
+
     (spec,) = [s for s in suite_specs("memory", "ppo", "reprorl/CartPoleNoVel-v1") if s.hyperparameters["recurrent"] == recurrent]
-    result = run(spec)
-    assert result.evaluations[-1].step == 60_000
-    curve = [round(e.mean, 1) for e in result.evaluations]
+    callback, seen = stop_once(lambda evaluation: solves and evaluation.mean >= 200.0)
+    try:
+        run(spec, on_evaluation=callback)
+    except Reached:
+        pass
+    curve = [round(e.mean, 1) for e in seen]
     if solves:
         assert max(curve) >= 200.0, curve
     else:
-        assert max(curve) < 100.0, curve
+        assert seen[-1].step == 60_000 and max(curve) < 100.0, curve
