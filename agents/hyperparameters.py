@@ -237,6 +237,13 @@ class Hyperparameters:
         its whole budget. Each algorithm with such a schedule names it; none by default."""
         return []
 
+    def first_update(self, refilling: bool = False) -> tuple[int, str]:
+        """(env steps a run collects before its first gradient step, the settings that make it
+        so): a budget below it trains nothing. ``refilling``: from a checkpoint without its replay
+        buffer (``continue``), which is refilled first. (0, "") where the first update needs no
+        env step, or the learner trains on no env (offline, or meta-learning in epochs)."""
+        return 0, ""
+
 
 def _check_range(name: str, value: Any, bounds: Mapping[str, Any]) -> None:
     if value is None:

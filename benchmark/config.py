@@ -308,7 +308,20 @@ def suite_path(name_or_path: str) -> Path:
 
 _SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device", "checkpoint", "seeds_in_process", "slurm", "distributed", "cuda_graphs"}
 _CHECKPOINT_KEYS = {"every", "replay_buffer"}
-_EXPERIMENT_KEYS = {"algo", "envs", "budget", "hyperparameters", "grid", "seeds", "seeds_in_process", "distributed", "env_kwargs", "wrappers", "continued_from"}
+_EXPERIMENT_KEYS = {
+    "algo",
+    "envs",
+    "source",  # where its settings come from (free text, shown by train; not part of a run key)
+    "budget",
+    "hyperparameters",
+    "grid",
+    "seeds",
+    "seeds_in_process",
+    "distributed",
+    "env_kwargs",
+    "wrappers",
+    "continued_from",
+}
 
 
 def check_seeds_in_process(value: Any, where: str) -> int:

@@ -73,6 +73,7 @@ def test_every_module_belongs_to_a_wing_or_the_ground():
         "benchmark.run_record",
         "benchmark.stores",
         "benchmark.tables",
+        "benchmark.task_defaults",
         "benchmark.tracking",
         "benchmark.yaml_input",
     ]

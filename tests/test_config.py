@@ -224,3 +224,39 @@ def test_every_committed_run_keeps_its_run_key():
             assert fresh.run_key == key, (directory.name, spec.label)
             checked += 1
     assert checked >= 200
+
+
+@pytest.mark.parametrize(
+    "algo,env_id,overrides",
+    [
+        ("dqn", "CartPole-v1", {"learning_starts": 100, "update_every": 4, "batch_size": 16, "hidden_sizes": [8]}),
+        ("sac", "Pendulum-v1", {"learning_starts": 60, "update_every": 3, "batch_size": 16, "hidden_sizes": [8]}),
+        ("ppo", "CartPole-v1", {"num_envs": 2, "num_steps": 32, "hidden_sizes": [8]}),
+        ("trpo", "Pendulum-v1", {"num_envs": 3, "num_steps": 20, "hidden_sizes": [8]}),
+    ],
+)
+def test_the_first_update_is_where_the_config_says(algo, env_id, overrides):
+    """``first_update()`` (what train and continue refuse below) against the loop itself: a budget
+    one vector step short of it applies no gradient step, that budget applies one or more."""
+    import agents
+    from benchmark.config import Budget, RunSpec
+    from benchmark.training.hooks import LoopHooks
+    from benchmark.training.loop import run
+
+    needed, why = agents.resolve_config(algo, overrides).first_update()
+    assert why and needed == (
+        overrides["num_envs"] * overrides["num_steps"] if "num_steps" in overrides else overrides["learning_starts"] + overrides["update_every"]
+    )
+    step = overrides.get("num_envs", 1)
+
+    class Kept(LoopHooks):
+        def algorithm(self, algo):
+            self.algo = algo
+            return algo
+
+    updates = {}
+    for steps in (needed - step, needed):
+        hooks = Kept()
+        run(RunSpec("t", algo, env_id, 0, overrides, Budget(steps, steps, 1), device="cpu"), hooks=hooks)
+        updates[steps] = hooks.algo.num_updates
+    assert updates[needed - step] == 0 and updates[needed] >= 1, updates

@@ -34,7 +34,7 @@ def trained(tmp_path_factory) -> tuple[Path, Path, str]:
     """A finished PPO run: (scratch directory, results directory, its MLflow run id)."""
     scratch = tmp_path_factory.mktemp("continue")
     results = scratch / "results"
-    arguments = ("train", "--algo", "ppo", "--env", "CartPole-v1", "--steps", "512", "--eval-every", "64", "--eval-episodes", "3", *PPO)
+    arguments = ("train", "--algo", "ppo", "--env", "CartPole-v1", "--steps", "512", "--eval-every", "64", "--eval-episodes", "3", "--published-defaults", *PPO)
     completed = run_cli_in_process(*arguments, "--results-dir", str(results), cwd=scratch)
     assert completed.returncode == 0, completed.stderr[-2000:]
     ((key, run),) = runs_by_key(results).items()
@@ -64,9 +64,9 @@ def test_continue_extends_a_finished_run_as_a_new_linked_run(trained):
     assert again.returncode == 0 and "1/1 runs finished (1 of them in an earlier invocation)" in again.stdout, again.stdout[-2000:]
     reproduced = run_cli_in_process("reproduce", continued.info.run_id, "--results-dir", str(results), cwd=scratch)
     assert reproduced.returncode == 0 and "match: all 4 evaluations are bit-identical" in reproduced.stdout, reproduced.stdout + reproduced.stderr
-    by_key = run_cli_in_process("continue", spec.run_key, "--steps", "64", "--eval-every", "64", "--results-dir", str(results), cwd=scratch)
+    by_key = run_cli_in_process("continue", spec.run_key, "--steps", "256", "--eval-every", "128", "--results-dir", str(results), cwd=scratch)
     assert by_key.returncode == 0, by_key.stderr[-2000:]  # a continued run continues too, named by its run key
-    (chained,) = [s for s in (results / "suites").glob("continue-*-to-832.yaml")]
+    (chained,) = [s for s in (results / "suites").glob("continue-*-to-1024.yaml")]
     assert yaml.safe_load(chained.read_text())["experiments"][0]["continued_from"] == spec.run_key
 
 
@@ -74,7 +74,19 @@ def test_the_final_checkpoint_comes_from_the_artifacts_when_the_local_one_is_gon
     """An off-policy run too: its learner refills its replay buffer before updating again."""
     scratch = tmp_path
     results = scratch / "results"
-    arguments = ("train", "--algo", "dqn", "--env", "CartPole-v1", "--steps", "400", "--set", "learning_starts=100", "hidden_sizes=[16]")
+    arguments = (
+        "train",
+        "--algo",
+        "dqn",
+        "--env",
+        "CartPole-v1",
+        "--steps",
+        "400",
+        "--published-defaults",
+        "--set",
+        "learning_starts=100",
+        "hidden_sizes=[16]",
+    )
     assert run_cli_in_process(*arguments, "--eval-episodes", "2", "--results-dir", str(results), cwd=scratch).returncode == 0
     ((key, run),) = runs_by_key(results).items()
     (results / "checkpoints" / key / checkpoint.FINAL).unlink()
@@ -97,6 +109,12 @@ def test_bad_input_is_one_line_and_changes_nothing(trained, tmp_path):
         completed = run_cli_in_process("continue", *arguments, "--results-dir", str(results), cwd=scratch)
         assert completed.returncode == 2 and len(completed.stderr.strip().splitlines()) == 1, completed.stderr
         assert message in completed.stderr, completed.stderr
+    # steps that end before the first update (PPO: one rollout of 4 x 64; DQN: its refilled buffer, then update_every)
+    short = run_cli_in_process("continue", run_id, "--steps", "255", "--results-dir", str(results), cwd=scratch)
+    assert short.returncode == 2 and short.stderr.strip().splitlines() == [
+        "error: ppo on CartPole-v1: 255 env steps end before the first gradient step, at env step 256 "
+        "(one rollout: num_envs 4 x num_steps 64): give --steps 256 or more, or lower those settings with --set"
+    ], short.stderr
     elsewhere = run_cli_in_process("continue", run_id, "--steps", "10", "--results-dir", str(tmp_path / "none"), cwd=tmp_path)
     assert elsewhere.returncode == 2 and ("holds no tracking store" in elsewhere.stderr or "does not exist" in elsewhere.stderr)
     assert sorted((results / "suites").iterdir()) == suites and not (tmp_path / "none").exists()

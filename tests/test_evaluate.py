@@ -19,7 +19,7 @@ from mlflow import MlflowClient
 def trained_run(scratch: Path, algo: str, env: str, *settings: str, steps: int = 1024) -> tuple[Path, str, float]:
     """Train one run with ``train``; (results directory, its MLflow run id, its final evaluation)."""
     results = scratch / "results"
-    arguments = ("train", "--algo", algo, "--env", env, "--steps", str(steps), "--eval-episodes", "3", "--results-dir", str(results))
+    arguments = ("train", "--algo", algo, "--env", env, "--steps", str(steps), "--eval-episodes", "3", "--published-defaults", "--results-dir", str(results))
     completed = run_cli_in_process(*arguments, *(("--set", *settings) if settings else ()), cwd=scratch)
     assert completed.returncode == 0, completed.stderr[-2000:]
     client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")

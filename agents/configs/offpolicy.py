@@ -74,6 +74,16 @@ class OffPolicyConfig(Hyperparameters):
     sequence_overlap: float = hp(0.5, ge=0.0, lt=1.0)
     """Fraction of a sequence shared with the next one of the same env (R2D2: 0.5)."""
 
+    def first_update(self, refilling: bool = False) -> tuple[int, str]:
+        # (``OffPolicyLearner``: steps count toward an update only past the warm-up, or the refill)
+        if refilling:
+            refill = min(max(self.learning_starts, self.batch_size), self.buffer_size - 1)
+            return (
+                refill + self.update_every,
+                f"the replay buffer refilled to {refill:,} transitions (max of learning_starts and batch_size), then update_every {self.update_every:,}",
+            )
+        return self.learning_starts + self.update_every, f"learning_starts {self.learning_starts:,} + update_every {self.update_every:,}"
+
     def budget_schedules(self) -> list[str]:
         """PER's beta annealed to 1 over the budget, ERE's linear eta schedule, where on."""
         schedules = ["per_beta"] if self.prioritized else []

@@ -102,6 +102,10 @@ class OnPolicyConfig(PolicyGradientOptions):
         """Sequences per rollout for a recurrent policy."""
         return self.num_envs * (self.num_steps // (self.sequence_length or self.num_steps))
 
+    def first_update(self, refilling: bool = False) -> tuple[int, str]:
+        """One whole rollout precedes each update."""
+        return self.num_envs * self.num_steps, f"one rollout: num_envs {self.num_envs:,} x num_steps {self.num_steps:,}"
+
     def budget_schedules(self) -> list[str]:
         """The learning rate (and PPO's clip range) annealed to 0 over the budget, where on."""
         return [name for name in ("anneal_lr", "anneal_clip_range") if getattr(self, name, False)]

@@ -51,7 +51,7 @@ def command_continue(args: argparse.Namespace, console: Output) -> int:
     final = final_checkpoint(run_id, origin, tracking_uri, Path(args.results_dir) / "checkpoints")
     ended = int(final.get("step", origin.budget.total_steps))
     data = continuation_suite(origin, ended, args.steps, args.eval_every, f"python -m benchmark continue {args.run} --steps {args.steps}")
-    path = write_adhoc_suite(data, Path(args.results_dir))
+    path = write_adhoc_suite(data, Path(args.results_dir), continued=ended)
     console.print(
         f"continues run {run_id} ({origin.label}, run key {origin.run_key}) from env step {ended:,} to {ended + args.steps:,}; "
         f"suite {path} (report with: python -m benchmark report --suite {path})",

@@ -142,6 +142,7 @@ def command_run(args: argparse.Namespace, console: Output) -> int:
 
         if not torch.cuda.is_available():
             raise ConfigError("cuda_graphs: this machine has no GPU that torch can use")
+    _warn_no_update(suite, console)
     bundled = bundled_runs(args, suite.name)
     if args.dry_run:
         from benchmark.execution import plan as planning
@@ -195,6 +196,27 @@ def command_run(args: argparse.Namespace, console: Output) -> int:
         markup=False,
     )
     return EXIT_RUNS_FAILED
+
+
+def _warn_no_update(suite, console: Output) -> None:
+    """One line per configuration whose budget ends before its first gradient step (``train``
+    and ``continue`` refuse such a run; a suite's runs are warned about and still trained)."""
+    from benchmark.cli.train import no_update_problem
+
+    said = set()
+    for spec in suite.specs:
+        key = (spec.algo, spec.env_id, repr(sorted(spec.hyperparameters.items())), spec.budget.total_steps)
+        if spec.continued_from is not None or key in said:  # (a continued run's refill depends on where it ended)
+            continue
+        said.add(key)
+        problem = no_update_problem(spec, spec.budget.total_steps)
+        if problem:
+            console.print(
+                f"warning: {problem[0]}: raise its budget's total_steps to {problem[1]:,} or lower those settings",
+                highlight=False,
+                soft_wrap=True,
+                markup=False,
+            )
 
 
 def parse_settings(text: str, flag: str) -> dict[str, int | str]:

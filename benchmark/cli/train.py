@@ -37,8 +37,15 @@ def add_parser(commands: Any) -> None:
         ),
     )
     train.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (default 0)")
-    train.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"env steps per run (default {DEFAULT_STEPS:,})")
-    train.add_argument("--eval-every", type=int, metavar="STEPS", help="env steps between deterministic evaluations (default: a tenth of --steps)")
+    train.add_argument("--steps", type=int, help=f"env steps per run (default: the task's budget in the suite its settings come from, else {DEFAULT_STEPS:,})")
+    train.add_argument(
+        "--eval-every", type=int, metavar="STEPS", help="env steps between deterministic evaluations (default: the task's, else a tenth of --steps)"
+    )
+    train.add_argument(
+        "--published-defaults",
+        action="store_true",
+        help="start from the algorithm's published defaults, not the task's settings in the project's suites (classic, mujoco)",
+    )
     train.add_argument("--eval-episodes", type=int, default=10, metavar="N", help="episodes per evaluation (default 10)")
     add_run_options(train)
 
@@ -119,18 +126,34 @@ def adhoc_suite(algo: str, env: str, overrides: dict[str, Any], seeds: list[int]
 
 
 def command_train(args: argparse.Namespace, console: Output) -> int:
+    from benchmark import task_defaults
+
     check_run_arguments(args)
-    data = adhoc_suite(args.algo, args.env, parse_overrides(args.set), args.seeds, args.steps, args.eval_every, args.eval_episodes)
+    overrides = parse_overrides(args.set)
+    task = None if args.published_defaults else task_defaults.lookup(args.algo, args.env)
+    steps, eval_every = args.steps, args.eval_every
+    if task is not None:
+        overrides = {**task.hyperparameters, **overrides}
+        if steps is None:
+            steps, eval_every = task.total_steps, eval_every or task.eval_every
+    data = adhoc_suite(args.algo, args.env, overrides, args.seeds, DEFAULT_STEPS if steps is None else steps, eval_every, args.eval_episodes)
     path = write_adhoc_suite(data, Path(args.results_dir))
+    given = sorted(set(parse_overrides(args.set)) & set(task.hyperparameters)) if task else []
+    if task is not None:
+        console.print(task.describe() + (f" (--set replaces {', '.join(given)})" if given else ""), highlight=False, soft_wrap=True, markup=False)
+    elif not args.published_defaults:
+        console.print(f"settings: {args.algo}'s published defaults (no suite of the project trains it on {args.env})", highlight=False, soft_wrap=True)
     console.print(f"suite {path} (report with: python -m benchmark report --suite {path})", highlight=False, soft_wrap=True)
     args.suite, args.algos, args.envs = str(path), None, None
     args.seeds = None  # the suite file holds them
     return command_run(args, console)
 
 
-def write_adhoc_suite(data: dict[str, Any], results_dir: Path) -> Path:
+def write_adhoc_suite(data: dict[str, Any], results_dir: Path, continued: int | None = None) -> Path:
     """Write the suite ``data`` (one experiment) to ``<results_dir>/suites/<name>.yaml``, once it
-    loads: a problem is one line (ConfigError) and nothing is written."""
+    loads and its budget leaves at least one gradient step: a problem is one line (ConfigError)
+    and nothing is written. ``continued``: the env step the continued run starts from (its
+    replay buffer is refilled first)."""
     import yaml
 
     from agents.errors import ConfigError
@@ -141,15 +164,30 @@ def write_adhoc_suite(data: dict[str, Any], results_dir: Path) -> Path:
         checked = Path(scratch) / f"{data['name']}.yaml"
         checked.write_text(text)
         try:
-            config.load_suite(str(checked))
+            suite = config.load_suite(str(checked))
         except ConfigError as error:
             raise ConfigError(str(error).replace(f"{checked}: ", "", 1).replace("experiments[0]: ", "", 1)) from None
+    spec = suite.specs[0]
+    problem = no_update_problem(spec, spec.budget.total_steps - (continued or 0), refilling=continued is not None)
+    if problem:
+        raise ConfigError(f"{problem[0]}: give --steps {problem[1]} or more, or lower those settings with --set")
     path = results_dir / "suites" / f"{data['name']}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
     temporary.write_text(text)
     temporary.replace(path)
     return path
+
+
+def no_update_problem(spec: Any, steps: int, refilling: bool = False) -> tuple[str, int] | None:
+    """Where ``steps`` env steps of ``spec`` end before its first gradient step (a run that
+    trains nothing): (what to say, the steps it needs), else None."""
+    import agents
+
+    needed, why = agents.resolve_config(spec.algo, spec.hyperparameters).first_update(refilling)
+    if steps >= needed:
+        return None
+    return f"{spec.algo} on {spec.env_id}: {steps:,} env steps end before the first gradient step, at env step {needed:,} ({why})", needed
 
 
 COMMANDS = {"train": command_train}
