@@ -115,20 +115,18 @@ def test_train_takes_the_tasks_settings_from_the_suites_and_says_so(tmp_path):
     from benchmark import task_defaults
 
     results = tmp_path / "results"
-    task = task_defaults.lookup("sac", "Pendulum-v1")
-    assert task is not None and task.hyperparameters["learning_starts"] == 1000 and task.suite == "suites/classic.yaml"
-    assert (task.total_steps, task.eval_every) == (20000, 2000) and "RL Zoo" in task.source
-    assert task_defaults.lookup("sac", "HalfCheetah-v5").hyperparameters == {}  # the mujoco suite: SAC's published defaults
-    assert task_defaults.lookup("sac", "MountainCarContinuous-v0") is None
+    task = task_defaults.find("sac", "Pendulum-v1")
+    assert task is not None and task.hyperparameters["learning_starts"] == 1000 and task.suite == "classic"
+    assert (task.budget.total_steps, task.budget.eval_every) == (20000, 2000) and "RL Zoo" in task.source
+    mujoco = task_defaults.find("sac", "HalfCheetah-v5")
+    assert mujoco.hyperparameters == {} and mujoco.source == "Haarnoja et al. 2018b, Table 1"  # SAC's published defaults
+    assert task_defaults.find("sac", "MountainCarContinuous-v0") is None
 
     dry = ("--dry-run", "--results-dir", str(results))
     tuned = run_cli_in_process("train", "--algo", "sac", "--env", "Pendulum-v1", "--set", "gamma=0.99", "--steps", "5000", *dry, cwd=tmp_path)
     assert tuned.returncode == 0, tuned.stderr[-2000:]
     first = tuned.stdout.splitlines()[0]
-    assert (
-        first.startswith("settings of suites/classic.yaml for sac on Pendulum-v1: start_steps=1000, learning_starts=1000,")
-        and "(--set replaces gamma)" in first
-    )
+    assert first.startswith("settings of suite classic for sac on Pendulum-v1: start_steps=1000, learning_starts=1000,") and "(--set replaces gamma)" in first
     (suite,) = (results / "suites").glob("train-sac-Pendulum-v1-*.yaml")
     data = yaml.safe_load(suite.read_text())
     assert data["experiments"][0]["hyperparameters"] == {**task.hyperparameters, "gamma": 0.99} and data["budget"]["total_steps"] == 5000

@@ -44,7 +44,7 @@ def add_parser(commands: Any) -> None:
     train.add_argument(
         "--published-defaults",
         action="store_true",
-        help="start from the algorithm's published defaults, not the task's settings in the project's suites (classic, mujoco)",
+        help="start from the algorithm's published defaults, not the task's settings in the project's suites (classic, mujoco, then the others)",
     )
     train.add_argument("--eval-episodes", type=int, default=10, metavar="N", help="episodes per evaluation (default 10)")
     add_run_options(train)
@@ -130,15 +130,15 @@ def command_train(args: argparse.Namespace, console: Output) -> int:
 
     check_run_arguments(args)
     overrides = parse_overrides(args.set)
-    task = None if args.published_defaults else task_defaults.lookup(args.algo, args.env)
+    task = None if args.published_defaults else task_defaults.find(args.algo, args.env)
     steps, eval_every = args.steps, args.eval_every
     if task is not None:
-        overrides = {**task.hyperparameters, **overrides}
+        overrides = {**task.hyperparameters, **task.options, **overrides}
         if steps is None:
-            steps, eval_every = task.total_steps, eval_every or task.eval_every
+            steps, eval_every = task.budget.total_steps, eval_every or task.budget.eval_every
     data = adhoc_suite(args.algo, args.env, overrides, args.seeds, DEFAULT_STEPS if steps is None else steps, eval_every, args.eval_episodes)
     path = write_adhoc_suite(data, Path(args.results_dir))
-    given = sorted(set(parse_overrides(args.set)) & set(task.hyperparameters)) if task else []
+    given = sorted(set(parse_overrides(args.set)) & {*task.hyperparameters, *task.options}) if task else []
     if task is not None:
         console.print(task.describe() + (f" (--set replaces {', '.join(given)})" if given else ""), highlight=False, soft_wrap=True, markup=False)
     elif not args.published_defaults:

@@ -12,7 +12,7 @@ import agents
 from agents.env_setup import EnvSetup, setup_of
 from agents.envs import check_env_id, env_spec
 from agents.errors import ConfigError
-from benchmark import config
+from benchmark import config, task_defaults
 from benchmark.analysis import normalizers, reference
 from benchmark.config import Budget
 from benchmark.tuning.search_space import SearchSpace
@@ -20,8 +20,6 @@ from benchmark.tuning.search_space import SearchSpace
 TRIAL_SEED_BASE = 1000
 SAMPLERS = ("tpe", "random", "cmaes")
 PRUNERS = ("median", "hyperband", "none")
-BASE_SUITE_ORDER = ("classic", "mujoco")
-"""Suites searched first for the base setting of an (algorithm, environment) pair."""
 TUNED_DIR = config.SUITES_DIR / "tuned"
 SETTINGS_ATTR = "reprorl"
 """The study user attribute that holds its StudySettings."""
@@ -73,24 +71,17 @@ class StudySettings:
 
 
 def base_setting(algo: str, env_id: str, suite_name: str | None) -> tuple[str | None, Budget | None, dict[str, Any], dict[str, Any]]:
-    """(suite, budget, fixed hyperparameters, env options) of the first suite that runs ``algo``
-    on ``env_id``: ``suite_name`` if given ('none': no suite), else classic, mujoco, then the
-    others (not the tuned ones: a study starts from the benchmark's setting). The env options
-    are that experiment's ``env_kwargs`` and ``wrappers`` ({} when it sets none)."""
+    """(suite, budget, fixed hyperparameters, env options) of the task's settings
+    (``task_defaults.find``: the first suite that runs ``algo`` on ``env_id``, or ``suite_name``
+    when given; 'none': no suite, the published defaults)."""
     if suite_name == "none":
         return None, None, {}, {}
-    others = (name for name in config.available_suites() if name not in BASE_SUITE_ORDER and not name.startswith("tuned/"))
-    names = [suite_name] if suite_name else [*BASE_SUITE_ORDER, *others]
-    for name in names:
-        suite = config.load_suite(name)
-        matching = [spec for spec in suite.specs if spec.algo == algo and spec.env_id == env_id]
-        if matching:  # the env made from its id alone first, where the suite runs it so too
-            spec = next((spec for spec in matching if spec.env.plain), matching[0])
-            options = {key: value for key, value in (("env_kwargs", spec.env_kwargs), ("wrappers", spec.wrappers)) if value}
-            return suite.name, spec.budget, dict(spec.overrides), options
-    if suite_name:
-        raise ConfigError(f"suite {suite_name!r} has no run of {algo} on {env_id} (--suite none: start from the published defaults)")
-    return None, None, {}, {}
+    task = task_defaults.find(algo, env_id, suite_name)
+    if task is None:
+        if suite_name:
+            raise ConfigError(f"suite {suite_name!r} has no run of {algo} on {env_id} (--suite none: start from the published defaults)")
+        return None, None, {}, {}
+    return task.suite, task.budget, task.hyperparameters, task.options
 
 
 def make_settings(
