@@ -128,3 +128,27 @@ def test_the_offscreen_backend_is_probed_only_for_mujoco_and_a_missing_one_is_na
     completed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert "no offscreen OpenGL backend works here for MuJoCo (tried no-such-backend): install libegl1" in completed.stdout
+
+
+def test_what_a_launch_prints_last_names_the_runs_for_the_next_command(tmp_path):
+    """Each finished run's key and MLflow run id, then evaluate, continue and report lines that
+    keep the store's options; evaluate takes either name, and the parent run of a one-run launch
+    too, and names the run keys to choose from for a launch of several."""
+    results = tmp_path / "results"
+    arguments = ("train", "--algo", "dqn", "--env", "CartPole-v1", "--steps", "200", "--eval-episodes", "2", "--published-defaults")
+    arguments += ("--set", "learning_starts=100", "hidden_sizes=[8]", "--results-dir", str(results))
+    one = run_cli_in_process(*arguments, cwd=tmp_path)
+    assert one.returncode == 0, one.stderr[-2000:]
+    key, run_id = re.search(r"dqn/CartPole-v1/seed0: run key ([0-9a-f]{16}), MLflow run ([0-9a-f]{32})", one.stdout).groups()
+    assert f"next: python -m benchmark evaluate {key} --results-dir {results}" in one.stdout
+    assert f"python -m benchmark continue {key} --steps 200 --results-dir {results}" in one.stdout
+    parent = re.search(r"parent run ([0-9a-f]{32})", one.stdout).group(1)
+    evaluated = {name: run_cli_in_process("evaluate", name, "--results-dir", str(results), cwd=tmp_path) for name in (key, run_id, parent)}
+    assert all(completed.returncode == 0 for completed in evaluated.values()), [completed.stderr for completed in evaluated.values()]
+    assert len({re.search(r"return (-?[\d.]+)", completed.stdout).group(1) for completed in evaluated.values()}) == 1
+    two = run_cli_in_process(*arguments, "--seeds", "1", "2", cwd=tmp_path)
+    assert two.returncode == 0, two.stderr[-2000:]
+    parent = re.search(r"parent run ([0-9a-f]{32})", two.stdout).group(1)
+    refused = run_cli_in_process("evaluate", parent, "--results-dir", str(results), cwd=tmp_path)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "is the parent run of a launch of 2 finished runs: give one of their run keys" in refused.stderr

@@ -18,8 +18,9 @@ from benchmark.training import checkpoint
 
 
 def finished_run(identifier: str, tracking_uri: str) -> tuple[str, RunSpec]:
-    """The FINISHED child run ``identifier`` names (an MLflow run id or a run key) and its spec
-    (its ``config.json``); ConfigError when there is none."""
+    """The FINISHED child run ``identifier`` names (an MLflow run id, a run key, or the parent run
+    of a launch that trained one run) and its spec (its ``config.json``); ConfigError when there
+    is none."""
     client = tracking.client(tracking_uri)
     if re.fullmatch(r"[0-9a-f]{16}", identifier):  # a run key: its latest FINISHED run in any experiment
         experiments = [experiment.experiment_id for experiment in tracking.retry(lambda: client.search_experiments())]
@@ -35,6 +36,8 @@ def finished_run(identifier: str, tracking_uri: str) -> tuple[str, RunSpec]:
             raise ConfigError(f"no MLflow run {identifier!r} in {tracking.describe_uri(tracking_uri)} (give a run id or a run key)") from None
         if run.info.status != "FINISHED":
             raise ConfigError(f"run {identifier} is {run.info.status}: it has not finished, so it has no final checkpoint")
+        if "run_key" not in run.data.tags:  # a launch's parent run (what run and train print last)
+            run = _only_child(client, run)
     run_id = run.info.run_id
     with tempfile.TemporaryDirectory() as scratch:
         try:
@@ -45,6 +48,20 @@ def finished_run(identifier: str, tracking_uri: str) -> tuple[str, RunSpec]:
         except Exception:  # noqa: BLE001
             raise ConfigError(f"run {run_id} has no readable config.json artifact: it is not a reprorl training run") from None
     return run_id, spec
+
+
+def _only_child(client: Any, parent: Any) -> Any:
+    """The one finished run of the launch whose parent run is ``parent``; ConfigError naming the
+    run keys to choose from when it trained several, or none."""
+    query = f"tags.mlflow.parentRunId = '{parent.info.run_id}' and attributes.status = 'FINISHED'"
+    children = [run for run in tracking.retry(lambda: client.search_runs([parent.info.experiment_id], query, max_results=50)) if "run_key" in run.data.tags]
+    if len(children) == 1:
+        return children[0]
+    if not children:
+        raise ConfigError(f"run {parent.info.run_id} is a launch's parent run with no finished run under it: give a run's id or run key")
+    keys = sorted(run.data.tags["run_key"] for run in children)
+    shown = ", ".join(keys[:4]) + (", ..." if len(keys) > 4 else "")
+    raise ConfigError(f"run {parent.info.run_id} is the parent run of a launch of {len(keys)} finished runs: give one of their run keys ({shown})")
 
 
 def final_checkpoint(run_id: str, spec: RunSpec, tracking_uri: str, checkpoint_dir: Path) -> dict[str, Any]:

@@ -165,6 +165,7 @@ def command_run(args: argparse.Namespace, console: Output) -> int:
     found = _plan(suite, args, bundled)  # reads the store when it exists (a bad URI fails here), creates nothing
     _confirm_cost(found, args, console, suite)
     execution = execute_suite(suite, args, console, force=args.force, bundled=bundled)
+    _next_commands(execution.records, suite, args, console)
     elsewhere = [o for o in execution.records if o.status == "CLAIMED"]
     if elsewhere:
         console.print(
@@ -196,6 +197,46 @@ def command_run(args: argparse.Namespace, console: Output) -> int:
         markup=False,
     )
     return EXIT_RUNS_FAILED
+
+
+SHOWN_RUNS = 8
+"""Finished runs named one per line at the end of a launch (more: the table and the report hold them)."""
+
+
+def store_options(args: argparse.Namespace) -> list[str]:
+    """The options that say where this command's runs are, to repeat in a command it suggests."""
+    options = ["--results-dir", str(args.results_dir)]
+    if getattr(args, "tracking_uri", None):
+        options += ["--tracking-uri", args.tracking_uri]
+    return options
+
+
+def suite_argument(suite) -> str:
+    """How a command names ``suite``: its name when it is one of the project's, else its path."""
+    from benchmark import config
+
+    return str(suite.path) if suite.path.parent != config.SUITES_DIR else suite.name
+
+
+def _next_commands(records: list, suite, args: argparse.Namespace, console: Output) -> None:
+    """Each finished run's key and MLflow run id (evaluate and continue take either), then the
+    evaluate and continue commands of the first, ready to paste with this launch's store options
+    (the report's command closes ``execute_suite``'s last line)."""
+    import shlex
+
+    finished = [record for record in records if record.status == "FINISHED" and record.run_id and not record.source]
+    for record in finished[:SHOWN_RUNS]:
+        console.print(f"{record.spec.label}: run key {record.spec.run_key}, MLflow run {record.run_id}", highlight=False, soft_wrap=True, markup=False)
+    if len(finished) > SHOWN_RUNS:
+        console.print(f"... and {len(finished) - SHOWN_RUNS} more finished runs (their keys: the table above and the report)", highlight=False)
+    if not finished:
+        return
+    where, key = store_options(args), finished[0].spec.run_key
+    lines = [
+        ["python", "-m", "benchmark", "evaluate", key, *where],
+        ["python", "-m", "benchmark", "continue", key, "--steps", str(finished[0].spec.budget.total_steps), *where],
+    ]
+    console.print("next: " + "\n      ".join(shlex.join(line) for line in lines), highlight=False, soft_wrap=True, markup=False)
 
 
 def _warn_no_update(suite, console: Output) -> None:
@@ -280,7 +321,7 @@ def execute_suite(suite, args: argparse.Namespace, console: Output, force: bool 
     regress measure the code as it is now, so they always train."""
     from rich.markup import escape
 
-    from benchmark import config, stores, tracking
+    from benchmark import stores, tracking
     from benchmark.analysis import summary
     from benchmark.execution import suite as launching
 
@@ -327,6 +368,9 @@ def execute_suite(suite, args: argparse.Namespace, console: Output, force: bool 
     for outcome in execution.records:
         if not outcome.ok and outcome.status != "CLAIMED":
             console.print(f"[red]{escape(outcome.spec.label)} {outcome.status}[/]: {escape(str(outcome.error))}", highlight=False)
+    import shlex
+
+    bundles = ["--from", *map(str, args.from_dirs)] if getattr(args, "from_dirs", None) else []
     from_bundles = sum(bool(o.source) for o in execution.records)
     earlier = execution.finished_before - from_bundles
     meanwhile = sum(o.skipped for o in execution.records) - execution.finished_before
@@ -336,7 +380,8 @@ def execute_suite(suite, args: argparse.Namespace, console: Output, force: bool 
     console.print(
         f"{sum(o.ok for o in execution.records)}/{len(execution.records)} runs finished" + (f" ({', '.join(by_others)})" if by_others else "") + " in "
         f"{time.perf_counter() - started:.0f} s; parent run {execution.parent_run_id}; table in {report}; "
-        f"full report with CIs and plots: python -m benchmark report --suite {suite.path if suite.path.parent != config.SUITES_DIR else suite.name}",
+        "full report with CIs and plots: "
+        + shlex.join(["python", "-m", "benchmark", "report", "--suite", suite_argument(suite), *store_options(args), *bundles]),
         soft_wrap=True,
     )
     return execution
