@@ -154,9 +154,8 @@ def _forget_stores(tracking) -> None:
 class Reached(Exception):
     """Raised by ``stop_once`` at the first evaluation that passes its test (the run ends there)."""
 
-    def __init__(self, evaluations: list) -> None:
-        super().__init__(f"reached at step {evaluations[-1].step:,}")
-        self.evaluations = evaluations
+    def __init__(self, evaluation) -> None:
+        super().__init__(f"reached at step {evaluation.step:,}")
 
 
 def stop_once(reached) -> tuple:
@@ -169,6 +168,6 @@ def stop_once(reached) -> tuple:
     def callback(evaluation) -> None:
         seen.append(evaluation)
         if reached(evaluation):
-            raise Reached(list(seen))
+            raise Reached(evaluation)
 
     return callback, seen

@@ -477,7 +477,7 @@ class OffPolicyAlgorithm(Algorithm):
         self._steps_since_update = int(state["steps_since_update"])
         self.generator.set_state(state["generator"])
         # the buffer is not part of this state (see replay_state_dict): refill before updating
-        self._refill_to = min(max(self.config.learning_starts, self.config.batch_size), self.buffer.capacity - 1)
+        self._refill_to = self.config.refill_size(self.buffer.capacity)
 
 
 def per_seed_weighted_mse(predictions: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -74,10 +74,15 @@ class OffPolicyConfig(Hyperparameters):
     sequence_overlap: float = hp(0.5, ge=0.0, lt=1.0)
     """Fraction of a sequence shared with the next one of the same env (R2D2: 0.5)."""
 
+    def refill_size(self, capacity: int | None = None) -> int:
+        """Transitions a learner restored without its replay buffer stores again before updating,
+        in a buffer of ``capacity`` (default ``buffer_size``; the learner's is rounded to its envs)."""
+        return min(max(self.learning_starts, self.batch_size), (capacity or self.buffer_size) - 1)
+
     def first_update(self, refilling: bool = False) -> tuple[int, str]:
         # (``OffPolicyLearner``: steps count toward an update only past the warm-up, or the refill)
         if refilling:
-            refill = min(max(self.learning_starts, self.batch_size), self.buffer_size - 1)
+            refill = self.refill_size()
             return (
                 refill + self.update_every,
                 f"the replay buffer refilled to {refill:,} transitions (max of learning_starts and batch_size), then update_every {self.update_every:,}",

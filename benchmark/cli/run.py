@@ -4,6 +4,7 @@ the plan and cost first, live progress, and the end-of-run table."""
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -222,7 +223,6 @@ def _next_commands(records: list, suite, args: argparse.Namespace, console: Outp
     """Each finished run's key and MLflow run id (evaluate and continue take either), then the
     evaluate and continue commands of the first, ready to paste with this launch's store options
     (the report's command closes ``execute_suite``'s last line)."""
-    import shlex
 
     finished = [record for record in records if record.status == "FINISHED" and record.run_id and not record.source]
     for record in finished[:SHOWN_RUNS]:
@@ -368,8 +368,6 @@ def execute_suite(suite, args: argparse.Namespace, console: Output, force: bool 
     for outcome in execution.records:
         if not outcome.ok and outcome.status != "CLAIMED":
             console.print(f"[red]{escape(outcome.spec.label)} {outcome.status}[/]: {escape(str(outcome.error))}", highlight=False)
-    import shlex
-
     bundles = ["--from", *map(str, args.from_dirs)] if getattr(args, "from_dirs", None) else []
     from_bundles = sum(bool(o.source) for o in execution.records)
     earlier = execution.finished_before - from_bundles

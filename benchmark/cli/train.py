@@ -129,18 +129,18 @@ def command_train(args: argparse.Namespace, console: Output) -> int:
     from benchmark import task_defaults
 
     check_run_arguments(args)
-    overrides = parse_overrides(args.set)
+    given = parse_overrides(args.set)
     task = None if args.published_defaults else task_defaults.find(args.algo, args.env)
-    steps, eval_every = args.steps, args.eval_every
+    steps, eval_every, overrides = args.steps, args.eval_every, given
     if task is not None:
-        overrides = {**task.hyperparameters, **task.options, **overrides}
+        overrides = {**task.hyperparameters, **task.options, **given}
         if steps is None:
             steps, eval_every = task.budget.total_steps, eval_every or task.budget.eval_every
     data = adhoc_suite(args.algo, args.env, overrides, args.seeds, DEFAULT_STEPS if steps is None else steps, eval_every, args.eval_episodes)
     path = write_adhoc_suite(data, Path(args.results_dir))
-    given = sorted(set(parse_overrides(args.set)) & {*task.hyperparameters, *task.options}) if task else []
     if task is not None:
-        console.print(task.describe() + (f" (--set replaces {', '.join(given)})" if given else ""), highlight=False, soft_wrap=True, markup=False)
+        replaced = sorted(set(given) & {*task.hyperparameters, *task.options})
+        console.print(task.describe() + (f" (--set replaces {', '.join(replaced)})" if replaced else ""), highlight=False, soft_wrap=True, markup=False)
     elif not args.published_defaults:
         console.print(f"settings: {args.algo}'s published defaults (no suite of the project trains it on {args.env})", highlight=False, soft_wrap=True)
     console.print(f"suite {path} (report with: python -m benchmark report --suite {path})", highlight=False, soft_wrap=True)
