@@ -55,8 +55,11 @@ $(STAMP): pyproject.toml Makefile examples/redq/pyproject.toml
 bench: $(STAMP)
 	$(BIN)/python -m benchmark run --suite $(SUITE) --workers $(WORKERS) $(ARGS)
 
+# on every core, as CI runs them: two workers more than the cores (the tests wait on the processes
+# they start about a third of the time; each worker holds 1-2 GB); TEST_WORKERS=0: in one process
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 2 )))
 test: $(STAMP)
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal) $(ARGS)
 
 # the example plug-in's own tests (examples/redq, installed with the package: docs/benchmark-your-own.md)
 test-example: $(STAMP)
@@ -64,7 +67,7 @@ test-example: $(STAMP)
 
 # ruff's lint rules and its formatting, then mypy over agents/ and benchmark/ (settings in
 # pyproject.toml); `ruff format` fixes the formatting
-LINTED = agents benchmark tests benchmarks docs examples
+LINTED = agents benchmark reprorl tests benchmarks docs examples
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
@@ -72,7 +75,7 @@ lint: $(STAMP)
 
 # make test and the learning tests it leaves out (the `extended` marker: tests/test_learning.py)
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -m "extended or not extended" $(ARGS)
+	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal) -m "extended or not extended" $(ARGS)
 
 # throughput side by side with Stable-Baselines3 and Stable Baselines Jax (installs the compare and
 # compare-jax extras first): PPO, SAC, TD3
@@ -130,7 +133,7 @@ perf-regress: $(STAMP)
 # add TRIALS trials to the Optuna study of ALGO on ENV (results/optuna.db), WORKERS at once;
 # then: python -m benchmark tune show|export ALGO-ENV
 tune: $(STAMP)
-	@test -n "$(ALGO)" -a -n "$(ENV)" || { echo "usage: make tune ALGO=ppo ENV=CartPole-v1 [TRIALS=20] [WORKERS=n] [ARGS='--budget 50000 ...']"; exit 2; }
+	@test -n "$(ALGO)" -a -n "$(ENV)" || { echo "usage: make tune ALGO=ppo ENV=CartPole-v1 [TRIALS=20] [WORKERS=n] [ARGS='--steps 50000 ...']"; exit 2; }
 	$(BIN)/python -m benchmark tune --algo $(ALGO) --env $(ENV) --trials $(TRIALS) --workers $(TUNE_WORKERS) $(ARGS)
 
 # browse the Optuna studies in results/optuna.db

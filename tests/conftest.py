@@ -69,12 +69,16 @@ _measured: dict[str, float] = {}
 
 
 def pytest_collection_modifyitems(config, items):
-    """The longest tests first (as measured; a learning test not measured yet counts as long):
-    pytest-xdist's worksteal hands each worker a contiguous share and lets an idle worker take
-    the tail of a busy one's, so the last tests to run are short ones and both CI cores stay
-    busy to the end instead of one waiting on a long test that started last."""
+    """The longest tests first (as measured; a learning test not measured yet counts as long),
+    dealt round the workers: pytest-xdist's worksteal hands each of W workers a contiguous share
+    and lets an idle worker take the tail of a busy one's, so each share starts with every W-th
+    longest test and ends with short ones. Sorted but not dealt, the first share held all the
+    long tests, which then ran one after another on one worker while the others stole its tail."""
     expected = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     items.sort(key=lambda item: -expected.get(item.nodeid, 60 if item.get_closest_marker("learning") else 0))
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    if workers > 1:  # share r: items r, r + W, r + 2W, ... (the same order on every worker, as xdist requires)
+        items[:] = [items[index] for share in range(workers) for index in range(share, len(items), workers)]
 
 
 def pytest_collection_finish(session):
