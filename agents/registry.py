@@ -16,6 +16,7 @@ learner is imported when its name is first used and checked against the interfac
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.metadata
 import inspect
@@ -111,6 +112,12 @@ def check_plugin(cls: Any, name: str) -> None:
     config = getattr(cls, "Config", None)
     if not (inspect.isclass(config) and issubclass(config, Hyperparameters)):
         raise ConfigError(f"algorithm {name!r}: {cls.__name__} has no Config (a subclass of agents.Hyperparameters with its published defaults)")
+    undeclared = _undeclared_fields(config)
+    if undeclared:
+        raise ConfigError(
+            f"algorithm {name!r}: {config.__qualname__} sets {', '.join(undeclared)} but is not decorated with @dataclass "
+            "(without it the parent's fields and defaults apply and these are ignored)"
+        )
     if not isinstance(getattr(cls, "name", None), str) or not cls.name:
         raise ConfigError(f"algorithm {name!r}: {cls.__name__} sets no name (a class attribute, used in its messages and logs)")
     missing = sorted(getattr(cls, "__abstractmethods__", ()))
@@ -120,6 +127,16 @@ def check_plugin(cls: Any, name: str) -> None:
     absent = [parameter for parameter in ("env_spec", "config", "total_steps", "device", "seed") if parameter not in parameters]
     if absent and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         raise ConfigError(f"algorithm {name!r}: {cls.__name__}'s constructor lacks {', '.join(absent)} (agents.make passes them)")
+
+
+def _undeclared_fields(config: type[Hyperparameters]) -> list[str]:
+    """The annotated attributes and field defaults ``config`` sets in its own body that are not
+    dataclass fields of its own: what a subclass without ``@dataclass`` silently drops."""
+    if "__dataclass_fields__" in vars(config):
+        return []
+    inherited = {field.name for field in dataclasses.fields(config)}
+    own = set(vars(config).get("__annotations__", {})) | {name for name in vars(config) if name in inherited}
+    return sorted(own)
 
 
 def known(name: str) -> bool:

@@ -12,14 +12,7 @@ A bundle is a directory (committed ones live in ``results/published/<suite>/``):
   that ended since the previous evaluation), sorted by run key and step; gzip without a
   timestamp, so the same runs always give the same bytes.
 
-Schema versions: 1 had no training returns; 2 adds ``train_return_mean`` and
-``train_episodes`` to the curves; 3 adds the runs' ``env_kwargs`` and ``wrappers`` (JSON, empty
-where the env is made from its id alone) and ``continued_from`` (the run key a run continued,
-empty for most); 4 adds ``train_return_last100`` and ``train_episodes_last100`` (the mean return
-of the run's last 100 training episodes and how many there were: CleanRL's score; empty where
-the run did not record them) and ``fingerprint`` (the behaviour fingerprint of the code that
-trained the run, ``benchmark.training.fingerprint``; empty where unknown). Every version's
-reader stays (``READERS``).
+The rows' columns and their schema versions: ``benchmark.bundle_rows``.
 
 Plain CSV rather than MLflow's own formats: ``mlflow-export-import`` writes one directory of
 JSON per run with MLflow's internal ids (400 runs: thousands of files, re-imported only
@@ -27,17 +20,22 @@ through MLflow), and MLflow has no export of its own beyond ``search_runs`` to a
 A bundle is read with nothing but the standard library, diffs row by row in a pull request,
 and holds exactly what the report and the verdicts need: see docs/results.md, "Result bundles".
 
+A bundle may also carry its runs' trained agents (``export --with-weights``): each run's final
+checkpoint (``final.pt``: networks, optimizer state, frozen observation normalization and the
+run's spec; tensors and primitives only, read with ``weights_only``) as
+``weights/<run_key>.pt``, listed with its SHA-256 under the manifest's ``weights``. Readers that
+do not know the key ignore it, so the schema version stays; a weights file is checked against
+its digest when it is used (``weights_bytes``) rather than on every read of the bundle, whose
+reports never open it.
+
 Floats are written with ``repr`` (shortest round-trip form), so a report built from a bundle
 has the same numbers as one built from the store it was exported from.
 """
 
 from __future__ import annotations
 
-import csv
 import datetime
-import gzip
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -46,123 +44,64 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from agents.env_setup import parse_env_kwargs, parse_wrappers
-from agents.errors import ConfigError
-from benchmark.config import Budget, RunSpec, stored_hyperparameters
+from benchmark.bundle_rows import (
+    CURVE_COLUMNS,
+    CURVES_FILE,
+    PROVENANCE,
+    READERS,
+    RUN_COLUMNS,
+    RUNS_FILE,
+    SCHEMA_VERSION,
+    BundledRun,
+    BundleError,
+    Evaluation,
+    decode,
+    encode,
+)
+
+__all__ = [
+    "CURVE_COLUMNS",
+    "CURVES_FILE",
+    "FORMAT",
+    "MANIFEST",
+    "PROVENANCE",
+    "PUBLISHED_DIR",
+    "RUN_COLUMNS",
+    "RUNS_FILE",
+    "SCHEMA_VERSION",
+    "WEIGHTS_DIR",
+    "Bundle",
+    "BundledRun",
+    "BundleError",
+    "Evaluation",
+    "Weights",
+    "is_bundle",
+    "merge",
+    "merged_weights",
+    "published_directory",
+    "read",
+    "read_all",
+    "sources",
+    "weights_bytes",
+    "weights_file",
+    "write",
+]
 
 FORMAT = "reprorl-bundle"
-SCHEMA_VERSION = 4
-MANIFEST, RUNS_FILE, CURVES_FILE = "manifest.json", "runs.csv", "curves.csv.gz"
+MANIFEST = "manifest.json"
+WEIGHTS_DIR = "weights"
 PUBLISHED_DIR = "published"
 """Under the results directory: ``published/<suite>/`` is read by default."""
 
-RUN_COLUMNS = (
-    "run_key",
-    "suite",
-    "algo",
-    "env_id",
-    "seed",
-    "total_steps",
-    "eval_every",
-    "eval_episodes",
-    "final_return",
-    "final_return_std",
-    "pre_adaptation_return",
-    "wall_seconds",
-    "steps_per_second",
-    "device",
-    "cpu_model",
-    "gpu_model",
-    "git_sha",
-    "git_dirty",
-    "python_version",
-    "platform",
-    "versions",
-    "batch_seeds",
-    "mlflow_run_id",
-    "started",
-    "ended",
-    "hyperparameters",
-    "overrides",
-    "env_kwargs",
-    "wrappers",
-    "continued_from",
-    "train_return_last100",
-    "train_episodes_last100",
-    "fingerprint",
-)
-RUN_COLUMNS_V3 = RUN_COLUMNS[:-3]
-"""Schema 3: no training window or fingerprint."""
-RUN_COLUMNS_V2 = RUN_COLUMNS_V3[:-3]
-"""Schemas 1 and 2: no env_kwargs, wrappers or continued_from (envs made from the id alone, no run continued)."""
-CURVE_COLUMNS = ("run_key", "step", "mean", "std", "returns", "lengths", "train_return_mean", "train_episodes")
-CURVE_COLUMNS_V1 = CURVE_COLUMNS[:6]
-PROVENANCE = ("cpu_model", "gpu_model", "git_sha", "git_dirty", "python_version", "platform")
-
-
-class BundleError(ConfigError):
-    """A bundle that cannot be read or merged as it is (bad input: nothing is changed)."""
-
 
 @dataclass(frozen=True)
-class Evaluation:
-    """One deterministic evaluation of a run."""
+class Weights:
+    """One run's final checkpoint file, as a bundle carries it (or as it is about to)."""
 
-    step: int
-    """Env steps trained when it was made."""
-    mean: float
-    std: float
-    returns: tuple[float, ...] = ()
-    """Each episode's undiscounted return."""
-    lengths: tuple[int, ...] = ()
-    """Each episode's length in env steps."""
-    train_return_mean: float | None = None
-    """Mean return of the training episodes that ended since the previous evaluation (None: none
-    did, or a schema-1 bundle)."""
-    train_episodes: int = 0
-
-
-@dataclass(frozen=True)
-class BundledRun:
-    """One finished run as a bundle holds it."""
-
-    spec: RunSpec
-    final_return: float
-    final_return_std: float | None
-    curve: tuple[Evaluation, ...]
-    pre_adaptation_return: float | None = None
-    wall_seconds: float | None = None
-    steps_per_second: float | None = None
-    device: str = ""
-    provenance: dict[str, str] = field(default_factory=dict)
-    """cpu_model, gpu_model, git_sha, git_dirty, python_version, platform."""
-    versions: dict[str, str] = field(default_factory=dict)
-    """Package -> version (torch, numpy, gymnasium, mujoco, mlflow, optuna)."""
-    batch_seeds: tuple[int, ...] = ()
-    """The seeds trained with it as one batched model; () when trained alone."""
-    mlflow_run_id: str = ""
-    started: str = ""
-    ended: str = ""
-    origin: str = ""
-    """The bundle directory it was read from ('' when it came from a store)."""
-    train_last100: tuple[float, int] | None = None
-    """(mean return, episodes) of the run's last 100 training episodes, where it recorded them."""
-    fingerprint: str = ""
-    """The behaviour fingerprint of the code that trained it ('' unknown)."""
-
-    @property
-    def run_key(self) -> str:
-        return self.spec.run_key
-
-    def same_result(self, other: BundledRun) -> bool:
-        """The same numbers: final evaluation and every evaluation of the curve."""
-        return self.final_return == other.final_return and [(e.step, e.mean, e.returns) for e in self.curve] == [
-            (e.step, e.mean, e.returns) for e in other.curve
-        ]
-
-    def describe(self) -> str:
-        where = self.origin or "the tracking store"
-        return f"{where} (final {self.final_return!r}, MLflow run {self.mlflow_run_id or '?'})"
+    path: Path
+    sha256: str = ""
+    """Its digest as the manifest records it ('' for a file not yet in a bundle)."""
+    size: int = 0
 
 
 @dataclass
@@ -173,95 +112,27 @@ class Bundle:
     created: str = ""
     schema_version: int = SCHEMA_VERSION
     origin: str = ""
+    weights: dict[str, Weights] = field(default_factory=dict)
+    """Run key -> its final checkpoint, for the runs whose trained agent the bundle carries."""
 
 
 # ------------------------------------------------------------------------------------ writing
 
 
-def _number(value: float | int | None) -> str:
-    return "" if value is None else repr(value)
-
-
-def _run_row(run: BundledRun) -> dict[str, str]:
-    spec = run.spec
-    return {
-        "run_key": spec.run_key,
-        "suite": spec.suite,
-        "algo": spec.algo,
-        "env_id": spec.env_id,
-        "seed": str(spec.seed),
-        "total_steps": str(spec.budget.total_steps),
-        "eval_every": str(spec.budget.eval_every),
-        "eval_episodes": str(spec.budget.eval_episodes),
-        "final_return": _number(run.final_return),
-        "final_return_std": _number(run.final_return_std),
-        "pre_adaptation_return": _number(run.pre_adaptation_return),
-        "wall_seconds": _number(run.wall_seconds),
-        "steps_per_second": _number(run.steps_per_second),
-        "device": run.device,
-        **{name: run.provenance.get(name, "") for name in PROVENANCE},
-        "versions": json.dumps(run.versions, sort_keys=True),
-        "batch_seeds": " ".join(map(str, run.batch_seeds)),
-        "mlflow_run_id": run.mlflow_run_id,
-        "started": run.started,
-        "ended": run.ended,
-        "hyperparameters": json.dumps(spec.hyperparameters, sort_keys=True, separators=(",", ":")),
-        "overrides": json.dumps(spec.overrides, sort_keys=True, separators=(",", ":")),
-        "env_kwargs": json.dumps(spec.env_kwargs, sort_keys=True, separators=(",", ":")) if spec.env_kwargs else "",
-        "wrappers": json.dumps(spec.wrappers, sort_keys=True, separators=(",", ":")) if spec.wrappers else "",
-        "continued_from": spec.continued_from or "",
-        "train_return_last100": _number(run.train_last100[0]) if run.train_last100 else "",
-        "train_episodes_last100": str(run.train_last100[1]) if run.train_last100 else "",
-        "fingerprint": run.fingerprint,
-    }
-
-
-def _csv_text(columns: tuple[str, ...], rows: Iterable[dict[str, str]]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
-
-
-def _curve_rows(run: BundledRun) -> Iterable[dict[str, str]]:
-    for evaluation in run.curve:
-        yield {
-            "run_key": run.run_key,
-            "step": str(evaluation.step),
-            "mean": repr(evaluation.mean),
-            "std": repr(evaluation.std),
-            "returns": " ".join(map(repr, evaluation.returns)),
-            "lengths": " ".join(map(str, evaluation.lengths)),
-            "train_return_mean": _number(evaluation.train_return_mean),
-            "train_episodes": str(evaluation.train_episodes),
-        }
-
-
-def _gzip(data: bytes) -> bytes:
-    buffer = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0, compresslevel=9) as handle:
-        handle.write(data)
-    return buffer.getvalue()
+def weights_file(run_key: str) -> str:
+    """Where a run's weights lie inside a bundle."""
+    return f"{WEIGHTS_DIR}/{run_key}.pt"
 
 
 def write(bundle: Bundle, directory: Path) -> Path:
     """Write ``bundle`` to ``directory``, replacing what was there as a whole: the files are
-    written beside it and swapped in, so a crash leaves the old bundle or the new one."""
+    written beside it and swapped in, so a crash leaves the old bundle or the new one. Weights
+    are copied from where ``bundle.weights`` says (which may be the bundle being replaced);
+    one whose digest is known and no longer matches is refused."""
     runs = [bundle.runs[key] for key in sorted(bundle.runs)]
-    files = {
-        RUNS_FILE: _csv_text(RUN_COLUMNS, (_run_row(run) for run in runs)).encode(),
-        CURVES_FILE: _gzip(_csv_text(CURVE_COLUMNS, (row for run in runs for row in _curve_rows(run))).encode()),
-    }
-    manifest = {
-        "format": FORMAT,
-        "schema_version": SCHEMA_VERSION,
-        "suite": bundle.suite,
-        "created": bundle.created or datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "runs": len(runs),
-        "files": {name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)} for name, data in files.items()},
-    }
-    files[MANIFEST] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+    files = encode(runs)
+    digests = {name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)} for name, data in files.items()}
+    weights = {key: bundle.weights[key] for key in sorted(bundle.weights) if key in bundle.runs}
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.partial-", dir=directory.parent))
@@ -269,6 +140,23 @@ def write(bundle: Bundle, directory: Path) -> Path:
     os.umask(umask)
     staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; a bundle is for sharing
     try:
+        listed = {}
+        for key, source in weights.items():
+            data = weights_bytes(source, key)
+            listed[key] = {"file": weights_file(key), "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+            files[weights_file(key)] = data
+        manifest = {
+            "format": FORMAT,
+            "schema_version": SCHEMA_VERSION,
+            "suite": bundle.suite,
+            "created": bundle.created or datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "runs": len(runs),
+            "files": digests,
+            **({"weights": listed} if listed else {}),
+        }
+        files[MANIFEST] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+        if listed:
+            (staging / WEIGHTS_DIR).mkdir(mode=0o777 & ~umask)
         for name, data in files.items():
             (staging / name).write_bytes(data)
             with open(staging / name, "rb") as handle:
@@ -284,6 +172,18 @@ def write(bundle: Bundle, directory: Path) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return directory
+
+
+def weights_bytes(weights: Weights, run_key: str) -> bytes:
+    """The bytes of a run's weights file, checked against the digest its bundle recorded
+    (BundleError, one line, when it was changed, cut short or cannot be read)."""
+    try:
+        data = Path(weights.path).read_bytes()
+    except OSError as error:
+        raise BundleError(f"the weights of run key {run_key} ({weights.path}) cannot be read: {error.strerror or error}") from None
+    if weights.sha256 and hashlib.sha256(data).hexdigest() != weights.sha256:
+        raise BundleError(f"bundle file {weights.path} does not match the checksum in its manifest: it was changed or cut short")
+    return data
 
 
 # ------------------------------------------------------------------------------------ reading
@@ -315,128 +215,58 @@ def read(directory: Path) -> Bundle:
             f"bundle {directory} has schema version {version!r}, "
             + ("newer than this reprorl reads: update reprorl" if newer else f"which this reprorl does not know (it reads {sorted(READERS)})")
         )
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not all(isinstance(entry, dict) and isinstance(entry.get("sha256"), str) for entry in files.values()):
+        raise BundleError(f"{manifest_path}: 'files' must map each data file's name to its {{\"sha256\": ...}} (it is {_shown(files)})")
     data = {}
-    for name, expected in dict(manifest.get("files") or {}).items():
+    for name, expected in files.items():
+        if name not in (RUNS_FILE, CURVES_FILE):
+            raise BundleError(f"{manifest_path} lists {name!r} under 'files': a bundle's data files are {RUNS_FILE} and {CURVES_FILE}")
         path = directory / name
         try:
             data[name] = path.read_bytes()
         except OSError as error:
             raise BundleError(f"bundle file {path} cannot be read: {error.strerror or error}") from None
-        if hashlib.sha256(data[name]).hexdigest() != expected.get("sha256"):
+        if hashlib.sha256(data[name]).hexdigest() != expected["sha256"]:
             raise BundleError(f"bundle file {path} does not match the checksum in its manifest: it was changed or cut short")
-    runs = READERS[version](directory, data)
-    if len(runs) != manifest.get("runs"):
-        raise BundleError(f"bundle {directory}: the manifest says {manifest.get('runs')} runs, {RUNS_FILE} holds {len(runs)}")
-    suite = str(manifest.get("suite", ""))
-    return Bundle(suite, {run.run_key: replace(run, origin=str(directory)) for run in runs}, str(manifest.get("created", "")), version, str(directory))
+    runs = decode(directory, data, version)
+    if not isinstance(manifest.get("runs"), int) or len(runs) != manifest["runs"]:
+        raise BundleError(f"bundle {directory}: the manifest says {manifest.get('runs')!r} runs, {RUNS_FILE} holds {len(runs)}")
+    suite = manifest.get("suite")
+    if not isinstance(suite, str) or not suite:
+        raise BundleError(f"{manifest_path}: 'suite' must name the suite of its runs (it is {_shown(suite)})")
+    strays = sorted({run.spec.suite for run in runs} - {suite})
+    if strays:
+        raise BundleError(f"bundle {directory}: its manifest names suite {suite!r}, but {RUNS_FILE} holds runs of suite {', '.join(map(repr, strays))}")
+    keys = {run.run_key for run in runs}
+    weights = _weights_listed(directory, manifest_path, manifest.get("weights", {}), keys)
+    return Bundle(suite, {run.run_key: replace(run, origin=str(directory)) for run in runs}, str(manifest.get("created", "")), version, str(directory), weights)
 
 
-def _optional_float(text: str) -> float | None:
-    return float(text) if text != "" else None
+def _shown(value: object) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _read_v1(directory: Path, data: dict[str, bytes]) -> list[BundledRun]:
-    return _read_runs(directory, data, CURVE_COLUMNS_V1, RUN_COLUMNS_V2)
-
-
-def _read_v2(directory: Path, data: dict[str, bytes]) -> list[BundledRun]:
-    return _read_runs(directory, data, CURVE_COLUMNS, RUN_COLUMNS_V2)
-
-
-def _read_v3(directory: Path, data: dict[str, bytes]) -> list[BundledRun]:
-    return _read_runs(directory, data, CURVE_COLUMNS, RUN_COLUMNS_V3)
-
-
-def _read_v4(directory: Path, data: dict[str, bytes]) -> list[BundledRun]:
-    return _read_runs(directory, data, CURVE_COLUMNS, RUN_COLUMNS)
-
-
-def _read_runs(directory: Path, data: dict[str, bytes], curve_columns: tuple[str, ...], run_columns: tuple[str, ...]) -> list[BundledRun]:
-    for name in (RUNS_FILE, CURVES_FILE):
-        if name not in data:
-            raise BundleError(f"bundle {directory} lacks {name} in its manifest")
-    curves: dict[str, list[Evaluation]] = {}
-    try:
-        text = gzip.decompress(data[CURVES_FILE]).decode()
-    except (OSError, EOFError, UnicodeDecodeError) as error:
-        raise BundleError(f"bundle file {directory / CURVES_FILE} is not gzip-compressed CSV: {error}") from None
-    for number, row in enumerate(_dict_rows(text, curve_columns, directory / CURVES_FILE), start=2):
-        try:
-            curves.setdefault(row["run_key"], []).append(
-                Evaluation(
-                    int(row["step"]),
-                    float(row["mean"]),
-                    float(row["std"]),
-                    tuple(float(v) for v in row["returns"].split()),
-                    tuple(int(v) for v in row["lengths"].split()),
-                    _optional_float(row.get("train_return_mean", "")),
-                    int(row.get("train_episodes") or 0),
-                )
-            )
-        except ValueError as error:
-            raise BundleError(f"{directory / CURVES_FILE} row {number}: {error}") from None
-    runs = []
-    for number, row in enumerate(_dict_rows(data[RUNS_FILE].decode(), run_columns, directory / RUNS_FILE), start=2):
-        try:
-            spec = RunSpec(
-                suite=row["suite"],
-                algo=row["algo"],
-                env_id=row["env_id"],
-                seed=int(row["seed"]),
-                hyperparameters=stored_hyperparameters(row["algo"], json.loads(row["hyperparameters"])),
-                budget=Budget(int(row["total_steps"]), int(row["eval_every"]), int(row["eval_episodes"])),
-                overrides=json.loads(row["overrides"]),
-                env_kwargs=parse_env_kwargs(json.loads(row.get("env_kwargs") or "{}")),
-                wrappers=parse_wrappers(json.loads(row.get("wrappers") or "[]")),
-                continued_from=row.get("continued_from") or None,
-            )
-            if spec.run_key != row["run_key"]:
-                raise ValueError(
-                    f"run key {row['run_key']} does not match the run's algorithm, environment, seed, "
-                    f"hyperparameters and budget (they hash to {spec.run_key}): the row was edited"
-                )
-            runs.append(
-                BundledRun(
-                    spec,
-                    float(row["final_return"]),
-                    _optional_float(row["final_return_std"]),
-                    tuple(sorted(curves.pop(row["run_key"], []), key=lambda e: e.step)),
-                    _optional_float(row["pre_adaptation_return"]),
-                    _optional_float(row["wall_seconds"]),
-                    _optional_float(row["steps_per_second"]),
-                    row["device"],
-                    {name: row[name] for name in PROVENANCE},
-                    json.loads(row["versions"]),
-                    tuple(int(s) for s in row["batch_seeds"].split()),
-                    row["mlflow_run_id"],
-                    row["started"],
-                    row["ended"],
-                    train_last100=_train_window(row),
-                    fingerprint=row.get("fingerprint") or "",
-                )
-            )
-        except (ValueError, TypeError, ConfigError) as error:
-            raise BundleError(f"{directory / RUNS_FILE} row {number}: {error}") from None
-    if curves:
-        raise BundleError(f"{directory / CURVES_FILE} has evaluations of run key(s) not in {RUNS_FILE}: {', '.join(sorted(curves))}")
-    return runs
-
-
-def _train_window(row: dict[str, str]) -> tuple[float, int] | None:
-    mean, episodes = row.get("train_return_last100") or "", row.get("train_episodes_last100") or ""
-    return (float(mean), int(episodes)) if mean and episodes else None
-
-
-def _dict_rows(text: str, columns: tuple[str, ...], path: Path) -> list[dict[str, str]]:
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [name for name in columns if name not in (reader.fieldnames or [])]
-    if missing:
-        raise BundleError(f"{path} lacks the column(s) {', '.join(missing)}")
-    return list(reader)
-
-
-READERS = {1: _read_v1, 2: _read_v2, 3: _read_v3, 4: _read_v4}
-"""Schema version -> reader; a reader stays when the schema moves on, so old bundles still read."""
+def _weights_listed(directory: Path, manifest_path: Path, listed: object, run_keys: set[str]) -> dict[str, Weights]:
+    """The manifest's ``weights``, each entry checked for its form, its run and its file's size
+    (the digest is checked when the file is used)."""
+    if not isinstance(listed, dict):
+        raise BundleError(f"{manifest_path}: 'weights' must map run keys to their weights file (it is {_shown(listed)})")
+    weights = {}
+    for key, entry in listed.items():
+        if key not in run_keys:
+            raise BundleError(f"{manifest_path} lists weights of run key {key!r}, which {RUNS_FILE} does not hold")
+        formed = isinstance(entry, dict) and entry.get("file") == weights_file(key) and isinstance(entry.get("sha256"), str)
+        if not (formed and isinstance(entry.get("bytes"), int)):
+            raise BundleError(f'{manifest_path}: the weights of run key {key} must be {{"file": "{weights_file(key)}", "sha256": ..., "bytes": ...}}')
+        path = directory / weights_file(key)
+        size = path.stat().st_size if path.is_file() else None
+        if size != entry["bytes"]:
+            found = "is missing" if size is None else f"holds {size:,} bytes, the manifest says {entry['bytes']:,}"
+            raise BundleError(f"bundle file {path} {found}: it was removed, changed or cut short")
+        weights[key] = Weights(path, entry["sha256"], entry["bytes"])
+    return weights
 
 
 # ------------------------------------------------------------------------------------ merging
@@ -456,6 +286,16 @@ def merge(runs_by_bundle: Iterable[Iterable[BundledRun]]) -> dict[str, BundledRu
                     f"and in {run.describe()}: keep one (export --replace, or remove the row from one bundle)"
                 )
     return merged
+
+
+def merged_weights(bundles: Iterable[Bundle], run_keys: Iterable[str]) -> dict[str, Weights]:
+    """For each of ``run_keys``, the weights of the first of ``bundles`` that carries them."""
+    chosen: dict[str, Weights] = {}
+    for bundle in bundles:
+        for key, weights in bundle.weights.items():
+            chosen.setdefault(key, weights)
+    keys = set(run_keys)
+    return {key: weights for key, weights in chosen.items() if key in keys}
 
 
 def read_all(directories: Iterable[Path]) -> dict[str, BundledRun]:

@@ -308,6 +308,7 @@ def suite_path(name_or_path: str) -> Path:
 
 _SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device", "checkpoint", "seeds_in_process", "slurm", "distributed", "cuda_graphs"}
 _CHECKPOINT_KEYS = {"every", "replay_buffer"}
+_BUDGET_KEYS = {field.name for field in dataclasses.fields(Budget)}
 _EXPERIMENT_KEYS = {
     "algo",
     "envs",
@@ -359,6 +360,7 @@ def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_
         raise ConfigError(f"device {device!r}: use auto, cpu, cuda or cuda:i")
     suite_seeds = seed_override if seed_override is not None else _parse_seeds(data["seeds"], "seeds")
     suite_budget = as_mapping(data["budget"], "budget")
+    check_keys(suite_budget, _BUDGET_KEYS, "budget")
     seeds_in_process = check_seeds_in_process(data.get("seeds_in_process", 1), "seeds_in_process")
     distributed = check_distributed(data["distributed"], "distributed") if data.get("distributed") is not None else None
     experiments = data["experiments"]
@@ -424,10 +426,13 @@ def _expand_experiment(
     seeds_in_process = check_seeds_in_process(experiment.get("seeds_in_process", seeds_in_process), "seeds_in_process")
     if experiment.get("distributed") is not None:
         distributed = check_distributed(experiment["distributed"], "distributed")
-    try:
-        budget = Budget(**{**suite_budget, **as_mapping(experiment.get("budget", {}), "budget")})
-    except TypeError as error:
-        raise ConfigError(f"budget: {error}; valid keys: total_steps, eval_every, eval_episodes") from None
+    own_budget = as_mapping(experiment.get("budget", {}), "budget")
+    check_keys(own_budget, _BUDGET_KEYS, "budget")
+    merged = {**suite_budget, **own_budget}
+    missing = [name for name in ("total_steps", "eval_every") if name not in merged]
+    if missing:
+        raise ConfigError(f"budget: {' and '.join(missing)} missing (in the suite's budget or the experiment's)")
+    budget = Budget(**merged)
 
     fixed = as_mapping(experiment.get("hyperparameters", {}), "hyperparameters")
     grid = as_mapping(experiment.get("grid", {}), "grid")

@@ -16,7 +16,16 @@ COLLECTOR_CPUS = "REPRORL_COLLECTOR_CPUS"
 """Environment variable: the CPUs each collector actor reserves (default 1); 0 inside a task of
 ``--executor ray``, which reserved its runs' collectors' CPUs with the task itself."""
 
-SLURM_KEYS: dict[str, type] = {"partition": str, "time_minutes": int, "gpus": int, "cpus": int, "constraint": str, "account": str, "memory_gb": float}
+SLURM_KEYS: dict[str, type] = {
+    "partition": str,
+    "time_minutes": int,
+    "gpus": int,
+    "cpus": int,
+    "constraint": str,
+    "account": str,
+    "memory_gb": float,
+    "signal_delay_s": int,
+}
 """What each Slurm job asks for (``--executor slurm``), with the type of each value."""
 
 DISTRIBUTED_DEFAULTS: dict[str, Any] = {"collectors": 1, "gradient_workers": 0, "mode": "sync", "max_staleness": 1, "chunk": 16, "backend": "ray"}
@@ -111,3 +120,12 @@ def check_slurm(options: dict[str, Any], where: str) -> dict[str, Any]:
         if not valid:
             raise ConfigError(f"{where}.{key} must be {'a number' if kind is float else 'an integer' if kind is int else 'a string'}, got {value!r}")
     return dict(options)
+
+
+def quiet_ray_banners() -> None:
+    """Before ``ray.init`` starts a local cluster: Ray announces on the console, every launch, that
+    it enabled token authentication (its default for a local cluster since 2.5x); the default
+    stays and the announcement goes unprinted (its logger set to errors only)."""
+    import logging
+
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)

@@ -67,6 +67,22 @@ def sqlite_path(url: str) -> Path | None:
     return None if path in ("", ":memory:") else Path(path)
 
 
+def check_usable_directory(directory: Path, what: str) -> None:
+    """``check_writable_directory`` without creating anything: ``directory`` when it exists, else
+    the existing directory it would be made in (StoreError, one line, naming the problem)."""
+    directory = Path(directory)
+    if directory.exists() or not directory.parent.exists():  # nothing to create: the plain check names the problem
+        check_writable_directory(directory, what)
+        return
+    if not directory.parent.is_dir():
+        raise StoreError(f"{what} {directory} cannot be created: {directory.parent} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=directory.parent):
+            pass
+    except OSError as error:
+        _raise_for(error, f"{what} {directory} cannot be created")
+
+
 def check_writable_directory(directory: Path, what: str) -> None:
     """StoreError unless ``directory`` exists (or can be made, its parent existing) and a file
     can be written in it: the test is a real write, which also catches read-only mounts and

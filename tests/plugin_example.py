@@ -35,6 +35,15 @@ class WithoutConfig(SAC):
     Config = None  # type: ignore[assignment]
 
 
+class UndecoratedConfig(SACConfig):  # no @dataclass: its default would be ignored
+    actor_lr: float = 1e-4
+
+
+class WithUndecoratedConfig(SAC):
+    name = "with_undecorated_config"
+    Config = UndecoratedConfig
+
+
 def not_a_class() -> torch.Tensor:
     return torch.zeros(1)
 

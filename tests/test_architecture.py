@@ -65,6 +65,7 @@ def test_every_module_belongs_to_a_wing_or_the_ground():
     ground = sorted(module for module in _benchmark_modules() if wing(module) == "ground")
     assert ground == [
         "benchmark",
+        "benchmark.bundle_rows",
         "benchmark.bundles",
         "benchmark.config",
         "benchmark.distributed_config",

@@ -291,12 +291,13 @@ def test_a_suite_whose_experiment_was_deleted_is_refused(tiny, results):
 @pytest.mark.parametrize(
     "args,fragments",
     [
-        (["run", "--suite", "smoke", "--format", "xml"], ["python -m benchmark run: argument --format: invalid choice: 'xml'"]),
+        (["run", "--suite", "smoke", "--format", "xml"], ["python -m benchmark run: argument --format: invalid choice 'xml'; choose from table, md"]),
         (["run"], ["the following arguments are required: --suite"]),
-        (["bogus"], ["invalid choice: 'bogus'"]),
+        (["bogus"], ["unknown command 'bogus'; commands: run, train"]),
+        (["trian"], ["unknown command 'trian' (did you mean 'train'?)"]),
         (["run", "--suite", "smoke", "--workers", "two"], ["argument --workers: invalid int value: 'two'"]),
     ],
-    ids=["bad-choice", "missing-option", "unknown-command", "not-a-number"],
+    ids=["bad-choice", "missing-option", "unknown-command", "misspelled-command", "not-a-number"],
 )
 def test_a_bad_command_line_is_one_line_too(tmp_path, args, fragments):
     assert_one_line_error(run_cli(*args, "--results-dir", str(tmp_path / "results")), 2, *fragments)

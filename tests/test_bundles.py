@@ -229,7 +229,7 @@ def test_run_trains_nothing_a_bundle_holds_and_exactly_the_run_removed_from_it(t
     fresh = tmp_path / "fresh"
     nothing = run_cli("run", "--suite", "travel.yaml", "--results-dir", str(fresh), "--from", "bundle", cwd=root)
     assert nothing.returncode == 0, nothing.stderr
-    assert "3 of 3 runs are held by result bundle(s)" in nothing.stdout and "started " not in nothing.stdout
+    assert "3 of 3 runs are held by result bundle" in nothing.stdout and "started " not in nothing.stdout
     bundle = bundles.read(root / "bundle")
     removed = next(run for run in bundle.runs.values() if run.spec.algo == "ppo" and run.spec.seed == 1)
     bundles.write(Bundle(bundle.suite, {k: r for k, r in bundle.runs.items() if k != removed.run_key}), tmp_path / "cut")
@@ -321,3 +321,171 @@ def test_a_bundle_carries_env_options_and_a_continued_run(tmp_path):
     (back,) = bundles.read(tmp_path / "b").runs.values()
     assert back.spec.env_kwargs == spec.env_kwargs and back.spec.wrappers == spec.wrappers and back.spec.continued_from == spec.continued_from
     assert back.run_key == changed.run_key != run.run_key
+
+
+def test_malformed_manifests_and_rows_are_named_in_one_line(tmp_path):
+    """A manifest whose parts have the wrong form, rows of another suite, a non-finite score or
+    a runs.csv that is not UTF-8: each is refused with what is wrong and where."""
+    run = fake_run(0)
+    directory = tmp_path / "b"
+    bundles.write(Bundle("synthetic", {run.run_key: run}), directory)
+    manifest_path = directory / bundles.MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    for changed, fragment in (
+        ({"files": ["runs.csv", "curves.csv.gz"]}, "'files' must map each data file's name to its"),
+        ({"files": "runs.csv"}, "'files' must map each data file's name to its"),
+        ({"files": {**manifest["files"], "extra.csv": {"sha256": "0"}}}, "lists 'extra.csv' under 'files'"),
+        ({"runs": "1"}, "the manifest says '1' runs"),
+        ({"suite": "elsewhere"}, "its manifest names suite 'elsewhere', but runs.csv holds runs of suite 'synthetic'"),
+        ({"suite": None}, "'suite' must name the suite of its runs"),
+        ({"weights": ["x"]}, "'weights' must map run keys to their weights file"),
+        ({"weights": {"0123456789abcdef": {}}}, "lists weights of run key '0123456789abcdef', which runs.csv does not hold"),
+        ({"weights": {run.run_key: {"file": "elsewhere.pt", "sha256": "0", "bytes": 1}}}, f'must be {{"file": "weights/{run.run_key}.pt"'),
+        ({"weights": {run.run_key: {"file": f"weights/{run.run_key}.pt", "sha256": "0", "bytes": 1}}}, f"weights/{run.run_key}.pt is missing"),
+    ):
+        manifest_path.write_text(json.dumps({**manifest, **changed}))
+        with pytest.raises(BundleError, match=re.escape(fragment)):
+            bundles.read(directory)
+    manifest_path.write_text(json.dumps(manifest))
+    for broken, fragment in ((dataclasses.replace(run, final_return=float("nan")), "final_return is 'nan'"),):
+        bundles.write(Bundle("synthetic", {run.run_key: broken}), tmp_path / "nan")
+        with pytest.raises(BundleError, match=r"runs.csv row 2: " + re.escape(fragment)):
+            bundles.read(tmp_path / "nan")
+    runs_csv = directory / bundles.RUNS_FILE
+    latin = runs_csv.read_bytes().replace(b"Test CPU", b"Test CPU \xe9")
+    runs_csv.write_bytes(latin)
+    import hashlib
+
+    manifest["files"][bundles.RUNS_FILE]["sha256"] = hashlib.sha256(latin).hexdigest()
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match=r"runs.csv is not UTF-8 text \(byte \d+\)"):
+        bundles.read(directory)
+
+
+def test_trained_agents_travel_in_a_bundle_with_weights(trained, tmp_path):
+    """export --with-weights, import elsewhere: evaluate gives the run's final return, continue
+    trains on from it, and load_policy acts in a plain gymnasium env with the same returns."""
+    import reprorl
+    from benchmark.training.evaluate import EVAL_SEED_OFFSET
+
+    root = trained
+    exported = run_cli("export", "--suite", "travel.yaml", "--results-dir", "results", "--output", str(tmp_path / "agents"), "--with-weights", cwd=root)
+    assert exported.returncode == 0, exported.stderr
+    assert "3 runs of suite 'travel'" in exported.stdout and "3 with their weights" in exported.stdout
+    bundle = bundles.read(tmp_path / "agents")
+    assert sorted(bundle.weights) == sorted(bundle.runs) and all(w.path.is_file() for w in bundle.weights.values())
+    assert (tmp_path / "agents" / bundles.RUNS_FILE).read_bytes() == (root / "bundle" / bundles.RUNS_FILE).read_bytes()
+    store = tmp_path / "store"
+    imported = run_cli("import", str(tmp_path / "agents"), "--results-dir", str(store), cwd=root)
+    assert imported.returncode == 0, imported.stderr
+    assert "3 runs imported into experiment 'travel' (3 with their weights)" in imported.stdout
+    dqn = next(run for run in bundle.runs.values() if run.spec.algo == "dqn")
+    evaluated = run_cli("evaluate", dqn.run_key, "--results-dir", str(store), cwd=root)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert f"return {dqn.final_return:.2f}" in evaluated.stdout
+    ppo = next(run for run in bundle.runs.values() if run.spec.algo == "ppo" and run.spec.seed == 0)
+    further = run_cli("continue", ppo.run_key, "--steps", "128", "--results-dir", str(store), cwd=root)
+    assert further.returncode == 0, further.stderr
+    assert f"from env step {ppo.spec.budget.total_steps}" in further.stdout and "1/1 runs finished" in further.stdout
+
+    policy = reprorl.load_policy(tmp_path / "agents", ppo.run_key)
+    assert list(policy.evaluate().returns) == list(ppo.curve[-1].returns)
+    returns = []
+    for episode in range(ppo.spec.budget.eval_episodes):  # by hand, one observation at a time
+        env, total, done = policy.make_env(), 0.0, False
+        observation, _ = env.reset(seed=ppo.spec.seed + EVAL_SEED_OFFSET + episode)
+        policy.reset()
+        while not done:
+            observation, reward, terminated, truncated, _ = env.step(policy.act(observation))
+            total, done = total + float(reward), terminated or truncated
+        returns.append(total)
+    assert returns == list(ppo.curve[-1].returns)
+    with pytest.raises(Exception, match="carries the weights of 3 runs: name one run key"):
+        reprorl.load_policy(tmp_path / "agents")
+    with pytest.raises(Exception, match="carries no weights: export it with --with-weights"):
+        reprorl.load_policy(root / "bundle", ppo.run_key)
+
+
+def test_weights_are_checked_and_join_runs_already_imported(trained, tmp_path):
+    """A changed or missing weights file is refused before anything is written; a store that
+    imported the runs without weights gets them from a bundle that has them; merge keeps them."""
+    import shutil
+
+    import reprorl
+
+    root = trained
+    assert (
+        run_cli("export", "--suite", "travel.yaml", "--results-dir", "results", "--output", str(tmp_path / "agents"), "--with-weights", cwd=root).returncode
+        == 0
+    )
+    bundle = bundles.read(tmp_path / "agents")
+    key = sorted(bundle.weights)[0]
+    shutil.copytree(tmp_path / "agents", tmp_path / "changed")
+    weights = tmp_path / "changed" / bundles.weights_file(key)
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    store = tmp_path / "store"
+    refused = run_cli("import", str(tmp_path / "changed"), "--results-dir", str(store), cwd=root)
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert f"weights/{key}.pt does not match the checksum in its manifest" in refused.stderr
+    assert not store.exists()
+    with pytest.raises(BundleError, match="does not match the checksum"):
+        reprorl.load_policy(tmp_path / "changed", key)
+    weights.unlink()
+    with pytest.raises(BundleError, match=f"weights/{key}.pt is missing"):
+        bundles.read(tmp_path / "changed")
+    plain = run_cli("import", "bundle", "--results-dir", str(store), cwd=root)
+    assert plain.returncode == 0, plain.stderr
+    assert run_cli("evaluate", key, "--results-dir", str(store), cwd=root).returncode == 2  # no weights yet
+    joined = run_cli("import", str(tmp_path / "agents"), "--results-dir", str(store), cwd=root)
+    assert joined.returncode == 0, joined.stderr
+    assert "0 runs imported" in joined.stdout and "3 already there (3 given the bundle's weights)" in joined.stdout
+    assert run_cli("evaluate", key, "--results-dir", str(store), cwd=root).returncode == 0
+    merged = run_cli("merge", "bundle", str(tmp_path / "agents"), "--output", str(tmp_path / "merged"), cwd=root)
+    assert merged.returncode == 0, merged.stderr
+    assert sorted(bundles.read(tmp_path / "merged").weights) == sorted(bundle.weights)
+
+
+def test_importing_several_bundles_is_all_or_nothing(trained, tmp_path):
+    """import A B, where B disagrees with the store, imports nothing of A either."""
+    from mlflow import MlflowClient
+
+    root = trained
+    store = tmp_path / "store"
+    assert run_cli("import", "bundle", "--results-dir", str(store), cwd=root).returncode == 0
+    other = fake_run(0)
+    bundles.write(Bundle("synthetic", {other.run_key: other}), tmp_path / "a")
+    travel = bundles.read(root / "bundle")
+    key = sorted(travel.runs)[0]
+    conflicting = {**travel.runs, key: dataclasses.replace(travel.runs[key], final_return=travel.runs[key].final_return + 1)}
+    bundles.write(Bundle("travel", conflicting), tmp_path / "b")
+    refused = run_cli("import", str(tmp_path / "a"), str(tmp_path / "b"), "--results-dir", str(store), cwd=root)
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert f"run key {key}" in refused.stderr and "nothing imported" in refused.stderr
+    client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    assert client.get_experiment_by_name("synthetic") is None
+
+
+def test_runs_of_seeds_outside_the_suite_are_seen_by_export_report_and_verdicts(trained, tmp_path):
+    """run --seeds trains any seed of a suite's configurations; export, report and verdicts see it
+    (no --seeds needed), and --seeds keeps only the seeds named."""
+    root = trained
+    store = tmp_path / "store"
+    assert run_cli("import", "bundle", "--results-dir", str(store), cwd=root).returncode == 0
+    seven = run_cli("run", "--suite", "travel.yaml", "--algos", "dqn", "--seeds", "7", "--results-dir", str(store), cwd=root)
+    assert seven.returncode == 0, seven.stderr[-2000:]
+    exported = run_cli("export", "--suite", "travel.yaml", "--results-dir", str(store), "--output", str(tmp_path / "all"), cwd=root)
+    assert exported.returncode == 0 and "4 runs of suite 'travel'" in exported.stdout, exported.stdout + exported.stderr
+    assert sorted(run.spec.seed for run in bundles.read(tmp_path / "all").runs.values()) == [0, 0, 1, 7]
+    only = run_cli("export", "--suite", "travel.yaml", "--seeds", "7", "--results-dir", str(store), "--output", str(tmp_path / "seven"), cwd=root)
+    assert only.returncode == 0 and "1 run of suite 'travel'" in only.stdout, only.stdout + only.stderr
+    reported = run_cli("report", "--suite", "travel.yaml", "--results-dir", str(store), "--output", str(tmp_path / "report"), cwd=root)
+    assert reported.returncode == 0 and "4/4 runs finished" in reported.stdout, reported.stdout + reported.stderr
+    judged = run_cli("verdicts", "--suite", "travel.yaml", "--results-dir", str(store), "--format", "json", cwd=root)
+    assert judged.returncode == 0, judged.stderr
+    (dqn,) = [row for row in json.loads(judged.stdout)["rows"] if row["algorithm"] == "dqn"]
+    assert dqn["ours (mean ± std)"].endswith("(2 seeds)"), dqn  # seeds 0 and 7
+    only = run_cli("verdicts", "--suite", "travel.yaml", "--seeds", "0", "--results-dir", str(store), "--format", "json", cwd=root)
+    (dqn,) = [row for row in json.loads(only.stdout)["rows"] if row["algorithm"] == "dqn"]
+    assert "(2 seeds)" not in dqn["ours (mean ± std)"], dqn

@@ -241,6 +241,57 @@ def test_terminate_stops_workers_and_marks_runs_killed(write_suite, tmp_path, wh
     assert not _alive(workers)
 
 
+def test_ctrl_c_while_the_fork_server_imports_ends_quietly(write_suite, tmp_path):
+    """Ctrl-C as a terminal sends it (to the whole process group) while the fork server imports
+    torch and the training code, the first seconds of a launch: exit 130 and one line (it printed
+    a 30-70 line traceback from the server's imports)."""
+    suite = write_suite(
+        "seeds: [0, 1]\nbudget: {total_steps: 100000000, eval_every: 50000000, eval_episodes: 1}\n"
+        "experiments: [{algo: ppo, envs: [CartPole-v1], hyperparameters: {num_steps: 64}}]\n"
+    )
+    argv = ["benchmark", "run", "--suite", str(suite), "--workers", "2", "--results-dir", str(tmp_path / "results")]
+    launcher = (  # (pytest-xdist's workers ignore SIGINT, and their children inherit that)
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        f"sys.argv = {argv!r}; runpy.run_module('benchmark', run_name='__main__')"
+    )
+    process = subprocess.Popen([sys.executable, "-c", launcher], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _fork_server_importing(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _fork_server_importing(process.pid), "the launch never started its fork server"
+        os.killpg(process.pid, signal.SIGINT)
+        _, err = process.communicate(timeout=120)
+    finally:
+        _kill_group(process)
+    assert process.returncode == cli.EXIT_INTERRUPTED, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 1, err
+
+
+def _fork_server_importing(session: int) -> bool:
+    """Whether the session's fork server is importing torch (its library mapped) and has not
+    forked a worker yet. (Its interpreter's own first tenths of a second, before it reads the
+    preload module, stay open to a Ctrl-C: a traceback, as for any Python started then.)"""
+    processes = {}  # pid -> (parent, command line), of the session's live processes
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().split(") ", 1)[1].split()
+            command = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[3]) == session:
+            processes[int(stat.parent.name)] = (int(fields[1]), command)
+    servers = {pid for pid, (_, command) in processes.items() if b"forkserver" in command and _maps(pid, b"libtorch")}
+    return bool(servers) and not any(parent in servers for parent, _ in processes.values())
+
+
+def _maps(pid: int, library: bytes) -> bool:
+    try:
+        return library in Path(f"/proc/{pid}/maps").read_bytes()
+    except OSError:
+        return False
+
+
 def test_workers_die_with_a_killed_parent(write_suite, tmp_path):
     """SIGKILL leaves the parent no chance to clean up; its workers must not train on as orphans."""
     process, _, workers = _start_long_suite(write_suite, tmp_path)
@@ -291,7 +342,8 @@ def _state(pid: int) -> str:
 
 def test_relaunching_a_suite_trains_only_what_is_missing(tiny_suite, tmp_path):
     """Half done -> re-launch trains the rest; finished -> nothing; a deleted child -> only it;
-    --force -> everything. Each re-launch's parent run links to the previous invocation."""
+    --force -> everything. Each re-launch's parent run links to the previous invocation; one that
+    trains nothing makes none."""
     results = tmp_path / "results"
     common = ["--suite", str(tiny_suite), "--results-dir", str(results), "--workers", "2"]
     uri = f"sqlite:///{results / 'mlflow.db'}"
@@ -310,9 +362,10 @@ def test_relaunching_a_suite_trains_only_what_is_missing(tiny_suite, tmp_path):
     assert parents[1].data.params["runs_skipped"] == "2"
 
     third = run_cli("run", *common, cwd=tmp_path)
-    assert third.returncode == 0 and "3 of 3 runs already finished" in third.stdout
+    assert third.returncode == 0 and "3 of 3 runs already finished" in third.stdout and "nothing to train: no parent run started" in third.stdout
     _, runs = all_runs(uri)
     assert len([r for r in runs if "mlflow.parentRunId" in r.data.tags]) == 3
+    assert len([r for r in runs if "mlflow.parentRunId" not in r.data.tags]) == 2  # a launch that trains nothing leaves no parent run
 
     deleted = children[0]
     client.delete_run(deleted.info.run_id)
@@ -344,7 +397,7 @@ def test_a_raising_run_and_a_diverging_run_fail_alone(write_suite, tmp_path):
 
     completed = run_cli("run", "--suite", str(suite_path), "--workers", "2", "--results-dir", str(results), cwd=tmp_path)
     assert completed.returncode == 1, completed.stdout + completed.stderr
-    assert "2 run(s) did not finish: ppo/CartPole-v1/seed1, sac/Pendulum-v1/seed0" in completed.stdout
+    assert "2 runs did not finish: ppo/CartPole-v1/seed1, sac/Pendulum-v1/seed0" in completed.stdout
     assert f"python -m benchmark run --suite {suite_path}" in completed.stdout
 
     client, runs = all_runs(f"sqlite:///{results / 'mlflow.db'}")

@@ -85,13 +85,26 @@ def test_shipped_suites_are_valid():
         ("experiments: [{algo: ppo, envs: [CartPole-v1], budgett: {}}]", r"unknown experiment key 'budgett' \(did you mean 'budget'\?\)"),
         ("experiments: [{algo: ppo, envs: [CartPole-v1], grid: {learning_rate: 0.1}}]", r"grid.learning_rate must be a non-empty list"),
         ("experiments: []", r"'experiments' must be a non-empty list"),
-        ("experiments: [{algo: ppo, envs: [CartPole-v1], budget: {total_step: 5}}]", r"valid keys: total_steps, eval_every, eval_episodes"),
+        (
+            "experiments: [{algo: ppo, envs: [CartPole-v1], budget: {total_step: 5}}]",
+            r"experiments\[0\]: unknown budget key 'total_step' \(did you mean 'total_steps'\?\); valid: eval_episodes, eval_every, total_steps$",
+        ),
         ("experiments: [{algo: ppo, envs: [CartPole-v1], budget: {total_steps: -5}}]", r"budget.total_steps must be a positive integer"),
     ],
 )
 def test_invalid_suites_name_the_problem(write_suite, body, message):
+    """Each problem in one line, at its place (file, then experiment), with a close match where one is."""
     path = write_suite(f"seeds: [0]\nbudget: {{total_steps: 100, eval_every: 50}}\n{body}\n")
     with pytest.raises(ConfigError, match=message):
+        load_suite(str(path))
+
+
+def test_a_suite_level_budget_key_is_named_at_the_suite_level(write_suite):
+    path = write_suite("seeds: [0]\nbudget: {total_step: 100, eval_every: 50}\nexperiments: [{algo: ppo, envs: [CartPole-v1]}]\n")
+    with pytest.raises(ConfigError, match=r"suite.yaml: unknown budget key 'total_step' \(did you mean 'total_steps'\?\)"):
+        load_suite(str(path))
+    path = write_suite("seeds: [0]\nbudget: {eval_every: 50}\nexperiments: [{algo: ppo, envs: [CartPole-v1]}]\n")
+    with pytest.raises(ConfigError, match=r"experiments\[0\]: budget: total_steps missing \(in the suite's budget or the experiment's\)"):
         load_suite(str(path))
 
 

@@ -44,6 +44,10 @@ def trained(tmp_path_factory) -> tuple[Path, Path, str]:
 def test_continue_extends_a_finished_run_as_a_new_linked_run(trained):
     scratch, results, run_id = trained
     origin_key = next(iter(runs_by_key(results)))
+    listed = sorted(str(path.relative_to(results)) for path in results.rglob("*") if "mlflow.db" not in path.name)
+    dry = run_cli_in_process("continue", run_id, "--steps", "256", "--eval-every", "64", "--dry-run", "--results-dir", str(results), cwd=scratch)
+    assert dry.returncode == 0 and "(not written: --dry-run)" in dry.stdout and "1 to train" in dry.stdout, dry.stdout[-2000:] + dry.stderr[-2000:]
+    assert sorted(str(path.relative_to(results)) for path in results.rglob("*") if "mlflow.db" not in path.name) == listed, "--dry-run wrote a file"
     completed = run_cli_in_process("continue", run_id, "--steps", "256", "--eval-every", "64", "--results-dir", str(results), cwd=scratch)
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert f"continues run {run_id}" in completed.stdout and "from env step 512 to 768" in completed.stdout

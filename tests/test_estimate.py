@@ -36,7 +36,7 @@ def test_finished_runs_come_before_the_table_and_the_same_configuration_first():
         PastRun("ppo", "CartPole-v1", "this", 0.010),
     ]
     found = estimate.estimate_run(spec(), past, TABLE, key="this")
-    assert found.seconds == pytest.approx(0.003 * 10_000) and "3 finished run(s) of this configuration" in found.basis
+    assert found.seconds == pytest.approx(0.003 * 10_000) and "3 finished runs of this configuration" in found.basis
     pair = estimate.estimate_run(spec(), past[:1], TABLE, key="this")
     assert pair.seconds == pytest.approx(40.0) and "of ppo on CartPole-v1" in pair.basis
 
@@ -102,7 +102,7 @@ def test_an_invocation_above_max_hours_is_refused_without_a_terminal_and_yes(tin
     dry = run_cli_in_process(*args, "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert "1 finished (store)" not in dry.stdout and "2 runs: 1 finished, 1 to train" in dry.stdout
-    assert "1 finished run(s) of this configuration" in dry.stdout
+    assert "1 finished run of this configuration" in dry.stdout
     refused = run_cli(*args, "--max-hours", "0.0000001", cwd=tmp_path)  # a real process with no terminal: its whole stderr
     assert refused.returncode == 2
     lines = refused.stderr.splitlines()

@@ -4,8 +4,10 @@ and the pieces that carry a worker's messages and options behave."""
 
 import json
 import os
+import re
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +60,7 @@ def test_every_executor_gives_the_same_evaluations(tiny_suite, tmp_path):
         results = tmp_path / executor
         completed = run_cli("run", "--suite", str(tiny_suite), "--seeds", "0", "--workers", "2", "--results-dir", str(results), *options, cwd=tmp_path)
         assert completed.returncode == 0, completed.stderr
+        assert "Token authentication" not in completed.stderr  # Ray's banner, printed by every launch before
         stores[executor], outputs[executor] = _evaluations_by_run_key(f"sqlite:///{results / 'mlflow.db'}"), completed.stdout
     assert len(stores["local"]) == 2 and stores["ray"] == stores["local"] and stores["slurm"] == stores["local"]
     assert "CPU (Ray)" in outputs["ray"] and "Slurm job" in outputs["slurm"]
@@ -273,3 +276,53 @@ def test_a_study_gives_the_same_trials_on_ray_as_locally(tmp_path):
         study = optuna.load_study(study_name="ppo-CartPole-v1", storage=storage.open_storage(storage.default_storage_url(results)))
         trials[executor] = [(t.number, t.state.name, t.params, t.value) for t in study.trials]
     assert len(trials["local"]) == 2 and trials["ray"] == trials["local"]
+
+
+@pytest.mark.extended
+def test_a_slurm_job_warned_of_its_time_limit_is_requeued_and_its_run_resumes(write_suite, tmp_path):
+    """submitit's local executor: once the run has a checkpoint, its job gets the signal Slurm
+    sends before a time limit (USR2); the run stops with a checkpoint, the job is requeued, and
+    the run resumes there and finishes in its MLflow run (it used to be recorded as FAILED with
+    submitit's exit code, 144). `make test-all` runs it (a minute of a core)."""
+    _needs("slurm")
+    suite = write_suite(
+        "name: requeue\nseeds: [0]\nbudget: {total_steps: 40000, eval_every: 10000, eval_episodes: 2}\n"
+        "experiments: [{algo: ppo, envs: [CartPole-v1], hyperparameters: {num_envs: 4, num_steps: 64, hidden_sizes: [16]}}]\n"
+    )
+    results = tmp_path / "results"
+    warned: list[int] = []
+
+    def warn_once() -> None:  # as Slurm does before a time limit, at a moment a resume can be seen
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not warned:
+            tasks = [pid for pid in _pids_with(b"submitit.core._submit", str(results).encode())]
+            if tasks and list((results / "checkpoints").glob("*/latest.pt")):
+                os.kill(tasks[0], signal.SIGUSR2)
+                warned.append(tasks[0])
+            time.sleep(0.2)
+
+    threading.Thread(target=warn_once, daemon=True).start()
+    arguments = ("run", "--suite", str(suite), "--results-dir", str(results), "--checkpoint-every", "2000")
+    completed = run_cli(*arguments, *EXECUTORS["slurm"], "--slurm-time", "20", cwd=tmp_path)
+    assert warned and completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert re.search(r"resum\w* ppo/CartPole-v1/seed0 from its checkpoint at env step [\d,]+", completed.stdout), completed.stdout[-3000:]
+    client, runs = all_runs(f"sqlite:///{results / 'mlflow.db'}")
+    (child,) = [run for run in runs if "run_key" in run.data.tags]
+    assert child.info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(child.info.run_id, "eval/return_mean")]
+    assert steps == list(range(10000, 40001, 10000)), steps  # every evaluation once, across the two attempts
+    logs = "".join(path.read_text() for path in (results / "slurm").glob("*/*_log.out"))
+    assert "Requeued job" in logs
+
+
+def _pids_with(*parts: bytes) -> list[int]:
+    """Live processes whose command line holds every one of ``parts``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes()
+        except OSError:
+            continue
+        if all(part in text for part in parts):
+            found.append(int(cmdline.parent.name))
+    return found

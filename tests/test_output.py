@@ -4,8 +4,8 @@ one summary row per configuration, a runnable command tag, and `ui` pointing at 
 import csv
 import io
 import json
-import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,6 +43,41 @@ def test_a_table_fits_the_width_and_never_cuts_a_name():
     text = "\n".join(lines)
     for name in ("tuned/ppo-Pendulum-v1", "reprorl/HalfCheetahDir-v5", "reprorl/HalfCheetahVel-v5", "Hopper-v5"):
         assert name in text, name  # whole, on one line
+
+
+def _tokens(text: str) -> set[str]:
+    """Every whitespace-separated token of ``text``, table borders left out."""
+    return {token for token in text.replace("│", " ").replace("┃", " ").split() if token.strip("─━┏┓┗┛┡┩└┘┳┻╇┴┬")}
+
+
+def test_the_dry_run_is_one_line_per_run_at_80_columns():
+    """No run key, env id or number is cut; each run is one line; the settings go once per experiment."""
+    completed = run_cli("run", "--suite", "mujoco", "--algos", "sac", "td3", "--envs", "Hopper-v5", "--seeds", "0", "1", "2", "--dry-run", columns=80)
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    assert max(map(len, lines[: lines.index(next(line for line in lines if line.startswith("6 runs in suite")))])) <= 80
+    for spec in load_suite("mujoco", seeds=[0, 1, 2]).select(["sac", "td3"], ["Hopper-v5"]).specs:
+        (line,) = [line for line in lines if spec.run_key in line]  # the whole key, on exactly one line
+        assert spec.algo in line.split() and "Hopper-v5" in line.split() and "1M" in line.split() and "to train" in line
+    assert "3,000,000" in _tokens(completed.stdout)  # the experiments' steps left, whole
+
+
+def test_verdicts_and_the_summary_cut_no_number_at_80_columns():
+    machine = run_cli("verdicts", "--suite", "mujoco", "--format", "json", "--results-dir", str(ROOT / "results"))
+    terminal = run_cli("verdicts", "--suite", "mujoco", "--results-dir", str(ROOT / "results"), columns=80)
+    assert machine.returncode == 0 and terminal.returncode == 0, machine.stderr + terminal.stderr
+    tokens = _tokens(terminal.stdout)
+    for row in json.loads(machine.stdout)["rows"]:
+        for value in (row["algorithm"], row["environment"], row["steps"], str(row["published"]).split()[0]):
+            assert str(value) in tokens, value
+        for number in row["ours (mean ± std)"].split():
+            assert number in tokens, number
+    suite = load_suite("mujoco", seeds=[0, 1, 2])
+    records = [RunRecord(spec, status="FINISHED", final_return=1234.5 * (i + 1), steps_per_second=1234.0) for i, spec in enumerate(suite.specs[:6])]
+    lines = render(summary.table(summary.summarize(records), "summary"), 80)
+    assert max(map(len, lines)) <= 80
+    text = "\n".join(lines)
+    assert "1,234" in _tokens(text) and "final eval return (mean ± sample std over seeds)".split()[0] in text
 
 
 @pytest.mark.parametrize("section", ["algorithms", "suites", "envs", "buffers", "ppo"])
@@ -96,7 +131,7 @@ def test_the_summary_keeps_grid_points_apart(write_suite):
     ]
     assert summary.cells(rows[2])[4] == "4 (1 in another launch)"
     markdown = summary.to_markdown(rows)
-    assert "| ppo [learning_rate=0.001] | CartPole-v1 | 2 | 0.5 ± 0.5 | 0, 1 | 10 |" in markdown
+    assert "| ppo [learning_rate=0.001] | CartPole-v1 | 2 | 0.5 ± 0.7 | 0, 1 | 10 |" in markdown
 
 
 def test_the_command_tag_can_be_typed_again():
@@ -105,22 +140,45 @@ def test_the_command_tag_can_be_typed_again():
     assert provenance.command_line(["/venv/bin/reprorl", "report", "--suite", "smoke"]) == "reprorl report --suite smoke"
 
 
-def test_ui_prints_each_suites_runs_page_and_serves_with_one_worker(tmp_path, monkeypatch, capsys):
+def test_ui_prints_each_suites_runs_page_once_it_answers_and_stops_quietly(tmp_path):
+    """The links come once the server answers, its access log goes to a file, and Ctrl-C ends it
+    without a traceback; experiments made before the kind tag get it (MLflow 3 would open them
+    in its GenAI view)."""
+    import signal
+    import socket
+
     results = tmp_path / "results"
     results.mkdir()
     uri = f"sqlite:///{results / 'mlflow.db'}"
     client = tracking.client(uri)
     old = client.create_experiment("old", artifact_location=(results / "a").as_uri())  # made before the kind tag
     new = tracking.experiment_id(uri, "smoke", results / "mlartifacts")
-    executed = []
-    monkeypatch.setattr(os, "execv", lambda path, argv: executed.append(argv))
-    monkeypatch.setenv("PORT", "5123")
-    assert cli.main(["ui", "--results-dir", str(results)]) == 0
-    out = capsys.readouterr().out
-    assert f"smoke: http://localhost:5123/#/experiments/{new}/runs?workflowType=machine_learning" in out
-    assert f"old: http://localhost:5123/#/experiments/{old}/runs?workflowType=machine_learning" in out
-    (argv,) = executed
-    assert argv[1] == "ui" and argv[argv.index("--port") + 1] == "5123" and argv[argv.index("--workers") + 1] == "1"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ui = subprocess.Popen(
+        [sys.executable, "-m", "benchmark", "ui", "--port", str(port), "--results-dir", str(results)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        first = ui.stdout.readline()
+        assert first.startswith(f"MLflow UI at http://localhost:{port}/#/experiments?workflowType=machine_learning (Ctrl-C stops it"), first
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as answer:  # up when it says so
+            assert answer.status == 200
+        pages = [ui.stdout.readline() for _ in range(2)]
+        assert f"  smoke: http://localhost:{port}/#/experiments/{new}/runs?workflowType=machine_learning\n" in pages
+        assert f"  old: http://localhost:{port}/#/experiments/{old}/runs?workflowType=machine_learning\n" in pages
+        ui.send_signal(signal.SIGINT)
+        out, err = ui.communicate(timeout=60)
+    finally:
+        ui.kill()
+    assert ui.returncode == 0 and out.strip() == "MLflow UI stopped" and err == "", (out, err)
+    assert (results / "mlflow-ui.log").stat().st_size > 0  # the server's own lines, out of the terminal
     kinds = {e.name: e.tags.get("mlflow.experimentKind") for e in client.search_experiments()}
     assert kinds["old"] == kinds["smoke"] == "custom_model_development"  # opens on the runs table, not the GenAI view
     assert cli.main(["ui", "--results-dir", str(tmp_path / "none")]) == cli.EXIT_CONFIG_ERROR  # nothing to show

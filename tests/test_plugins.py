@@ -51,6 +51,7 @@ def test_a_learner_named_by_import_path_is_checked_and_made(fresh_registry):
     [
         ("tests.plugin_example:WithoutUpdate", "WithoutUpdate does not implement .*update"),
         ("tests.plugin_example:WithoutConfig", "WithoutConfig has no Config"),
+        ("tests.plugin_example:WithUndecoratedConfig", "UndecoratedConfig sets actor_lr but is not decorated with @dataclass"),
         ("tests.plugin_example:not_a_class", "not_a_class is a function, not a learner class"),
         ("tests.plugin_example:Missing", "cannot import tests.plugin_example:Missing"),
         ("tests.no_such_module:Learner", "cannot import tests.no_such_module:Learner"),

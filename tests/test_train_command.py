@@ -127,9 +127,14 @@ def test_train_takes_the_tasks_settings_from_the_suites_and_says_so(tmp_path):
     assert tuned.returncode == 0, tuned.stderr[-2000:]
     first = tuned.stdout.splitlines()[0]
     assert first.startswith("settings of suite classic for sac on Pendulum-v1: start_steps=1000, learning_starts=1000,") and "(--set replaces gamma)" in first
-    (suite,) = (results / "suites").glob("train-sac-Pendulum-v1-*.yaml")
-    data = yaml.safe_load(suite.read_text())
-    assert data["experiments"][0]["hyperparameters"] == {**task.hyperparameters, "gamma": 0.99} and data["budget"]["total_steps"] == 5000
+    assert not results.exists(), "--dry-run wrote under the results directory"
+    from benchmark.cli.train import adhoc_suite
+    from benchmark.config import load_suite
+
+    planned = tmp_path / "planned.yaml"  # the suite train plans: the task's settings with gamma replaced, 5,000 steps
+    planned.write_text(yaml.safe_dump(adhoc_suite("sac", "Pendulum-v1", {**task.hyperparameters, "gamma": 0.99}, [0], 5000, None, 10)))
+    (spec,) = load_suite(str(planned)).specs
+    assert spec.run_key in tuned.stdout and "(not written: --dry-run)" in tuned.stdout
     whole = run_cli_in_process("train", "--algo", "ppo", "--env", "CartPole-v1", *dry, cwd=tmp_path)  # no --steps: the task's budget
     assert whole.returncode == 0 and "100,000" in whole.stdout, whole.stdout[-2000:]
     plain = run_cli_in_process("train", "--algo", "sac", "--env", "MountainCarContinuous-v0", "--steps", "6000", *dry, cwd=tmp_path)

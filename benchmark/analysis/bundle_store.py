@@ -5,7 +5,10 @@ metrics, the evaluation curve as logged (``eval/return_mean``, ``eval/return_std
 episode of every evaluation (the ``evaluations.json`` artifact) and the provenance tags.
 ``import_bundle`` writes each bundled run back as a FINISHED child run (same metrics, params,
 tags and artifacts, tagged ``imported_from``) under one parent run of kind ``import``, so the
-MLflow UI shows it beside runs trained here.
+MLflow UI shows it beside runs trained here; where the bundle carries a run's weights, they
+become its ``checkpoints/final.pt`` artifact, as a run trained here has, so ``evaluate`` and
+``continue`` take it. ``plan_import`` checks a bundle against the store first, so that a
+command importing several writes nothing until every one has passed.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import datetime
 import json
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +43,11 @@ def _ms(text: str) -> int | None:
 def from_store(suite: Suite, tracking_uri: str) -> list[BundledRun]:
     """The suite's run keys that have a FINISHED child run in its experiment, as bundled runs
     (in suite order); a run without a finite final evaluation is left out."""
+    return [run for run, _ in _from_store(suite, tracking_uri)]
+
+
+def _from_store(suite: Suite, tracking_uri: str) -> list[tuple[BundledRun, str]]:
+    """``from_store``, each run with the id of the MLflow run it was read from."""
     import math
 
     specs = {spec.run_key: spec for spec in suite.specs}
@@ -57,23 +66,26 @@ def from_store(suite: Suite, tracking_uri: str) -> list[BundledRun]:
             run_id = run.info.run_id
             curve = _curve(client, run_id, Path(scratch))
             runs.append(
-                BundledRun(
-                    spec,
-                    float(final),
-                    metrics.get(metric_names.FINAL_RETURN_STD),
-                    curve,
-                    metrics.get(metric_names.PRE_ADAPTATION_RETURN),
-                    metrics.get(metric_names.FINAL_WALL_SECONDS),
-                    metrics.get(metric_names.FINAL_STEPS_PER_SECOND, metrics.get(metric_names.STEPS_PER_SECOND)),
-                    tags.get("device", ""),
-                    {name: tags.get(name, "") for name in bundles.PROVENANCE},
-                    {name.split(".", 1)[1]: value for name, value in sorted(tags.items()) if name.startswith("version.")},
-                    tuple(int(s) for s in tags.get("batch_seeds", "").split()) if len(tags.get("batch_seeds", "").split()) > 1 else (),
-                    tags.get("original_run_id", run_id),
-                    _iso(run.info.start_time),
-                    _iso(run.info.end_time),
-                    train_last100=outcomes.train_last100(metrics) or records.last_training_returns(client, run_id),
-                    fingerprint=tags.get(metric_names.FINGERPRINT_TAG, ""),
+                (
+                    BundledRun(
+                        spec,
+                        float(final),
+                        metrics.get(metric_names.FINAL_RETURN_STD),
+                        curve,
+                        metrics.get(metric_names.PRE_ADAPTATION_RETURN),
+                        metrics.get(metric_names.FINAL_WALL_SECONDS),
+                        metrics.get(metric_names.FINAL_STEPS_PER_SECOND, metrics.get(metric_names.STEPS_PER_SECOND)),
+                        tags.get("device", ""),
+                        {name: tags.get(name, "") for name in bundles.PROVENANCE},
+                        {name.split(".", 1)[1]: value for name, value in sorted(tags.items()) if name.startswith("version.")},
+                        tuple(int(s) for s in tags.get("batch_seeds", "").split()) if len(tags.get("batch_seeds", "").split()) > 1 else (),
+                        tags.get("original_run_id", run_id),
+                        _iso(run.info.start_time),
+                        _iso(run.info.end_time),
+                        train_last100=outcomes.train_last100(metrics) or records.last_training_returns(client, run_id),
+                        fingerprint=tags.get(metric_names.FINGERPRINT_TAG, ""),
+                    ),
+                    run_id,
                 )
             )
     return runs
@@ -111,52 +123,122 @@ def _curve(client: Any, run_id: str, scratch: Path) -> tuple[Evaluation, ...]:
     return tuple(curve)
 
 
-def export(suite: Suite, tracking_uri: str, output: Path, replace_runs: bool = False) -> tuple[bundles.Bundle, int, int]:
+@dataclass
+class Exported:
+    """What ``export`` wrote."""
+
+    bundle: bundles.Bundle
+    added: int
+    replaced: int
+    without_weights: list[str] = field(default_factory=list)
+    """With weights asked for: the labels of the exported runs that have no final checkpoint to carry."""
+
+
+def export(suite: Suite, tracking_uri: str, output: Path, replace_runs: bool = False, checkpoint_dir: Path | None = None) -> Exported:
     """Write the suite's finished runs to the bundle at ``output``, merged with the runs a
     bundle there already holds (a grid split over machines grows one bundle). The same run key
-    with different results is refused unless ``replace_runs`` (the store's run wins).
-    Returns the bundle, the runs added and the runs replaced."""
-    fresh = from_store(suite, tracking_uri)
+    with different results is refused unless ``replace_runs`` (the store's run wins). With
+    ``checkpoint_dir``, each exported run's final checkpoint goes in too (from there, else from
+    its MLflow artifacts); weights the bundle already carries stay with their runs."""
+    fresh = _from_store(suite, tracking_uri)
     existing = bundles.read(output) if bundles.is_bundle(output) else None
     if existing is not None and existing.suite != suite.name:
         raise BundleError(f"{output} holds a bundle of suite {existing.suite!r}, not {suite.name!r}: export to another --output")
     merged = dict(existing.runs) if existing else {}
+    weights = dict(existing.weights) if existing else {}
     added = replaced = 0
-    for run in fresh:
+    for run, _ in fresh:
         known = merged.get(run.run_key)
         if known is not None and not known.same_result(run):
             if not replace_runs:
                 bundles.merge([[known], [run]])  # raises, naming both
             replaced += 1
+            weights.pop(run.run_key, None)  # they trained the result being replaced
         elif known is None:
             added += 1
         if known is None or not known.same_result(run):
             merged[run.run_key] = run
     if not fresh and existing is None:
         raise BundleError(f"suite {suite.name!r} has no finished run in {tracking.describe_uri(tracking_uri)}: nothing to export")
-    bundle = bundles.Bundle(suite.name, merged)
-    bundles.write(bundle, output)
-    return bundle, added, replaced
+    with tempfile.TemporaryDirectory() as scratch:
+        without = []
+        if checkpoint_dir is not None:
+            for run, run_id in fresh:
+                found = weights.get(run.run_key) or _final_checkpoint(run, run_id, tracking_uri, checkpoint_dir, Path(scratch))
+                if found is None:
+                    without.append(run.spec.label)
+                else:
+                    weights[run.run_key] = found
+        bundle = bundles.Bundle(suite.name, merged, weights=weights)
+        bundles.write(bundle, output)
+    return Exported(bundles.read(output), added, replaced, without)
 
 
-def import_bundle(bundle: bundles.Bundle, tracking_uri: str, results_dir: Path) -> tuple[int, int]:
-    """Load every run of ``bundle`` into the store's experiment named after its suite. A run key
-    the experiment already has FINISHED with the same final evaluation is left as it is; with a
-    different one, nothing is imported (BundleError naming both). Returns (imported, already there)."""
-    experiment = tracking.experiment_id(tracking_uri, bundle.suite, results_dir / "mlartifacts")
-    finished = tracking.finished_child_runs(tracking_uri, None, set(bundle.runs), experiment_id=experiment)
-    to_import = []
+def _final_checkpoint(run: BundledRun, run_id: str, tracking_uri: str, checkpoint_dir: Path, scratch: Path) -> bundles.Weights | None:
+    """The run's ``final.pt``, where it has one: the local file, else a copy of its MLflow
+    artifact in ``scratch``; checked to load without code and to belong to the run."""
+    from benchmark.analysis.trained import read_final  # (torch: only when weights are asked for)
+    from benchmark.training import checkpoint
+
+    path = checkpoint.run_directory(checkpoint_dir, run.run_key) / checkpoint.FINAL
+    if not path.is_file():
+        try:
+            path = Path(tracking.client(tracking_uri).download_artifacts(run_id, f"checkpoints/{checkpoint.FINAL}", str(scratch / run_id)))
+        except Exception:  # noqa: BLE001 - MLflow raises its own types for a missing artifact
+            return None
+    read_final(path, run.run_key)  # loads without running code, and is this run's
+    return bundles.Weights(path)
+
+
+@dataclass
+class ImportPlan:
+    """What importing one bundle would write, checked against the store before anything is."""
+
+    bundle: bundles.Bundle
+    to_import: list[BundledRun]
+    present: dict[str, str]
+    """Run key -> the store's MLflow run id, for the bundle's runs the store already has ('' for
+    one an earlier bundle of the same command imports)."""
+
+
+def plan_import(bundle: bundles.Bundle, tracking_uri: str, planned: set[str] | frozenset[str] = frozenset()) -> ImportPlan:
+    """Check ``bundle`` against the store without writing: a run key the suite's experiment
+    already has FINISHED with the same final evaluation will be left as it is; with a different
+    one, BundleError naming both (the weights files' digests are checked by the caller, before
+    the store is opened, and again as each file is logged). Run keys in ``planned`` (an earlier bundle's plan imports them) count as there already."""
+    finished = tracking.finished_child_runs(tracking_uri, bundle.suite, set(bundle.runs))
+    to_import, present = [], {}
     for key, run in sorted(bundle.runs.items()):
         known = finished.get(key)
-        if known is None:
+        if known is None and key in planned:
+            present[key] = ""
+        elif known is None:
             to_import.append(run)
         elif known.data.metrics.get(metric_names.FINAL_RETURN_MEAN) != run.final_return:
             raise BundleError(
                 f"run key {key} ({run.spec.label}) has final evaluation {known.data.metrics.get('final/eval_return_mean')!r} in "
                 f"the tracking store (MLflow run {known.info.run_id}) and {run.final_return!r} in {run.describe()}: nothing imported"
             )
-    if not to_import:
-        return 0, len(bundle.runs)
+        else:
+            present[key] = known.info.run_id
+    return ImportPlan(bundle, to_import, present)
+
+
+def import_bundle(plan: ImportPlan, tracking_uri: str, results_dir: Path) -> tuple[int, int, int]:
+    """Load the runs ``plan`` found missing into the store's experiment named after the bundle's
+    suite (under one parent run of kind ``import``), each with its weights where the bundle
+    carries them; runs already there get the bundle's weights where they have no final
+    checkpoint. Returns (imported, already there, weights added to runs already there)."""
+    bundle = plan.bundle
+    attached = 0
+    client = tracking.client(tracking_uri)
+    for key, run_id in sorted(plan.present.items()):
+        if run_id and key in bundle.weights and not _has_final_checkpoint(client, run_id):
+            _log_weights(client, run_id, bundle.weights[key], key)
+            attached += 1
+    if not plan.to_import:
+        return 0, len(bundle.runs), attached
+    experiment = tracking.experiment_id(tracking_uri, bundle.suite, results_dir / "mlartifacts")
     parent = tracking.start_parent_run(
         tracking_uri,
         experiment,
@@ -164,16 +246,33 @@ def import_bundle(bundle: bundles.Bundle, tracking_uri: str, results_dir: Path) 
         {"suite": bundle.suite, "kind": "import", IMPORTED_TAG: bundle.origin},
     )
     try:
-        for run in to_import:
-            _import_run(tracking_uri, experiment, parent.run_id, run)
+        for run in plan.to_import:
+            _import_run(tracking_uri, experiment, parent.run_id, run, bundle.weights.get(run.run_key))
         parent.finish("FINISHED")
     except BaseException as error:
         parent.fail(error)
         raise
-    return len(to_import), len(bundle.runs) - len(to_import)
+    return len(plan.to_import), len(plan.present), attached
 
 
-def _import_run(tracking_uri: str, experiment: str, parent_run_id: str, run: BundledRun) -> None:
+def _has_final_checkpoint(client: Any, run_id: str) -> bool:
+    from benchmark.training.checkpoint_paths import FINAL
+
+    return any(Path(item.path).name == FINAL for item in tracking.retry(lambda: client.list_artifacts(run_id, "checkpoints")))
+
+
+def _log_weights(client: Any, run_id: str, weights: bundles.Weights, run_key: str) -> None:
+    """The bundle's weights file, checked again, as the run's ``checkpoints/final.pt`` artifact."""
+    from benchmark.training.checkpoint_paths import FINAL
+
+    data = bundles.weights_bytes(weights, run_key)
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / FINAL
+        path.write_bytes(data)
+        tracking.retry(lambda: client.log_artifact(run_id, str(path), "checkpoints"))
+
+
+def _import_run(tracking_uri: str, experiment: str, parent_run_id: str, run: BundledRun, weights: bundles.Weights | None) -> None:
     from mlflow.entities import Metric, Param
 
     client = tracking.client(tracking_uri)
@@ -222,4 +321,6 @@ def _import_run(tracking_uri: str, experiment: str, parent_run_id: str, run: Bun
     ]
     tracking.retry(lambda: client.log_text(run_id, json.dumps(evaluations), "evaluations.json"))
     tracking.retry(lambda: client.log_text(run_id, json.dumps(run.spec.to_dict(), indent=2, sort_keys=True), "config.json"))
+    if weights is not None:
+        _log_weights(client, run_id, weights, run.run_key)
     tracking.retry(lambda: client.set_terminated(run_id, "FINISHED", end_time=ended))

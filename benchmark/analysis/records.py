@@ -24,6 +24,39 @@ from benchmark.execution import outcomes
 from benchmark.run_record import RunRecord, from_bundle, mark_unusable
 
 
+def with_stored_seeds(suite: Suite, tracking_uri: str | None, bundled: dict[str, BundledRun] | None = None, seeds: list[int] | None = None) -> Suite:
+    """``suite`` with a spec for each seed of its configurations that the store (a run in any
+    state) or the bundles hold, beyond the suite's ``seeds:`` (``run --seeds`` trains any), each
+    after its configuration's own seeds; with ``seeds``, only the specs of those seeds."""
+    import dataclasses
+
+    held: dict[str, int] = {key: run.spec.seed for key, run in (bundled or {}).items()}
+    if tracking_uri is not None:
+        client = tracking.client(tracking_uri)
+        experiment = tracking.retry(lambda: client.get_experiment_by_name(suite.name))
+        if experiment is not None:
+            for run in tracking.search_all_runs(client, experiment.experiment_id, "tags.run_key != ''"):
+                seed = run.data.tags.get("seed", "")
+                if seed.isdigit():
+                    held[run.data.tags["run_key"]] = int(seed)
+    specs, known = [], {spec.run_key for spec in suite.specs}
+    for spec in suite.specs:
+        specs.append(spec)
+        for seed in sorted(set(held.values()) - {spec.seed}):
+            other = dataclasses.replace(spec, seed=seed)
+            if other.run_key in held and other.run_key not in known:
+                specs.append(other)
+                known.add(other.run_key)
+    order = {spec.run_key: index for index, spec in enumerate(specs)}
+    first: dict[str, int] = {}  # a configuration's place: its first spec's
+    for spec in specs:
+        first.setdefault(dataclasses.replace(spec, seed=0).run_key, order[spec.run_key])
+    specs.sort(key=lambda spec: (first[dataclasses.replace(spec, seed=0).run_key], spec.seed))
+    if seeds is not None:
+        specs = [spec for spec in specs if spec.seed in seeds]
+    return dataclasses.replace(suite, specs=specs)
+
+
 def collect(suite: Suite, tracking_uri: str | None, with_curves: bool = True, bundled: dict[str, BundledRun] | None = None) -> list[RunRecord]:
     """One record per spec of ``suite``, in suite order, from the experiment named after it
     (none when ``tracking_uri`` is None) and the ``bundled`` runs (run key -> run)."""

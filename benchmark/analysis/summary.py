@@ -39,7 +39,8 @@ class SummaryRow:
 
     @property
     def std(self) -> float | None:
-        return float(np.std(self.returns)) if self.returns else None
+        """The sample standard deviation over seeds (ddof=1, as the report's); None below two seeds."""
+        return float(np.std(self.returns, ddof=1)) if len(self.returns) > 1 else None
 
 
 def summarize(outcomes: Iterable[RunRecord]) -> list[SummaryRow]:
@@ -84,12 +85,12 @@ def _judge(rows: list[SummaryRow]) -> None:
         row.verdict = verdict.text
 
 
-HEADERS = ("algorithm", "environment", "seeds", "final eval return (mean ± std over seeds)", "per seed", "steps/s", "vs published")
+HEADERS = ("algorithm", "environment", "seeds", "final eval return (mean ± sample std over seeds)", "per seed", "steps/s", "vs published")
 
 
 def cells(row: SummaryRow) -> list[str]:
     """A row's values formatted for display, in HEADERS order."""
-    score = "—" if row.mean is None else f"{row.mean:.1f} ± {row.std:.1f}"
+    score = "—" if row.mean is None else f"{row.mean:.1f}" + (f" ± {row.std:.1f}" if row.std is not None else "")
     notes = [f"{row.failed} failed"] if row.failed else []
     notes += [f"{row.elsewhere} in another launch"] if row.elsewhere else []
     per_seed = ", ".join(f"{value:.0f}" for value in row.returns) + (f" ({', '.join(notes)})" if notes else "")

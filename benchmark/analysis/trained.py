@@ -78,10 +78,16 @@ def final_checkpoint(run_id: str, spec: RunSpec, tracking_uri: str, checkpoint_d
             temporary = path.with_suffix(".fetched")
             shutil.copyfile(fetched, temporary)
             temporary.replace(path)
+    return read_final(path, spec.run_key)
+
+
+def read_final(path: Path, run_key: str) -> dict[str, Any]:
+    """The payload of the final checkpoint ``path`` of run ``run_key`` (read without running
+    code); ConfigError, one line, when it is damaged or another run's."""
     try:
         payload = checkpoint.load(path)
     except Exception as error:  # noqa: BLE001 - a damaged file, in one line
         raise ConfigError(f"cannot read {path}: {type(error).__name__}: {error}") from None
-    if not isinstance(payload, dict) or (payload.get("spec") or {}).get("run_key") != spec.run_key:
-        raise ConfigError(f"{path} is not the final checkpoint of run key {spec.run_key}")
+    if not isinstance(payload, dict) or (payload.get("spec") or {}).get("run_key") != run_key:
+        raise ConfigError(f"{path} is not the final checkpoint of run key {run_key}")
     return payload

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from benchmark.analysis import power, stats
+from benchmark.tables import plural
 
 ALPHA = 0.05
 """Level of the difference test (after Holm) and of each one-sided test of TOST (a 90% interval)."""
@@ -321,7 +322,7 @@ def decide(rows: Sequence[Row], alpha: float = ALPHA) -> list[Decision]:
         if found is None:
             reason = row.reason
             if not reason and row.reference is not None and (row.ours is None or row.ours.n < 2):
-                reason = f"{row.ours.n if row.ours else 0} finished seed(s) here: at least 2 are needed"
+                reason = f"{row.ours.n if row.ours else 0} finished {plural(row.ours.n if row.ours else 0, 'seed')} here: at least 2 are needed"
             label = NO_REFERENCE if row.reference is None and not reason else NOT_COMPARABLE
             decisions.append(Decision(label, None, row.margin, notes=[reason] if reason else []))
             continue

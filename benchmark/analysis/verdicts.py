@@ -37,6 +37,7 @@ from benchmark.analysis import normalizers, reference, scores, verdict_rule
 from benchmark.analysis.reference import ReferenceScore
 from benchmark.analysis.verdict_rule import Decision, Margin, Sample
 from benchmark.run_record import RunRecord
+from benchmark.tables import plural
 
 ALPHA = verdict_rule.ALPHA
 BUDGET_RATIO = 2.0
@@ -286,7 +287,7 @@ def _prepare(case: Case, scores_table: tuple[ReferenceScore, ...], fraction: flo
     if case.env_changed:
         reasons.insert(0, f"env: {case.env_changed} here, made as registered in the source")
     if len(finals) < 2:
-        reasons.append(f"{len(finals)} finished seed(s) here: at least 2 are needed")
+        reasons.append(f"{len(finals)} finished {plural(len(finals), 'seed')} here: at least 2 are needed")
     margin = margin_for(case.env_id, fraction, published.mean)
     if reasons:
         base.reason = "; ".join(reasons)

@@ -4,6 +4,8 @@ stores, bundles, seeds per process, Slurm) and finding the stores."""
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -24,11 +26,47 @@ def raise_terminated(signum: int, frame: object) -> None:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with its errors in one line (not the usage block), exit 2 like every bad input."""
+    """argparse with its errors in one line (not the usage block), exit 2 like every bad input; a
+    misspelled command gets the closest one."""
 
     def error(self, message: str) -> NoReturn:
+        invalid = re.match(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if invalid:  # argparse lists the choices but does not say which one was meant (before Python 3.14)
+            argument, given, choices = invalid.group(1), invalid.group(2), re.findall(r"'([^']*)'", invalid.group(3))
+            close = difflib.get_close_matches(given, choices, n=1)
+            meant = f" (did you mean {close[0]!r}?)" if close else ""
+            if argument == "COMMAND":
+                message = f"unknown command {given!r}{meant}; commands: {', '.join(choices)}"
+            else:
+                message = f"argument {argument}: invalid choice {given!r}{meant}; choose from {', '.join(choices)}"
         error_line(f"{self.prog}: {message} (see {self.prog} --help)")
         sys.exit(EXIT_CONFIG_ERROR)
+
+
+def prog_name() -> str:
+    """The command as the user typed it: ``reprorl`` (the installed entry point), else ``python -m benchmark``."""
+    return "reprorl" if Path(sys.argv[0]).name == "reprorl" else "python -m benchmark"
+
+
+_MULTIPLIERS = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
+
+
+def steps_value(text: str) -> int:
+    """A number of env steps as people write them: 100000, 100_000, 100,000, 1e5, 300k, 1.5M
+    (argparse names the option on error)."""
+    import decimal
+
+    cleaned = text.strip().replace("_", "").replace(",", "")
+    multiplier = _MULTIPLIERS.get(cleaned[-1:].lower(), 1)
+    if multiplier != 1:
+        cleaned = cleaned[:-1]
+    try:
+        value = decimal.Decimal(cleaned) * multiplier
+    except decimal.InvalidOperation:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of steps (write 100000, 1e5, 300k or 1M)") from None
+    if not value.is_finite() or value != value.to_integral_value():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of steps")
+    return int(value)
 
 
 def error_line(message: str) -> None:
@@ -121,6 +159,17 @@ def add_bundle_arguments(parser: argparse.ArgumentParser, suite_default: bool = 
         parser.add_argument("--no-published", action="store_true", help="do not read the suite's bundle under <results-dir>/published/")
 
 
+def add_seeds_filter(parser: argparse.ArgumentParser) -> None:
+    """--seeds for the commands that read finished runs: which seeds of the suite's configurations count."""
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        metavar="SEED",
+        help="only these seeds (default: every seed of the suite's configurations that the store or the bundles hold, its seeds: or not)",
+    )
+
+
 def add_store_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results-dir", type=Path, default=Path("results"), help="MLflow store, artifacts, checkpoints, reports")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default $MLFLOW_TRACKING_URI or sqlite in --results-dir)")
@@ -137,6 +186,12 @@ def add_slurm_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--slurm-account", help="account to charge")
     group.add_argument("--slurm-memory", type=float, metavar="GB", help="memory per job in GB (default: the partition's)")
     group.add_argument(
+        "--slurm-signal-delay",
+        type=int,
+        metavar="SECONDS",
+        help="warn a job this long before its time limit: its runs stop with a checkpoint and it is requeued (default 90)",
+    )
+    group.add_argument(
         "--slurm-cluster",
         choices=("slurm", "local"),
         default="slurm",
@@ -152,6 +207,7 @@ SLURM_ARGUMENTS = {
     "slurm_constraint": "constraint",
     "slurm_account": "account",
     "slurm_memory": "memory_gb",
+    "slurm_signal_delay": "signal_delay_s",
 }
 
 

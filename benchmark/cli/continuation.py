@@ -8,18 +8,19 @@ local checkpoint, else the copy in its MLflow artifacts): networks, optimizers a
 normalization statistics as they ended, its step counter where it ended; its episodes start
 anew and an off-policy learner refills its replay buffer before updating again. Like ``train``,
 the command writes the ad-hoc suite it stands for under ``<results-dir>/suites/`` and trains it
-as ``run`` does (tracked, resumable, skipped once finished)."""
+as ``run`` does (tracked, resumable, skipped once finished); ``--dry-run`` writes nothing."""
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmark.cli.common import existing_store
+from benchmark.cli.common import existing_store, steps_value
 from benchmark.cli.run import INTERRUPTED as RUN_INTERRUPTED
-from benchmark.cli.run import add_run_options, check_run_arguments, command_run
-from benchmark.cli.train import write_adhoc_suite
+from benchmark.cli.run import add_run_options, check_run_arguments
+from benchmark.cli.train import train_adhoc
 
 if TYPE_CHECKING:
     from benchmark.config import RunSpec
@@ -29,8 +30,8 @@ if TYPE_CHECKING:
 def add_parser(commands: Any) -> None:
     further = commands.add_parser("continue", help="train a finished run further, as a new run linked to it")
     further.add_argument("run", metavar="RUN_ID", help="the finished run: its MLflow run id, or its run key")
-    further.add_argument("--steps", type=int, required=True, help="env steps to train beyond where it ended")
-    further.add_argument("--eval-every", type=int, metavar="STEPS", help="env steps between evaluations (default: the run's)")
+    further.add_argument("--steps", type=steps_value, required=True, help="env steps to train beyond where it ended")
+    further.add_argument("--eval-every", type=steps_value, metavar="STEPS", help="env steps between evaluations (default: the run's)")
     add_run_options(further)
 
 
@@ -46,28 +47,32 @@ def command_continue(args: argparse.Namespace, console: Output) -> int:
         raise ConfigError(f"--eval-every must be a positive number of env steps, got {args.eval_every}")
     tracking_uri = existing_store(args)
     from benchmark.analysis.trained import final_checkpoint, finished_run
+    from benchmark.training.checkpoint_paths import FINAL, run_directory
 
     run_id, origin = finished_run(args.run, tracking_uri)
-    final = final_checkpoint(run_id, origin, tracking_uri, Path(args.results_dir) / "checkpoints")
+    checkpoints = Path(args.results_dir) / "checkpoints"
+    with tempfile.TemporaryDirectory(prefix="reprorl-final-") as scratch:  # --dry-run fetches no final.pt into the results
+        local = (run_directory(checkpoints, origin.run_key) / FINAL).is_file()
+        final = final_checkpoint(run_id, origin, tracking_uri, checkpoints if local or not args.dry_run else Path(scratch))
     ended = int(final.get("step", origin.budget.total_steps))
     data = continuation_suite(origin, ended, args.steps, args.eval_every, f"python -m benchmark continue {args.run} --steps {args.steps}")
-    path = write_adhoc_suite(data, Path(args.results_dir), continued=ended)
-    console.print(
-        f"continues run {run_id} ({origin.label}, run key {origin.run_key}) from env step {ended:,} to {ended + args.steps:,}; "
-        f"suite {path} (report with: python -m benchmark report --suite {path})",
-        highlight=False,
-        soft_wrap=True,
-    )
-    schedules = agents.resolve_config(origin.algo, origin.hyperparameters).budget_schedules()
-    if schedules:
+
+    def described(path: Path) -> None:
         console.print(
-            f"note: {', '.join(schedules)} move with the fraction of the budget trained; over the new budget they start "
-            f"{ended / (ended + args.steps):.0%} of the way (the run ended at 100% of its own)",
+            f"continues run {run_id} ({origin.label}, run key {origin.run_key}) from env step {ended:,} to {ended + args.steps:,}",
             highlight=False,
             soft_wrap=True,
         )
-    args.suite, args.algos, args.envs = str(path), None, None
-    return command_run(args, console)
+        schedules = agents.resolve_config(origin.algo, origin.hyperparameters).budget_schedules()
+        if schedules:
+            console.print(
+                f"note: {', '.join(schedules)} move with the fraction of the budget trained; over the new budget they start "
+                f"{ended / (ended + args.steps):.0%} of the way (the run ended at 100% of its own)",
+                highlight=False,
+                soft_wrap=True,
+            )
+
+    return train_adhoc(args, console, data, continued=ended, before=described)
 
 
 def continuation_suite(origin: RunSpec, ended: int, steps: int, eval_every: int | None, command: str) -> dict[str, Any]:

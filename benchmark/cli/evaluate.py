@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmark.cli.common import add_store_arguments, existing_store
+from benchmark.tables import plural
 
 if TYPE_CHECKING:
     from benchmark.tables import Output
@@ -51,8 +52,9 @@ def command_evaluate(args: argparse.Namespace, console: Output) -> int:
     client = tracking.client(tracking_uri)
     recorded = tracking.retry(lambda: client.get_run(run_id)).data.metrics.get(metric_names.FINAL_RETURN_MEAN)
     lengths = evaluation.lengths
+    episodes = f"{len(lengths)} {plural(len(lengths), 'episode')}"
     console.print(
-        f"{spec.label} (run {run_id}, run key {spec.run_key}): return {evaluation.mean:.2f} ± {evaluation.std:.2f} over {len(lengths)} episode(s) "
+        f"{spec.label} (run {run_id}, run key {spec.run_key}): return {evaluation.mean:.2f} ± {evaluation.std:.2f} over {episodes} "
         f"of {min(lengths)}-{max(lengths)} steps" + (f"; its final evaluation: {recorded:.2f}" if recorded is not None else ""),
         highlight=False,
         soft_wrap=True,

@@ -6,11 +6,10 @@ See ``benchmark.perf.parity`` for the settings, the protocol and the statistics.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any
 
-from benchmark.cli.common import add_format, add_margin
+from benchmark.cli.common import add_format, add_margin, steps_value
 
 # ConfigError (agents.api) is imported in the functions that raise it: importing agents starts torch,
 # and the command line's parser reads this module (--help must not wait for torch).
@@ -26,7 +25,7 @@ def add_parser(commands: Any) -> None:
     )
     command.add_argument("--algo", help=f"algorithm: {', '.join(parity.SETTINGS)} (omit with --table)")
     command.add_argument("--env", help="environment (default: the algorithm's, Hopper-v5 or CartPole-v1)")
-    command.add_argument("--steps", type=int, help="env steps per run (default: 500k on-policy, 100k off-policy, 50k DQN)")
+    command.add_argument("--steps", type=steps_value, help="env steps per run (default: 500k on-policy, 100k off-policy, 50k DQN)")
     command.add_argument(
         "--seeds",
         type=int,
@@ -35,13 +34,17 @@ def add_parser(commands: Any) -> None:
         metavar="SEED",
         help="seeds (default 0-4); seeds the record already holds are not trained again",
     )
-    command.add_argument("--episodes", type=int, default=parity.EPISODES, help=f"final evaluation episodes (default {parity.EPISODES})")
+    command.add_argument(
+        "--eval-episodes", dest="episodes", type=int, default=parity.EPISODES, metavar="N", help=f"final evaluation episodes (default {parity.EPISODES})"
+    )
+    command.add_argument("--episodes", dest="episodes", type=int, help=argparse.SUPPRESS)  # the earlier name, kept for a release
     add_margin(command, parity_records.MARGIN, "normalized units (random 0, the task's reference 1; on CartPole and InvertedPendulum: of the success rate)")
-    command.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="runs trained at once, one core each (default: every core)")
+    command.add_argument("--workers", type=int, default=1, help="runs trained at once, one core each (default 1, as for run)")
     command.add_argument("--device", default="cpu", help="cpu (default) or cuda: where both sides train (the runs of one invocation share the GPU)")
     command.add_argument("--force", action="store_true", help="train the seeds again even where the record holds them")
     command.add_argument("--table", action="store_true", help="only tabulate the records held (no training)")
-    command.add_argument("--output-dir", type=Path, default=Path("results/parity"), help="records and tables (default results/parity)")
+    command.add_argument("--output", dest="output_dir", type=Path, default=Path("results/parity"), help="records and tables (default results/parity)")
+    command.add_argument("--output-dir", dest="output_dir", type=Path, help=argparse.SUPPRESS)  # the earlier name, kept for a release
     add_format(command)
 
 

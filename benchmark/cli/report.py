@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from benchmark.cli.common import (
     EXIT_RUNS_FAILED,
     add_bundle_arguments,
+    add_seeds_filter,
     add_store_arguments,
     bundled_runs,
     error_line,
@@ -44,6 +45,7 @@ def add_parser(commands: Any) -> None:
         metavar="URL",
         help="where the MLflow UI serves this store, to link each run to its page (default: the tracking server, else http://localhost:$PORT or 5000)",
     )
+    add_seeds_filter(report)
     add_store_arguments(report)
     add_bundle_arguments(report)
 
@@ -136,6 +138,7 @@ def command_report(args: argparse.Namespace, console: Output) -> int:
     suite = config.load_suite(args.suite)
     bundled = bundled_runs(args, suite.name)
     tracking_uri = store_if_exists(args) if bundled else existing_store(args)
+    suite = records.with_stored_seeds(suite, tracking_uri, bundled, args.seeds)
     found = records.collect(suite, tracking_uri, bundled=bundled)
     finished = sum(r.finished for r in found)
     sources = ([tracking.describe_uri(tracking_uri, short=True)] if tracking_uri else []) + sorted({r.source for r in found if r.source})

@@ -11,7 +11,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmark.cli.common import add_bundle_arguments, add_format, add_margin, add_store_arguments, bundled_runs, existing_store, store_if_exists
+from benchmark.cli.common import (
+    add_bundle_arguments,
+    add_format,
+    add_margin,
+    add_seeds_filter,
+    add_store_arguments,
+    bundled_runs,
+    existing_store,
+    steps_value,
+    store_if_exists,
+)
 
 # ConfigError (agents.api) is imported in the functions that raise it: importing agents starts torch,
 # and the command line's parser reads this module (--help must not wait for torch).
@@ -26,6 +36,12 @@ def add_parser(commands: Any) -> None:
     export.add_argument("--output", type=Path, help="bundle directory (default <results-dir>/published/<suite>); a bundle there is merged with")
     export.add_argument(
         "--replace", action="store_true", help="where the bundle at --output holds a run key with other results, keep the store's (default: refuse)"
+    )
+    add_seeds_filter(export)
+    export.add_argument(
+        "--with-weights",
+        action="store_true",
+        help="carry each run's trained agent (its final checkpoint: networks, optimizers, frozen normalization) for evaluate, continue and load_policy",
     )
     add_store_arguments(export)
 
@@ -42,6 +58,7 @@ def add_parser(commands: Any) -> None:
     )
     verdicts.add_argument("--suite", required=True, help="suite name or path")
     add_margin(verdicts)
+    add_seeds_filter(verdicts)
     verdicts.add_argument("--plan", action="store_true", help="per configuration: the seeds that would decide its verdict, and what they would cost")
     add_format(verdicts)
     add_store_arguments(verdicts)
@@ -70,7 +87,7 @@ def add_parser(commands: Any) -> None:
     calibrate.add_argument("--algos", nargs="+", help="algorithms (default: those of --suite, else every single-task one)")
     calibrate.add_argument("--envs", nargs="+", help="environments (default: those of --suite, else CartPole-v1 and HalfCheetah-v5)")
     calibrate.add_argument("--suite", help="calibrate the (algorithm, environment) pairs of this suite")
-    calibrate.add_argument("--steps", type=int, help="env steps per pair (default: a few seconds' worth)")
+    calibrate.add_argument("--steps", type=steps_value, help="env steps per pair (default: a few seconds' worth)")
     calibrate.add_argument("--output", type=Path, help="throughput CSV (default results/perf/throughput.csv); rows of other pairs are kept")
     add_format(calibrate)
 
@@ -78,42 +95,66 @@ def add_parser(commands: Any) -> None:
 def command_export(args: argparse.Namespace, console: Any) -> int:
     from agents.errors import ConfigError
     from benchmark import bundles, config
-    from benchmark.analysis import bundle_store
+    from benchmark.analysis import bundle_store, records
 
-    suite = config.load_suite(args.suite)
     tracking_uri = existing_store(args)
+    suite = records.with_stored_seeds(config.load_suite(args.suite), tracking_uri, seeds=args.seeds)
     output = args.output or bundles.published_directory(args.results_dir, suite.name)
     if output.exists() and not output.is_dir():
         raise ConfigError(f"--output {output} is a file, not a directory")
     if output.is_dir() and any(output.iterdir()) and not bundles.is_bundle(output):
         raise ConfigError(f"--output {output} is a directory that holds no bundle: choose an empty or new directory")
-    bundle, added, replaced = bundle_store.export(suite, tracking_uri, output, args.replace)
-    size = sum(path.stat().st_size for path in output.iterdir())
+    from benchmark.tables import plural
+
+    checkpoints = Path(args.results_dir) / "checkpoints" if args.with_weights else None
+    exported = bundle_store.export(suite, tracking_uri, output, args.replace, checkpoints)
+    bundle = exported.bundle
+    size = sum(path.stat().st_size for path in output.rglob("*") if path.is_file())
     console.print(
-        f"bundle {output}: {len(bundle.runs)} runs of suite {suite.name!r} ({added} added"
-        + (f", {replaced} replaced" if replaced else "")
-        + f", {len(suite.specs) - len(bundle.runs)} of the suite's {len(suite.specs)} not in it), "
-        f"{size / 1e6:.2f} MB",
+        f"bundle {output}: {len(bundle.runs)} {plural(len(bundle.runs), 'run')} of suite {suite.name!r} ({exported.added} added"
+        + (f", {exported.replaced} replaced" if exported.replaced else "")
+        + f", {len(suite.specs) - len(bundle.runs)} of the suite's {len(suite.specs)} not in it)"
+        + (f", {len(bundle.weights)} with {plural(len(bundle.weights), 'its', 'their')} weights" if bundle.weights else "")
+        + f", {size / 1e6:.2f} MB",
         highlight=False,
         markup=False,
     )
+    if exported.without_weights:
+        shown = ", ".join(exported.without_weights[:3]) + (", ..." if len(exported.without_weights) > 3 else "")
+        console.print(
+            f"note: {len(exported.without_weights)} {plural(len(exported.without_weights), 'run has', 'runs have')} no final checkpoint "
+            f"here or in MLflow, so no weights: {shown}",
+            highlight=False,
+            markup=False,
+        )
     return 0
 
 
 def command_import(args: argparse.Namespace, console: Any) -> int:
     from benchmark import bundles, stores, tracking
     from benchmark.analysis import bundle_store
+    from benchmark.tables import plural
 
     loaded = [bundles.read(directory) for directory in args.bundles]  # every bundle is checked before anything is written
     bundles.merge(bundle.runs.values() for bundle in loaded)
+    for bundle in loaded:  # and every weights file against its digest
+        for key, weights in bundle.weights.items():
+            bundles.weights_bytes(weights, key)
     stores.check_writable_directory(args.results_dir, "results directory")
     tracking_uri = args.tracking_uri or tracking.default_tracking_uri(args.results_dir)
     tracking.ensure_store(tracking_uri, deep=True, writing=True)
-    for bundle in loaded:
-        imported, present = bundle_store.import_bundle(bundle, tracking_uri, args.results_dir)
+    plans: list[bundle_store.ImportPlan] = []
+    for bundle in loaded:  # all checked against the store before any is written: all or nothing
+        planned = {run.run_key for plan in plans if plan.bundle.suite == bundle.suite for run in plan.to_import}
+        plans.append(bundle_store.plan_import(bundle, tracking_uri, planned))
+    for plan in plans:
+        imported, present, attached = bundle_store.import_bundle(plan, tracking_uri, args.results_dir)
+        carried = sum(run.run_key in plan.bundle.weights for run in plan.to_import)
         console.print(
-            f"{bundle.origin}: {imported} runs imported into experiment {bundle.suite!r}"
+            f"{plan.bundle.origin}: {imported} {plural(imported, 'run')} imported into experiment {plan.bundle.suite!r}"
+            + (f" ({carried} with {plural(carried, 'its', 'their')} weights)" if carried else "")
             + (f", {present} already there" if present else "")
+            + (f" ({attached} given the bundle's weights)" if attached else "")
             + f" ({tracking.describe_uri(tracking_uri)})",
             highlight=False,
             markup=False,
@@ -132,7 +173,7 @@ def command_merge(args: argparse.Namespace, console: Any) -> int:
     merged = bundles.merge(bundle.runs.values() for bundle in loaded)
     if args.output.exists() and (not args.output.is_dir() or (any(args.output.iterdir()) and not bundles.is_bundle(args.output))):
         raise ConfigError(f"--output {args.output} exists and is not a bundle: choose a new directory")
-    bundles.write(bundles.Bundle(suites[0], merged), args.output)
+    bundles.write(bundles.Bundle(suites[0], merged, weights=bundles.merged_weights(loaded, merged)), args.output)
     console.print(
         f"bundle {args.output}: {len(merged)} runs of suite {suites[0]!r} from {len(loaded)} bundles "
         f"({sum(len(b.runs) for b in loaded) - len(merged)} held by more than one)",
@@ -178,6 +219,7 @@ def command_verdicts(args: argparse.Namespace, console: Any) -> int:
     suite = config.load_suite(args.suite)
     bundled = bundled_runs(args, suite.name)
     tracking_uri = store_if_exists(args)
+    suite = records.with_stored_seeds(suite, tracking_uri, bundled, args.seeds)
     if tracking_uri is None and not bundled:
         raise ConfigError(
             f"no tracking store in {args.results_dir} and no result bundle of suite {suite.name!r}: pass --results-dir, --tracking-uri or --from DIR"

@@ -19,8 +19,10 @@ from benchmark.cli.common import (
     add_slurm_arguments,
     bundled_runs,
     slurm_options,
+    steps_value,
     store_if_exists,
 )
+from benchmark.tables import plural
 
 if TYPE_CHECKING:
     from benchmark.tables import Output
@@ -76,7 +78,7 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--checkpoint-every",
-        type=int,
+        type=steps_value,
         metavar="STEPS",
         help="env steps between resumable checkpoints (default: the suite's, else at every evaluation; 0: only the final one)",
     )
@@ -127,7 +129,7 @@ def check_run_arguments(args: argparse.Namespace) -> None:
 
 
 def command_run(args: argparse.Namespace, console: Output) -> int:
-    from benchmark import config
+    from benchmark import config, stores
 
     check_run_arguments(args)
     store_if_exists(args, local_only=True)  # a damaged store is named before the suite is read
@@ -157,20 +159,21 @@ def command_run(args: argparse.Namespace, console: Output) -> int:
             console.print(notice, highlight=False, soft_wrap=True)
         processes = len(set(found.processes.values()))
         console.print(
-            f"{len(suite.specs)} runs in suite {suite.name!r} ({suite.path})"
+            f"{len(suite.specs)} runs in suite {suite.name!r} ({getattr(args, 'suite_shown', None) or suite.path})"
             + (f", the {len(found.left)} left trained in {processes} process{'es' if processes != 1 else ''}" if processes < len(found.left) else ""),
             highlight=False,
         )
         console.print(planning.total_line(found, _workers_text(args, suite)), highlight=False, markup=False)
         return 0
     found = _plan(suite, args, bundled)  # reads the store when it exists (a bad URI fails here), creates nothing
+    stores.check_usable_directory(args.results_dir, "results directory")  # before the plan is printed
     _confirm_cost(found, args, console, suite)
     execution = execute_suite(suite, args, console, force=args.force, bundled=bundled)
     _next_commands(execution.records, suite, args, console)
     elsewhere = [o for o in execution.records if o.status == "CLAIMED"]
     if elsewhere:
         console.print(
-            f"{len(elsewhere)} run(s) left to the launch that is training them: " + ", ".join(o.spec.label for o in elsewhere),
+            f"{len(elsewhere)} {plural(len(elsewhere), 'run')} left to the launch that is training them: " + ", ".join(o.spec.label for o in elsewhere),
             highlight=False,
             soft_wrap=True,
             markup=False,
@@ -178,7 +181,9 @@ def command_run(args: argparse.Namespace, console: Output) -> int:
     failed = [o for o in execution.records if not o.ok and o.status != "CLAIMED"]
     if not failed:
         return 0
-    console.print(f"[red]{len(failed)} run(s) did not finish:[/] " + ", ".join(o.spec.label for o in failed), highlight=False, soft_wrap=True)
+    console.print(
+        f"[red]{len(failed)} {plural(len(failed), 'run')} did not finish:[/] " + ", ".join(o.spec.label for o in failed), highlight=False, soft_wrap=True
+    )
     command = ["python", "-m", "benchmark", "run", "--suite", args.suite]
     if args.seeds is not None:
         command += ["--seeds", *map(str, args.seeds)]
@@ -344,7 +349,9 @@ def execute_suite(suite, args: argparse.Namespace, console: Output, force: bool 
     stores.check_writable_directory(results_dir, "results directory")
     tracking_uri = args.tracking_uri or tracking.default_tracking_uri(results_dir)
     tracking.ensure_store(tracking_uri, deep=True, writing=True)
-    console.print(f"suite {suite.name!r}: {len(suite.specs)} runs, {workers} worker(s), tracking at {tracking_uri}")
+    console.print(
+        f"suite {suite.name!r}: {len(suite.specs)} {plural(len(suite.specs), 'run')}, {workers} {plural(workers, 'worker')}, tracking at {tracking_uri}"
+    )
     started = time.perf_counter()
     execution = launching.execute(
         suite.specs,
@@ -360,11 +367,13 @@ def execute_suite(suite, args: argparse.Namespace, console: Output, force: bool 
     )
     rows = summary.summarize(execution.records)
     console.table(summary.table(rows, f"suite {suite.name} — final deterministic evaluation"))
-    report_dir = results_dir / "reports"
-    report_dir.mkdir(parents=True, exist_ok=True)
-    report = report_dir / f"{suite.name}-{execution.parent_run_id[:8]}.md"
-    report.write_text(f"# suite {suite.name}\n\nMLflow parent run `{execution.parent_run_id}`\n\n{summary.to_markdown(rows)}")
-    tracking.MlflowTracker(tracking_uri, execution.parent_run_id).log_artifact(report)
+    report = None
+    if execution.parent_run_id:  # a launch that trained something: its table, beside its parent run
+        report_dir = results_dir / "reports"
+        report_dir.mkdir(parents=True, exist_ok=True)
+        report = report_dir / f"{suite.name}-{execution.parent_run_id[:8]}.md"
+        report.write_text(f"# suite {suite.name}\n\nMLflow parent run `{execution.parent_run_id}`\n\n{summary.to_markdown(rows)}")
+        tracking.MlflowTracker(tracking_uri, execution.parent_run_id).log_artifact(report)
     for outcome in execution.records:
         if not outcome.ok and outcome.status != "CLAIMED":
             console.print(f"[red]{escape(outcome.spec.label)} {outcome.status}[/]: {escape(str(outcome.error))}", highlight=False)
@@ -377,8 +386,9 @@ def execute_suite(suite, args: argparse.Namespace, console: Output, force: bool 
     by_others += [f"{meanwhile} by another launch meanwhile"] if meanwhile else []
     console.print(
         f"{sum(o.ok for o in execution.records)}/{len(execution.records)} runs finished" + (f" ({', '.join(by_others)})" if by_others else "") + " in "
-        f"{time.perf_counter() - started:.0f} s; parent run {execution.parent_run_id}; table in {report}; "
-        "full report with CIs and plots: "
+        f"{time.perf_counter() - started:.0f} s; "
+        + (f"parent run {execution.parent_run_id}; table in {report}; " if report else "")
+        + "full report with CIs and plots: "
         + shlex.join(["python", "-m", "benchmark", "report", "--suite", suite_argument(suite), *store_options(args), *bundles]),
         soft_wrap=True,
     )

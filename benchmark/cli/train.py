@@ -1,18 +1,22 @@
 """``python -m benchmark train``: one algorithm on one environment without writing a suite file,
 as RL Baselines3 Zoo's ``train --algo --env``. The command writes the ad-hoc suite it stands for
 under ``<results-dir>/suites/`` and trains it as ``run`` would: the same run keys, tracking,
-skip-finished and resume, and ``report --suite <that file>`` reports it."""
+skip-finished and resume, and ``report --suite <that file>`` reports it. With ``--dry-run`` it
+plans from a temporary copy and writes nothing."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import re
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchmark.cli.common import steps_value
 from benchmark.cli.run import INTERRUPTED as RUN_INTERRUPTED
 from benchmark.cli.run import add_run_options, check_run_arguments, command_run
 
@@ -37,9 +41,11 @@ def add_parser(commands: Any) -> None:
         ),
     )
     train.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (default 0)")
-    train.add_argument("--steps", type=int, help=f"env steps per run (default: the task's budget in the suite its settings come from, else {DEFAULT_STEPS:,})")
     train.add_argument(
-        "--eval-every", type=int, metavar="STEPS", help="env steps between deterministic evaluations (default: the task's, else a tenth of --steps)"
+        "--steps", type=steps_value, help=f"env steps per run (default: the task's budget in the suite its settings come from, else {DEFAULT_STEPS:,})"
+    )
+    train.add_argument(
+        "--eval-every", type=steps_value, metavar="STEPS", help="env steps between deterministic evaluations (default: the task's, else a tenth of --steps)"
     )
     train.add_argument(
         "--published-defaults",
@@ -137,29 +143,31 @@ def command_train(args: argparse.Namespace, console: Output) -> int:
         if steps is None:
             steps, eval_every = task.budget.total_steps, eval_every or task.budget.eval_every
     data = adhoc_suite(args.algo, args.env, overrides, args.seeds, DEFAULT_STEPS if steps is None else steps, eval_every, args.eval_episodes)
-    path = write_adhoc_suite(data, Path(args.results_dir))
-    if task is not None:
-        replaced = sorted(set(given) & {*task.hyperparameters, *task.options})
-        console.print(task.describe() + (f" (--set replaces {', '.join(replaced)})" if replaced else ""), highlight=False, soft_wrap=True, markup=False)
-    elif not args.published_defaults:
-        console.print(f"settings: {args.algo}'s published defaults (no suite of the project trains it on {args.env})", highlight=False, soft_wrap=True)
-    console.print(f"suite {path} (report with: python -m benchmark report --suite {path})", highlight=False, soft_wrap=True)
-    args.suite, args.algos, args.envs = str(path), None, None
-    args.seeds = None  # the suite file holds them
-    return command_run(args, console)
+
+    def settings(_: Path) -> None:
+        if task is not None:
+            replaced = sorted(set(given) & {*task.hyperparameters, *task.options})
+            console.print(task.describe() + (f" (--set replaces {', '.join(replaced)})" if replaced else ""), highlight=False, soft_wrap=True, markup=False)
+        elif not args.published_defaults:
+            console.print(f"settings: {args.algo}'s published defaults (no suite of the project trains it on {args.env})", highlight=False, soft_wrap=True)
+
+    return train_adhoc(args, console, data, before=settings)
 
 
-def write_adhoc_suite(data: dict[str, Any], results_dir: Path, continued: int | None = None) -> Path:
-    """Write the suite ``data`` (one experiment) to ``<results_dir>/suites/<name>.yaml``, once it
-    loads and its budget leaves at least one gradient step: a problem is one line (ConfigError)
-    and nothing is written. ``continued``: the env step the continued run starts from (its
-    replay buffer is refilled first)."""
+@contextlib.contextmanager
+def adhoc_suite_file(data: dict[str, Any], results_dir: Path, dry_run: bool, continued: int | None = None) -> Iterator[tuple[Path, Path]]:
+    """The suite ``data`` (one experiment) as a file, once it loads and its budget leaves at least
+    one gradient step (else ConfigError, one line, and nothing written): (the file to load,
+    ``<results_dir>/suites/<name>.yaml`` where it is kept). With ``dry_run`` it is a temporary
+    file, removed on leaving, and nothing is written under ``results_dir``. ``continued``: the
+    env step a continued run starts from (its replay buffer is refilled first)."""
     import yaml
 
     from agents.errors import ConfigError
     from benchmark import config
 
     text = yaml.safe_dump(data, sort_keys=False)
+    kept = results_dir / "suites" / f"{data['name']}.yaml"
     with tempfile.TemporaryDirectory(prefix="reprorl-suite-") as scratch:  # every problem named before anything is written
         checked = Path(scratch) / f"{data['name']}.yaml"
         checked.write_text(text)
@@ -167,16 +175,36 @@ def write_adhoc_suite(data: dict[str, Any], results_dir: Path, continued: int | 
             suite = config.load_suite(str(checked))
         except ConfigError as error:
             raise ConfigError(str(error).replace(f"{checked}: ", "", 1).replace("experiments[0]: ", "", 1)) from None
-    spec = suite.specs[0]
-    problem = no_update_problem(spec, spec.budget.total_steps - (continued or 0), refilling=continued is not None)
-    if problem:
-        raise ConfigError(f"{problem[0]}: give --steps {problem[1]} or more, or lower those settings with --set")
-    path = results_dir / "suites" / f"{data['name']}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
+        spec = suite.specs[0]
+        problem = no_update_problem(spec, spec.budget.total_steps - (continued or 0), refilling=continued is not None)
+        if problem:
+            raise ConfigError(f"{problem[0]}: give --steps {problem[1]} or more, or lower those settings with --set")
+        if dry_run:
+            yield checked, kept
+            return
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    temporary = kept.with_suffix(".tmp")
     temporary.write_text(text)
-    temporary.replace(path)
-    return path
+    temporary.replace(kept)
+    yield kept, kept
+
+
+def train_adhoc(
+    args: argparse.Namespace, console: Output, data: dict[str, Any], continued: int | None = None, before: Callable[[Path], None] | None = None
+) -> int:
+    """Train the ad-hoc suite ``data`` as ``run`` would (``run --dry-run`` with ``--dry-run``,
+    which writes nothing); ``before`` prints what the command says first, given the suite's path."""
+    with adhoc_suite_file(data, Path(args.results_dir), args.dry_run, continued) as (path, kept):
+        if before is not None:
+            before(kept)
+        console.print(
+            f"suite {kept}" + (" (not written: --dry-run)" if args.dry_run else f" (report with: python -m benchmark report --suite {kept})"),
+            highlight=False,
+            soft_wrap=True,
+        )
+        args.suite, args.algos, args.envs, args.suite_shown = str(path), None, None, str(kept)
+        args.seeds = None  # the suite file holds them
+        return command_run(args, console)
 
 
 def no_update_problem(spec: Any, steps: int, refilling: bool = False) -> tuple[str, int] | None:

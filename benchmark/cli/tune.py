@@ -14,6 +14,7 @@ from benchmark.cli.common import (
     add_slurm_arguments,
     add_store_arguments,
     slurm_options,
+    steps_value,
 )
 
 if TYPE_CHECKING:
@@ -30,7 +31,8 @@ def add_parser(commands: Any) -> None:
     tune.add_argument("--algo", help="algorithm to tune (its search space: suites/search/ALGO.yaml)")
     tune.add_argument("--env", help="gymnasium id; its reference and random scores normalize the objective")
     tune.add_argument("--trials", type=int, default=20, help="trials this invocation adds to the study (default 20)")
-    tune.add_argument("--budget", type=int, metavar="STEPS", help="env steps per seed of a trial (default: the budget of the suite that runs ALGO on ENV)")
+    tune.add_argument("--steps", dest="budget", type=steps_value, help="env steps per seed of a trial (default: the budget of the suite that runs ALGO on ENV)")
+    tune.add_argument("--budget", dest="budget", type=steps_value, help=argparse.SUPPRESS)  # the earlier name, kept for a release
     tune.add_argument("--seeds-per-trial", type=int, metavar="S", help="seeds each trial trains and averages (default 1)")
     tune.add_argument(
         "--seeds-per-process",
@@ -150,7 +152,7 @@ def command_tune(args: argparse.Namespace, console: Output) -> int:
         console.print(
             f"best: trial {best.number}, normalized score {best.value:.3f} (final returns "
             f"{', '.join(f'{r:.1f}' for r in best.user_attrs.get('final_returns', []))}); "
-            f"python -m benchmark tune show {study_name} | tune export {study_name}",
+            f"see it with: python -m benchmark tune show {study_name}; make it a suite with: python -m benchmark tune export {study_name}",
             soft_wrap=True,
             markup=False,
             highlight=False,

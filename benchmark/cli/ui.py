@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +27,8 @@ def add_parser(commands: Any) -> None:
 
 
 def command_ui(args: argparse.Namespace, console: Output) -> int:
-    """Print where each suite's runs are, then become ``mlflow ui`` (one worker: it starts in seconds)."""
+    """Start ``mlflow ui`` (one worker: it starts in seconds) with its log in the results
+    directory, print where each suite's runs are once it answers, and serve until Ctrl-C."""
     from agents.errors import ConfigError
     from benchmark import tracking
 
@@ -35,15 +38,6 @@ def command_ui(args: argparse.Namespace, console: Output) -> int:
     tracking_uri = existing_store(args)
     client = tracking.client(tracking_uri)
     experiments = [e for e in tracking.retry(lambda: client.search_experiments()) if e.name != "Default"]
-    server = tracking_uri.startswith(("http://", "https://"))  # a tracking server serves its own UI
-    address = tracking_uri.rstrip("/") if server else f"http://{'localhost' if args.host in ('127.0.0.1', '0.0.0.0') else args.host}:{port}"
-    view = "?workflowType=machine_learning"  # MLflow 3 opens on its GenAI view otherwise
-    console.print(
-        f"MLflow UI at {address}/#/experiments{view}{'' if server else ' (Ctrl-C stops it)'}; the runs of each suite and study:",
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
-    )
     for experiment in experiments:
         if experiment.tags.get("mlflow.experimentKind") != tracking.EXPERIMENT_TAGS["mlflow.experimentKind"]:
             # an experiment made before this tag: MLflow 3 would open it in its GenAI view
@@ -52,20 +46,19 @@ def command_ui(args: argparse.Namespace, console: Output) -> int:
                     tracking.retry(lambda: client.set_experiment_tag(experiment.experiment_id, key, value))
             except Exception:  # noqa: BLE001 - a read-only store: the link below opens the runs all the same
                 pass
-        console.print(f"  {experiment.name}: {address}/#/experiments/{experiment.experiment_id}/runs{view}", markup=False, highlight=False, soft_wrap=True)
-    if not experiments:
-        console.print("  (none yet: run a suite first)", markup=False, highlight=False)
+    server = tracking_uri.startswith(("http://", "https://"))  # a tracking server serves its own UI
+    address = tracking_uri.rstrip("/") if server else f"http://{'localhost' if args.host in ('127.0.0.1', '0.0.0.0') else args.host}:{port}"
     if server:
+        _print_pages(console, address, experiments, "")
         return 0
-    mlflow = Path(sys.executable).with_name("mlflow")
-    artifacts = (args.results_dir / "mlartifacts").resolve()
+    log_path = Path(args.results_dir) / "mlflow-ui.log"
     command = [
-        str(mlflow),
+        str(Path(sys.executable).with_name("mlflow")),
         "ui",
         "--backend-store-uri",
         tracking_uri,
         "--default-artifact-root",
-        str(artifacts),
+        str((Path(args.results_dir) / "mlartifacts").resolve()),
         "--host",
         args.host,
         "--port",
@@ -73,9 +66,56 @@ def command_ui(args: argparse.Namespace, console: Output) -> int:
         "--workers",
         "1",
     ]
-    sys.stdout.flush()
-    os.execv(command[0], command)
-    return 0  # not reached
+    with open(log_path, "ab") as log:  # its access log would bury the links
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_until_answering(f"http://127.0.0.1:{port}/health" if args.host in ("127.0.0.1", "0.0.0.0") else f"{address}/health", process, log_path)
+        _print_pages(console, address, experiments, f" (Ctrl-C stops it; its log: {log_path})")
+        process.wait()
+        raise ConfigError(f"the MLflow UI stopped with exit code {process.returncode}: {_last_line(log_path)} (its log: {log_path})")
+    except KeyboardInterrupt:
+        console.print("MLflow UI stopped", highlight=False, markup=False)
+        return 0
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _print_pages(console: Output, address: str, experiments: list[Any], note: str) -> None:
+    view = "?workflowType=machine_learning"  # MLflow 3 opens on its GenAI view otherwise
+    console.print(f"MLflow UI at {address}/#/experiments{view}{note}; the runs of each suite and study:", markup=False, highlight=False, soft_wrap=True)
+    for experiment in experiments:
+        console.print(f"  {experiment.name}: {address}/#/experiments/{experiment.experiment_id}/runs{view}", markup=False, highlight=False, soft_wrap=True)
+    if not experiments:
+        console.print("  (none yet: run a suite first)", markup=False, highlight=False)
+
+
+def _wait_until_answering(url: str, process: subprocess.Popen, log_path: Path, timeout: float = 120.0) -> None:
+    """Return once ``url`` answers; ConfigError naming the log's last line when the server ends first or never answers."""
+    import urllib.error
+    import urllib.request
+
+    from agents.errors import ConfigError
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ConfigError(f"the MLflow UI did not start (exit code {process.returncode}): {_last_line(log_path)} (its log: {log_path})")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.3)
+    raise ConfigError(f"the MLflow UI did not answer at {url} within {timeout:.0f} s (its log: {log_path})")
+
+
+def _last_line(path: Path) -> str:
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "it wrote nothing"
 
 
 COMMANDS = {"ui": command_ui}

@@ -34,6 +34,7 @@ def init_child_process(launch_pid: int, environ: dict[str, str] | None = None) -
         os.environ.update(environ)
     _launch_pid, _parent_pid = launch_pid, os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.excepthook = sys.__excepthook__  # the fork server's quiet one covers a worker's start only (``preload``)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the fork server ignores it (``preload``)
     if sys.platform.startswith("linux"):
         try:

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from agents.errors import ConfigError
 from benchmark.config import PROJECT_ROOT, RunSpec
+from benchmark.tables import plural
 
 THROUGHPUT_FILE = PROJECT_ROOT / "results" / "perf" / "throughput.csv"
 THROUGHPUT_COLUMNS = ("algo", "env_id", "train_steps_per_second", "eval_steps_per_second", "cpu_model", "torch", "steps", "measured")
@@ -196,10 +197,18 @@ def estimate_run(spec: RunSpec, past: list[PastRun], table: dict[tuple[str, str]
     its ``config_key``."""
     same_config = [p.seconds_per_step for p in past if key and p.config_key == key]
     if same_config:
-        return RunEstimate(spec, statistics.median(same_config) * spec.budget.total_steps, f"{len(same_config)} finished run(s) of this configuration")
+        return RunEstimate(
+            spec,
+            statistics.median(same_config) * spec.budget.total_steps,
+            f"{len(same_config)} finished {plural(len(same_config), 'run')} of this configuration",
+        )
     same_pair = [p.seconds_per_step for p in past if p.algo == spec.algo and p.env_id == spec.env_id]
     if same_pair:
-        return RunEstimate(spec, statistics.median(same_pair) * spec.budget.total_steps, f"{len(same_pair)} finished run(s) of {spec.algo} on {spec.env_id}")
+        return RunEstimate(
+            spec,
+            statistics.median(same_pair) * spec.budget.total_steps,
+            f"{len(same_pair)} finished {plural(len(same_pair), 'run')} of {spec.algo} on {spec.env_id}",
+        )
     rate = table.get((spec.algo, spec.env_id))
     if rate is not None:
         return RunEstimate(spec, seconds_from_throughput(spec, rate), f"calibrated {rate.measured or ''}".strip())
@@ -208,7 +217,7 @@ def estimate_run(spec: RunSpec, past: list[PastRun], table: dict[tuple[str, str]
         train = statistics.median(r.train_steps_per_second for r in others)
         evaluation = statistics.median(r.eval_steps_per_second for r in others)
         rough = Throughput(spec.algo, spec.env_id, train, evaluation)
-        return RunEstimate(spec, seconds_from_throughput(spec, rough), f"rough: {spec.algo} on {len(others)} other env(s)")
+        return RunEstimate(spec, seconds_from_throughput(spec, rough), f"rough: {spec.algo} on {len(others)} other {plural(len(others), 'env')}")
     return RunEstimate(spec, None, "unknown")
 
 

@@ -69,6 +69,19 @@ class LocalExecutor(Executor):
 
 class _PoolSubmission(Submission):
     def __init__(self, tasks: list[Task], slots: list[devices.Slot]):
+        try:
+            self._start(tasks, slots)
+        except BaseException:  # a Ctrl-C while the helpers start: stop what did start (its threads would hold the launch open), then raise it
+            if hasattr(self, "_stopping"):
+                self._stopping.set()
+            if hasattr(self, "_pool"):
+                _stop_workers(self._pool)
+            if hasattr(self, "_manager") and getattr(self._manager, "_process", None) is not None:
+                self._manager.shutdown()
+            raise
+        self._pending = set(self._futures)
+
+    def _start(self, tasks: list[Task], slots: list[devices.Slot]) -> None:
         self._manager = SyncManager(ctx=multiprocessing.get_context("spawn"))  # queues only: imports nothing heavy
         self._manager.start(initializer=init_queue_manager, initargs=(os.getpid(),))
         self._pool = ProcessPoolExecutor(
@@ -84,7 +97,6 @@ class _PoolSubmission(Submission):
         self._futures: dict[Future, int] = {
             self._pool.submit(run_in_slot, free_slots, self._stopping, task, self._messages): index for index, task in enumerate(tasks)
         }
-        self._pending = set(self._futures)
 
     def wait(self, timeout: float) -> list[tuple[int, Any]]:
         ended, self._pending = wait(self._pending, timeout=timeout, return_when=FIRST_COMPLETED)

@@ -21,7 +21,7 @@ from benchmark import bundles, metric_names, tracking
 from benchmark.bundles import BundledRun
 from benchmark.config import RunSpec, configurations
 from benchmark.execution import claims, estimate
-from benchmark.tables import TableData
+from benchmark.tables import TableData, compact_steps, plural
 from benchmark.training import checkpoint_paths
 
 
@@ -162,9 +162,11 @@ def experiments_table(plan: Plan, title: str) -> TableData:
     state_of = {s.spec.run_key: s for s in plan.states}
     table = TableData(
         title,
-        ["experiment", "environment", "runs", "finished", "left", "env steps left", unit(plan), "estimated from"],
-        names={"experiment", "environment"},
-        right={"runs", "finished", "left", "env steps left", unit(plan)},
+        ["algo", "env", "runs", "done", "left", "steps left", "hours", "estimated from"],
+        names={"env"},
+        lists={"algo"},
+        right={"runs", "done", "left", "steps left", "hours"},
+        caption=f"algo: with the settings its suite gives it beyond the published defaults; steps left: env steps; hours: estimated {unit(plan)} left",
     )
     for label, members in configurations([s.spec for s in plan.states]):
         states = [state_of[spec.run_key] for spec in members]
@@ -187,30 +189,35 @@ def experiments_table(plan: Plan, title: str) -> TableData:
 
 
 def runs_table(plan: Plan, title: str) -> TableData:
-    """One row per run: its state and, for runs left, its estimated hours."""
+    """One row per run: its state and, for runs left, its estimated core-hours (its settings are
+    its experiment's, in the per-experiment table); short headers, explained in the caption."""
     by_key = {e.spec.run_key: e for e in plan.cost.runs}
     table = TableData(
         title,
-        ["run key", "algorithm", "environment", "seed", "steps", "status", "detail", "process", "hours", "overrides"],
-        names={"run key", "algorithm", "environment"},
-        right={"seed", "steps", "process", "hours"},
+        ["run key", "algo", "env", "seed", "steps", "status", "proc", "hours"],
+        names={"run key", "algo", "env", "status"},
+        right={"seed", "steps", "proc", "hours"},
     )
+    elsewhere: dict[str, set[str]] = {"bundle": set(), "claimed": set()}
     for state in plan.states:
         spec = state.spec
         found = by_key.get(spec.run_key)
         hours = f"{found.seconds / 3600:.2f}" if found is not None and found.seconds is not None else ("?" if found else "")
-        table.add(
-            spec.run_key,
-            spec.algo,
-            spec.env_id,
-            spec.seed,
-            f"{spec.budget.total_steps:,}",
-            state.status,
-            state.detail,
-            plan.processes.get(spec.run_key, ""),
-            hours,
-            ", ".join(f"{k}={v}" for k, v in spec.overrides.items()),
-        )
+        status = state.status
+        if state.status == "resumes":
+            status = f"resumes at {compact_steps(state.resume_step)}"
+        elif state.detail.startswith("bundle "):
+            status = "in bundle"
+            elsewhere["bundle"].add(state.detail.removeprefix("bundle "))
+        elif state.status == "claimed":
+            elsewhere["claimed"].add(state.detail)
+        table.add(spec.run_key, spec.algo, spec.env_id, spec.seed, compact_steps(spec.budget.total_steps), status, plan.processes.get(spec.run_key, ""), hours)
+    notes = ["proc: the process that trains it (one process trains its runs as one batch of seeds)", f"hours: estimated {unit(plan)} left"]
+    if elsewhere["bundle"]:
+        notes.append(f"in bundle: finished in {', '.join(sorted(elsewhere['bundle']))}")
+    if elsewhere["claimed"]:
+        notes.append(f"claimed: another launch trains it ({'; '.join(sorted(elsewhere['claimed']))})")
+    table.caption = "; ".join(notes)
     return table
 
 
@@ -218,14 +225,17 @@ def total_line(plan: Plan, workers_text: str) -> str:
     """The bottom line: runs by state, steps and hours left, wall time with the workers."""
     counts = plan.counts()
     cost = plan.cost
-    parts = [f"{len(plan.states)} runs: " + ", ".join(f"{counts[s]} {s}" for s in ("finished", "resumes", "claimed", "to train") if counts.get(s))]
+    parts = [
+        f"{len(plan.states)} {plural(len(plan.states), 'run')}: "
+        + ", ".join(f"{counts[s]} {s}" for s in ("finished", "resumes", "claimed", "to train") if counts.get(s))
+    ]
     left = plan.left
     if left:
         steps = sum(_steps_left(s) for s in left)
         if len(cost.unknown) < len(cost.runs):
             at_least = "at least " if cost.unknown else "about "
             parts.append(
-                f"{steps:,} env steps left, {at_least}{cost.known_seconds / 3600:.1f} {unit(plan)}"
+                f"{steps:,} env steps left, {at_least}{cost.known_seconds / 3600:.{2 if cost.known_seconds < 36_000 else 1}f} {unit(plan)}"
                 f" and {estimate.hours(cost.wall_seconds)} of wall time with {workers_text}"
             )
         else:
@@ -233,7 +243,7 @@ def total_line(plan: Plan, workers_text: str) -> str:
         if cost.unknown:
             names = sorted({f"{e.spec.algo} on {e.spec.env_id}" for e in cost.unknown})
             parts.append(
-                f"{len(cost.unknown)} run(s) not estimated, with no finished run or throughput data for "
+                f"{len(cost.unknown)} {plural(len(cost.unknown), 'run')} not estimated, with no finished run or throughput data for "
                 f"{', '.join(names[:6])}{' ...' if len(names) > 6 else ''} (python -m benchmark calibrate --algos ... --envs ...)"
             )
     else:

@@ -16,13 +16,31 @@ batch scheduler) would end it while its workers write their preemption checkpoin
 their runs, and the launch, which learns of its workers' ends through the server, would take
 them for dead and leave their runs RUNNING. It exits with its launch all the same (when the
 launch's end of its pipe closes); each worker restores SIGTERM (``child.init_child_process``).
+
+Ctrl-C in the first seconds of a launch printed the traceback of these imports from the server
+(multiprocessing's fork server ignores SIGINT only once its preload is done): SIGINT is ignored
+during the imports, and Python's handler put back after them, which the server then replaces
+with its own and its workers restore. A worker that cannot start because its launch is
+stopping (its queues gone: FileNotFoundError, EOFError, a broken connection) dies without a
+traceback; one that starts puts Python's own hook back (``child.init_child_process``).
 """
 
 import gc
 import signal
+import sys
 import warnings
 
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _quiet_when_stopping(kind: type[BaseException], value: BaseException, traceback: object) -> None:
+    """The fork server's children's hook until they start: their launch stopping is no error of theirs."""
+    if not issubclass(kind, (KeyboardInterrupt, FileNotFoundError, EOFError, ConnectionError)):
+        sys.__excepthook__(kind, value, traceback)  # type: ignore[arg-type]
+
+
+sys.excepthook = _quiet_when_stopping
 
 warnings.filterwarnings("ignore", message=r".*multi-threaded, use of fork\(\) may lead to deadlocks", category=DeprecationWarning)
 
@@ -34,3 +52,4 @@ import benchmark.execution.worker  # noqa: E402,F401
 import benchmark.training.loop  # noqa: E402,F401
 
 gc.freeze()
+signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -67,6 +67,9 @@ class _RaySubmission(Submission):
                 ray.init(address=executor.address, **options)
             else:
                 os.environ.setdefault("RAY_worker_niceness", "0")  # Ray's default, 15, starves runs beside other work
+                from benchmark.distributed_config import quiet_ray_banners
+
+                quiet_ray_banners()
                 # a distributed run takes a CPU for itself and one for each of its collectors
                 cpus = executor.workers * (1 + max((collectors_of(task) for task in tasks), default=0))
                 ray.init(num_cpus=cpus, include_dashboard=False, object_store_memory=100 * 1024**2, **options)

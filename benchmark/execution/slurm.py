@@ -30,6 +30,9 @@ from benchmark.execution.base import Executor, Submission, Task
 from benchmark.execution.messages import FileSink, FileSource, Message
 
 CLUSTERS = ("slurm", "local")
+REQUEUES = 100
+"""How many times a job may be requeued at its time limit (submitit's default, 3, would fail a
+run longer than four time limits: each attempt resumes where the last one stopped)."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,14 @@ class SlurmOptions:
     constraint: str | None = None
     account: str | None = None
     memory_gb: float | None = None
+    signal_delay_s: int | None = None
+    """How long before the time limit the job is warned (Slurm's ``--signal USR2@N``): its runs
+    then stop with a checkpoint and the job is requeued. Default: 90 s (submitit's), or half of
+    a time limit under 3 minutes."""
+
+    @property
+    def warning_seconds(self) -> int:
+        return self.signal_delay_s if self.signal_delay_s is not None else (90 if self.time_minutes >= 3 else 30 * self.time_minutes)
 
     def check(self) -> None:
         if self.time_minutes < 1:
@@ -54,6 +65,8 @@ class SlurmOptions:
             raise ConfigError(f"slurm cpus must be >= 1, got {self.cpus}")
         if self.memory_gb is not None and self.memory_gb <= 0:
             raise ConfigError(f"slurm memory must be > 0 GB, got {self.memory_gb}")
+        if not 0 < self.warning_seconds < 60 * self.time_minutes:
+            raise ConfigError(f"slurm signal delay must be between 0 and the time limit ({60 * self.time_minutes} s), got {self.warning_seconds}")
 
     def parameters(self) -> dict[str, Any]:
         """submitit's AutoExecutor parameters (the slurm_ ones apply to Slurm only)."""
@@ -67,6 +80,7 @@ class SlurmOptions:
         }
         if self.memory_gb is not None:
             parameters["mem_gb"] = self.memory_gb
+        parameters["slurm_signal_delay_s"] = self.warning_seconds
         for name, value in (("slurm_partition", self.partition), ("slurm_constraint", self.constraint), ("slurm_account", self.account)):
             if value:
                 parameters[name] = value
@@ -104,8 +118,11 @@ class SlurmExecutor(Executor):
 
 
 class _Job:
-    """What a Slurm job runs: one task (submitit pickles this with its arguments). A timed-out
-    or preempted job is requeued with the same call: a training run resumes from its checkpoint."""
+    """What a Slurm job runs: one task (submitit pickles this with its arguments). Warned of its
+    time limit or of preemption (submitit's signal, USR2), the job's runs stop as on SIGTERM,
+    each writing a checkpoint and recorded as stopped; then submitit requeues the same call and
+    the runs resume where they stopped. (Left to submitit's own handler, the signal ended the
+    job in the middle of a step, and the runs were recorded as failed with its exit code.)"""
 
     def __call__(self, task: Task, messages: str, uses_gpu: bool) -> Any:
         import submitit
@@ -114,15 +131,33 @@ class _Job:
         where = f"Slurm job {environment.job_id} on {environment.hostname}" + (f", GPU {os.environ.get('CUDA_VISIBLE_DEVICES', '?')}" if uses_gpu else "")
         if not uses_gpu:
             os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        warning = _preempt_signal()
+        requeue = signal.getsignal(warning)  # submitit's: checkpoint this call, requeue the job, exit
+        warned: list[int] = []
+
+        def stop_runs(signum: int, frame: Any) -> None:
+            warned.append(signum)
+            os.kill(os.getpid(), signal.SIGTERM)  # the runs' own stop: a checkpoint at the next step
+
+        signal.signal(warning, stop_runs)
         try:
-            return task(FileSink(messages), "cuda:0" if uses_gpu else "cpu", where)
+            result = task(FileSink(messages), "cuda:0" if uses_gpu else "cpu", where)
         finally:
             gc.freeze()  # the process ends with this job: its exit need not collect torch's heap (seconds)
+        finished = isinstance(result, list) and all(getattr(record, "ok", False) for record in result)
+        if warned and not finished and callable(requeue):
+            requeue(warned[0], None)  # exits: the requeued job calls this again and the runs resume
+        return result
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         import submitit
 
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def _preempt_signal() -> signal.Signals:
+    """The signal submitit warns a job with (``SUBMITIT_PREEMPT_SIGNAL``, default USR2)."""
+    return signal.Signals[f"SIG{os.environ.get('SUBMITIT_PREEMPT_SIGNAL', 'USR2')}"]
 
 
 def _result_of(job: Any) -> Any:
@@ -139,8 +174,14 @@ class _SlurmSubmission(Submission):
         submitit = _import_submitit()
         folder = executor.folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(4).hex()}"  # one per submission
         folder.mkdir(parents=True, exist_ok=True)
-        self._submitter = submitit.AutoExecutor(folder=folder, cluster=executor.cluster)
-        self._submitter.update_parameters(**executor.options.parameters())
+        parameters = executor.options.parameters()
+        if executor.cluster == "local":  # submitit's local executor itself: AutoExecutor does not pass it the signal's delay
+            self._submitter = submitit.LocalExecutor(folder=folder, max_num_timeout=REQUEUES)
+            generic = {key: value for key, value in parameters.items() if not key.startswith("slurm_") and key not in ("name", "mem_gb", "cpus_per_task")}
+            self._submitter.update_parameters(**generic, signal_delay_s=executor.options.warning_seconds)
+        else:
+            self._submitter = submitit.AutoExecutor(folder=folder, cluster=executor.cluster, slurm_max_num_timeout=REQUEUES)
+            self._submitter.update_parameters(**parameters)
         self._messages_path = folder / "messages.jsonl"
         self._source = FileSource(self._messages_path)
         self._uses_gpu, self._local = executor.options.gpus > 0, executor.cluster == "local"

@@ -31,6 +31,7 @@ from benchmark.execution.plan import plan_processes
 from benchmark.execution.progress import Board
 from benchmark.execution.worker import Launch
 from benchmark.run_record import RunRecord
+from benchmark.tables import plural
 from benchmark.training import checkpoint_paths
 
 EXECUTORS = ("local", "ray", "slurm")
@@ -120,12 +121,20 @@ def execute(
             tracking.CLAIMS_TAG: claims_id,
             **({"relaunch_of": previous} if previous else {}),
         }
-        parent = tracking.start_parent_run(tracking_uri, experiment, f"{suite_name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
-        started_ms = int(time.time() * 1000)
         held = (
             {} if force or not bundled else {spec.run_key: bundled[spec.run_key] for spec in specs if spec.run_key in bundled and spec.run_key not in finished}
         )
         to_run = [spec for spec in specs if spec.run_key not in finished and spec.run_key not in held]
+        if not to_run:  # nothing to train: no parent run (an empty one would only clutter the MLflow UI)
+            _say_skipped(console, finished, held, specs)
+            console.print("nothing to train: no parent run started")
+            records = [
+                outcomes.of_finished(spec, finished[spec.run_key]) if spec.run_key in finished else run_record.from_bundle(spec, held[spec.run_key])
+                for spec in specs
+            ]
+            return Execution("", experiment, records, finished_before=len(specs))
+        parent = tracking.start_parent_run(tracking_uri, experiment, f"{suite_name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
+        started_ms = int(time.time() * 1000)
         execution = Execution(parent.run_id, experiment, finished_before=len(specs) - len(to_run))
         try:
             parent.log_params(
@@ -140,16 +149,7 @@ def execute(
                     "seeds_in_process": max((spec.seeds_in_process for spec in to_run), default=1),
                 }
             )
-            if len(finished):
-                console.print(f"{len(finished)} of {len(specs)} runs already finished in the tracking store: not run again (--force reruns them)")
-            if held:
-                origins = sorted({run.origin for run in held.values()})
-                console.print(
-                    f"{len(held)} of {len(specs)} runs are held by result bundle(s) {', '.join(origins)}: not run again "
-                    "(--force trains them here, --no-published ignores the published bundle)",
-                    highlight=False,
-                    soft_wrap=True,
-                )
+            _say_skipped(console, finished, held, specs)
             groups, notices = plan_processes(to_run)
             for notice in notices:
                 console.print(notice, highlight=False, soft_wrap=True)
@@ -189,11 +189,11 @@ def execute(
                 for spec in specs
             ]
             execution.records = records
-            parent.log_metrics(
+            parent.log_metrics(  # launch/: the launch's own counts, apart from the runs' metrics in the UI's charts
                 {
-                    "runs_finished": sum(o.ok for o in records),
-                    "runs_failed": sum(not o.ok and o.status != "CLAIMED" for o in records),
-                    "runs_elsewhere": sum(o.status == "CLAIMED" for o in records),
+                    "launch/runs_finished": sum(o.ok for o in records),
+                    "launch/runs_failed": sum(not o.ok and o.status != "CLAIMED" for o in records),
+                    "launch/runs_elsewhere": sum(o.status == "CLAIMED" for o in records),
                 },
                 0,
             )
@@ -209,6 +209,20 @@ def execute(
     except Exception:  # noqa: BLE001
         pass
     return execution
+
+
+def _say_skipped(console: Any, finished: dict[str, Any], held: dict[str, Any], specs: list[RunSpec]) -> None:
+    """The lines that say which runs a launch does not train, and why."""
+    if finished:
+        console.print(f"{len(finished)} of {len(specs)} runs already finished in the tracking store: not run again (--force reruns them)")
+    if held:
+        origins = sorted({run.origin for run in held.values()})
+        console.print(
+            f"{len(held)} of {len(specs)} runs are held by result {plural(len(origins), 'bundle')} {', '.join(origins)}: not run again "
+            "(--force trains them here, --no-published ignores the published bundle)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 class _SharedWork:

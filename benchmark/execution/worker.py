@@ -98,7 +98,7 @@ def _train_group(specs: list[RunSpec], launch: Launch, messages: Sink | None, de
             if child.spec.run_key in done:
                 continue
             done[child.spec.run_key] = child.close(error) if child.tracker is not None else outcomes.failed(child.spec, error)
-        if isinstance(error, KeyboardInterrupt):
+        if isinstance(error, (KeyboardInterrupt, SystemExit)):
             raise
     finally:
         for child in children:
@@ -249,7 +249,7 @@ class _ChildRun:
         from benchmark.training.control import Preempted
 
         if isinstance(result, BaseException):
-            status = "KILLED" if isinstance(result, (KeyboardInterrupt, Preempted)) else "FAILED"
+            status = "KILLED" if isinstance(result, (KeyboardInterrupt, SystemExit, Preempted)) else "FAILED"
             self.tracker.fail(result, status)
             error = "the disk is full" if stores.is_disk_full(result) else f"{type(result).__name__}: {result}"
             return RunRecord(self.spec, status, self.tracker.run_id, error=error)

@@ -12,7 +12,7 @@ import os
 import random
 import tempfile
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, BinaryIO, cast
 
 import gymnasium as gym
 import numpy as np
@@ -55,9 +55,10 @@ def write_atomic(payload: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def load(path: Path) -> dict[str, Any]:
-    """Read a checkpoint on CPU; only tensors and primitives are accepted (weights_only)."""
-    return torch.load(path, map_location="cpu", weights_only=True)
+def load(source: Path | BinaryIO) -> dict[str, Any]:
+    """Read a checkpoint (a file, or its bytes in a file object) on CPU; only tensors and
+    primitives are accepted (weights_only)."""
+    return torch.load(source, map_location="cpu", weights_only=True)
 
 
 def step_of(path: Path) -> int | None:

@@ -31,7 +31,7 @@ from agents.algos.offpolicy import OffPolicyAlgorithm
 from agents.algos.onpolicy import OnPolicyAlgorithm
 from agents.api import ConfigError
 from benchmark import metric_names
-from benchmark.distributed_config import check_distributable
+from benchmark.distributed_config import check_distributable, quiet_ray_banners
 from benchmark.training import checkpoint
 from benchmark.training.async_collection import AsyncCollection
 from benchmark.training.collectors import CollectorGroup, observe_rollout
@@ -67,6 +67,7 @@ def start_ray() -> bool:
     alone = group != os.getpid()  # a group's leader cannot leave it: its Ray stays in its group
     if alone:
         os.setpgid(0, 0)
+    quiet_ray_banners()
     try:
         ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
     finally:

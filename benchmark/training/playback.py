@@ -169,6 +169,17 @@ def write_strip(frames: list[np.ndarray], path: Path, count: int = STRIP_FRAMES,
         partial.unlink(missing_ok=True)
 
 
+def _runtime_directory() -> None:
+    """Mesa's EGL prints "XDG_RUNTIME_DIR is invalid or not set" on a machine without a login
+    session (a container, a batch job): give it a private directory of its own when there is none."""
+    current = os.environ.get("XDG_RUNTIME_DIR")
+    if current and os.path.isdir(current) and os.access(current, os.W_OK):
+        return
+    import tempfile
+
+    os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="reprorl-runtime-")  # mode 0700, as the spec asks
+
+
 def headless_gl(env_id: str) -> str | None:
     """Before MuJoCo is imported: where ``MUJOCO_GL`` is unset and there is no display, set it to
     the first offscreen backend that makes a context here (each tried in a child process);
@@ -177,6 +188,7 @@ def headless_gl(env_id: str) -> str | None:
 
     if os.environ.get("MUJOCO_GL") or os.environ.get("DISPLAY") or "mujoco" in sys.modules:
         return None
+    _runtime_directory()
     import gymnasium as gym
 
     check_env_id(env_id)
