@@ -369,7 +369,9 @@ def test_trained_agents_travel_in_a_bundle_with_weights(trained, tmp_path):
     from benchmark.training.evaluate import EVAL_SEED_OFFSET
 
     root = trained
-    exported = run_cli("export", "--suite", "travel.yaml", "--results-dir", "results", "--output", str(tmp_path / "agents"), "--with-weights", cwd=root)
+    exported = run_cli(
+        "export", "--suite", "travel.yaml", "--results-dir", "results", "--output", str(tmp_path / "agents"), "--with-weights", "--seeds", "0", "1", cwd=root
+    )
     assert exported.returncode == 0, exported.stderr
     assert "3 runs of suite 'travel'" in exported.stdout and "3 with their weights" in exported.stdout
     bundle = bundles.read(tmp_path / "agents")
@@ -415,7 +417,20 @@ def test_weights_are_checked_and_join_runs_already_imported(trained, tmp_path):
 
     root = trained
     assert (
-        run_cli("export", "--suite", "travel.yaml", "--results-dir", "results", "--output", str(tmp_path / "agents"), "--with-weights", cwd=root).returncode
+        run_cli(
+            "export",
+            "--suite",
+            "travel.yaml",
+            "--results-dir",
+            "results",
+            "--output",
+            str(tmp_path / "agents"),
+            "--with-weights",
+            "--seeds",
+            "0",
+            "1",
+            cwd=root,
+        ).returncode
         == 0
     )
     bundle = bundles.read(tmp_path / "agents")

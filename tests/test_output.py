@@ -156,8 +156,13 @@ def test_ui_prints_each_suites_runs_page_once_it_answers_and_stops_quietly(tmp_p
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    argv = ["benchmark", "ui", "--port", str(port), "--results-dir", str(results)]
+    launcher = (  # Ctrl-C as in a terminal (pytest-xdist's workers ignore SIGINT, and their children inherit that)
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        f"sys.argv = {argv!r}; runpy.run_module('benchmark', run_name='__main__')"
+    )
     ui = subprocess.Popen(
-        [sys.executable, "-m", "benchmark", "ui", "--port", str(port), "--results-dir", str(results)],
+        [sys.executable, "-c", launcher],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
