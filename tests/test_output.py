@@ -6,6 +6,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -183,10 +184,25 @@ def test_ui_prints_each_suites_runs_page_once_it_answers_and_stops_quietly(tmp_p
     finally:
         ui.kill()
     assert ui.returncode == 0 and out.strip() == "MLflow UI stopped" and err == "", (out, err)
+    deadline = time.monotonic() + 30  # the server and what it started end with it
+    while time.monotonic() < deadline and any(str(results).encode() in line for line in _cmdlines()):
+        time.sleep(0.2)
+    assert not any(str(results).encode() in line for line in _cmdlines())
     assert (results / "mlflow-ui.log").stat().st_size > 0  # the server's own lines, out of the terminal
     kinds = {e.name: e.tags.get("mlflow.experimentKind") for e in client.search_experiments()}
     assert kinds["old"] == kinds["smoke"] == "custom_model_development"  # opens on the runs table, not the GenAI view
     assert cli.main(["ui", "--results-dir", str(tmp_path / "none")]) == cli.EXIT_CONFIG_ERROR  # nothing to show
+
+
+def _cmdlines() -> list[bytes]:
+    """The command lines of the live processes."""
+    found = []
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            found.append(path.read_bytes())
+        except OSError:  # it ended meanwhile
+            continue
+    return found
 
 
 def test_the_live_board_never_cuts_a_run_label():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -67,7 +68,9 @@ def command_ui(args: argparse.Namespace, console: Output) -> int:
         "1",
     ]
     with open(log_path, "ab") as log:  # its access log would bury the links
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_this_process
+        )
     try:
         _wait_until_answering(f"http://127.0.0.1:{port}/health" if args.host in ("127.0.0.1", "0.0.0.0") else f"{address}/health", process, log_path)
         _print_pages(console, address, experiments, f" (Ctrl-C stops it; its log: {log_path})")
@@ -76,13 +79,26 @@ def command_ui(args: argparse.Namespace, console: Output) -> int:
     except KeyboardInterrupt:
         console.print("MLflow UI stopped", highlight=False, markup=False)
         return 0
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+    finally:  # the server and the processes it started (uvicorn, its job runners): its whole group
+        _signal_group(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            _signal_group(process.pid, signal.SIGKILL)
+
+
+def _die_with_this_process() -> None:
+    """In the server's process, before it runs mlflow: SIGTERM when ``ui`` ends, however it ends."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG (linux/prctl.h)
+
+
+def _signal_group(group: int, signum: int) -> None:
+    try:
+        os.killpg(group, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _print_pages(console: Output, address: str, experiments: list[Any], note: str) -> None:
