@@ -139,6 +139,16 @@ def run_cli_in_process(*args: str, cwd: Path = ROOT, env: dict[str, str] | None 
     return subprocess.CompletedProcess(["python", "-m", "benchmark", *args], code, out.getvalue(), err.getvalue())
 
 
+def as_from_a_terminal(*args: str) -> list[str]:
+    """The command line of ``python -m benchmark ARGS`` with Ctrl-C raising KeyboardInterrupt as
+    in a terminal (pytest-xdist's workers ignore SIGINT, and their children inherit that)."""
+    launcher = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        f"sys.argv = {['benchmark', *args]!r}; runpy.run_module('benchmark', run_name='__main__')"
+    )
+    return [sys.executable, "-c", launcher]
+
+
 def run_cli_subprocess(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """``python -m benchmark ARGS`` in a new interpreter."""
     return subprocess.run([sys.executable, "-m", "benchmark", *args], cwd=cwd, capture_output=True, text=True, timeout=900)

@@ -4,12 +4,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY_SUITE
+from conftest import TINY_SUITE, as_from_a_terminal
 from conftest import run_cli_in_process as run_cli
 from mlflow.tracking import MlflowClient
 
@@ -173,13 +172,8 @@ def _start_long_suite(write_suite, tmp_path, *options: str):
         "experiments: [{algo: ppo, envs: [CartPole-v1], hyperparameters: {num_steps: 64, num_minibatches: 1, num_epochs: 1}}]\n"
     )
     results = tmp_path / "results"
-    argv = ["benchmark", "run", "--suite", str(suite), "--workers", "2", "--results-dir", str(results), *options]
-    launcher = (
-        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        f"sys.argv = {argv!r}; runpy.run_module('benchmark', run_name='__main__')"
-    )
     process = subprocess.Popen(
-        [sys.executable, "-c", launcher],
+        as_from_a_terminal("run", "--suite", str(suite), "--workers", "2", "--results-dir", str(results), *options),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -249,12 +243,8 @@ def test_ctrl_c_while_the_fork_server_imports_ends_quietly(write_suite, tmp_path
         "seeds: [0, 1]\nbudget: {total_steps: 100000000, eval_every: 50000000, eval_episodes: 1}\n"
         "experiments: [{algo: ppo, envs: [CartPole-v1], hyperparameters: {num_steps: 64}}]\n"
     )
-    argv = ["benchmark", "run", "--suite", str(suite), "--workers", "2", "--results-dir", str(tmp_path / "results")]
-    launcher = (  # (pytest-xdist's workers ignore SIGINT, and their children inherit that)
-        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        f"sys.argv = {argv!r}; runpy.run_module('benchmark', run_name='__main__')"
-    )
-    process = subprocess.Popen([sys.executable, "-c", launcher], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    argv = ("run", "--suite", str(suite), "--workers", "2", "--results-dir", str(tmp_path / "results"))
+    process = subprocess.Popen(as_from_a_terminal(*argv), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while not _fork_server_importing(process.pid) and time.monotonic() < deadline:

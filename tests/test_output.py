@@ -5,12 +5,11 @@ import csv
 import io
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import run_cli_in_process
+from conftest import as_from_a_terminal, run_cli_in_process
 from rich.console import Console
 
 from benchmark import provenance, tracking
@@ -157,13 +156,8 @@ def test_ui_prints_each_suites_runs_page_once_it_answers_and_stops_quietly(tmp_p
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    argv = ["benchmark", "ui", "--port", str(port), "--results-dir", str(results)]
-    launcher = (  # Ctrl-C as in a terminal (pytest-xdist's workers ignore SIGINT, and their children inherit that)
-        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        f"sys.argv = {argv!r}; runpy.run_module('benchmark', run_name='__main__')"
-    )
     ui = subprocess.Popen(
-        [sys.executable, "-c", launcher],
+        as_from_a_terminal("ui", "--port", str(port), "--results-dir", str(results)),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
