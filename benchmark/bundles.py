@@ -101,7 +101,6 @@ class Weights:
     path: Path
     sha256: str = ""
     """Its digest as the manifest records it ('' for a file not yet in a bundle)."""
-    size: int = 0
 
 
 @dataclass
@@ -265,7 +264,7 @@ def _weights_listed(directory: Path, manifest_path: Path, listed: object, run_ke
         if size != entry["bytes"]:
             found = "is missing" if size is None else f"holds {size:,} bytes, the manifest says {entry['bytes']:,}"
             raise BundleError(f"bundle file {path} {found}: it was removed, changed or cut short")
-        weights[key] = Weights(path, entry["sha256"], entry["bytes"])
+        weights[key] = Weights(path, entry["sha256"])
     return weights
 
 
