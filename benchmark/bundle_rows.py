@@ -8,8 +8,10 @@ where the env is made from its id alone) and ``continued_from`` (the run key a r
 empty for most); 4 adds ``train_return_last100`` and ``train_episodes_last100`` (the mean return
 of the run's last 100 training episodes and how many there were: CleanRL's score; empty where
 the run did not record them) and ``fingerprint`` (the behaviour fingerprint of the code that
-trained the run, ``benchmark.training.fingerprint``; empty where unknown). Every version's
-reader stays (``READERS``).
+trained the run, ``benchmark.training.fingerprint``; empty where unknown); 5 adds
+``cpu_seconds`` (CPU time of the process that trained the run, shared by a batch's seeds; empty
+where not recorded: what cost estimates are checked against). Every version's reader stays
+(``READERS``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from agents.env_setup import parse_env_kwargs, parse_wrappers
 from agents.errors import ConfigError
 from benchmark.config import Budget, RunSpec, stored_hyperparameters
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 RUNS_FILE, CURVES_FILE = "runs.csv", "curves.csv.gz"
 
 RUN_COLUMNS = (
@@ -64,8 +66,11 @@ RUN_COLUMNS = (
     "train_return_last100",
     "train_episodes_last100",
     "fingerprint",
+    "cpu_seconds",
 )
-RUN_COLUMNS_V3 = RUN_COLUMNS[:-3]
+RUN_COLUMNS_V4 = RUN_COLUMNS[:-1]
+"""Schema 4: no CPU seconds."""
+RUN_COLUMNS_V3 = RUN_COLUMNS_V4[:-3]
 """Schema 3: no training window or fingerprint."""
 RUN_COLUMNS_V2 = RUN_COLUMNS_V3[:-3]
 """Schemas 1 and 2: no env_kwargs, wrappers or continued_from (envs made from the id alone, no run continued)."""
@@ -123,6 +128,8 @@ class BundledRun:
     """(mean return, episodes) of the run's last 100 training episodes, where it recorded them."""
     fingerprint: str = ""
     """The behaviour fingerprint of the code that trained it ('' unknown)."""
+    cpu_seconds: float | None = None
+    """CPU seconds of the process that trained it (shared by a batch's seeds); None where not recorded."""
 
     @property
     def run_key(self) -> str:
@@ -182,6 +189,7 @@ def _run_row(run: BundledRun) -> dict[str, str]:
         "train_return_last100": _number(run.train_last100[0]) if run.train_last100 else "",
         "train_episodes_last100": str(run.train_last100[1]) if run.train_last100 else "",
         "fingerprint": run.fingerprint,
+        "cpu_seconds": _number(run.cpu_seconds),
     }
 
 
@@ -237,6 +245,10 @@ def _read_v3(directory: Path, data: dict[str, bytes]) -> list[BundledRun]:
 
 
 def _read_v4(directory: Path, data: dict[str, bytes]) -> list[BundledRun]:
+    return _read_runs(directory, data, CURVE_COLUMNS, RUN_COLUMNS_V4)
+
+
+def _read_v5(directory: Path, data: dict[str, bytes]) -> list[BundledRun]:
     return _read_runs(directory, data, CURVE_COLUMNS, RUN_COLUMNS)
 
 
@@ -309,6 +321,7 @@ def _read_runs(directory: Path, data: dict[str, bytes], curve_columns: tuple[str
                     row["ended"],
                     train_last100=_train_window(row),
                     fingerprint=row.get("fingerprint") or "",
+                    cpu_seconds=_optional_float(row.get("cpu_seconds") or ""),
                 )
             )
         except (ValueError, TypeError, ConfigError) as error:
@@ -334,5 +347,5 @@ def _dict_rows(text: str, columns: tuple[str, ...], path: Path) -> list[dict[str
         raise BundleError(f"{path} is not valid CSV (line {reader.line_num}): {error}") from None
 
 
-READERS = {1: _read_v1, 2: _read_v2, 3: _read_v3, 4: _read_v4}
+READERS = {1: _read_v1, 2: _read_v2, 3: _read_v3, 4: _read_v4, 5: _read_v5}
 """Schema version -> reader; a reader stays when the schema moves on, so old bundles still read."""

@@ -19,6 +19,10 @@ FINAL_RETURN_MEAN = "final/eval_return_mean"
 FINAL_RETURN_STD = "final/eval_return_std"
 FINAL_STEPS_PER_SECOND = "final/steps_per_second"
 FINAL_WALL_SECONDS = "final/wall_seconds"
+FINAL_CPU_SECONDS = "final/cpu_seconds"
+"""CPU seconds (user + system) of the process that trained the run, every attempt summed: a
+batch's process counts once for all its seeds; what a core-hour estimate is checked against
+(wall time also counts waiting for a core another process holds)."""
 FINAL_TRAIN_RETURN_LAST100 = "final/train_return_last100"
 """The mean return of the run's last 100 training episodes (CleanRL's score), with ..."""
 FINAL_TRAIN_EPISODES_LAST100 = "final/train_episodes_last100"

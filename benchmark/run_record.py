@@ -59,6 +59,8 @@ class RunRecord:
     """Not trained by the launch that reports it: finished earlier, by another launch, or bundled."""
     claimed_by: str | None = None
     """CLAIMED: who trains it (host, pid, since when)."""
+    cpu_seconds: float | None = None
+    """CPU seconds of the process that trained it (a batch's seeds share one), where recorded."""
 
     @property
     def ok(self) -> bool:
@@ -101,6 +103,7 @@ def from_bundle(spec: RunSpec, run: BundledRun) -> RunRecord:
         train_intervals=[(e.step, e.train_return_mean, e.train_episodes) for e in run.curve],
         fingerprint=run.fingerprint,
         skipped=True,
+        cpu_seconds=run.cpu_seconds,
     )
     mark_unusable(record)
     return record

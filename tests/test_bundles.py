@@ -55,6 +55,7 @@ def fake_run(seed: int, final: float = 1.5, algo: str = "ppo", evaluations: int 
         mlflow_run_id=f"run{seed}",
         started="2026-11-24T10:00:00+00:00",
         ended="2026-11-24T10:01:00+00:00",
+        cpu_seconds=11.25 if seed % 2 else None,
     )
 
 
@@ -139,6 +140,7 @@ def test_an_older_schema_version_still_reads():
     assert old.schema_version == 1 and old.suite == "tiny" and len(old.runs) == 3
     for run in old.runs.values():
         assert run.curve and all(e.train_return_mean is None for e in run.curve)
+        assert run.cpu_seconds is None  # (schema 5 adds it)
         assert run.spec.run_key in old.runs
 
 

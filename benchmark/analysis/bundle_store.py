@@ -84,6 +84,7 @@ def _from_store(suite: Suite, tracking_uri: str) -> list[tuple[BundledRun, str]]
                         _iso(run.info.end_time),
                         train_last100=outcomes.train_last100(metrics) or records.last_training_returns(client, run_id),
                         fingerprint=tags.get(metric_names.FINGERPRINT_TAG, ""),
+                        cpu_seconds=metrics.get(metric_names.FINAL_CPU_SECONDS),
                     ),
                     run_id,
                 )
@@ -305,6 +306,7 @@ def _import_run(tracking_uri: str, experiment: str, parent_run_id: str, run: Bun
         metric_names.FINAL_RETURN_STD: run.final_return_std,
         metric_names.FINAL_STEPS_PER_SECOND: run.steps_per_second,
         metric_names.FINAL_WALL_SECONDS: run.wall_seconds,
+        metric_names.FINAL_CPU_SECONDS: run.cpu_seconds,
         metric_names.PRE_ADAPTATION_RETURN: run.pre_adaptation_return,
         metric_names.FINAL_TRAIN_RETURN_LAST100: run.train_last100[0] if run.train_last100 else None,
         metric_names.FINAL_TRAIN_EPISODES_LAST100: run.train_last100[1] if run.train_last100 else None,

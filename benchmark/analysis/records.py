@@ -99,6 +99,7 @@ def _from_store(suite: Suite, tracking_uri: str, with_curves: bool) -> list[RunR
         record.wall_seconds = metrics.get(metric_names.FINAL_WALL_SECONDS)
         if record.wall_seconds is None and chosen.info.end_time and chosen.info.start_time:
             record.wall_seconds = (chosen.info.end_time - chosen.info.start_time) / 1000
+        record.cpu_seconds = metrics.get(metric_names.FINAL_CPU_SECONDS)
         record.error = record.error or chosen.data.tags.get("error")
         record.git_sha = chosen.data.tags.get("git_sha")
         record.video_strip = chosen.data.tags.get(metric_names.VIDEO_STRIP_TAG)

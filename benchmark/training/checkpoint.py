@@ -8,6 +8,7 @@ reads them: a checkpoint file never runs code.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import tempfile
@@ -123,6 +124,8 @@ def restore_learner(payload: dict[str, Any], algo: Any, counters: Any, result: R
         algo.load_replay_state_dict(payload["replay"])
     for name, value in payload["loop"].items():
         setattr(counters, name, value)
+    if "cpu_seconds" not in payload["loop"]:  # a checkpoint from before CPU time was counted
+        counters.cpu_seconds = math.nan
     result.evaluations = [Evaluation(**evaluation) for evaluation in payload["evaluations"]]
 
 

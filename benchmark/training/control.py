@@ -131,6 +131,9 @@ class Counters:
     next_progress: int = 0
     train_seconds: float = 0.0
     eval_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    """CPU seconds (user + system) of the training process so far, every attempt; NaN when a
+    checkpoint from before it was counted resumed the run."""
     update_logs: dict[str, list[float]] = field(default_factory=dict)
     train_return_sum: float = 0.0
     """Of the training episodes that ended since the last evaluation (with train_episodes)."""
@@ -154,11 +157,14 @@ def finish(
     run_dir: Path | None,
     final_payload: dict[str, Any],
     remove_latest_on_finish: bool,
+    cpu_started: float = math.nan,
 ) -> RunResult:
     """A run's end: its timing, ``final.pt`` (and ``latest.pt`` removed unless the caller
     removes it once the run is recorded), the metrics flushed. ``started`` is a
-    ``time.perf_counter()`` reading."""
+    ``time.perf_counter()`` reading, ``cpu_started`` a ``time.process_time()`` one (both moved
+    back by the time of earlier attempts)."""
     result.wall_seconds = time.perf_counter() - started
+    result.cpu_seconds = time.process_time() - cpu_started
     recent = counters.recent_train_returns
     result.train_last100 = (sum(recent) / len(recent), len(recent)) if recent else None
     result.steps_per_second = (counters.step - counters.first_step) / max(result.wall_seconds - counters.eval_seconds, 1e-9)

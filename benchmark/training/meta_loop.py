@@ -245,6 +245,7 @@ class _MetaSeedRun(SeedOutcome):
         self.counters = MetaCounters(next_eval=spec.budget.eval_every, next_checkpoint=spec.checkpoint_interval)
         self.check_finite = hooks.logging(check_finite)
         self.started = 0.0
+        self.cpu_started = 0.0
         seed_everything(spec.seed)
         config = agents.resolve_config(spec.algo, spec.hyperparameters)
         self.run_dir = checkpoint.run_directory(checkpoint_dir, spec.run_key) if checkpoint_dir is not None else None
@@ -272,6 +273,7 @@ class _MetaSeedRun(SeedOutcome):
     def start_clock(self) -> None:
         """Wall time before a resume counts."""
         self.started = time.perf_counter() - self.counters.train_seconds - self.counters.eval_seconds
+        self.cpu_started = time.process_time() - self.counters.cpu_seconds
 
     def record_epoch(self, logs: dict[str, float]) -> None:
         """Log one epoch; meta-test when due (and at the end); report progress."""
@@ -331,6 +333,7 @@ class _MetaSeedRun(SeedOutcome):
             counters.next_checkpoint += spec.checkpoint_interval
         self.tracker.flush()
         counters.train_seconds = time.perf_counter() - self.started - counters.eval_seconds
+        counters.cpu_seconds = time.process_time() - self.cpu_started
         payload = {
             "format": checkpoint.FORMAT,
             "kind": "meta",
@@ -353,7 +356,7 @@ class _MetaSeedRun(SeedOutcome):
 
     def finish(self, remove_latest_on_finish: bool) -> None:
         final = checkpoint.policy_payload(self.algo, None, self.spec)
-        finish(self.result, self.counters, self.started, self.tracker, self.run_dir, final, remove_latest_on_finish)
+        finish(self.result, self.counters, self.started, self.tracker, self.run_dir, final, remove_latest_on_finish, self.cpu_started)
 
     def close(self) -> None:
         for envs in ("train_envs", "test_envs"):

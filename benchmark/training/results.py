@@ -67,6 +67,9 @@ class RunResult:
     steps_per_second: float = 0.0
     """Env steps per second of training (evaluation time excluded)."""
     wall_seconds: float = 0.0
+    cpu_seconds: float = float("nan")
+    """CPU seconds of the process that trained it (all the seeds of a batch), every attempt;
+    NaN where not known (a resume from an older checkpoint, workers in other processes)."""
     device: str = "cpu"
     checkpoint: str | None = None
     train_last100: tuple[float, int] | None = None

@@ -49,6 +49,7 @@ class SeedRun(SeedOutcome):
         self.check_finite = hooks.logging(check_finite)
         self.state: Any = None
         self.started = 0.0
+        self.cpu_started = 0.0
         seed_everything(spec.seed)
         config = self.config = agents.resolve_config(spec.algo, spec.hyperparameters)
         self.run_dir = checkpoint.run_directory(checkpoint_dir, spec.run_key) if checkpoint_dir is not None else None
@@ -136,6 +137,7 @@ class SeedRun(SeedOutcome):
     def start_clock(self) -> None:
         """Wall time before a resume counts."""
         self.started = time.perf_counter() - self.counters.train_seconds - self.counters.eval_seconds
+        self.cpu_started = time.process_time() - self.counters.cpu_seconds
 
     def collect(self, acted: Acted) -> None:
         """Step this seed's envs with ``acted``, store the transitions, log ended episodes."""
@@ -233,6 +235,7 @@ class SeedRun(SeedOutcome):
         spec, algo, counters = self.spec, self.algo, self.counters
         self.tracker.flush()
         counters.train_seconds = time.perf_counter() - self.started - counters.eval_seconds
+        counters.cpu_seconds = time.process_time() - self.cpu_started
         payload = {
             "format": checkpoint.FORMAT,
             "spec": spec.to_dict(),
@@ -270,7 +273,7 @@ class SeedRun(SeedOutcome):
         final["step"] = self.counters.step
         if self.acts_here:  # the last observations, where a continued run ends these episodes
             final.update(obs=torch.as_tensor(self.obs), recurrent_state=checkpoint.to_cpu(self.state))
-        finish(self.result, self.counters, self.started, self.tracker, self.run_dir, final, remove_latest_on_finish)
+        finish(self.result, self.counters, self.started, self.tracker, self.run_dir, final, remove_latest_on_finish, self.cpu_started)
 
     def close(self) -> None:
         for envs in ("train_envs", "eval_envs"):
