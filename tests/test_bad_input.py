@@ -321,3 +321,27 @@ def test_a_suite_that_cannot_run_here_is_refused_before_anything_is_created(tmp_
     suite = write_suite(f"{header}\nseeds: [0]\nbudget: {{total_steps: 100, eval_every: 50}}\nexperiments: [{{algo: ppo, envs: [CartPole-v1]}}]\n")
     assert_one_line_error(run_cli("run", "--suite", str(suite), "--results-dir", str(tmp_path / "results")), 2, *fragments)
     assert not (tmp_path / "results").exists()
+
+
+def test_a_full_disk_when_a_run_s_mlflow_run_is_created_names_the_cause(tmp_path, tiny, monkeypatch):
+    """The worker cannot create the run's child run (SQLite: 'database or disk is full', as
+    SQLAlchemy and MLflow wrap it): the run FAILED with the cause named, not the wrappers'."""
+    import queue
+
+    from benchmark.config import load_suite
+    from benchmark.execution import worker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment = tracking.experiment_id(uri, "tiny", tmp_path / "mlartifacts")
+    parent = tracking.client(uri).create_run(experiment)
+    spec = load_suite(str(tiny), seeds=[0]).specs[0]
+
+    def full(*args, **kwargs):
+        try:
+            raise OSError("(sqlite3.OperationalError) database or disk is full")
+        except OSError as cause:
+            raise RuntimeError("API request to create the run failed") from cause
+
+    monkeypatch.setattr(tracking, "start_child_run", full)
+    (outcome,) = worker.train_group([spec], worker.Launch(uri, experiment, parent.info.run_id, None), queue.Queue())
+    assert outcome.status == "FAILED" and outcome.error == "the disk is full"

@@ -3,10 +3,11 @@ made by the worker that trained it, or read from the store or a bundle when noth
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmark import metric_names, provenance
+from benchmark import metric_names, provenance, stores
 from benchmark.config import RunSpec
 from benchmark.run_record import RunRecord, mark_unusable
 
@@ -23,11 +24,24 @@ class Execution:
 
 
 def failed(spec: RunSpec, error: BaseException | str, status: str = "FAILED") -> RunRecord:
-    """The record of a spec whose worker failed (or never started) before the run reported;
-    an exception is described by its type and the end of its message (a worker's traceback
-    text can be long)."""
-    text = error if isinstance(error, str) else f"{type(error).__name__}: {str(error).strip()[-500:]}"
-    return RunRecord(spec, status=status, error=text)
+    """The record of a spec whose worker failed (or never started: its MLflow run could not be
+    created) before the run reported."""
+    return RunRecord(spec, status=status, error=error if isinstance(error, str) else error_text(error))
+
+
+def error_text(error: BaseException) -> str:
+    """Why a run ended, in one line: 'the disk is full' whatever layer raised it (SQLite, torch,
+    a write), else the exception's type and the end of its message (a worker's traceback text
+    can be long)."""
+    if stores.is_disk_full(error):
+        return "the disk is full"
+    return f"{type(error).__name__}: {str(error).strip()[-500:]}"
+
+
+def process_cpu_known(spec: RunSpec, cpu_seconds: float) -> bool:
+    """Whether a run's process CPU time is its cost: measured (finite) and not shared with
+    worker processes elsewhere (a distributed run's collectors and gradient workers)."""
+    return math.isfinite(cpu_seconds) and spec.distributed is None
 
 
 def trained(spec: RunSpec, run_id: str, result: Any) -> RunRecord:
@@ -43,6 +57,7 @@ def trained(spec: RunSpec, run_id: str, result: Any) -> RunRecord:
         result.device,
         result.wall_seconds,
         [(evaluation.step, evaluation.mean) for evaluation in result.evaluations],
+        cpu_seconds=result.cpu_seconds if process_cpu_known(spec, result.cpu_seconds) else None,
         git_sha=provenance.code_version()["git_sha"],
         attempts=1,
         final_train_return=final.train_return_mean,
@@ -63,6 +78,7 @@ def of_finished(spec: RunSpec, run: Any) -> RunRecord:
         final_return_std=metrics.get(metric_names.FINAL_RETURN_STD),
         steps_per_second=metrics.get(metric_names.FINAL_STEPS_PER_SECOND),
         wall_seconds=metrics.get(metric_names.FINAL_WALL_SECONDS),
+        cpu_seconds=metrics.get(metric_names.FINAL_CPU_SECONDS),
         device=run.data.tags.get("device"),
         git_sha=run.data.tags.get("git_sha"),
         pre_adaptation_return=metrics.get(metric_names.PRE_ADAPTATION_RETURN),

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmark import metric_names, provenance, stores, tracking
+from benchmark import metric_names, provenance, tracking
 from benchmark.config import RunSpec
 from benchmark.execution import claims, outcomes
 from benchmark.execution.messages import Note, Progress, Sink, Started, send
@@ -251,8 +251,7 @@ class _ChildRun:
         if isinstance(result, BaseException):
             status = "KILLED" if isinstance(result, (KeyboardInterrupt, SystemExit, Preempted)) else "FAILED"
             self.tracker.fail(result, status)
-            error = "the disk is full" if stores.is_disk_full(result) else f"{type(result).__name__}: {result}"
-            return RunRecord(self.spec, status, self.tracker.run_id, error=error)
+            return RunRecord(self.spec, status, self.tracker.run_id, error=outcomes.error_text(result))
         try:
             final = result.evaluations[-1]
             self.tracker.set_tags({"device": result.device})
@@ -262,6 +261,7 @@ class _ChildRun:
                     metric_names.FINAL_RETURN_STD: final.std,
                     metric_names.FINAL_STEPS_PER_SECOND: result.steps_per_second,
                     metric_names.FINAL_WALL_SECONDS: result.wall_seconds,
+                    **({metric_names.FINAL_CPU_SECONDS: result.cpu_seconds} if outcomes.process_cpu_known(self.spec, result.cpu_seconds) else {}),
                     **(
                         {metric_names.FINAL_TRAIN_RETURN_LAST100: result.train_last100[0], metric_names.FINAL_TRAIN_EPISODES_LAST100: result.train_last100[1]}
                         if result.train_last100
