@@ -78,6 +78,7 @@ __all__ = [
     "is_bundle",
     "merge",
     "merged_weights",
+    "published_bundle",
     "published_directory",
     "read",
     "read_all",
@@ -306,10 +307,24 @@ def published_directory(results_dir: Path, suite_name: str) -> Path:
     return Path(results_dir) / PUBLISHED_DIR / suite_name
 
 
+def published_bundle(results_dir: Path, suite_name: str) -> Path | None:
+    """The suite's published bundle as every command reads it: ``<results-dir>/published/<suite>``
+    when it holds one, else the checkout's committed record (``results/published/<suite>``, so a
+    ``--results-dir`` elsewhere still sees it), else None. Writers (``export``) keep to the
+    results directory."""
+    from benchmark.config import PROJECT_ROOT
+
+    for directory in (published_directory(results_dir, suite_name), published_directory(PROJECT_ROOT / "results", suite_name)):
+        if is_bundle(directory):
+            return directory
+    return None
+
+
 def sources(results_dir: Path, suite_name: str, from_dirs: list[Path] | None, published: bool = True) -> list[Path]:
-    """The bundles a command reads: ``--from`` ones, plus the suite's published bundle when it exists (and ``published``)."""
+    """The bundles a command reads: ``--from`` ones, plus the suite's published bundle
+    (``published_bundle``) when there is one (and ``published``)."""
     chosen = [Path(d) for d in from_dirs or []]
-    default = published_directory(results_dir, suite_name)
-    if published and is_bundle(default) and all(d.resolve() != default.resolve() for d in chosen if d.exists()):
+    default = published_bundle(results_dir, suite_name) if published else None
+    if default is not None and all(d.resolve() != default.resolve() for d in chosen if d.exists()):
         chosen.append(default)
     return chosen

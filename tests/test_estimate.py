@@ -1,7 +1,9 @@
 """Cost before a suite starts: the estimate against hand computations, each run's state, and the
 confirmation that guards invocations estimated above --max-hours."""
 
+import dataclasses
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -14,38 +16,110 @@ from benchmark.execution import claims, estimate, plan
 from benchmark.execution.estimate import PastRun, Throughput
 from benchmark.training import checkpoint
 
-TABLE = {("ppo", "CartPole-v1"): Throughput("ppo", "CartPole-v1", 1000.0, 5000.0), ("ppo", "Acrobot-v1"): Throughput("ppo", "Acrobot-v1", 500.0, 2500.0)}
+CPU = "Test CPU"
 
 
 def spec(seed=0, algo="ppo", env_id="CartPole-v1", total=10_000, every=5_000, episodes=10, hp=None):
     return RunSpec("s", algo, env_id, seed, hp or {"learning_rate": 0.001}, Budget(total, every, episodes))
 
 
+def keys(run, batch=1, cpu=CPU):
+    return estimate.keys_of(run, batch, cpu)
+
+
+def row(run, train, evaluation, batch=1, cpu=CPU):
+    """A calibrated row for ``run``'s work key with ``batch`` seeds a process on ``cpu``."""
+    return Throughput(run.algo, run.env_id, train, evaluation, cpu, work_key=keys(run, batch, cpu).work, seeds_per_process=batch)
+
+
+def table(*rows):
+    return {r.row_key: r for r in rows}
+
+
+TABLE = table(row(spec(), 1000.0, 5000.0), row(spec(env_id="Acrobot-v1"), 500.0, 2500.0))
+
+
 def test_a_run_from_the_throughput_table_by_hand():
     """10k steps at 1,000 steps/s = 10 s; evaluations at 0?, 5k, 10k: 10000 // 5000 + 1 = 3, of 10
     episodes of at most 500 steps (CartPole's cap) = 15,000 steps at 5,000 steps/s = 3 s: 13 s."""
-    found = estimate.estimate_run(spec(), [], TABLE)
+    found = estimate.estimate_run(spec(), [], TABLE, keys(spec()))
     assert found.seconds == pytest.approx(13.0) and found.basis.startswith("calibrated")
 
 
-def test_finished_runs_come_before_the_table_and_the_same_configuration_first():
-    past = [
-        PastRun("ppo", "CartPole-v1", "other", 0.004),
-        PastRun("ppo", "CartPole-v1", "this", 0.002),
-        PastRun("ppo", "CartPole-v1", "this", 0.003),
-        PastRun("ppo", "CartPole-v1", "this", 0.010),
+def test_warm_up_steps_are_priced_at_the_evaluation_rate():
+    """DQN with 4,000 random steps before its first update: 6,000 updating steps at 1,000/s = 6 s;
+    (4,000 warm-up + 15,000 evaluation steps) at 5,000/s = 3.8 s."""
+    run = spec(algo="dqn", hp={"learning_starts": 4000, "learning_rate": 0.001})
+    found = estimate.estimate_run(run, [], table(row(run, 1000.0, 5000.0)), keys(run))
+    assert found.seconds == pytest.approx(6.0 + 3.8)
+
+
+def test_the_work_key_follows_the_work_per_step_not_what_is_learned():
+    base = spec(hp={"learning_rate": 0.001, "batch_size": 64})
+    same = [spec(hp={"learning_rate": 0.1, "batch_size": 64, "gamma": 0.9}), spec(seed=7, hp={"learning_rate": 0.001, "batch_size": 64})]
+    assert all(keys(other).work == keys(base).work for other in same)
+    assert keys(base, cpu="Other CPU").work == keys(base).work  # the CPU model is matched apart
+    different = [
+        keys(spec(hp={"learning_rate": 0.001, "batch_size": 256})),
+        keys(spec(hp={"learning_rate": 0.001, "batch_size": 64, "hidden_sizes": [256, 256]})),
+        keys(spec(hp={"learning_rate": 0.001, "batch_size": 64, "some_plugin_setting": 3})),  # unknown settings count as work
+        keys(base, batch=3),
+        keys(dataclasses.replace(base, device="cuda")),
+        keys(spec(env_id="Acrobot-v1", hp={"learning_rate": 0.001, "batch_size": 64})),
     ]
-    found = estimate.estimate_run(spec(), past, TABLE, key="this")
-    assert found.seconds == pytest.approx(0.003 * 10_000) and "3 finished runs of this configuration" in found.basis
-    pair = estimate.estimate_run(spec(), past[:1], TABLE, key="this")
-    assert pair.seconds == pytest.approx(40.0) and "of ppo on CartPole-v1" in pair.basis
+    assert len({k.work for k in different} | {keys(base).work}) == len(different) + 1
 
 
-def test_other_environments_give_a_rough_figure_and_nothing_gives_unknown():
-    rough = estimate.estimate_run(spec(env_id="Pendulum-v1"), [], TABLE)
+def test_finished_runs_come_before_the_table_and_the_same_configuration_first():
+    this = keys(spec())
+    past = [
+        PastRun("ppo", "CartPole-v1", "other", 0.004, this.work, CPU),
+        PastRun("ppo", "CartPole-v1", this.config, 0.002, this.work, CPU, "cpu"),
+        PastRun("ppo", "CartPole-v1", this.config, 0.003, this.work, CPU, "cpu"),
+        PastRun("ppo", "CartPole-v1", this.config, 0.010, this.work, CPU, "cpu"),
+    ]
+    found = estimate.estimate_run(spec(), past, TABLE, this)
+    assert found.seconds == pytest.approx(0.003 * 10_000) and found.basis == "3 finished runs of this configuration (CPU time)"
+    work = estimate.estimate_run(spec(), past[:1], TABLE, this)
+    assert work.seconds == pytest.approx(40.0) and work.basis == "1 finished run with this work per step (wall time)"
+
+
+def test_runs_with_other_work_per_step_or_on_another_cpu_do_not_set_the_figure():
+    """The case of the issue: a finished run of the same algorithm and env with other settings
+    (here 40x cheaper per step) is not borrowed; a run on another CPU model only when nothing
+    of this one is known, and named."""
+    this = keys(spec())
+    cheap = PastRun("ppo", "CartPole-v1", "other", 0.0001, keys(spec(hp={"num_envs": 64})).work, CPU)
+    assert estimate.estimate_run(spec(), [cheap], TABLE, this).seconds == pytest.approx(13.0)
+    elsewhere = PastRun("ppo", "CartPole-v1", this.config, 0.002, this.work, "Other CPU")
+    assert estimate.estimate_run(spec(), [elsewhere], TABLE, this).basis.startswith("calibrated")
+    alone = estimate.estimate_run(spec(), [elsewhere], {}, this)
+    assert alone.seconds == pytest.approx(20.0) and alone.basis == "1 finished run on Other CPU"
+    other_cpu = table(row(spec(), 2000.0, 5000.0, cpu="Other CPU"))
+    found = estimate.estimate_run(spec(), [], other_cpu, this)
+    assert found.seconds == pytest.approx(8.0) and found.basis.startswith("calibrated on Other CPU")
+
+
+def test_a_finished_run_is_priced_by_its_process_s_cpu_time_where_recorded():
+    """A run of a batch of 3 seeds, 1,000 steps, 100 s of wall time: 60 s of its process's CPU
+    give 60 / 3 / 1,000 = 0.02 core-seconds per step; without them, wall time: 0.0333."""
+    from test_bundles import fake_run
+
+    timed = dataclasses.replace(fake_run(0, steps=1000), wall_seconds=100.0, cpu_seconds=60.0, batch_seeds=(0, 1, 2), mlflow_run_id="timed")
+    untimed = dataclasses.replace(timed, cpu_seconds=None, mlflow_run_id="untimed")
+    found = sorted((p.timed_by, p.seconds_per_step) for p in plan.past_runs(None, {"a": timed, "b": untimed}) if p.cpu_model == "Test CPU, 2 cores")
+    assert found == [("cpu", pytest.approx(0.02)), ("wall", pytest.approx(100 / 3 / 1000))]
+    assert {p.work_key for p in plan.past_runs(None, {"a": timed})} >= {keys(timed.spec, batch=3).work}
+
+
+def test_other_settings_or_environments_give_a_rough_figure_and_nothing_gives_unknown():
+    other = estimate.estimate_run(spec(hp={"num_envs": 4}), [], TABLE, keys(spec(hp={"num_envs": 4})))
+    assert other.seconds == pytest.approx(13.0) and other.basis == "rough: ppo on CartPole-v1 calibrated with other settings"
+    pendulum = spec(env_id="Pendulum-v1")
+    rough = estimate.estimate_run(pendulum, [], TABLE, keys(pendulum))
     # median of 1000 and 500 = 750 training steps/s, of 5000 and 2500 = 3750; Pendulum's cap is 200
     assert rough.seconds == pytest.approx(10_000 / 750 + 3 * 10 * 200 / 3750) and rough.basis.startswith("rough")
-    assert estimate.estimate_run(spec(algo="sac"), [], TABLE).seconds is None
+    assert estimate.estimate_run(spec(algo="sac"), [], TABLE, keys(spec(algo="sac"))).seconds is None
 
 
 def test_the_wall_time_deals_the_longest_jobs_first():
@@ -55,19 +129,22 @@ def test_the_wall_time_deals_the_longest_jobs_first():
 
 
 def test_an_estimate_of_processes_with_resumed_runs_by_hand():
+    """a alone: 13 s; b and c batched two to a process, priced at the 2-seed rates: b 10,000 /
+    2,000 + 15,000 / 5,000 = 8 s, half left: 4 s; c: 10,000 / 1,000 + 3 x 10 x 500 / 2,500 = 16 s."""
     a, b, c = spec(0), spec(1), spec(2, env_id="Acrobot-v1")
-    # a: 13 s; b: 13 s, half left; c: 10,000 / 500 + 3 x 10 x 500 / 2500 = 26 s; with b and c batched in one process
-    found = estimate.estimate([[a], [b, c]], 2, [], TABLE, remaining={b.run_key: 0.5})
-    assert found.known_seconds == pytest.approx(13 + 6.5 + 26)
-    assert found.wall_seconds == pytest.approx(32.5) and not found.unknown
+    rates = table(*TABLE.values(), row(spec(), 2000.0, 5000.0, batch=2), row(c, 1000.0, 2500.0, batch=2))
+    found = estimate.estimate([[a], [b, c]], 2, [], rates, remaining={b.run_key: 0.5}, cpu_model=CPU)
+    assert found.known_seconds == pytest.approx(13 + 4 + 16)
+    assert found.wall_seconds == pytest.approx(20.0) and not found.unknown
 
 
 def test_a_throughput_table_is_saved_sorted_and_read_back(tmp_path):
     path = tmp_path / "throughput.csv"
-    estimate.save_throughput([TABLE[("ppo", "CartPole-v1")]], path)
-    estimate.save_throughput([TABLE[("ppo", "Acrobot-v1")], Throughput("ppo", "CartPole-v1", 2000.0, 6000.0)], path)
+    cartpole, acrobot = TABLE.values()
+    estimate.save_throughput([cartpole], path)
+    estimate.save_throughput([acrobot, dataclasses.replace(cartpole, train_steps_per_second=2000.0)], path)
     loaded = estimate.load_throughput(path)
-    assert loaded[("ppo", "CartPole-v1")].train_steps_per_second == 2000.0 and len(loaded) == 2
+    assert loaded[cartpole.row_key].train_steps_per_second == 2000.0 and len(loaded) == 2
     assert path.read_text().splitlines()[1].startswith("ppo,Acrobot-v1,")
     path.write_text("algo,env_id\nppo,CartPole-v1\n")
     with pytest.raises(Exception, match="lacks the column"):
@@ -133,3 +210,42 @@ def test_the_mujoco_dry_run_prints_the_estimate_and_the_state_of_every_run():
     if estimate.load_throughput():  # the committed table covers the suite: every run is estimated
         assert "not estimated" not in out
     assert not Path("/nonexistent-results").exists()  # a dry run creates nothing
+
+
+def committed_cells(suites):
+    """The committed bundles' cells as trained: (config key, seeds a process, CPU model) -> (one
+    run's spec, the core-seconds each run took: its process's CPU time where recorded, else its
+    wall time, over the seeds of the process; whether every run recorded CPU time)."""
+    from benchmark import bundles, tracking
+    from benchmark.config import PROJECT_ROOT
+
+    cells: dict[tuple, tuple] = {}
+    for name in suites:
+        for run in bundles.read(bundles.published_directory(PROJECT_ROOT / "results", name)).runs.values():
+            batch = max(len(run.batch_seeds), 1)
+            key = (estimate.config_key(tracking.child_params(run.spec)), batch, run.provenance["cpu_model"])
+            cells.setdefault(key, (run.spec, [], []))
+            cells[key][1].append((run.cpu_seconds or run.wall_seconds) / batch)
+            cells[key][2].append(run.cpu_seconds is not None)
+    return {key: (spec, statistics.median(times), all(timed)) for key, (spec, times, timed) in cells.items()}
+
+
+def test_a_plan_prices_each_record_cell_from_its_committed_runs_whatever_the_results_directory(tmp_path):
+    """The record's configurations planned from their suite files, as ``run --suite mujoco
+    --results-dir elsewhere`` plans them, each with the seeds a process its cell was trained
+    with: priced from the committed bundles' runs of that configuration on that CPU model (the
+    keys of a planned run and of a bundled one agree), within 1.5x of what those runs took."""
+    from benchmark.analysis import record
+
+    assert not plan.default_bundles(tmp_path, "mujoco", None, published=False)
+    past = plan.past_runs(None, {})  # no store, no bundle given: the checkout's committed runs still count
+    checked = 0
+    for name in record.RECORD_SUITES:
+        suite = load_suite(name)
+        for (_, batch, cpu), (run, measured, _) in committed_cells([name]).items():
+            (planned,) = [s for s in suite.specs if s.run_key == run.run_key]
+            found = estimate.estimate_run(planned, past, {}, estimate.keys_of(planned, batch, cpu))
+            assert found.basis.endswith("of this configuration (wall time)") or found.basis.endswith("(CPU time)"), (run.label, found.basis)
+            assert 1 / 1.5 <= found.seconds / measured <= 1.5, (run.label, batch, found.seconds, measured)
+            checked += 1
+    assert checked >= 20

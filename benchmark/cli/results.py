@@ -86,8 +86,11 @@ def add_parser(commands: Any) -> None:
     calibrate = commands.add_parser("calibrate", help="measure training and evaluation steps/s on one core into results/perf/throughput.csv")
     calibrate.add_argument("--algos", nargs="+", help="algorithms (default: those of --suite, else every single-task one)")
     calibrate.add_argument("--envs", nargs="+", help="environments (default: those of --suite, else CartPole-v1 and HalfCheetah-v5)")
-    calibrate.add_argument("--suite", help="calibrate the (algorithm, environment) pairs of this suite")
+    calibrate.add_argument("--suite", help="calibrate the configurations of this suite (its settings, its seeds a process)")
     calibrate.add_argument("--steps", type=steps_value, help="env steps per pair (default: a few seconds' worth)")
+    calibrate.add_argument(
+        "--seeds-per-process", type=int, nargs="+", metavar="N", help="seeds trained in one process, each count measured (default: the suite's setting, else 1)"
+    )
     calibrate.add_argument("--output", type=Path, help="throughput CSV (default results/perf/throughput.csv); rows of other pairs are kept")
     add_format(calibrate)
 
@@ -407,46 +410,60 @@ def command_calibrate(args: argparse.Namespace, console: Any) -> int:
 
     if args.steps is not None and args.steps < 1:
         raise ConfigError(f"--steps must be >= 1, got {args.steps}")
+    if args.seeds_per_process and min(args.seeds_per_process) < 1:
+        raise ConfigError(f"--seeds-per-process must be >= 1, got {min(args.seeds_per_process)}")
     if args.suite:
         suite = config.load_suite(args.suite).select(args.algos, args.envs)
-        pairs = list(dict.fromkeys((spec.algo, spec.env_id) for spec in suite.specs))
+        targets = calibrate.targets_of(suite.specs, args.seeds_per_process)
     else:
         algos = args.algos or [name for name in agents.ALGORITHMS if not agents.is_meta(name) and name != "bc"]
         envs = args.envs or ["CartPole-v1", "HalfCheetah-v5"]
-        pairs = []
+        specs = []
         for algo in algos:
             for env_id in envs:
                 try:
-                    calibrate.calibration_spec(algo, env_id, args.steps)
+                    specs.append(config.make_spec(algo, env_id, 0, {"total_steps": 1, "eval_every": 1}))
                 except ConfigError as error:
                     if args.algos and args.envs:
                         raise
                     console.print(f"skipped {algo} on {env_id}: {error}", highlight=False, markup=False)
-                    continue
-                pairs.append((algo, env_id))
-    for algo, env_id in pairs:  # every pair is checked before any is measured
-        if agents.is_meta(algo):
-            raise ConfigError(f"calibrate measures single-task algorithms; {algo} is a meta-learner: its estimates come from finished runs")
-        calibrate.calibration_spec(algo, env_id, args.steps)
+        targets = calibrate.targets_of(specs, args.seeds_per_process)
+    for target in targets:  # every target is checked before any is measured
+        if agents.is_meta(target.algo):
+            raise ConfigError(f"calibrate measures single-task algorithms; {target.algo} is a meta-learner: its estimates come from finished runs")
+        calibrate.calibration_specs(target, args.steps)
     output = args.output or estimate.THROUGHPUT_FILE
 
     def progress(measured: estimate.Throughput, seconds: float) -> None:
+        batch = f", {measured.seeds_per_process} seeds a process" if measured.seeds_per_process > 1 else ""
         console.print(
-            f"{measured.algo} on {measured.env_id}: {measured.train_steps_per_second:,.0f} training steps/s, "
+            f"{measured.algo} on {measured.env_id}{batch}: {measured.train_steps_per_second:,.0f} training steps/s, "
             f"{measured.eval_steps_per_second:,.0f} evaluation steps/s ({seconds:.0f} s)",
             highlight=False,
         )
 
-    measured = calibrate.calibrate(pairs, args.steps, progress)
+    measured = calibrate.calibrate(targets, args.steps, progress)
     estimate.save_throughput(measured, output)
     table = TableData(
-        f"throughput on one core ({measured[0].cpu_model if measured else ''}), written to {output}",
-        ["algorithm", "environment", "training steps/s", "evaluation steps/s", "steps"],
-        names={"algorithm", "environment"},
-        right={"training steps/s", "evaluation steps/s", "steps"},
+        f"throughput per core-second ({measured[0].cpu_model if measured else ''}), written to {output}",
+        ["algorithm", "environment", "seeds a process", "settings", "training steps/s", "evaluation steps/s", "steps"],
+        names={"algorithm", "environment", "settings"},
+        right={"seeds a process", "training steps/s", "evaluation steps/s", "steps"},
+        caption=(
+            "settings: those that set the work per step and differ from the algorithm's defaults; "
+            "steps/s: env steps of all the process's seeds per second of its CPU"
+        ),
     )
     for m in measured:
-        table.add(m.algo, m.env_id, f"{m.train_steps_per_second:,.0f}", f"{m.eval_steps_per_second:,.0f}", f"{m.steps:,}")
+        table.add(
+            m.algo,
+            m.env_id,
+            m.seeds_per_process,
+            m.settings or "defaults",
+            f"{m.train_steps_per_second:,.0f}",
+            f"{m.eval_steps_per_second:,.0f}",
+            f"{m.steps:,}",
+        )
     console.table(table)
     return 0
 

@@ -1,16 +1,25 @@
 """What a suite will cost before it starts: core-hours per run and the wall time with the workers given.
 
-Each run's time comes, best first, from:
+A run's cost is keyed by what sets its work per env step (``work_key``): the algorithm, the
+environment (its kwargs and wrappers), the hyperparameters that change how much is computed
+(rollout and batch sizes, network sizes, epochs, update ratio...: every setting but those in
+``NO_WORK_SETTINGS``, which change what is learned, not how much), the seeds trained in one
+process and the device. The CPU model is preferred, not required. Each run's time comes, best
+first, from:
 
-1. finished runs of the same configuration (algorithm, environment, hyperparameters), then of
-   the same algorithm and environment, in the tracking store or in bundles: the median seconds
-   per env step, evaluations included (a run trained in a batch of N seeds counts 1/N of its
-   process's time);
+1. finished runs of the same configuration, then of the same work key, in the tracking store or
+   in bundles (the checkout's committed record always among them), on this CPU model: the
+   median core-seconds per env step, evaluations included; a run trained in a batch of N seeds
+   counts 1/N of its process's time, and its process's CPU time where recorded (wall time counts
+   waiting for a core as well);
 2. the committed throughput table ``results/perf/throughput.csv`` (``python -m benchmark
-   calibrate`` measures it: training steps/s and evaluation steps/s of each algorithm on each
-   environment on one core): ``steps / train rate + evaluations x episodes x episode cap /
-   evaluation rate`` (the episode cap bounds an evaluation from above);
-3. the same algorithm on other environments in the table (marked rough).
+   calibrate`` measures it: training and evaluation rates of one work key on one core, over
+   whole update cycles, CPU time): ``updating steps / train rate + (warm-up steps + evaluation
+   steps) / evaluation rate`` (random warm-up actions cost about what evaluation steps do; the
+   episode cap bounds an evaluation from above);
+3. the same, measured on another CPU model (named);
+4. the table's rows of the same algorithm and environment with other settings, then of the same
+   algorithm on other environments (marked rough).
 
 A run with none of these is "unknown" and named, so the user can calibrate it. The wall time
 deals the runs longest first to ``parallel`` slots, each to the first slot free; the local pool
@@ -33,16 +42,51 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents.errors import ConfigError
+from benchmark import provenance
 from benchmark.config import PROJECT_ROOT, RunSpec
 from benchmark.tables import plural
 
 THROUGHPUT_FILE = PROJECT_ROOT / "results" / "perf" / "throughput.csv"
-THROUGHPUT_COLUMNS = ("algo", "env_id", "train_steps_per_second", "eval_steps_per_second", "cpu_model", "torch", "steps", "measured")
+THROUGHPUT_COLUMNS = (
+    "algo",
+    "env_id",
+    "work_key",
+    "seeds_per_process",
+    "settings",
+    "train_steps_per_second",
+    "eval_steps_per_second",
+    "cpu_model",
+    "torch",
+    "steps",
+    "measured",
+)
+
+NO_WORK_SETTINGS = frozenset(
+    {
+        # learning rates, discounts, coefficients, clips, noise scales, schedules: what is learned,
+        # not how much is computed per step (an unknown setting counts as work: a plug-in's too)
+        *("learning_rate", "actor_lr", "critic_lr", "alpha_lr", "value_lr", "context_lr", "dual_lr", "inner_lr", "outer_lr"),
+        *("gamma", "gae_lambda", "tau", "alpha", "initial_alpha", "target_entropy", "reward_scale", "entropy_coef", "value_coef"),
+        *("clip_range", "value_clip_range", "lr_clip_range", "anneal_lr", "anneal_clip_range", "max_grad_norm", "max_kl", "cg_damping"),
+        *("line_search_shrink", "kl_penalty", "kl_target", "kl_lambda", "center_adv", "positive_adv", "stop_entropy_gradient"),
+        *("entropy_method", "use_softplus_entropy", "baseline_reg_coef", "critic_weight_decay", "initial_log_std", "activation"),
+        *("clip_observations", "clip_rewards", "normalize_observations", "normalize_rewards", "rmsprop_alpha", "rmsprop_eps"),
+        *("epsilon", "epsilon_mean", "epsilon_stddev", "epsilon_start", "epsilon_final", "exploration_fraction", "exploration_noise"),
+        *("noise_sigma", "ou_theta", "target_policy_noise", "target_noise_clip", "per_alpha", "per_beta", "per_eps", "huber"),
+        *("initial_alpha_mean", "initial_alpha_stddev", "initial_temperature", "buffer_size", "ere_eta", "ere_c_min", "ere_anneal"),
+        *("policy_mean_reg_coef", "policy_std_reg_coef", "policy_pre_activation_coef"),
+        # warm-up steps: priced apart (they act at random and do not update)
+        "learning_starts",
+        "start_steps",
+    }
+)
+WARM_UP_SETTINGS = ("learning_starts", "start_steps")
 
 
 @dataclass(frozen=True)
 class Throughput:
-    """One calibrated (algorithm, environment) pair on one core."""
+    """One calibrated work key on one core: env steps per core-second of each run (a batch of N
+    seeds in one process: N runs' steps per second of the process's CPU)."""
 
     algo: str
     env_id: str
@@ -52,17 +96,32 @@ class Throughput:
     torch: str = ""
     steps: int = 0
     measured: str = ""
+    work_key: str = ""
+    """``work_key`` of the calibrated settings ('' : the algorithm's defaults, one seed per process)."""
+    seeds_per_process: int = 1
+    settings: str = ""
+    """The work settings that differ from the algorithm's defaults, for a reader (JSON)."""
+
+    @property
+    def row_key(self) -> tuple[str, str]:
+        """Its identity in the table: a work key on a CPU model."""
+        return (self.work_key, self.cpu_model)
 
 
 @dataclass(frozen=True)
 class PastRun:
-    """What a finished run tells about speed: its configuration and seconds per env step."""
+    """What a finished run tells about speed: its configuration and core-seconds per env step."""
 
     algo: str
     env_id: str
     config_key: str
     """Hyperparameters and budget (not the seed): runs of one configuration share it."""
     seconds_per_step: float
+    """Per run: its process's CPU seconds (else wall seconds) / seeds in the process / env steps."""
+    work_key: str = ""
+    cpu_model: str = ""
+    timed_by: str = "wall"
+    """'cpu' where the process's CPU time was recorded, else 'wall'."""
 
 
 @dataclass(frozen=True)
@@ -96,14 +155,68 @@ class Estimate:
 
 def config_key(params: dict[str, object]) -> str:
     """What runs of one configuration share, from their MLflow params (``tracking.child_params``:
-    the algorithm, environment, budget and hyperparameters) without the seed and suite; values
-    compared as MLflow stores them, as text."""
-    kept = {key: str(value) for key, value in params.items() if key not in ("seed", "suite")}
+    the algorithm, environment, budget and hyperparameters) without the seed and suite; the
+    hyperparameters in the form run keys hash (``settings_as_keyed``), values compared as text."""
+    kept = {key: str(value) for key, value in params.items() if key not in ("seed", "suite") and not key.startswith("hp.")}
+    kept.update({f"hp.{key}": value for key, value in settings_as_keyed(params).items()})
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def settings_as_keyed(params: dict[str, object], leave_out: frozenset[str] = frozenset()) -> dict[str, str]:
+    """The ``hp.*`` params as run keys hash them (``config.key_form``: stable across renames and
+    respellings), as text, without the settings named in ``leave_out`` (this version's names) and
+    without those at the algorithm's default: a run recorded before a setting was added (at the
+    default it then had implicitly) matches one made now."""
+    from benchmark.config import key_form, stored_hyperparameters
+
+    algo = str(params.get("algo"))
+    current = stored_hyperparameters(algo, {key[3:]: value for key, value in params.items() if key.startswith("hp.")})
+    keyed = {key: str(value) for key, value in key_form(algo, {k: v for k, v in current.items() if k not in leave_out}).items()}
+    defaults = _default_settings(algo)
+    return {key: value for key, value in keyed.items() if defaults.get(key) != value}
+
+
+def work_settings(params: dict[str, object]) -> dict[str, str]:
+    """The hyperparameters that set the work per env step (every one but ``NO_WORK_SETTINGS``),
+    as run keys hash them, where they differ from the algorithm's defaults."""
+    return settings_as_keyed(params, NO_WORK_SETTINGS)
+
+
+@functools.lru_cache(maxsize=64)
+def _default_settings(algo: str) -> dict[str, str]:
+    """``algo``'s default settings as run keys hash them, as text ({} for an algorithm this
+    installation does not have, or a plug-in Config with required fields)."""
+    from agents.registry import known_config
+    from benchmark.config import key_form
+
+    config = known_config(algo)
+    try:
+        return {} if config is None else {key: str(value) for key, value in key_form(algo, config().to_dict()).items()}
+    except Exception:  # noqa: BLE001 - a plug-in Config that cannot be built without arguments
+        return {}
+
+
+def work_key(params: dict[str, object], seeds_per_process: int, device: str) -> str:
+    """What sets a run's core-seconds per env step, from its MLflow params (see the module
+    docstring): runs that share it cost the same per step on one CPU model."""
+    kept = {
+        "algo": str(params.get("algo")),
+        "env_id": str(params.get("env_id")),
+        "env": {key: str(value) for key, value in params.items() if key.startswith("env.")},
+        "settings": work_settings(params),
+        "seeds_per_process": max(int(seeds_per_process), 1),
+        "device": device_class(device),
+    }
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def device_class(device: str | None) -> str:
+    """'cuda' for any CUDA device, else 'cpu' ('auto' is priced as a CPU run)."""
+    return "cuda" if (device or "").startswith("cuda") else "cpu"
+
+
 def load_throughput(path: Path = THROUGHPUT_FILE) -> dict[tuple[str, str], Throughput]:
-    """(algo, env_id) -> calibrated throughput; {} when the file does not exist."""
+    """(work key, CPU model) -> calibrated throughput; {} when the file does not exist."""
     path = Path(path)
     if not path.exists():
         return {}
@@ -115,7 +228,7 @@ def _load_throughput(path: Path, modified: int) -> dict[tuple[str, str], Through
     table = {}
     with path.open(newline="") as handle:
         reader = csv.DictReader(handle)
-        missing = [c for c in THROUGHPUT_COLUMNS[:4] if c not in (reader.fieldnames or [])]
+        missing = [c for c in THROUGHPUT_COLUMNS[:7] if c not in (reader.fieldnames or [])]
         if missing:
             raise ConfigError(f"{path} lacks the column(s) {', '.join(missing)}; restore it with git checkout or re-run calibrate")
         for number, row in enumerate(reader, start=2):
@@ -129,32 +242,38 @@ def _load_throughput(path: Path, modified: int) -> dict[tuple[str, str], Through
                     row.get("torch", ""),
                     int(row.get("steps") or 0),
                     row.get("measured", ""),
+                    row["work_key"],
+                    int(row["seeds_per_process"] or 1),
+                    row["settings"],
                 )
             except (TypeError, ValueError) as error:
                 raise ConfigError(f"{path}, row {number}: {error}; restore it with git checkout or re-run calibrate") from None
             if entry.train_steps_per_second <= 0 or entry.eval_steps_per_second <= 0:
                 raise ConfigError(f"{path}, row {number}: steps per second must be positive")
-            table[(entry.algo, entry.env_id)] = entry
+            table[entry.row_key] = entry
     return table
 
 
 def save_throughput(entries: Iterable[Throughput], path: Path = THROUGHPUT_FILE) -> None:
-    """Insert or replace rows by (algo, env_id); rows stay sorted; the file is replaced atomically."""
+    """Insert or replace rows by (work key, CPU model); rows stay sorted by algorithm and
+    environment; the file is replaced atomically."""
     path = Path(path)
     table = dict(load_throughput(path)) if path.exists() else {}
     for entry in entries:
-        table[(entry.algo, entry.env_id)] = entry
+        table[entry.row_key] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
     with temporary.open("w", newline="") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(THROUGHPUT_COLUMNS)
-        for key in sorted(table):
-            e = table[key]
+        for e in sorted(table.values(), key=lambda e: (e.algo, e.env_id, e.seeds_per_process, e.settings, e.cpu_model)):
             writer.writerow(
                 [
                     e.algo,
                     e.env_id,
+                    e.work_key,
+                    e.seeds_per_process,
+                    e.settings,
                     f"{e.train_steps_per_second:.1f}",
                     f"{e.eval_steps_per_second:.1f}",
                     e.cpu_model,
@@ -188,36 +307,73 @@ def evaluation_steps(spec: RunSpec) -> int:
     return evaluations * spec.budget.eval_episodes * cap
 
 
+def warm_up_steps(spec: RunSpec) -> int:
+    """Env steps of random actions before the first update (off-policy learners), within the budget."""
+    steps = max((int(spec.hyperparameters.get(name) or 0) for name in WARM_UP_SETTINGS), default=0)
+    return min(steps, spec.budget.total_steps)
+
+
 def seconds_from_throughput(spec: RunSpec, rate: Throughput) -> float:
-    return spec.budget.total_steps / rate.train_steps_per_second + evaluation_steps(spec) / rate.eval_steps_per_second
+    """Core-seconds of one run at ``rate``: updating steps at the training rate, warm-up and
+    evaluation steps at the evaluation rate."""
+    warm_up = warm_up_steps(spec)
+    return (spec.budget.total_steps - warm_up) / rate.train_steps_per_second + (warm_up + evaluation_steps(spec)) / rate.eval_steps_per_second
 
 
-def estimate_run(spec: RunSpec, past: list[PastRun], table: dict[tuple[str, str], Throughput], key: str = "") -> RunEstimate:
-    """One run's seconds, from the best source available (see the module docstring); ``key``:
-    its ``config_key``."""
-    same_config = [p.seconds_per_step for p in past if key and p.config_key == key]
-    if same_config:
+@dataclass(frozen=True)
+class Keys:
+    """What a planned run is matched on: its configuration, its work key, the CPU it will run on."""
+
+    config: str = ""
+    work: str = ""
+    cpu_model: str = ""
+
+
+def keys_of(spec: RunSpec, seeds_per_process: int = 1, cpu_model: str | None = None) -> Keys:
+    """The keys of ``spec`` trained ``seeds_per_process`` to a process on ``cpu_model`` (this machine's by default)."""
+    from benchmark import tracking
+
+    params = tracking.child_params(spec)
+    return Keys(config_key(params), work_key(params, seeds_per_process, spec.device), provenance.cpu_model() if cpu_model is None else cpu_model)
+
+
+def estimate_run(spec: RunSpec, past: list[PastRun], table: dict[tuple[str, str], Throughput], keys: Keys | None = None) -> RunEstimate:
+    """One run's core-seconds, from the best source available (see the module docstring)."""
+    keys = keys or Keys()
+    steps = spec.budget.total_steps
+    here = [p for p in past if p.cpu_model == keys.cpu_model]
+    for runs, what in (
+        ([p for p in here if keys.config and p.config_key == keys.config and p.work_key == keys.work], "of this configuration"),
+        ([p for p in here if keys.work and p.work_key == keys.work], "with this work per step"),
+    ):
+        if runs:
+            timed = "CPU" if all(p.timed_by == "cpu" for p in runs) else "wall"
+            return RunEstimate(
+                spec, statistics.median(p.seconds_per_step for p in runs) * steps, f"{len(runs)} finished {plural(len(runs), 'run')} {what} ({timed} time)"
+            )
+    calibrated = [r for r in table.values() if keys.work and r.work_key == keys.work]
+    for rate in [r for r in calibrated if r.cpu_model == keys.cpu_model] + calibrated:
+        where = "" if rate.cpu_model == keys.cpu_model else f" on {rate.cpu_model or 'another CPU'}"
+        return RunEstimate(spec, seconds_from_throughput(spec, rate), f"calibrated{where} {rate.measured}".strip())
+    elsewhere = [p for p in past if keys.work and p.work_key == keys.work]
+    if elsewhere:
+        models = sorted({p.cpu_model or "unknown CPU" for p in elsewhere})
         return RunEstimate(
             spec,
-            statistics.median(same_config) * spec.budget.total_steps,
-            f"{len(same_config)} finished {plural(len(same_config), 'run')} of this configuration",
+            statistics.median(p.seconds_per_step for p in elsewhere) * steps,
+            f"{len(elsewhere)} finished {plural(len(elsewhere), 'run')} on {', '.join(models)}",
         )
-    same_pair = [p.seconds_per_step for p in past if p.algo == spec.algo and p.env_id == spec.env_id]
-    if same_pair:
-        return RunEstimate(
-            spec,
-            statistics.median(same_pair) * spec.budget.total_steps,
-            f"{len(same_pair)} finished {plural(len(same_pair), 'run')} of {spec.algo} on {spec.env_id}",
-        )
-    rate = table.get((spec.algo, spec.env_id))
-    if rate is not None:
-        return RunEstimate(spec, seconds_from_throughput(spec, rate), f"calibrated {rate.measured or ''}".strip())
-    others = [r for (algo, _), r in table.items() if algo == spec.algo]
+    pair = [r for r in table.values() if r.algo == spec.algo and r.env_id == spec.env_id]
+    if pair:
+        rate = min(pair, key=lambda r: (r.cpu_model != keys.cpu_model, r.seeds_per_process, len(r.settings)))
+        return RunEstimate(spec, seconds_from_throughput(spec, rate), f"rough: {spec.algo} on {spec.env_id} calibrated with other settings")
+    others = [r for r in table.values() if r.algo == spec.algo and not r.settings and r.seeds_per_process == 1]
     if others:
         train = statistics.median(r.train_steps_per_second for r in others)
         evaluation = statistics.median(r.eval_steps_per_second for r in others)
         rough = Throughput(spec.algo, spec.env_id, train, evaluation)
-        return RunEstimate(spec, seconds_from_throughput(spec, rough), f"rough: {spec.algo} on {len(others)} other {plural(len(others), 'env')}")
+        envs = len({r.env_id for r in others})
+        return RunEstimate(spec, seconds_from_throughput(spec, rough), f"rough: {spec.algo} on {envs} other {plural(envs, 'env')}")
     return RunEstimate(spec, None, "unknown")
 
 
@@ -236,20 +392,22 @@ def estimate(
     parallel: int,
     past: list[PastRun],
     table: dict[tuple[str, str], Throughput] | None = None,
-    keys: dict[str, str] | None = None,
     remaining: dict[str, float] | None = None,
+    cpu_model: str | None = None,
 ) -> Estimate:
     """The estimate for training ``processes`` (the runner's plan: seeds batched in one process
-    form one job) with ``parallel`` processes at once. ``keys``: run key -> ``config_key``;
-    ``remaining``: run key -> the share of its steps still to train (a run resuming halfway: 0.5)."""
+    form one job, priced as batches of that size) with ``parallel`` processes at once on
+    ``cpu_model`` (this machine's by default). ``remaining``: run key -> the share of its steps
+    still to train (a run resuming halfway: 0.5)."""
     table = load_throughput() if table is None else table
-    keys, remaining = keys or {}, remaining or {}
+    remaining = remaining or {}
+    cpu_model = provenance.cpu_model() if cpu_model is None else cpu_model
     result = Estimate(parallel=parallel)
     jobs = []
     for group in processes:
         estimates = []
         for spec in group:
-            found = estimate_run(spec, past, table, keys.get(spec.run_key, ""))
+            found = estimate_run(spec, past, table, keys_of(spec, len(group), cpu_model))
             share = remaining.get(spec.run_key, 1.0)
             if found.seconds is not None and share != 1.0:
                 found = RunEstimate(spec, found.seconds * share, found.basis)

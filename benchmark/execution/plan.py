@@ -13,13 +13,14 @@ Nothing is created or changed: the store is only read when it exists.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmark import bundles, metric_names, tracking
 from benchmark.bundles import BundledRun
-from benchmark.config import RunSpec, configurations
+from benchmark.config import PROJECT_ROOT, RunSpec, configurations
 from benchmark.execution import claims, estimate
 from benchmark.tables import TableData, compact_steps, plural
 from benchmark.training import checkpoint_paths
@@ -74,25 +75,65 @@ def _checkpoint_step(checkpoints: Path, run_key: str) -> int | None:
 
 
 def past_runs(tracking_uri: str | None, bundled: dict[str, BundledRun]) -> list[estimate.PastRun]:
-    """The speed of every finished run in the store (every experiment) and in the bundles (not
-    of continued runs: their wall time covers only the steps after the run they continue)."""
+    """The speed of every finished run in the store (every experiment), in ``bundled`` and in the
+    checkout's committed record (``results/published``: read for its timings whatever the
+    results directory; not of continued runs: their time covers only the steps after the run
+    they continue)."""
     found: dict[str, estimate.PastRun] = {}
-    for run in bundled.values():
+    for run in [*bundled.values(), *committed_runs()]:
         if run.wall_seconds and run.spec.continued_from is None:
-            share = max(len(run.batch_seeds), 1)
-            found[run.mlflow_run_id or run.run_key] = estimate.PastRun(
-                run.spec.algo, run.spec.env_id, estimate.config_key(tracking.child_params(run.spec)), run.wall_seconds / share / run.spec.budget.total_steps
-            )
+            found.setdefault(run.mlflow_run_id or run.run_key, _bundled_past_run(run))
     if tracking_uri is None:
         return list(found.values())
     client = tracking.client(tracking_uri)
     for experiment in tracking.retry(lambda: client.search_experiments()):
         query = "attributes.status = 'FINISHED' and tags.run_key != ''"
         for run in tracking.search_all_runs(client, experiment.experiment_id, query):
-            past = _past_run(run)
-            if past is not None:
-                found.setdefault(run.data.tags.get("original_run_id", run.info.run_id), past)
+            stored = _past_run(run)
+            if stored is not None:
+                found.setdefault(run.data.tags.get("original_run_id", run.info.run_id), stored)
     return list(found.values())
+
+
+def committed_runs() -> list[BundledRun]:
+    """Every run of the checkout's committed bundles (``results/published/*``); a bundle that
+    cannot be read is left out (the commands that read it as a record name the problem)."""
+    published = PROJECT_ROOT / "results" / bundles.PUBLISHED_DIR
+    directories = [d for d in sorted(published.iterdir()) if bundles.is_bundle(d)] if published.is_dir() else []
+    return list(_committed_runs(tuple((d, (d / bundles.MANIFEST).stat().st_mtime_ns) for d in directories)))
+
+
+@functools.lru_cache(maxsize=2)
+def _committed_runs(directories: tuple[tuple[Path, int], ...]) -> tuple[BundledRun, ...]:
+    runs: list[BundledRun] = []
+    for directory, _ in directories:
+        try:
+            runs += bundles.read(directory).runs.values()
+        except bundles.BundleError:
+            continue
+    return tuple(runs)
+
+
+def _timing(wall: float, cpu: float | None, batch: int, steps: int) -> tuple[float, str]:
+    """Core-seconds per env step of one run of a process that trained ``batch`` seeds, and what timed it."""
+    seconds, timed_by = (cpu, "cpu") if cpu else (wall, "wall")
+    return seconds / max(batch, 1) / steps, timed_by
+
+
+def _bundled_past_run(run: BundledRun) -> estimate.PastRun:
+    params = tracking.child_params(run.spec)
+    batch = max(len(run.batch_seeds), 1)
+    assert run.wall_seconds is not None
+    per_step, timed_by = _timing(run.wall_seconds, run.cpu_seconds, batch, run.spec.budget.total_steps)
+    return estimate.PastRun(
+        run.spec.algo,
+        run.spec.env_id,
+        estimate.config_key(params),
+        per_step,
+        estimate.work_key(params, batch, run.device or run.spec.device),
+        run.provenance.get("cpu_model", ""),
+        timed_by,
+    )
 
 
 def _past_run(run: Any) -> estimate.PastRun | None:
@@ -104,8 +145,17 @@ def _past_run(run: Any) -> estimate.PastRun | None:
         return None
     if not wall or steps <= 0 or "algo" not in params or "env_id" not in params or tags.get("continued_from"):
         return None
-    share = max(len(tags.get("batch_seeds", "").split()), 1)
-    return estimate.PastRun(params["algo"], params["env_id"], estimate.config_key(params), wall / share / steps)
+    batch = max(len(tags.get("batch_seeds", "").split()), 1)
+    per_step, timed_by = _timing(wall, metrics.get(metric_names.FINAL_CPU_SECONDS), batch, steps)
+    return estimate.PastRun(
+        params["algo"],
+        params["env_id"],
+        estimate.config_key(params),
+        per_step,
+        estimate.work_key(params, batch, tags.get("device", "cpu")),
+        tags.get("cpu_model", ""),
+        timed_by,
+    )
 
 
 @dataclass
@@ -140,9 +190,8 @@ def make_plan(
     states = run_states(specs, tracking_uri, suite_name, bundled, results_dir, force)
     left = [s for s in states if s.status in ("to train", "resumes")]
     groups, _ = plan_processes([s.spec for s in left])
-    keys = {s.spec.run_key: estimate.config_key(tracking.child_params(s.spec)) for s in left}
     remaining = {s.spec.run_key: max(0.0, 1 - s.resume_step / s.spec.budget.total_steps) for s in left if s.resume_step}
-    cost = estimate.estimate(groups, parallel, past_runs(tracking_uri, bundled), table, keys, remaining)
+    cost = estimate.estimate(groups, parallel, past_runs(tracking_uri, bundled), table, remaining)
     processes = {spec.run_key: index for index, group in enumerate(groups) for spec in group}
     return Plan(states, cost, processes)
 
