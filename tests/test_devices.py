@@ -113,6 +113,26 @@ def test_board_counts_runs_and_estimates_the_time_left():
     assert "2/3 done (1 failed), 0 running, 1 waiting" in text
 
 
+def test_the_eta_starts_from_the_plan_and_is_re_estimated_from_measured_rates():
+    """Two works (a: PPO-like, b: SAC-like, 50x slower per step): before anything runs the ETA is
+    the plan's; once a's work is measured its runs use that rate, b keeps its share of the plan."""
+    clock, console = FakeClock(), Console(record=True, width=200, force_terminal=False)
+    groups = {"a1": "ppo", "a2": "ppo", "b1": "sac"}
+    estimated = {"a1": 10.0, "a2": 10.0, "b1": 500.0}
+    board = Board({"a1": 1000, "a2": 1000, "b1": 1000}, console, groups=groups, live=False, clock=clock, estimated=estimated, parallel=2)
+    assert board.eta_seconds() == pytest.approx((10 + 10 + 500) / 2)
+    with board:
+        board.started("a1", "ppo/CartPole-v1/seed0")
+        clock.now = 5.0
+        board.progressed("a1", 250, None)  # 50 steps/s, five times slower than planned
+        # a1: 750 / 50 = 15 s; a2: 1000 / 50 = 20 s; b1: its plan, 500 s (nothing of its work measured)
+        assert board.eta_seconds() == pytest.approx((15 + 20 + 500) / 2)
+        board.started("b1", "sac/Pendulum-v1/seed0")
+        clock.now = 15.0
+        board.progressed("b1", 100, None)  # 10 steps/s: 900 left -> 90 s
+        assert board.eta_seconds() == pytest.approx((15 + 20 + 90) / 2)
+
+
 def test_a_run_failing_before_it_starts_leaves_the_board_consistent():
     clock, console = FakeClock(), Console(record=True, width=200, force_terminal=False)
     board = Board({"a": 1000, "b": 1000}, console, live=False, clock=clock)

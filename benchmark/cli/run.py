@@ -4,6 +4,7 @@ the plan and cost first, live progress, and the end-of-run table."""
 from __future__ import annotations
 
 import argparse
+import collections
 import shlex
 import sys
 import time
@@ -168,7 +169,11 @@ def command_run(args: argparse.Namespace, console: Output) -> int:
     found = _plan(suite, args, bundled)  # reads the store when it exists (a bad URI fails here), creates nothing
     stores.check_usable_directory(args.results_dir, "results directory")  # before the plan is printed
     _confirm_cost(found, args, console, suite)
-    execution = execute_suite(suite, args, console, force=args.force, bundled=bundled)
+    # the live ETA's figure for a run before runs of its work are measured: the wall seconds of
+    # its process (a batch's seeds train at once, each over its process's whole time)
+    batch = collections.Counter(found.processes.values())
+    estimated = {run.spec.run_key: run.seconds * batch[found.processes[run.spec.run_key]] for run in found.cost.runs if run.seconds is not None}
+    execution = execute_suite(suite, args, console, force=args.force, bundled=bundled, estimated=estimated)
     _next_commands(execution.records, suite, args, console)
     elsewhere = [o for o in execution.records if o.status == "CLAIMED"]
     if elsewhere:
@@ -319,7 +324,7 @@ def _confirm_cost(found, args: argparse.Namespace, console, suite) -> None:
     raise ConfigError(f"{question}: pass --yes to start it anyway, or --max-hours H, or select runs with --algos/--envs/--seeds")
 
 
-def execute_suite(suite, args: argparse.Namespace, console: Output, force: bool = True, bundled: dict | None = None):
+def execute_suite(suite, args: argparse.Namespace, console: Output, force: bool = True, bundled: dict | None = None, estimated: dict | None = None):
     """Train every run of ``suite`` under one MLflow parent run; print and store the summary table.
 
     ``force=False`` reuses the runs an earlier invocation finished (``run``); baseline and
@@ -364,6 +369,7 @@ def execute_suite(suite, args: argparse.Namespace, console: Output, force: bool 
         console=console.console,
         wait_for_others=not getattr(args, "no_wait", False),
         bundled=bundled,
+        estimated=estimated,
     )
     rows = summary.summarize(execution.records)
     console.table(summary.table(rows, f"suite {suite.name} — final deterministic evaluation"))

@@ -1,9 +1,11 @@
 """The grid's progress: a live table on a terminal, plain log lines elsewhere (CI, files).
 
 Both show runs done / running / failed / total, each running run's env steps, steps per
-second and latest evaluation return, and an ETA: each unfinished run's remaining env steps at
-the steps per second measured for its algorithm and environment (any run's, before one of
-its own has started), summed and shared among the runs that train at once.
+second and latest evaluation return, and an ETA, re-estimated as runs progress: each
+unfinished run's remaining env steps at the steps per second measured for runs of its work
+(``estimate.work_key``: same algorithm, environment and work per step), else its share of the
+plan's estimate (``estimate``: finished runs, calibration), else the mean measured rate; summed
+and shared among the runs that train at once.
 """
 
 from __future__ import annotations
@@ -62,11 +64,14 @@ class Board:
         live: bool | None = None,
         status_every: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        estimated: dict[str, float] | None = None,
+        parallel: int = 1,
     ) -> None:
         self.budgets = dict(budgets)  # run key -> total env steps, for every run to train
-        self.groups = dict(groups or {})  # run key -> what its speed is like (algorithm/env)
+        self.groups = dict(groups or {})  # run key -> what its speed is like (its work key)
         self.rates: dict[str, float] = {}  # run key -> the env steps per second it reached
-        self.most_parallel = 1
+        self.estimated = dict(estimated or {})  # run key -> the plan's seconds for its whole budget
+        self.most_parallel = max(1, min(parallel, len(self.budgets) or 1))
         self.console = console
         self.live_mode = console.is_terminal if live is None else live
         self.status_every = status_every
@@ -133,19 +138,26 @@ class Board:
         self.console.print(line, highlight=False, soft_wrap=True, markup=False, style=style)
 
     def eta_seconds(self) -> float | None:
-        """Seconds until every run is done, from the measured speeds (None before any)."""
-        if not self.rates:
-            return None
+        """Seconds until every run is done (see the module docstring); None while nothing is
+        measured or estimated."""
         by_group: dict[str, list[float]] = {}
         for key, rate in self.rates.items():
             by_group.setdefault(self.groups.get(key, ""), []).append(rate)
-        overall = sum(self.rates.values()) / len(self.rates)
+        overall = sum(self.rates.values()) / len(self.rates) if self.rates else None
         seconds = 0.0
         for key, total in self.budgets.items():
             remaining = total - self.progress_of.get(key, 0)
-            if remaining > 0:
-                rates = by_group.get(self.groups.get(key, ""))
-                seconds += remaining / (sum(rates) / len(rates) if rates else overall)
+            if remaining <= 0:
+                continue
+            rates = by_group.get(self.groups.get(key, ""))
+            if rates:
+                seconds += remaining / (sum(rates) / len(rates))
+            elif self.estimated.get(key) and total:
+                seconds += self.estimated[key] * remaining / total
+            elif overall:
+                seconds += remaining / overall
+            else:
+                return None
         return seconds / self.most_parallel
 
     def counts(self) -> str:

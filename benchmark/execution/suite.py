@@ -24,7 +24,7 @@ from rich.console import Console
 from agents.errors import ConfigError
 from benchmark import run_record, tracking
 from benchmark.config import RunSpec
-from benchmark.execution import claims, devices, outcomes
+from benchmark.execution import claims, devices, estimate, outcomes
 from benchmark.execution.base import Executor, drive
 from benchmark.execution.outcomes import Execution
 from benchmark.execution.plan import plan_processes
@@ -83,6 +83,7 @@ def execute(
     live: bool | None = None,
     wait_for_others: bool = True,
     bundled: dict[str, Any] | None = None,
+    estimated: dict[str, float] | None = None,
 ) -> Execution:
     """Run every spec under one MLflow parent run; the parent is FAILED if any child fails.
 
@@ -101,7 +102,9 @@ def execute(
 
     ``executor`` (``make_executor``; default: the local pool with ``workers`` processes) trains
     the process groups. Specs with ``seeds_in_process`` N > 1 that differ only by seed take
-    one process (task, slot, job) per N of them: see ``plan_processes``.
+    one process (task, slot, job) per N of them: see ``plan_processes``. ``estimated``: run key
+    -> the plan's wall seconds for it (its process's), the live ETA's figure until runs of its
+    work are measured.
     """
     console = console or Console(stderr=True)
     requested = requested_device(specs)
@@ -177,8 +180,10 @@ def execute(
                 board = Board(
                     {spec.run_key: spec.budget.total_steps for spec in to_run},
                     console,
-                    groups={spec.run_key: f"{spec.algo}/{spec.env_id}" for spec in to_run},
+                    groups={spec.run_key: estimate.keys_of(spec, spec.seeds_in_process, "").work for spec in to_run},
                     live=live,
+                    estimated=estimated,
+                    parallel=workers * max(spec.seeds_in_process for spec in to_run),
                 )
                 with board:
                     shared = _SharedWork(tracking_uri, experiment, claims_dir, started_ms if force else 0, board, console)
