@@ -197,7 +197,7 @@ def test_a_run_over_ray_collectors_is_preempted_by_a_sigterm_and_resumes_exactly
     run writes its preemption checkpoint with every collector's envs, the command exits 143
     with the run KILLED in MLflow, and no Ray process outlives the launch. Then a SIGKILL of the
     relaunch (its workers, the Ray instance they started and the collector actors) once it has
-    checkpointed past the preemption: the next relaunch resumes the run in its MLflow run from
+    checkpointed past the preemption, after which no Ray process stays: the next relaunch resumes the run in its MLflow run from
     that checkpoint, with every collector's envs restored, and its evaluations are those of the
     run never stopped (trained inline in this process)."""
     import dataclasses
@@ -234,6 +234,7 @@ def test_a_run_over_ray_collectors_is_preempted_by_a_sigterm_and_resumes_exactly
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+    assert not session_processes(process.pid, seconds=30)  # Ray's GCS and raylet (another group) end with its workers
     stopped_at = checkpoint.load(latest)["loop"]["step"]
     assert preempted < stopped_at < spec.budget.total_steps
     completed = run_cli("run", "--suite", str(suite), "--results-dir", str(results), cwd=tmp_path)
