@@ -45,11 +45,15 @@ THRESHOLDS = {
 # - VPG and the unconstrained surrogate on CartPole (38 and 25 s of a core): VPG is REINFORCE's
 #   learner with a learned baseline, which A2C's regress row trains, and the surrogate is PPO's
 #   learner without the clip, whose loss the unit tests check against hand-computed cases;
+# - DDPG on Pendulum-v1 (51 s of a core): TD3 is DDPG's learner (agents/algos/ddpg.py) with twin
+#   critics, a delayed policy and target smoothing, and TD3's row trains that update; DDPG's own
+#   settings (one critic, OU noise, the critic's L2) keep their unit tests and the classic record;
 # - what CI's `make regress` trains anyway, on five seeds against the committed baseline
 #   (suites/ci.yaml): PPO and DQN on CartPole-v1 with these settings (DQN for 30k of its 50k
 #   steps), A2C on InvertedPendulum-v5, SAC on Pendulum-v1; PPO's continuous task goes with
 #   them (its loss is checked by the regress row, the Gaussian policy by A2C's and TRPO's).
 EXTENDED = {
+    ("classic", "ddpg", "Pendulum-v1"),
     ("classic", "vpg", "CartPole-v1"),
     ("classic", "surrogate_pg", "CartPole-v1"),
     ("classic", "vpg", "InvertedPendulum-v5"),
