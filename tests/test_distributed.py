@@ -432,6 +432,8 @@ def test_an_asynchronous_run_resumes_from_its_checkpoint_and_says_it_is_inexact(
     assert resumed.evaluations[-1].step == 640 and len(before) >= 2
 
 
+# make test-all only: the measurement harness (make scaling), not training code; ~20 s of a CI core
+@pytest.mark.extended
 def test_the_scaling_measurement_writes_one_row_per_collector_count(monkeypatch, tmp_path, own_ray):
     """``python -m benchmark.perf.scaling`` on a small case: the run in one process, then over
     1 and 2 collectors (3 does not split 2 envs: skipped), each with its rate and ratio."""
@@ -446,6 +448,9 @@ def test_the_scaling_measurement_writes_one_row_per_collector_count(monkeypatch,
     assert len(rows[2]["collector_steps_per_second"]) == 2
 
 
+# make test-all only: its two halves run in make test (Ray's collectors train as inline ones: test_collectors; every
+# executor gives the same evaluations: test_executors); together they cost ~55 s of a CI core
+@pytest.mark.extended
 def test_runs_over_collectors_train_under_the_ray_executor_as_under_the_local_one(write_suite, tmp_path):
     """``--executor ray --workers 2`` with two runs of two collectors each: the local Ray
     instance is sized for both runs and their collectors (a CPU each), and every evaluation

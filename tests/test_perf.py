@@ -219,6 +219,8 @@ def test_batched_arguments_are_checked(capsys):
     assert "--batched-seeds must be distinct positive counts" in capsys.readouterr().err
 
 
+# make test-all only: the perf harness's rows of BC and PEARL (make perf), not training code; ~40 s of a CI core
+@pytest.mark.extended
 def test_batched_rows_of_bc_and_the_meta_learners_run_on_generated_data(tmp_path):
     """BC clones a dataset the harness writes for the measurement (and records as such); the
     meta-learners' rows train epochs over their task family."""
