@@ -170,7 +170,8 @@ def test_ui_prints_each_suites_runs_page_once_it_answers_and_stops_quietly(tmp_p
 
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as answer:  # up when it says so
             assert answer.status == 200
-        pages = [ui.stdout.readline() for _ in range(2)]
+        pages = [ui.stdout.readline() for _ in range(3)]
+        assert "switched to 'Model training'" in pages[2]
         assert f"  smoke: http://localhost:{port}/#/experiments/{new}/runs?workflowType=machine_learning\n" in pages
         assert f"  old: http://localhost:{port}/#/experiments/{old}/runs?workflowType=machine_learning\n" in pages
         ui.send_signal(signal.SIGINT)

@@ -108,6 +108,10 @@ def _print_pages(console: Output, address: str, experiments: list[Any], note: st
         console.print(f"  {experiment.name}: {address}/#/experiments/{experiment.experiment_id}/runs{view}", markup=False, highlight=False, soft_wrap=True)
     if not experiments:
         console.print("  (none yet: run a suite first)", markup=False, highlight=False)
+    # seen in headless Chromium: these links hold the classic view, but a run opened from the
+    # table gets the GenAI side bar ("Evaluations"); MLflow's UI keeps the choice in the
+    # browser's local storage (mlflow.workflowType, default genai), set only by its switch
+    console.print("  (a run opened from its table keeps the classic view once the side bar is switched to 'Model training')", markup=False, highlight=False)
 
 
 def _wait_until_answering(url: str, process: subprocess.Popen, log_path: Path, timeout: float = 120.0) -> None:
