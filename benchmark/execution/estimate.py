@@ -351,8 +351,9 @@ def estimate_run(spec: RunSpec, past: list[PastRun], table: dict[tuple[str, str]
             return RunEstimate(
                 spec, statistics.median(p.seconds_per_step for p in runs) * steps, f"{len(runs)} finished {plural(len(runs), 'run')} {what} ({timed} time)"
             )
-    calibrated = [r for r in table.values() if keys.work and r.work_key == keys.work]
-    for rate in [r for r in calibrated if r.cpu_model == keys.cpu_model] + calibrated:
+    calibrated = sorted((r for r in table.values() if keys.work and r.work_key == keys.work), key=lambda r: r.cpu_model != keys.cpu_model)
+    if calibrated:  # this CPU's row first
+        rate = calibrated[0]
         where = "" if rate.cpu_model == keys.cpu_model else f" on {rate.cpu_model or 'another CPU'}"
         return RunEstimate(spec, seconds_from_throughput(spec, rate), f"calibrated{where} {rate.measured}".strip())
     elsewhere = [p for p in past if keys.work and p.work_key == keys.work]
