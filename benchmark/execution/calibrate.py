@@ -42,11 +42,6 @@ class Target:
     wrappers: list = dataclasses.field(default_factory=list)
     seeds_per_process: int = 1
 
-    @property
-    def label(self) -> str:
-        batch = f", {self.seeds_per_process} seeds a process" if self.seeds_per_process > 1 else ""
-        return f"{self.algo} on {self.env_id}{batch}"
-
 
 def targets_of(specs: list[config.RunSpec], seeds_per_process: list[int] | None = None) -> list[Target]:
     """One target per configuration of ``specs`` and per seeds-a-process count (``seeds_per_process``,
@@ -87,12 +82,10 @@ def calibration_specs(target: Target, steps: int | None = None) -> list[config.R
 
 
 def settings_text(spec: config.RunSpec) -> str:
-    """The work settings of ``spec`` that differ from its algorithm's defaults (JSON; '' none)."""
-    defaults = tracking.child_params(config.make_spec(spec.algo, spec.env_id, 0, {"total_steps": 1, "eval_every": 1}))
-    mine = estimate.work_settings(tracking.child_params(spec))
-    differ = {key: value for key, value in mine.items() if estimate.work_settings(defaults).get(key) != value}
-    extra = {key: value for key, value in (("env_kwargs", spec.env_kwargs), ("wrappers", spec.wrappers)) if value}
-    return json.dumps({**differ, **extra}, sort_keys=True, separators=(",", ":"), default=str) if differ or extra else ""
+    """The work settings of ``spec`` that differ from its algorithm's defaults, with its env
+    options (JSON; '' none)."""
+    shown = {**estimate.work_settings(tracking.child_params(spec)), **{k: v for k, v in (("env_kwargs", spec.env_kwargs), ("wrappers", spec.wrappers)) if v}}
+    return json.dumps(shown, sort_keys=True, separators=(",", ":"), default=str) if shown else ""
 
 
 def measure(target: Target, steps: int | None = None) -> Throughput:
