@@ -249,3 +249,19 @@ def test_a_plan_prices_each_record_cell_from_its_committed_runs_whatever_the_res
             assert 1 / 1.5 <= found.seconds / measured <= 1.5, (run.label, batch, found.seconds, measured)
             checked += 1
     assert checked >= 20
+
+
+def test_calibrate_measures_a_suite_configuration_as_its_runs_will_be_keyed(tiny_suite, tmp_path):
+    """The CLI on the tiny suite's PPO with two seeds a process: one row, keyed as a planned run
+    of that configuration trained two to a process, with the settings it changes shown."""
+    output = tmp_path / "throughput.csv"
+    done = run_cli_in_process(
+        "calibrate", "--suite", str(tiny_suite), "--algos", "ppo", "--seeds-per-process", "2", "--steps", "256", "--output", str(output), cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    (row,) = estimate.load_throughput(output).values()
+    planned = load_suite(str(tiny_suite)).select(["ppo"], None).specs[0]
+    assert row.work_key == estimate.keys_of(planned, 2).work and row.seeds_per_process == 2 and row.steps == 256
+    assert '"num_steps":"64"' in row.settings and row.train_steps_per_second > 0 and row.eval_steps_per_second > 0
+    found = estimate.estimate_run(planned, [], estimate.load_throughput(output), estimate.keys_of(planned, 2))
+    assert found.basis.startswith("calibrated")
