@@ -87,7 +87,7 @@ def add_parser(commands: Any) -> None:
     calibrate.add_argument("--algos", nargs="+", help="algorithms (default: those of --suite, else every single-task one)")
     calibrate.add_argument("--envs", nargs="+", help="environments (default: those of --suite, else CartPole-v1 and HalfCheetah-v5)")
     calibrate.add_argument("--suite", help="calibrate the configurations of this suite (its settings, its seeds a process)")
-    calibrate.add_argument("--steps", type=steps_value, help="env steps per pair (default: a few seconds' worth)")
+    calibrate.add_argument("--steps", type=steps_value, help="env steps of the first of its two runs (default: two update cycles, 2,048 steps at least)")
     calibrate.add_argument(
         "--seeds-per-process", type=int, nargs="+", metavar="N", help="seeds trained in one process, each count measured (default: the suite's setting, else 1)"
     )

@@ -8,10 +8,10 @@ process and the device. The CPU model is preferred, not required. Each run's tim
 first, from:
 
 1. finished runs of the same configuration, then of the same work key, in the tracking store or
-   in bundles (the checkout's committed record always among them), on this CPU model: the
-   median core-seconds per env step, evaluations included; a run trained in a batch of N seeds
-   counts 1/N of its process's time, and its process's CPU time where recorded (wall time counts
-   waiting for a core as well);
+   in bundles (the checkout's committed record always among them), on this CPU model: core-seconds
+   per env step, evaluations included, a run trained in a batch of N seeds counting 1/N of its
+   process's time: the median of their processes' CPU times where recorded, else the least of
+   their wall times (a wall time counts waiting for a core as well: ``seconds_per_step``);
 2. the committed throughput table ``results/perf/throughput.csv`` (``python -m benchmark
    calibrate`` measures it: training and evaluation rates of one work key on one core, over
    whole update cycles, CPU time): ``updating steps / train rate + (warm-up steps + evaluation
@@ -337,6 +337,17 @@ def keys_of(spec: RunSpec, seeds_per_process: int = 1, cpu_model: str | None = N
     return Keys(config_key(params), work_key(params, seeds_per_process, spec.device), provenance.cpu_model() if cpu_model is None else cpu_model)
 
 
+def seconds_per_step(runs: list[PastRun]) -> tuple[float, str]:
+    """Core-seconds per env step of runs that share a work key, and how it was taken: the median
+    of those timed by their process's CPU where there are any; else the least wall time, since a
+    wall time counts waiting for a core as well and each is an upper bound of the work (runs of
+    one record cell trained beside other work took from 1 to 18 times the least)."""
+    timed = [p.seconds_per_step for p in runs if p.timed_by == "cpu"]
+    if timed:
+        return statistics.median(timed), "CPU time"
+    return min(p.seconds_per_step for p in runs), "least wall time"
+
+
 def estimate_run(spec: RunSpec, past: list[PastRun], table: dict[tuple[str, str], Throughput], keys: Keys | None = None) -> RunEstimate:
     """One run's core-seconds, from the best source available (see the module docstring)."""
     keys = keys or Keys()
@@ -347,10 +358,8 @@ def estimate_run(spec: RunSpec, past: list[PastRun], table: dict[tuple[str, str]
         ([p for p in here if keys.work and p.work_key == keys.work], "with this work per step"),
     ):
         if runs:
-            timed = "CPU" if all(p.timed_by == "cpu" for p in runs) else "wall"
-            return RunEstimate(
-                spec, statistics.median(p.seconds_per_step for p in runs) * steps, f"{len(runs)} finished {plural(len(runs), 'run')} {what} ({timed} time)"
-            )
+            per_step, how = seconds_per_step(runs)
+            return RunEstimate(spec, per_step * steps, f"{len(runs)} finished {plural(len(runs), 'run')} {what} ({how})")
     calibrated = sorted((r for r in table.values() if keys.work and r.work_key == keys.work), key=lambda r: r.cpu_model != keys.cpu_model)
     if calibrated:  # this CPU's row first
         rate = calibrated[0]
@@ -359,11 +368,8 @@ def estimate_run(spec: RunSpec, past: list[PastRun], table: dict[tuple[str, str]
     elsewhere = [p for p in past if keys.work and p.work_key == keys.work]
     if elsewhere:
         models = sorted({p.cpu_model or "unknown CPU" for p in elsewhere})
-        return RunEstimate(
-            spec,
-            statistics.median(p.seconds_per_step for p in elsewhere) * steps,
-            f"{len(elsewhere)} finished {plural(len(elsewhere), 'run')} on {', '.join(models)}",
-        )
+        per_step, how = seconds_per_step(elsewhere)
+        return RunEstimate(spec, per_step * steps, f"{len(elsewhere)} finished {plural(len(elsewhere), 'run')} on {', '.join(models)} ({how})")
     pair = [r for r in table.values() if r.algo == spec.algo and r.env_id == spec.env_id]
     if pair:
         rate = min(pair, key=lambda r: (r.cpu_model != keys.cpu_model, r.seeds_per_process, len(r.settings)))
