@@ -109,7 +109,7 @@ class Objective:
         trial.set_user_attr("mlflow_run_id", run.run_id)
         trial.set_user_attr("overrides", overrides)
         trial.set_user_attr("tuned", tuned)
-        for name, value in tuned.items():  # decoded (num_steps, not num_steps_log2): optuna-dashboard lists user attributes
+        for name, value in tuned.items():  # a layer stack ([width] * depth), one attribute each: optuna-dashboard lists them
             if name not in trial.params:
                 trial.set_user_attr(name, value)
         trial.set_user_attr("seeds", seeds)

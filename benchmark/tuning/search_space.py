@@ -59,14 +59,14 @@ class Distribution:
         return list(self.choices) if self.choices is not None else [self.low, self.high]
 
     def sample(self, trial: Any, name: str) -> Any:
-        """Draw from ``trial`` (an optuna Trial) under ``name``; powers of two are drawn as
-        their exponent, under ``<name>_log2``."""
+        """Draw from ``trial`` (an optuna Trial) under ``name``. Powers of two are a choice among
+        them (as rl-zoo3 samples batch and rollout sizes), so the trial's parameter is the value
+        the run uses: optuna-dashboard shows ``num_steps 512``, not an exponent."""
         if self.choices is not None:
             return trial.suggest_categorical(name, list(self.choices))
         assert self.low is not None and self.high is not None  # a range: both ends are set (_parse_distribution)
         if self.power_of_two:
-            exponent = trial.suggest_int(f"{name}_log2", int(math.log2(self.low)), int(math.log2(self.high)))
-            return 2**exponent
+            return trial.suggest_categorical(name, [2**e for e in range(int(math.log2(self.low)), int(math.log2(self.high)) + 1)])
         if self.is_int:
             return trial.suggest_int(name, self.low, self.high, log=self.log)
         return trial.suggest_float(name, float(self.low), float(self.high), log=self.log)
