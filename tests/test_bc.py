@@ -114,7 +114,7 @@ def test_a_minari_dataset_is_read_as_its_transitions(tmp_path, monkeypatch):
     import minari
     from minari.data_collector import EpisodeBuffer
 
-    from agents.algos.bc import load_dataset
+    from agents.experts import load_dataset
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     env, buffers = gym.make("Pendulum-v1"), []

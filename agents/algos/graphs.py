@@ -31,19 +31,44 @@ from __future__ import annotations
 import contextlib
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from agents.algos.seeds import stacked_noise
+from agents.algos.seeds import StackedOptimizer, stacked_noise
 from agents.batches import ReplayBatch
 from agents.errors import ConfigError
 
-if TYPE_CHECKING:
-    from agents.algos.offpolicy import OffPolicySeedBatch
+
+class CapturableBatch(Protocol):
+    """What the captured steps and acting use of an off-policy seed batch
+    (``agents.algos.offpolicy.OffPolicySeedBatch``, which captures through this module)."""
+
+    @property
+    def device(self) -> torch.device | str: ...
+    @property
+    def num_seeds(self) -> int: ...
+    @property
+    def generators(self) -> Sequence[torch.Generator]: ...
+    @property
+    def members(self) -> Sequence[Any]:
+        """The seeds' learners: their ``update_phase()`` and ``num_updates``."""
+
+    @property
+    def optimizers(self) -> Mapping[str, StackedOptimizer]: ...
+    @property
+    def tools(self) -> Any:
+        """The batch's ``SeedTools`` (its ``noise`` draws from each seed's generator)."""
+
+    @property
+    def td_errors(self) -> torch.Tensor | None: ...
+    def compute_gradients(self, batch: ReplayBatch) -> tuple[dict[str, Sequence[torch.Tensor | None]], dict[str, torch.Tensor]]: ...
+    def apply_gradients(self, gradients: Mapping[str, Sequence[torch.Tensor | None]]) -> None: ...
+    def policy_actions(self, obs: torch.Tensor) -> torch.Tensor: ...
+
 
 WARMUP_STEPS = 3
 """Eager steps of each key before its capture: the optimizers' state exists and the allocator
@@ -98,7 +123,7 @@ class _CapturedCalls:
     the inputs and the noise in. Subclasses say what the key is, what the body computes, and what
     it changes in Python."""
 
-    def __init__(self, batch: OffPolicySeedBatch, emulate: bool = False):
+    def __init__(self, batch: CapturableBatch, emulate: bool = False):
         device = torch.device(batch.device)
         if not emulate and device.type != "cuda":
             raise ConfigError(f"cuda_graphs: CUDA graphs need a GPU, and this run trains on {device}")

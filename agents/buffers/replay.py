@@ -13,7 +13,7 @@ algorithms form targets as ``rewards + discounts * (1 - terminated) * V(next_obs
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -22,8 +22,12 @@ from agents.batches import ReplayBatch
 from agents.buffers.prioritized import PrioritizedSampler, UniformSampler, Window
 from agents.buffers.recent import RecentExperience
 
-if TYPE_CHECKING:
-    from agents.buffers.hindsight import HindsightRelabeler
+
+class Relabeler(Protocol):
+    """What rewrites part of a sampled batch in place (``agents.buffers.hindsight``'s goals)."""
+
+    def relabel(self, buffer: ReplayBuffer, batch: ReplayBatch, rows: torch.Tensor, envs: torch.Tensor, generator: torch.Generator | None) -> None: ...
+
 
 FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
 
@@ -72,7 +76,7 @@ class ReplayBuffer:
         n_step: int = 1,
         sampler: UniformSampler | PrioritizedSampler | None = None,
         recent: RecentExperience | None = None,
-        relabeler: HindsightRelabeler | None = None,
+        relabeler: Relabeler | None = None,
         extras: dict[str, tuple[tuple[int, ...], torch.dtype]] | None = None,
     ):
         if capacity < 1 or num_envs < 1 or n_step < 1:

@@ -61,6 +61,6 @@ class BCConfig(Hyperparameters):
             )
         if self.minibatches_per_epoch > self.batch_size:
             raise ConfigError(f"minibatches_per_epoch {self.minibatches_per_epoch} exceeds batch_size {self.batch_size}")
-        from agents.algos.bc import check_expert
+        from agents.experts import check_expert
 
         check_expert(self.expert, spec)

@@ -252,7 +252,7 @@ def _next_commands(records: list, suite, args: argparse.Namespace, console: Outp
 def _warn_no_update(suite, console: Output) -> None:
     """One line per configuration whose budget ends before its first gradient step (``train``
     and ``continue`` refuse such a run; a suite's runs are warned about and still trained)."""
-    from benchmark.cli.train import no_update_problem
+    from benchmark.execution.plan import no_update_problem
 
     said = set()
     for spec in suite.specs:

@@ -176,6 +176,8 @@ def adhoc_suite_file(data: dict[str, Any], results_dir: Path, dry_run: bool, con
         except ConfigError as error:
             raise ConfigError(str(error).replace(f"{checked}: ", "", 1).replace("experiments[0]: ", "", 1)) from None
         spec = suite.specs[0]
+        from benchmark.execution.plan import no_update_problem
+
         problem = no_update_problem(spec, spec.budget.total_steps - (continued or 0), refilling=continued is not None)
         if problem:
             raise ConfigError(f"{problem[0]}: give --steps {problem[1]} or more, or lower those settings with --set")
@@ -205,17 +207,6 @@ def train_adhoc(
         args.suite, args.algos, args.envs, args.suite_shown = str(path), None, None, str(kept)
         args.seeds = None  # the suite file holds them
         return command_run(args, console)
-
-
-def no_update_problem(spec: Any, steps: int, refilling: bool = False) -> tuple[str, int] | None:
-    """Where ``steps`` env steps of ``spec`` end before its first gradient step (a run that
-    trains nothing): (what to say, the steps it needs), else None."""
-    import agents
-
-    needed, why = agents.resolve_config(spec.algo, spec.hyperparameters).first_update(refilling)
-    if steps >= needed:
-        return None
-    return f"{spec.algo} on {spec.env_id}: {steps:,} env steps end before the first gradient step, at env step {needed:,} ({why})", needed
 
 
 COMMANDS = {"train": command_train}

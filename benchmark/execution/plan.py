@@ -332,3 +332,14 @@ def plan_processes(specs: list[RunSpec]) -> tuple[list[list[RunSpec]], list[str]
                 continue
         groups.append([spec])
     return groups, notices
+
+
+def no_update_problem(spec: Any, steps: int, refilling: bool = False) -> tuple[str, int] | None:
+    """Where ``steps`` env steps of ``spec`` end before its first gradient step (a run that
+    trains nothing): (what to say, the steps it needs), else None."""
+    import agents
+
+    needed, why = agents.resolve_config(spec.algo, spec.hyperparameters).first_update(refilling)
+    if steps >= needed:
+        return None
+    return f"{spec.algo} on {spec.env_id}: {steps:,} env steps end before the first gradient step, at env step {needed:,} ({why})", needed
