@@ -13,6 +13,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
+from typing import Any
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _launch_pid: int | None = None  # set in each child by init_child_process
@@ -77,7 +79,7 @@ def start_helpers_ignoring_ctrl_c() -> None:
     if getattr(spawn, "ignores_ctrl_c", False):
         return
 
-    def spawnv_passfds(path: str, args: list[str], passfds: object) -> int:
+    def spawnv_passfds(path: bytes, args: Sequence[Any], passfds: Sequence[int]) -> int:
         handler = signal.getsignal(signal.SIGINT)
         if threading.current_thread() is not threading.main_thread() or handler is None:
             return spawn(path, args, passfds)  # a handler Python cannot put back: leave it alone
