@@ -22,7 +22,7 @@ from typing import Any
 
 from benchmark.execution import devices
 from benchmark.execution.base import Executor, Submission, Task
-from benchmark.execution.child import exit_if_orphaned, init_child_process, init_queue_manager, start_helpers_ignoring_ctrl_c
+from benchmark.execution.child import exit_if_orphaned, init_child_process, init_queue_manager
 from benchmark.execution.messages import Message, drain
 
 
@@ -48,7 +48,6 @@ def run_in_slot(slots: Any, stopping: Any, task: Task, messages: Any) -> Any:
 def worker_context() -> multiprocessing.context.BaseContext:
     """The fork server's context, with its imports set. The server starts with the first
     worker a launch wants and serves every later pool of this process; it exits with it."""
-    start_helpers_ignoring_ctrl_c()
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["benchmark.execution.preload"])
     return context
@@ -68,6 +67,21 @@ class LocalExecutor(Executor):
         return _PoolSubmission(tasks, self.slots[: len(tasks)])
 
 
+def _stop_manager(manager: SyncManager) -> None:
+    """End the queue manager whatever its start reached: ``shutdown`` exists only once ``start``
+    has heard from it (a Ctrl-C while it started gave "AttributeError: 'SyncManager' object has
+    no attribute 'shutdown'" and exit 1); before that, its process is ended directly."""
+    shutdown = getattr(manager, "shutdown", None)
+    process = getattr(manager, "_process", None)
+    if shutdown is not None:
+        shutdown()
+    elif process is not None and process.pid is not None:
+        process.terminate()
+        process.join(timeout=5)
+        if process.is_alive():
+            process.kill()
+
+
 class _PoolSubmission(Submission):
     def __init__(self, tasks: list[Task], slots: list[devices.Slot]):
         try:
@@ -77,13 +91,12 @@ class _PoolSubmission(Submission):
                 self._stopping.set()
             if hasattr(self, "_pool"):
                 _stop_workers(self._pool)
-            if hasattr(self, "_manager") and getattr(self._manager, "_process", None) is not None:
-                self._manager.shutdown()
+            if hasattr(self, "_manager"):
+                _stop_manager(self._manager)
             raise
         self._pending = set(self._futures)
 
     def _start(self, tasks: list[Task], slots: list[devices.Slot]) -> None:
-        start_helpers_ignoring_ctrl_c()
         self._manager = SyncManager(ctx=multiprocessing.get_context("spawn"))  # queues only: imports nothing heavy
         self._manager.start(initializer=init_queue_manager, initargs=(os.getpid(),))
         self._pool = ProcessPoolExecutor(
