@@ -347,3 +347,20 @@ def _pids_with(*parts: bytes) -> list[int]:
         if all(part in text for part in parts):
             found.append(int(cmdline.parent.name))
     return found
+
+
+def test_a_queue_manager_interrupted_while_it_starts_is_ended_all_the_same():
+    """A Ctrl-C in ``SyncManager.start`` leaves its process started but no ``shutdown`` yet
+    (which raised AttributeError and exit 1): the pool's clean-up ends the process itself."""
+    import multiprocessing
+    from multiprocessing.managers import SyncManager
+
+    from benchmark.execution import local
+
+    manager = SyncManager(ctx=multiprocessing.get_context("spawn"))
+    manager._process = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(60,))
+    manager._process.start()
+    assert not hasattr(manager, "shutdown")
+    local._stop_manager(manager)
+    assert not manager._process.is_alive()
+    local._stop_manager(SyncManager())  # never started: nothing to end
