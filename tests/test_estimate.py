@@ -132,6 +132,35 @@ def test_a_finished_run_is_priced_by_its_process_s_cpu_time_where_recorded():
     assert {p.work_key for p in plan.past_runs(None, {"a": timed})} >= {keys(timed.spec, batch=3).work}
 
 
+def test_evaluations_are_priced_at_the_episode_lengths_finished_runs_evaluated():
+    """CartPole's cap is 500: 3 evaluations x 10 episodes x 500 steps at 5,000 steps/s = 3 s; runs
+    of PPO on CartPole that evaluated 100 and 300-step episodes on average (median 200, whatever
+    their settings or CPU) make it 1.2 s; other pairs' lengths, and lengths above the cap, do not."""
+    this = keys(spec())
+    table = {k: v for k, v in TABLE.items() if v.env_id == "CartPole-v1"}
+    runs = [PastRun("ppo", "CartPole-v1", "other", 1.0, "other", "Other CPU", eval_length=length) for length in (100.0, 300.0)]
+    assert estimate.estimate_run(spec(), [], table, this).seconds == pytest.approx(10.0 + 3.0)
+    assert estimate.estimate_run(spec(), runs, table, this).seconds == pytest.approx(10.0 + 1.2)
+    elsewhere = [PastRun("sac", "CartPole-v1", "x", 1.0, "x", CPU, eval_length=10.0), PastRun("ppo", "Acrobot-v1", "x", 1.0, "x", CPU, eval_length=10.0)]
+    assert estimate.estimate_run(spec(), elsewhere, table, this).seconds == pytest.approx(13.0)
+    assert estimate.evaluation_steps(spec(), 800.0) == 3 * 10 * 500
+
+
+def test_a_bundled_run_tells_its_mean_evaluation_length():
+    from test_bundles import fake_run
+
+    run = dataclasses.replace(fake_run(0, steps=1000), wall_seconds=10.0, mlflow_run_id="timed")
+    (past,) = [p for p in plan.past_runs(None, {"a": run}) if p.config_key == estimate.config_key(tracking_params(run.spec))]
+    expected = statistics.mean(statistics.mean(point.lengths) for point in run.curve if point.lengths)
+    assert past.eval_length == pytest.approx(expected)
+
+
+def tracking_params(spec):
+    from benchmark import tracking
+
+    return tracking.child_params(spec)
+
+
 def test_other_settings_or_environments_give_a_rough_figure_and_nothing_gives_unknown():
     other = estimate.estimate_run(spec(hp={"num_envs": 4}), [], TABLE, keys(spec(hp={"num_envs": 4})))
     assert other.seconds == pytest.approx(13.0) and other.basis == "rough: ppo on CartPole-v1 calibrated with other settings"

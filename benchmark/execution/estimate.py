@@ -18,8 +18,9 @@ first, from:
 2. the committed throughput table ``results/perf/throughput.csv`` (``python -m benchmark
    calibrate`` measures it: training and evaluation rates of one work key on one core, over
    whole update cycles, CPU time): ``updating steps / train rate + (warm-up steps + evaluation
-   steps) / evaluation rate`` (random warm-up actions cost about what evaluation steps do; the
-   episode cap bounds an evaluation from above);
+   steps) / evaluation rate`` (random warm-up actions cost about what evaluation steps do; an
+   evaluation's episodes are as long as finished runs of the algorithm on the env evaluated them,
+   on average, else the episode cap: ``eval_length``);
 3. the same, measured on another CPU model (named);
 4. the table's rows of the same algorithm and environment with other settings, then of the same
    algorithm on other environments (marked rough).
@@ -125,6 +126,8 @@ class PastRun:
     cpu_model: str = ""
     timed_by: str = "wall"
     """'cpu' where the process's CPU time was recorded, else 'wall'."""
+    eval_length: float | None = None
+    """The mean length of its evaluation episodes (env steps), where recorded."""
 
 
 @dataclass(frozen=True)
@@ -301,13 +304,23 @@ def episode_cap(env_id: str) -> int:
         return 1000
 
 
-def evaluation_steps(spec: RunSpec) -> int:
-    """Env steps the evaluations take at most: (total // every + 1) evaluations x episodes x cap
-    (the suite's ``env_kwargs`` may set the cap)."""
+def evaluation_steps(spec: RunSpec, length: float | None = None) -> int:
+    """Env steps the evaluations take: (total // every + 1) evaluations x episodes x ``length``
+    (the mean episode length finished runs evaluated, ``eval_length``), at most the cap (the
+    suite's ``env_kwargs`` may set it), which is taken when no length is known."""
     evaluations = spec.budget.total_steps // spec.budget.eval_every + 1
     cap = spec.env_kwargs.get("max_episode_steps")
     cap = cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else episode_cap(spec.env_id)
-    return evaluations * spec.budget.eval_episodes * cap
+    return round(evaluations * spec.budget.eval_episodes * (cap if length is None else min(length, cap)))
+
+
+def eval_length(spec: RunSpec, past: list[PastRun]) -> float | None:
+    """The median of the mean evaluation episode lengths that finished runs of ``spec``'s
+    algorithm on its environment recorded, whatever their settings and CPU (None: none did).
+    Episodes that end early (a Hopper falling) make evaluations far cheaper than the cap says:
+    PPO's on Humanoid-v5 averaged 102 steps over the record's runs (the cap: 1,000)."""
+    lengths = [p.eval_length for p in past if p.algo == spec.algo and p.env_id == spec.env_id and p.eval_length]
+    return statistics.median(lengths) if lengths else None
 
 
 def warm_up_steps(spec: RunSpec) -> int:
@@ -316,11 +329,12 @@ def warm_up_steps(spec: RunSpec) -> int:
     return min(steps, spec.budget.total_steps)
 
 
-def seconds_from_throughput(spec: RunSpec, rate: Throughput) -> float:
+def seconds_from_throughput(spec: RunSpec, rate: Throughput, length: float | None = None) -> float:
     """Core-seconds of one run at ``rate``: updating steps at the training rate, warm-up and
-    evaluation steps at the evaluation rate."""
+    evaluation steps (episodes of ``length``, else the cap) at the evaluation rate."""
     warm_up = warm_up_steps(spec)
-    return (spec.budget.total_steps - warm_up) / rate.train_steps_per_second + (warm_up + evaluation_steps(spec)) / rate.eval_steps_per_second
+    evaluated = evaluation_steps(spec, length)
+    return (spec.budget.total_steps - warm_up) / rate.train_steps_per_second + (warm_up + evaluated) / rate.eval_steps_per_second
 
 
 @dataclass(frozen=True)
@@ -357,6 +371,7 @@ def estimate_run(spec: RunSpec, past: list[PastRun], table: dict[tuple[str, str]
     steps = spec.budget.total_steps
     here = [p for p in past if p.cpu_model == keys.cpu_model]
     calibrated = sorted((r for r in table.values() if keys.work and r.work_key == keys.work), key=lambda r: r.cpu_model != keys.cpu_model)
+    length = eval_length(spec, past)
     for runs, what in (
         ([p for p in here if keys.config and p.config_key == keys.config and p.work_key == keys.work], "of this configuration"),
         ([p for p in here if keys.work and p.work_key == keys.work], "with this work per step"),
@@ -367,14 +382,14 @@ def estimate_run(spec: RunSpec, past: list[PastRun], table: dict[tuple[str, str]
             if how != "CPU time" and calibrated and calibrated[0].cpu_model == keys.cpu_model:
                 # wall times only bound the work from above: a measurement of it that is lower wins
                 rate = calibrated[0]
-                measured = seconds_from_throughput(spec, rate)
+                measured = seconds_from_throughput(spec, rate, length)
                 if measured < per_step * steps:
                     return RunEstimate(spec, measured, f"calibrated {rate.measured}, below the least wall time of {found}".strip())
             return RunEstimate(spec, per_step * steps, f"{found} ({how})")
     if calibrated:  # this CPU's row first
         rate = calibrated[0]
         where = "" if rate.cpu_model == keys.cpu_model else f" on {rate.cpu_model or 'another CPU'}"
-        return RunEstimate(spec, seconds_from_throughput(spec, rate), f"calibrated{where} {rate.measured}".strip())
+        return RunEstimate(spec, seconds_from_throughput(spec, rate, length), f"calibrated{where} {rate.measured}".strip())
     elsewhere = [p for p in past if keys.work and p.work_key == keys.work]
     if elsewhere:
         models = sorted({p.cpu_model or "unknown CPU" for p in elsewhere})
@@ -383,14 +398,14 @@ def estimate_run(spec: RunSpec, past: list[PastRun], table: dict[tuple[str, str]
     pair = [r for r in table.values() if r.algo == spec.algo and r.env_id == spec.env_id]
     if pair:
         rate = min(pair, key=lambda r: (r.cpu_model != keys.cpu_model, r.seeds_per_process, len(r.settings)))
-        return RunEstimate(spec, seconds_from_throughput(spec, rate), f"rough: {spec.algo} on {spec.env_id} calibrated with other settings")
+        return RunEstimate(spec, seconds_from_throughput(spec, rate, length), f"rough: {spec.algo} on {spec.env_id} calibrated with other settings")
     others = [r for r in table.values() if r.algo == spec.algo and not r.settings and r.seeds_per_process == 1]
     if others:
         train = statistics.median(r.train_steps_per_second for r in others)
         evaluation = statistics.median(r.eval_steps_per_second for r in others)
         rough = Throughput(spec.algo, spec.env_id, train, evaluation)
         envs = len({r.env_id for r in others})
-        return RunEstimate(spec, seconds_from_throughput(spec, rough), f"rough: {spec.algo} on {envs} other {plural(envs, 'env')}")
+        return RunEstimate(spec, seconds_from_throughput(spec, rough, length), f"rough: {spec.algo} on {envs} other {plural(envs, 'env')}")
     return RunEstimate(spec, None, "unknown")
 
 

@@ -133,7 +133,14 @@ def _bundled_past_run(run: BundledRun) -> estimate.PastRun:
         estimate.work_key(params, batch, run.device or run.spec.device),
         run.provenance.get("cpu_model", ""),
         timed_by,
+        _mean_length(run.curve),
     )
+
+
+def _mean_length(curve: Any) -> float | None:
+    """The mean length of a run's evaluation episodes over its evaluations (None: none recorded)."""
+    means = [sum(point.lengths) / len(point.lengths) for point in curve if point.lengths]
+    return sum(means) / len(means) if means else None
 
 
 def _past_run(run: Any) -> estimate.PastRun | None:
@@ -155,6 +162,7 @@ def _past_run(run: Any) -> estimate.PastRun | None:
         estimate.work_key(params, batch, tags.get("device", "cpu")),
         tags.get("cpu_model", ""),
         timed_by,
+        metrics.get(metric_names.EVAL_LENGTH_MEAN),  # the last evaluation's: the store keeps its history apart
     )
 
 
