@@ -4,6 +4,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -261,7 +262,7 @@ def test_ctrl_c_while_the_fork_server_imports_ends_quietly(write_suite, tmp_path
 def _fork_server_importing(session: int) -> bool:
     """Whether the session's fork server is importing torch (its library mapped) and has not
     forked a worker yet. (Its interpreter's own first tenths of a second, before it reads the
-    preload module, stay open to a Ctrl-C: a traceback, as for any Python started then.)"""
+    preload module: the next test.)"""
     processes = {}  # pid -> (parent, command line), of the session's live processes
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -457,3 +458,22 @@ def test_git_diff_records_uncommitted_changes(tmp_path):
     (tmp_path / "agent.py").write_text("learning_rate = 1e-3\n")
     diff = provenance.git_diff(tmp_path)
     assert "-learning_rate = 3e-4" in diff and "+learning_rate = 1e-3" in diff
+
+
+def test_helper_interpreters_start_with_ctrl_c_ignored_and_the_launch_keeps_its_handler():
+    """multiprocessing's helpers (fork server, queue manager) start with SIGINT ignored, so a
+    Ctrl-C in their interpreter's first tenths of a second prints no traceback of its start; the
+    launch ignores it only for the spawn itself and gets its own handler back."""
+    import multiprocessing.util
+
+    from benchmark.execution import child
+
+    child.start_helpers_ignoring_ctrl_c()
+    child.start_helpers_ignoring_ctrl_c()  # once is enough: not wrapped twice
+    assert multiprocessing.util.spawnv_passfds.ignores_ctrl_c and multiprocessing.util.spawnv_passfds.__closure__
+    handler = signal.getsignal(signal.SIGINT)
+    code = "import signal, sys; sys.exit(0 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else 3)"
+    pid = multiprocessing.util.spawnv_passfds(os.fsencode(sys.executable), [sys.executable, "-c", code], ())
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert signal.getsignal(signal.SIGINT) is handler

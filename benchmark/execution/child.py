@@ -13,6 +13,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
+from typing import Any
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _launch_pid: int | None = None  # set in each child by init_child_process
@@ -59,6 +61,38 @@ def init_queue_manager(launch_pid: int) -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: exit_if_orphaned())
     if _parent_pid == launch_pid:  # the kernel's signal comes once, and might come early: watch the launch too
         threading.Thread(target=_terminate_when_the_launch_ends, name="launch-watch", daemon=True).start()
+
+
+def start_helpers_ignoring_ctrl_c() -> None:
+    """Have multiprocessing start its helper interpreters (the fork server, the queue manager,
+    spawned workers) with SIGINT ignored. A terminal's Ctrl-C goes to the whole process group,
+    and one that reached a helper in its interpreter's own first tenths of a second, before any
+    code of ours runs there, printed Python's traceback of its start; a Python that starts with
+    SIGINT ignored keeps it ignored (the fork server's preload puts the usual handler back once
+    it has imported). The launch ignores SIGINT only while the helper is forked and executed
+    (about a millisecond, in the main thread), not while it starts: blocking the signal would not
+    do (the helper starts with an empty mask), and ignoring it in the launch for the whole start
+    lost the launch's own Ctrl-C. A helper that outlives a Ctrl-C this way is ended by the launch
+    (``local._stop_manager``): left alive mid-start, multiprocessing's exit would wait for it
+    forever. Idempotent."""
+    import multiprocessing.util
+
+    spawn = multiprocessing.util.spawnv_passfds
+    if getattr(spawn, "ignores_ctrl_c", False):
+        return
+
+    def spawnv_passfds(path: bytes, args: Sequence[Any], passfds: Sequence[int]) -> int:
+        handler = signal.getsignal(signal.SIGINT)
+        if threading.current_thread() is not threading.main_thread() or handler is None:
+            return spawn(path, args, passfds)  # a handler Python cannot put back: leave it alone
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return spawn(path, args, passfds)
+        finally:
+            signal.signal(signal.SIGINT, handler)
+
+    spawnv_passfds.ignores_ctrl_c = True  # type: ignore[attr-defined]
+    multiprocessing.util.spawnv_passfds = spawnv_passfds
 
 
 def exit_if_orphaned() -> None:

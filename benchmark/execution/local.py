@@ -22,7 +22,7 @@ from typing import Any
 
 from benchmark.execution import devices
 from benchmark.execution.base import Executor, Submission, Task
-from benchmark.execution.child import exit_if_orphaned, init_child_process, init_queue_manager
+from benchmark.execution.child import exit_if_orphaned, init_child_process, init_queue_manager, start_helpers_ignoring_ctrl_c
 from benchmark.execution.messages import Message, drain
 
 
@@ -48,6 +48,7 @@ def run_in_slot(slots: Any, stopping: Any, task: Task, messages: Any) -> Any:
 def worker_context() -> multiprocessing.context.BaseContext:
     """The fork server's context, with its imports set. The server starts with the first
     worker a launch wants and serves every later pool of this process; it exits with it."""
+    start_helpers_ignoring_ctrl_c()
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["benchmark.execution.preload"])
     return context
@@ -70,16 +71,15 @@ class LocalExecutor(Executor):
 def _stop_manager(manager: SyncManager) -> None:
     """End the queue manager whatever its start reached: ``shutdown`` exists only once ``start``
     has heard from it (a Ctrl-C while it started gave "AttributeError: 'SyncManager' object has
-    no attribute 'shutdown'" and exit 1); before that, its process is ended directly."""
+    no attribute 'shutdown'" and exit 1); before that, its process holds nothing yet and is
+    killed (it ignores Ctrl-C, and multiprocessing's exit would wait for it)."""
     shutdown = getattr(manager, "shutdown", None)
     process = getattr(manager, "_process", None)
     if shutdown is not None:
         shutdown()
     elif process is not None and process.pid is not None:
-        process.terminate()
-        process.join(timeout=5)
-        if process.is_alive():
-            process.kill()
+        process.kill()
+        process.join()
 
 
 class _PoolSubmission(Submission):
@@ -97,6 +97,7 @@ class _PoolSubmission(Submission):
         self._pending = set(self._futures)
 
     def _start(self, tasks: list[Task], slots: list[devices.Slot]) -> None:
+        start_helpers_ignoring_ctrl_c()
         self._manager = SyncManager(ctx=multiprocessing.get_context("spawn"))  # queues only: imports nothing heavy
         self._manager.start(initializer=init_queue_manager, initargs=(os.getpid(),))
         self._pool = ProcessPoolExecutor(
