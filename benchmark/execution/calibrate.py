@@ -13,8 +13,12 @@ process: 877 training steps per CPU second by one run, 1,277 by two, on 2026-11-
 run adds at least as many steps as the first took and about two CPU seconds' worth. The
 evaluation rate is env steps per CPU second of the deterministic evaluations (2 episodes at the
 start and the end of each run); a batch of N seeds counts N runs' steps. CPU time, not wall
-time: a core shared with other processes does not slow the figure. The rows go to
-``results/perf/throughput.csv`` with the CPU model.
+time: waiting for a core another process holds does not count. A busy neighbour still slows
+the figure, through the caches and cores it shares (on our 2-vCPU development machine, A2C's
+defaults on HalfCheetah-v5 read 13,823 training steps per CPU second with the other core idle
+and 6,242 beside a training run, the same day): calibrate on an otherwise idle machine, and
+expect a launch that keeps every core busy to take up to about twice as long per run. The rows
+go to ``results/perf/throughput.csv`` with the CPU model.
 """
 
 from __future__ import annotations
