@@ -67,7 +67,7 @@ test-example: $(STAMP)
 
 # ruff's lint rules and its formatting, then mypy over agents/ and benchmark/ (settings in
 # pyproject.toml); `ruff format` fixes the formatting
-LINTED = agents benchmark reprorl tests benchmarks docs examples
+LINTED = agents benchmark reprorl tests microbenchmarks docs examples
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
@@ -114,7 +114,7 @@ baseline: $(STAMP)
 regress: $(STAMP)
 	$(BIN)/python -m benchmark regress --suite ci --workers $(WORKERS) $(ARGS)
 
-PERF_PYTEST = $(BIN)/python -m pytest benchmarks -p no:xdist --benchmark-enable --benchmark-only \
+PERF_PYTEST = $(BIN)/python -m pytest microbenchmarks -p no:xdist --benchmark-enable --benchmark-only \
 	--benchmark-columns=min,median,mean,ops,rounds --benchmark-sort=fullname
 
 # store the micro-benchmarks' timings as the speed baseline (commit results/perf/baseline)

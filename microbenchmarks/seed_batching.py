@@ -15,7 +15,7 @@ compute-bound) and PPO (64x64 networks, minibatch 64: per-op overhead), at N = 1
 measurement only (noise drawn outside, the same arithmetic as ``agents.algos.sac`` and
 ``agents.algos.ppo``); the algorithms do not use them.
 
-    python benchmarks/seed_batching.py [cpu|cuda] [--counts 1 3 10] [--output results/perf/seed_batching-cpu.json]
+    python microbenchmarks/seed_batching.py [cpu|cuda] [--counts 1 3 10] [--output results/perf/seed_batching-cpu.json]
 
 Run it on an idle machine, one torch thread (as the suite's runs).
 """
