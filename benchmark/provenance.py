@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from agents.errors import ConfigError
 from agents.settings import cpu_info
 
 PACKAGES = ("torch", "numpy", "gymnasium", "mujoco", "mlflow", "optuna")
@@ -141,15 +142,12 @@ def repository() -> Path:
     here = Path(__file__).resolve().parent
     found = git(here, "rev-parse", "--show-toplevel")
     if found.returncode != 0:
-        from agents.errors import ConfigError
-
         raise ConfigError(f"{here} is not inside a git checkout: another commit's code cannot be checked out")
     return Path(found.stdout.strip())
 
 
 def commit(repository: Path, name: str) -> str:
     """The full sha of commit ``name``; ConfigError when the repository has no such commit."""
-    from agents.errors import ConfigError
 
     found = git(repository, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}") if name.strip() else None
     if found is None or found.returncode != 0:
@@ -181,8 +179,6 @@ def worktree(repository: Path, sha: str) -> Iterator[Path]:
     try:
         added = git(repository, "worktree", "add", "--detach", "--quiet", str(tree), sha)
         if added.returncode != 0:
-            from agents.errors import ConfigError
-
             raise ConfigError(f"git worktree add {sha[:7]} failed: {' '.join(added.stderr.split())}")
         yield tree
     finally:

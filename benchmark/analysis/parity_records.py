@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agents.errors import ConfigError
+
 # ConfigError (agents.api) is imported in the functions that raise it: importing agents starts torch,
 # and the command line's parser reads this module (--help must not wait for torch).
 
@@ -103,7 +105,6 @@ def record_path(directory: Path, algo: str, env_id: str, steps: int) -> Path:
 
 def load_record(path: Path) -> dict[str, Any] | None:
     """A comparison file, or None when there is none; ConfigError naming a corrupt one."""
-    from agents.errors import ConfigError
 
     if not path.exists():
         return None
@@ -119,8 +120,6 @@ def load_record(path: Path) -> dict[str, Any] | None:
 def save_run(path: Path, setting: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     """Add (or replace) one side's seed in the record at ``path`` under a lock, atomically."""
     from filelock import FileLock
-
-    from agents.errors import ConfigError
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from rich.console import Console
 
+from agents.errors import ConfigError
 from benchmark.cli import compare, continuation, evaluate, fingerprint, listing, parity, perf, reference, regress, report, results, run, train, tune, ui
 from benchmark.cli.common import (
     EXIT_CONFIG_ERROR,
@@ -112,7 +113,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no download bars in our output
     from agents import settings
-    from agents.errors import ConfigError
     from benchmark.tables import Output
 
     console = Output(getattr(args, "format", "table"))

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from agents.errors import ConfigError
+
 EXIT_CONFIG_ERROR = 2
 EXIT_RUNS_FAILED = 1
 EXIT_REGRESSION = 1
@@ -225,7 +227,6 @@ def slurm_options(args: argparse.Namespace, suite_options: dict | None = None):
 def existing_store(args: argparse.Namespace) -> str:
     """The tracking URI of a command that only reads results: refused (ConfigError, nothing
     created) when its SQLite file does not exist, and checked when it does."""
-    from agents.errors import ConfigError
     from benchmark import stores, tracking
 
     tracking_uri = store_if_exists(args)
@@ -262,7 +263,6 @@ def store_if_exists(args: argparse.Namespace, local_only: bool = False) -> str |
 def writable_report_directory(directory: Path, what: str) -> Path:
     """``directory``, created and checked writable for a command's report; ConfigError in one
     line when it cannot be (a full disk is raised as it is: the command names it)."""
-    from agents.errors import ConfigError
     from benchmark import stores
 
     try:

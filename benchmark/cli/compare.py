@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agents.errors import ConfigError
 from benchmark.cli.common import EXIT_RUNS_FAILED, add_format, add_margin, add_store_arguments, error_line, store_if_exists, writable_report_directory
 
 if TYPE_CHECKING:
@@ -36,7 +37,6 @@ def records_of(source: str, args: argparse.Namespace) -> tuple[str, list[RunReco
     """The name and the runs of a bundle directory (``published/NAME``: under the results
     directory, else the checkout's committed one) or of a suite (its runs in the store, and its
     published bundle)."""
-    from agents.errors import ConfigError
     from benchmark import bundles, config
     from benchmark.analysis import records
     from benchmark.execution import plan
@@ -57,7 +57,6 @@ def records_of(source: str, args: argparse.Namespace) -> tuple[str, list[RunReco
 
 
 def command_compare(args: argparse.Namespace, console: Output) -> int:
-    from agents.errors import ConfigError
     from benchmark.analysis import compare
     from benchmark.config import name_from
     from benchmark.tables import TableData

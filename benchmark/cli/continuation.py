@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agents.errors import ConfigError
 from benchmark.cli.common import existing_store, steps_value
 from benchmark.cli.run import INTERRUPTED as RUN_INTERRUPTED
 from benchmark.cli.run import add_run_options, check_run_arguments
@@ -37,7 +38,6 @@ def add_parser(commands: Any) -> None:
 
 def command_continue(args: argparse.Namespace, console: Output) -> int:
     import agents
-    from agents.errors import ConfigError
 
     args.seeds = None
     check_run_arguments(args)

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agents.errors import ConfigError
 from benchmark.cli.common import add_store_arguments, existing_store
 from benchmark.tables import plural
 
@@ -28,7 +29,6 @@ def add_parser(commands: Any) -> None:
 
 def command_evaluate(args: argparse.Namespace, console: Output) -> int:
     import agents
-    from agents.errors import ConfigError
 
     if args.episodes is not None and args.episodes < 1:
         raise ConfigError(f"--episodes must be a positive number, got {args.episodes}")
@@ -76,7 +76,6 @@ def command_evaluate(args: argparse.Namespace, console: Output) -> int:
 
 def check_video_path(video: Path) -> None:
     """ConfigError in one line when the MP4 or its PNG strip could not be written at ``video``."""
-    from agents.errors import ConfigError
 
     for path in (video, video.with_suffix(".png")):
         if path.is_dir():

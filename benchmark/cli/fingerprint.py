@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agents.errors import ConfigError
 from benchmark import provenance
 from benchmark.cli.common import EXIT_RUNS_FAILED, add_format
 
@@ -53,7 +54,6 @@ def add_parser(commands: Any) -> None:
 
 
 def command_fingerprint(args: argparse.Namespace, console: Output) -> int:
-    from agents.errors import ConfigError
 
     if args.backfill is not None:
         if args.at is not None:
@@ -92,7 +92,6 @@ def fingerprints_at(repository: Path, commit: str, algos: list[str]) -> dict[str
     """Each algorithm's answer at ``commit`` (a full sha): {"fingerprint": ..., "note"?: ...}
     or {"error": ..., "bad_input": bool}, from this checkout's fingerprint file run as a script
     in a worktree of the commit, with that worktree's ``agents``."""
-    from agents.errors import ConfigError
     from benchmark.training import fingerprint
 
     with provenance.worktree(repository, commit) as tree:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from agents.errors import ConfigError, suggest
 from benchmark.cli.common import (
     add_format,
 )
@@ -25,7 +26,6 @@ def command_list(args: argparse.Namespace, console: Output) -> int:
     import agents
     from agents.buffers import BUFFERS
     from agents.config_docs import field_docs
-    from agents.errors import ConfigError, suggest
     from benchmark import config
     from benchmark.tables import TableData
 

@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from agents.errors import ConfigError
 from benchmark.cli.common import add_format, add_margin, steps_value
 
 # ConfigError (agents.api) is imported in the functions that raise it: importing agents starts torch,
@@ -49,7 +50,6 @@ def add_parser(commands: Any) -> None:
 
 
 def command_parity(args: argparse.Namespace, console: Any) -> int:
-    from agents.errors import ConfigError
     from benchmark.analysis import parity_records
     from benchmark.perf import parity
     from benchmark.tables import TableData

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
+from agents.errors import ConfigError
 from benchmark.perf.cases import BATCHED_CASES, BATCHED_EXTRA, CASES  # data only: the parser stays light
 
 if TYPE_CHECKING:
@@ -63,7 +64,6 @@ def add_parser(commands: Any) -> None:
 
 
 def command_perf(args: argparse.Namespace, console: Output) -> int:
-    from agents.errors import ConfigError
     from benchmark.perf import throughput as perf
 
     cases = args.cases or list(perf.BATCHED_CASES if args.batched_only else perf.CASES)
@@ -136,7 +136,6 @@ def command_perf(args: argparse.Namespace, console: Output) -> int:
 
 
 def _perf_graphs(args: argparse.Namespace, console: Output, perf) -> int:
-    from agents.errors import ConfigError
 
     if not args.device.startswith("cuda"):
         raise ConfigError(f"--graphs-only needs --device cuda (CUDA graphs run on a GPU), got {args.device}")

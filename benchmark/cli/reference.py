@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agents.errors import ConfigError
 from benchmark.cli.common import (
     add_format,
 )
@@ -35,8 +36,6 @@ def command_reference(args: argparse.Namespace, console: Output) -> int:
     if args.reference_command == "build":
         source = args.source or reference.SHARED_SCORES
         if not source.exists():
-            from agents.errors import ConfigError
-
             raise ConfigError(f"published scores not found at {source}; pass --source PATH")
         count = reference.build(source)
         console.print(f"wrote {count} published scores to {reference.REFERENCE_DIR / 'scores.csv'}")

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agents.errors import ConfigError
 from benchmark.cli.common import (
     EXIT_REGRESSION,
     add_format,
@@ -78,7 +79,6 @@ def _bundle_baseline(args: argparse.Namespace) -> dict:
     without one are left out; unfinished seeds are not counted)."""
     from collections import Counter
 
-    from agents.errors import ConfigError
     from benchmark import bundles, config
     from benchmark.analysis import records, regress
 
@@ -97,7 +97,6 @@ def _bundle_baseline(args: argparse.Namespace) -> dict:
 def command_regress(args: argparse.Namespace, console: Output) -> int:
     from rich.markup import escape
 
-    from agents.errors import ConfigError
     from benchmark import config
     from benchmark.analysis import regress
     from benchmark.tables import TableData

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agents.errors import ConfigError
 from benchmark.cli.common import (
     EXIT_RUNS_FAILED,
     add_bundle_arguments,
@@ -101,7 +102,6 @@ def command_reproduce(args: argparse.Namespace, console: Output) -> int:
 
 def _store_of(args: argparse.Namespace, published: Path) -> str:
     """The tracking store to find a run no bundle holds in; its absence named with where else was looked."""
-    from agents.errors import ConfigError
 
     try:
         return existing_store(args)

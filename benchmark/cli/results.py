@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agents.errors import ConfigError
 from benchmark.cli.common import (
     add_bundle_arguments,
     add_format,
@@ -96,7 +97,6 @@ def add_parser(commands: Any) -> None:
 
 
 def command_export(args: argparse.Namespace, console: Any) -> int:
-    from agents.errors import ConfigError
     from benchmark import bundles, config
     from benchmark.analysis import bundle_store, records
 
@@ -166,7 +166,6 @@ def command_import(args: argparse.Namespace, console: Any) -> int:
 
 
 def command_merge(args: argparse.Namespace, console: Any) -> int:
-    from agents.errors import ConfigError
     from benchmark import bundles
 
     loaded = [bundles.read(directory) for directory in args.bundles]
@@ -214,7 +213,6 @@ def verdict_table(suite_name: str, found: list, margin: float) -> Any:
 
 
 def command_verdicts(args: argparse.Namespace, console: Any) -> int:
-    from agents.errors import ConfigError
     from benchmark import config
     from benchmark.analysis import records, verdicts
     from benchmark.analysis.report import group_records
@@ -269,7 +267,6 @@ def plan_table(title: str, rows: list) -> Any:
 
 
 def command_record(args: argparse.Namespace, console: Any) -> int:
-    from agents.errors import ConfigError
     from benchmark import bundles
     from benchmark.analysis import record
 
@@ -329,7 +326,6 @@ def refresh_mixed(args: argparse.Namespace, console: Any) -> int:
     import subprocess
     import sys
 
-    from agents.errors import ConfigError
     from benchmark.analysis import record
 
     found = record.collect(args.results_dir, parity_dir=args.results_dir / "parity", margin=args.margin)
@@ -403,7 +399,6 @@ def record_plan(args: argparse.Namespace, console: Any) -> int:
 
 def command_calibrate(args: argparse.Namespace, console: Any) -> int:
     import agents
-    from agents.errors import ConfigError
     from benchmark import config
     from benchmark.execution import calibrate, estimate
     from benchmark.tables import TableData

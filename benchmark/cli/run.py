@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agents.errors import ConfigError
 from benchmark.cli.common import (
     EXIT_RUNS_FAILED,
     SLURM_ARGUMENTS,
@@ -108,7 +109,6 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
 
 
 def check_run_arguments(args: argparse.Namespace) -> None:
-    from agents.errors import ConfigError
 
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
@@ -141,8 +141,6 @@ def command_run(args: argparse.Namespace, console: Output) -> int:
     suite = suite.with_cuda_graphs(getattr(args, "cuda_graphs", False))
     if getattr(args, "executor", "local") == "local" and any(spec.cuda_graphs for spec in suite.specs):
         import torch
-
-        from agents.errors import ConfigError
 
         if not torch.cuda.is_available():
             raise ConfigError("cuda_graphs: this machine has no GPU that torch can use")
@@ -273,7 +271,6 @@ def _warn_no_update(suite, console: Output) -> None:
 def parse_settings(text: str, flag: str) -> dict[str, int | str]:
     """``key=value,key=value`` -> a mapping (integers where the value is one); ConfigError
     naming ``flag`` when a pair has no ``=``."""
-    from agents.errors import ConfigError
 
     settings: dict[str, int | str] = {}
     for pair in filter(None, (part.strip() for part in text.split(","))):
@@ -300,7 +297,6 @@ def _plan(suite, args: argparse.Namespace, bundled: dict):
 
 def _confirm_cost(found, args: argparse.Namespace, console, suite) -> None:
     """Print what the invocation will cost; above --max-hours, ask on a terminal, else refuse without --yes."""
-    from agents.errors import ConfigError
     from benchmark.execution import estimate
     from benchmark.execution import plan as planning
 

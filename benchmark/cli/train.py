@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agents.errors import ConfigError
 from benchmark.cli.common import steps_value
 from benchmark.cli.run import INTERRUPTED as RUN_INTERRUPTED
 from benchmark.cli.run import add_run_options, check_run_arguments, command_run
@@ -64,8 +65,6 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     """``KEY=VALUE`` pairs -> hyperparameters (and ``env_kwargs``, ``wrappers``), each value read
     as YAML (numbers, lists, booleans); ``env_kwargs.NAME=VALUE`` sets one env kwarg."""
     import yaml
-
-    from agents.errors import ConfigError
 
     overrides: dict[str, Any] = {}
     whole: set[str] = set()  # keys given whole (env_kwargs={...} forbids env_kwargs.NAME=...)
@@ -163,7 +162,6 @@ def adhoc_suite_file(data: dict[str, Any], results_dir: Path, dry_run: bool, con
     env step a continued run starts from (its replay buffer is refilled first)."""
     import yaml
 
-    from agents.errors import ConfigError
     from benchmark import config
 
     text = yaml.safe_dump(data, sort_keys=False)

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agents.errors import ConfigError
 from benchmark.cli.common import (
     EXIT_RUNS_FAILED,
     SLURM_ARGUMENTS,
@@ -86,7 +87,6 @@ def add_parser(commands: Any) -> None:
 
 
 def command_tune(args: argparse.Namespace, console: Output) -> int:
-    from agents.errors import ConfigError
     from benchmark import stores, tracking
     from benchmark.tuning import storage as tuning_storage
     from benchmark.tuning import study as tuning_study
@@ -164,7 +164,6 @@ def command_tune(args: argparse.Namespace, console: Output) -> int:
 
 def _tune_executor(args: argparse.Namespace, slots: list):
     """The executor the trials run on (``--executor``), at most ``--workers`` trials at once."""
-    from agents.errors import ConfigError
     from benchmark.execution.local import LocalExecutor
 
     if args.address and args.executor != "ray":

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agents.errors import ConfigError
 from benchmark.cli.common import (
     add_store_arguments,
     existing_store,
@@ -30,7 +31,6 @@ def add_parser(commands: Any) -> None:
 def command_ui(args: argparse.Namespace, console: Output) -> int:
     """Start ``mlflow ui`` (one worker: it starts in seconds) with its log in the results
     directory, print where each suite's runs are once it answers, and serve until Ctrl-C."""
-    from agents.errors import ConfigError
     from benchmark import tracking
 
     port = args.port if args.port is not None else int(os.environ.get("PORT") or 5000)
@@ -118,8 +118,6 @@ def _wait_until_answering(url: str, process: subprocess.Popen, log_path: Path, t
     """Return once ``url`` answers; ConfigError naming the log's last line when the server ends first or never answers."""
     import urllib.error
     import urllib.request
-
-    from agents.errors import ConfigError
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -24,6 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from agents.errors import ConfigError
 from benchmark.analysis.parity_records import (
     PARITY_DIR,
     SIDES,
@@ -65,7 +66,6 @@ def check_arguments(
 ) -> None:
     """ConfigError naming the first bad argument."""
     from agents.envs import check_env_id
-    from agents.errors import ConfigError
 
     if algo not in SETTINGS:
         raise ConfigError(f"parity has no setting for {algo!r}; choose from {', '.join(SETTINGS)}")
@@ -93,8 +93,6 @@ def check_arguments(
 def check_peer(algo: str) -> str:
     """The peer library's version; ConfigError when it is not installed."""
     from importlib.util import find_spec
-
-    from agents.errors import ConfigError
 
     module, _ = PEERS[algo]
     if find_spec(module) is None:  # found, not imported: it loads torch, which the training processes do
@@ -179,7 +177,6 @@ def run(
     """Train both sides on every seed not yet in the record (all with ``force``), ``workers``
     processes at once, on ``device`` (the processes share one GPU with "cuda"); each finished side
     is saved as it ends. The record's path and content."""
-    from agents.errors import ConfigError
     from benchmark.perf.throughput import machine, now
 
     setting = SETTINGS[algo]
