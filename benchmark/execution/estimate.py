@@ -384,7 +384,7 @@ def estimate_run(spec: RunSpec, past: list[PastRun], table: dict[tuple[str, str]
                 rate = calibrated[0]
                 measured = seconds_from_throughput(spec, rate, length)
                 if measured < per_step * steps:
-                    return RunEstimate(spec, measured, f"calibrated {rate.measured}, below the least wall time of {found}".strip())
+                    return RunEstimate(spec, measured, f"calibrated {rate.measured}, below the least wall time of {found}")
             return RunEstimate(spec, per_step * steps, f"{found} ({how})")
     if calibrated:  # this CPU's row first
         rate = calibrated[0]
