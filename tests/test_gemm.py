@@ -88,6 +88,23 @@ def test_the_kernel_setting_is_checked(use_kernel, monkeypatch):
         gemm.kernel()
 
 
+@needs_onednn
+@pytest.mark.parametrize(
+    "vendor,flags,machine,expected",
+    [
+        ("AuthenticAMD", "fpu avx avx2 avx512f avx512bw", "x86_64", "onednn"),  # MKL leaves AVX-512 unused on AMD
+        ("AuthenticAMD", "fpu avx avx2", "x86_64", "mkl"),  # AVX2 only: MKL is the faster
+        ("GenuineIntel", "fpu avx avx2 avx512f", "x86_64", "mkl"),
+        ("", "", "arm64", "mkl"),
+    ],
+)
+def test_auto_takes_onednn_on_amd_cpus_with_avx512_only(use_kernel, monkeypatch, vendor, flags, machine, expected):
+    fields = {"vendor_id": vendor, "flags": flags}
+    monkeypatch.setattr(gemm.settings, "cpu_info", lambda field: fields.get(field, ""))
+    monkeypatch.setattr(gemm.platform, "machine", lambda: machine)
+    assert use_kernel("auto") == expected
+
+
 def test_a_bad_kernel_setting_is_refused_in_one_line_before_anything_runs(tiny_suite, tmp_path, monkeypatch):
     monkeypatch.setenv("REPRORL_CPU_GEMM", "onedn")
     completed = run_cli_subprocess("run", "--suite", str(tiny_suite), "--results-dir", str(tmp_path / "results"))

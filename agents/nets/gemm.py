@@ -1,14 +1,19 @@
 """The linear layers' matrix products on the CPU: torch's default kernel (MKL) or oneDNN.
 
 torch multiplies float32 matrices on the CPU with MKL, which picks its code path by CPU vendor
-and takes a generic one on AMD processors: on this project's AMD EPYC (AVX-512), one core
+and leaves AVX-512 unused on AMD processors: on an AMD EPYC with AVX-512 (family 26), one core
 multiplied 256x256 by 256x256 at 107 GFLOPS with MKL and at 217 with oneDNN, the other matrix
 library torch ships (``torch.ops.mkldnn._linear_pointwise``; XLA, under Stable Baselines Jax,
 multiplies at the same rate). A SAC or TD3 update is mostly such products (forward and both
-backward products of every 256- or 400-wide layer): oneDNN takes about half their time.
+backward products of every 256- or 400-wide layer): oneDNN takes about half their time there.
+On an AMD EPYC without AVX-512 (family 25, model 1: AVX2) MKL is the faster at every size
+(256x256 by 256x256: 90 GFLOPS against 79; 128 rows through a 128 -> 128 layer: 53 us against
+76), and TD3's first 4,000 steps on Pendulum-v1 took 10.9-12.4 CPU seconds with MKL, 19.5 with
+oneDNN (2026-11-29).
 
 ``REPRORL_CPU_GEMM`` picks the kernel: ``onednn``, ``mkl`` (whatever torch's own matmul uses),
-or ``auto`` (the default: oneDNN on AMD x86 CPUs where torch's build has it, else torch's own).
+or ``auto`` (the default: oneDNN on AMD x86 CPUs with AVX-512 where torch's build has it, else
+torch's own).
 oneDNN takes only float32 layers on the CPU with at least ``ONEDNN_MIN_OUT`` outputs and
 ``ONEDNN_MIN_ROWS`` rows: narrower layers (a value head, PPO's 64-wide layers) and smaller
 batches (acting) are faster with MKL (a 256 -> 1 head's forward and backward on 256 rows: 113 us
@@ -53,7 +58,8 @@ def kernel() -> str:
     """'onednn' or 'mkl' (torch's own matmul): the CPU kernel of this process's large layers."""
     wanted = settings.cpu_gemm()
     if wanted == "auto":
-        wanted = "onednn" if platform.machine() in ("x86_64", "AMD64") and settings.cpu_info("vendor_id") == "AuthenticAMD" else "mkl"
+        amd = platform.machine() in ("x86_64", "AMD64") and settings.cpu_info("vendor_id") == "AuthenticAMD"
+        wanted = "onednn" if amd and "avx512f" in settings.cpu_info("flags").split() else "mkl"
     if wanted == "onednn" and not _onednn_available():
         return "mkl"
     return wanted
