@@ -88,8 +88,16 @@ def git_diff(root: Path | None = None) -> str:
 
 
 def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo on Linux, platform.processor() elsewhere)."""
-    return cpu_info("model name") or "unknown"
+    """The CPU: its model name, and on Linux its family, model and widest vector unit, e.g.
+    'AMD EPYC (family 25, model 1, AVX2)'. A cloud VM's model name can stand for several
+    CPUs ('AMD EPYC' for Milan and Genoa), whose speeds and float kernels (AVX-512 or not) differ."""
+    name = cpu_info("model name") or "unknown"
+    family, model = cpu_info("cpu family"), cpu_info("model\t")
+    if not family.isdigit() or not model.isdigit():
+        return name
+    flags = set(cpu_info("flags").split())
+    vector = next((label for flag, label in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX")) if flag in flags), "")
+    return f"{name} (family {family}, model {model}{', ' + vector if vector else ''})"
 
 
 def gpu_models() -> str:

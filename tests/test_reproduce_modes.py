@@ -97,3 +97,18 @@ def test_expected_differences_name_the_cpu_the_packages_and_a_dirty_tree():
     found = reproduce.expected_differences({"cpu_model": "Some Other CPU", "git_dirty": "true"}, {"torch": "0.0.1", "numpy": here["version.numpy"]})
     assert any("Some Other CPU" in line for line in found) and any(line.startswith("torch 0.0.1 recorded") for line in found)
     assert any("uncommitted changes" in line for line in found) and not any(line.startswith("numpy") for line in found)
+
+
+def test_a_cpu_recorded_by_its_model_name_alone_is_not_taken_for_this_one(monkeypatch):
+    monkeypatch.setattr(provenance, "environment_tags", lambda: {"cpu_model": "AMD EPYC (family 25, model 1, AVX2)"})
+    (found,) = reproduce.expected_differences({"cpu_model": "AMD EPYC"}, {})
+    assert "recorded only the model name 'AMD EPYC'" in found and "family 25, model 1" in found
+    assert reproduce.expected_differences({"cpu_model": "AMD EPYC (family 25, model 1, AVX2)"}, {}) == []
+
+
+def test_the_cpu_model_names_family_model_and_vector_unit_where_proc_cpuinfo_tells(monkeypatch, tmp_path):
+    fields = {"model name": "AMD EPYC", "cpu family": "26", "model\t": "2", "flags": "fpu sse2 avx avx2 avx512f"}
+    monkeypatch.setattr(provenance, "cpu_info", lambda field: fields.get(field, ""))
+    assert provenance.cpu_model() == "AMD EPYC (family 26, model 2, AVX-512)"
+    fields = {"model name": "Apple M2", "cpu family": "arm", "model\t": "arm"}
+    assert provenance.cpu_model() == "Apple M2"
