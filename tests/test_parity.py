@@ -19,7 +19,7 @@ import agents
 from agents.batches import RolloutBatch
 from benchmark.analysis import parity_records
 from benchmark.cli.app import EXIT_CONFIG_ERROR, EXIT_TERMINATED, main
-from benchmark.perf import parity, parity_settings
+from benchmark.perf import parity, sb3_names
 
 
 def test_reproduced_needs_the_90_percent_interval_inside_the_normalized_margin():
@@ -81,7 +81,7 @@ def test_every_setting_is_a_valid_configuration_of_ours_and_names_the_same_sizes
         assert config.gamma == setting.peer["gamma"], name
         assert config.normalize_observations == setting.peer.get("normalize", False), name
         if "vf_coef" in setting.peer:  # the same weight on the value loss, written in each library's scale
-            assert config.value_coef == parity_settings.VALUE_COEF_PER_SB3_VF_COEF * setting.peer["vf_coef"], name
+            assert config.value_coef == sb3_names.VALUE_COEF_PER_SB3_VF_COEF * setting.peer["vf_coef"], name
 
 
 def test_trpo_takes_sb3_contribs_step_on_the_same_data_and_weights():

@@ -16,6 +16,7 @@ from conftest import run_cli_in_process
 
 import agents
 from benchmark.cli.app import EXIT_CONFIG_ERROR, main
+from benchmark.perf import sb3_names
 from benchmark.perf import throughput as perf
 from benchmark.perf.worker import SectionTimers, run_floor, run_memory
 
@@ -33,7 +34,6 @@ SAME_VALUE = {
     "num_steps": "n_steps",
     "gae_lambda": "gae_lambda",
     "clip_range": "clip_range",
-    "value_coef": "vf_coef",
     "max_grad_norm": "max_grad_norm",
     "policy_delay": "policy_delay",
     "target_policy_noise": "target_policy_noise",
@@ -63,6 +63,8 @@ def test_both_libraries_get_the_same_setting(name):
     assert tuple(sizes) == tuple(config.hidden_sizes)
     assert case.sb3["policy_kwargs"]["activation_fn"] == config.activation
     assert config.num_envs == 1 and not config.normalize_observations and not config.normalize_rewards
+    if "vf_coef" in case.sb3:  # the same weight on the value loss, written in each library's scale
+        assert config.value_coef == sb3_names.VALUE_COEF_PER_SB3_VF_COEF * case.sb3["vf_coef"]
     if name == "dqn":  # SB3 counts the target period in env steps, ours in gradient steps
         assert config.target_update_every * config.update_every == case.sb3["target_update_interval"]
         assert config.double_q is False  # SB3's DQN bootstraps from max_a Q'(s', a)

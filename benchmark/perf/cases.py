@@ -1,11 +1,14 @@
-"""What ``make perf`` measures: the cases compared with Stable-Baselines3 (the same setting
-written for both libraries), the cases of the batched-seeds rows, and their step counts and
-targets. ``benchmark.perf.throughput`` measures them."""
+"""What ``make perf`` measures: the cases compared with Stable-Baselines3 (one setting in our
+names, SB3's arguments translated from it by ``benchmark.perf.sb3_names``), the cases of the
+batched-seeds rows, and their step counts and targets. ``benchmark.perf.throughput`` measures
+them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from benchmark.perf import sb3_names
 
 HALF_CHEETAH, CARTPOLE, POINT_NAV = "HalfCheetah-v5", "CartPole-v1", "reprorl/PointNav-v0"
 PAIRS_DEFAULT = 3
@@ -23,8 +26,6 @@ class Case:
     """Env steps per measurement (scaled by --scale)."""
     ours: dict[str, Any]
     """Our hyperparameters (on top of the algorithm's defaults)."""
-    sb3: dict[str, Any]
-    """Stable-Baselines3 constructor arguments."""
     bound: str
     """'env' or 'floor': what this case's rate is compared with."""
     target: float
@@ -38,9 +39,14 @@ class Case:
     sbx_absent: tuple[str, ...] = ()
     """SB3 arguments that SBX's constructor does not take (SBX gets the rest of ``sb3``)."""
 
+    @property
+    def sb3(self) -> dict[str, Any]:
+        """Stable-Baselines3's constructor arguments: ``ours`` translated (``benchmark.perf.sb3_names``)."""
+        return sb3_names.to_sb3(self.name, self.ours)
 
-# SB3's own defaults (2.x) written out, and ours set to match them exactly; SBX takes SB3's
-# arguments. Targets: issue 30 (ours/SB3 and ours/SBX, one thread each).
+
+# SB3's own defaults (2.x) written out in our names (SB3's arguments are translated from them:
+# benchmark.perf.sb3_names); SBX takes SB3's arguments. Targets: issue 30 (ours/SB3 and ours/SBX, one thread each).
 CASES: dict[str, Case] = {
     "ppo": Case(
         "ppo",
@@ -56,7 +62,7 @@ CASES: dict[str, Case] = {
             gae_lambda=0.95,
             clip_range=0.2,
             value_clip_range=None,
-            value_coef=0.5,
+            value_coef=1.0,
             max_grad_norm=0.5,
             entropy_method="no_entropy",
             entropy_coef=0.0,
@@ -66,19 +72,6 @@ CASES: dict[str, Case] = {
             normalize_observations=False,
             normalize_rewards=False,
             anneal_lr=False,
-        ),
-        sb3=dict(
-            n_steps=2048,
-            batch_size=64,
-            n_epochs=10,
-            learning_rate=3e-4,
-            gamma=0.99,
-            gae_lambda=0.95,
-            clip_range=0.2,
-            ent_coef=0.0,
-            vf_coef=0.5,
-            max_grad_norm=0.5,
-            policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn="tanh", log_std_init=0.0),
         ),
         bound="env",
         target=2.0,
@@ -104,18 +97,6 @@ CASES: dict[str, Case] = {
             initial_alpha=1.0,
             hidden_sizes=(256, 256),
             activation="relu",
-        ),
-        sb3=dict(
-            buffer_size=1_000_000,
-            batch_size=256,
-            learning_starts=100,
-            train_freq=1,
-            gradient_steps=1,
-            learning_rate=3e-4,
-            tau=0.005,
-            gamma=0.99,
-            ent_coef="auto_1.0",
-            policy_kwargs=dict(net_arch=[256, 256], activation_fn="relu"),
         ),
         bound="floor",
         target=1.5,
@@ -146,21 +127,6 @@ CASES: dict[str, Case] = {
             noise_sigma=0.1,
             hidden_sizes=(400, 300),
             activation="relu",
-        ),
-        sb3=dict(
-            buffer_size=1_000_000,
-            batch_size=256,
-            learning_starts=100,
-            train_freq=1,
-            gradient_steps=1,
-            learning_rate=1e-3,
-            tau=0.005,
-            gamma=0.99,
-            policy_delay=2,
-            target_policy_noise=0.2,
-            target_noise_clip=0.5,
-            action_noise_sigma=0.1,
-            policy_kwargs=dict(net_arch=[400, 300], activation_fn="relu"),
         ),
         bound="floor",
         target=1.4,
@@ -193,22 +159,6 @@ CASES: dict[str, Case] = {
             huber=True,
             hidden_sizes=(64, 64),
             activation="relu",
-        ),
-        sb3=dict(
-            buffer_size=1_000_000,
-            batch_size=32,
-            learning_starts=100,
-            train_freq=4,
-            gradient_steps=1,
-            learning_rate=1e-4,
-            gamma=0.99,
-            tau=1.0,
-            target_update_interval=10_000,
-            exploration_fraction=0.1,
-            exploration_initial_eps=1.0,
-            exploration_final_eps=0.05,
-            max_grad_norm=10.0,
-            policy_kwargs=dict(net_arch=[64, 64], activation_fn="relu"),
         ),
         sbx_absent=("max_grad_norm",),  # SBX's DQN does not clip its gradients (SB3 and ours clip at norm 10)
         bound="env",

@@ -1,16 +1,18 @@
-"""The settings ``python -m benchmark parity`` compares: each algorithm's hyperparameters
-written for our implementation and for its peer (Stable-Baselines3, sb3-contrib for TRPO),
-with the source of each choice."""
+"""The settings ``python -m benchmark parity`` compares: each algorithm's hyperparameters in our
+names, with the source of each choice; its peer's (Stable-Baselines3, sb3-contrib for TRPO) are
+translated from them by one table (``benchmark.perf.sb3_names``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from benchmark.perf import sb3_names
+
 
 @dataclass(frozen=True)
 class Setting:
-    """One algorithm's setting, written for both libraries."""
+    """One algorithm's setting, written in our names; the peer's arguments are translated from it."""
 
     algo: str
     env_id: str
@@ -19,13 +21,17 @@ class Setting:
     """Default env-step budget."""
     ours: dict[str, Any]
     """Our hyperparameters (on top of the algorithm's defaults)."""
-    peer: dict[str, Any]
-    """The peer's constructor arguments, plus ``n_envs`` and ``normalize`` (VecNormalize)."""
     source: str
     """Where the setting comes from."""
     per_action_dimension: tuple[str, ...] = ()
     """Our hyperparameters that the peer states per action dimension of a Box action space:
     ours is the value here times the env's action dimensions (see ``ours_for``)."""
+
+    @property
+    def peer(self) -> dict[str, Any]:
+        """The peer's constructor arguments, plus ``n_envs`` and ``normalize`` (VecNormalize):
+        ``ours`` translated (``benchmark.perf.sb3_names``)."""
+        return sb3_names.peer_runner_of(self.algo, self.ours)
 
     def ours_for(self, env_id: str) -> dict[str, Any]:
         """Our hyperparameters on ``env_id``: ``ours`` with each ``per_action_dimension`` entry
@@ -40,9 +46,6 @@ class Setting:
         return {name: round(value * dimensions, 12) if name in self.per_action_dimension else value for name, value in self.ours.items()}
 
 
-# Our value loss is 0.5 (V - R)^2 (as baselines' ppo2 and CleanRL write it); SB3's is F.mse_loss, (V - R)^2:
-# SB3's vf_coef 0.5 is our value_coef 1.0 (the weight matters through the joint gradient-norm clip).
-VALUE_COEF_PER_SB3_VF_COEF = 2.0
 _ON_POLICY_NORMALIZED = dict(normalize_observations=True, normalize_rewards=True, clip_observations=10.0, clip_rewards=10.0)
 
 PEERS = {
@@ -57,7 +60,6 @@ PEERS = {
 """Our algorithm -> the peer library's module and class."""
 
 _TANH_64 = dict(hidden_sizes=(64, 64), activation="tanh", initial_log_std=0.0, shared_network=False)
-_SB3_TANH_64 = dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn="tanh", log_std_init=0.0)
 
 SETTINGS: dict[str, Setting] = {
     "ppo": Setting(
@@ -83,21 +85,6 @@ SETTINGS: dict[str, Setting] = {
             **_TANH_64,
             **_ON_POLICY_NORMALIZED,
         ),
-        peer=dict(
-            n_envs=1,
-            normalize=True,
-            n_steps=2048,
-            batch_size=64,
-            n_epochs=10,
-            learning_rate=3e-4,
-            gamma=0.99,
-            gae_lambda=0.95,
-            clip_range=0.2,
-            ent_coef=0.0,
-            vf_coef=0.5,
-            max_grad_norm=0.5,
-            policy_kwargs=_SB3_TANH_64,
-        ),
         source="SB3 PPO defaults (= Schulman et al. 2017, Table 3) with VecNormalize, as RL Zoo runs MuJoCo",
     ),
     "a2c": Setting(
@@ -121,21 +108,6 @@ SETTINGS: dict[str, Setting] = {
             entropy_coef=0.0,
             **_TANH_64,
             **_ON_POLICY_NORMALIZED,
-        ),
-        peer=dict(
-            n_envs=1,
-            normalize=True,
-            n_steps=5,
-            learning_rate=7e-4,
-            rms_prop_eps=1e-5,
-            use_rms_prop=True,
-            gamma=0.99,
-            gae_lambda=1.0,
-            normalize_advantage=False,
-            ent_coef=0.0,
-            vf_coef=0.5,
-            max_grad_norm=0.5,
-            policy_kwargs=_SB3_TANH_64,
         ),
         source="RL Zoo's MuJoCo A2C (a2c.yml: SB3's A2C defaults, one env, VecNormalize), the setting of the suite and of the published 1M scores",
     ),
@@ -161,23 +133,6 @@ SETTINGS: dict[str, Setting] = {
             entropy_coef=0.0,
             **_TANH_64,
             **_ON_POLICY_NORMALIZED,
-        ),
-        peer=dict(
-            n_envs=1,
-            normalize=True,
-            n_steps=2048,
-            batch_size=128,
-            learning_rate=1e-3,
-            n_critic_updates=10,
-            target_kl=0.01,
-            cg_max_steps=15,
-            cg_damping=0.1,
-            line_search_shrinking_factor=0.8,
-            line_search_max_iter=10,
-            gamma=0.99,
-            gae_lambda=0.95,
-            normalize_advantage=True,
-            policy_kwargs=_SB3_TANH_64,
         ),
         source="sb3-contrib TRPO defaults (Schulman et al. 2015, max KL 0.01) with VecNormalize, as RL Zoo runs MuJoCo",
         # sb3-contrib's KL of a Gaussian policy (and so its Fisher matrix) is averaged over the
@@ -208,18 +163,6 @@ SETTINGS: dict[str, Setting] = {
             hidden_sizes=(256, 256),
             activation="relu",
         ),
-        peer=dict(
-            buffer_size=1_000_000,
-            batch_size=256,
-            learning_starts=10_000,
-            train_freq=1,
-            gradient_steps=1,
-            learning_rate=3e-4,
-            tau=0.005,
-            gamma=0.99,
-            ent_coef="auto_1.0",
-            policy_kwargs=dict(net_arch=[256, 256], activation_fn="relu"),
-        ),
         source="RL Zoo's MuJoCo SAC (SB3 defaults, 10k random steps first; Haarnoja et al. 2018b Table 1)",
     ),
     "td3": Setting(
@@ -245,21 +188,6 @@ SETTINGS: dict[str, Setting] = {
             noise_sigma=0.1,
             hidden_sizes=(400, 300),
             activation="relu",
-        ),
-        peer=dict(
-            buffer_size=1_000_000,
-            batch_size=256,
-            learning_starts=10_000,
-            train_freq=1,
-            gradient_steps=1,
-            learning_rate=1e-3,
-            tau=0.005,
-            gamma=0.99,
-            policy_delay=2,
-            target_policy_noise=0.2,
-            target_noise_clip=0.5,
-            action_noise_sigma=0.1,
-            policy_kwargs=dict(net_arch=[400, 300], activation_fn="relu"),
         ),
         source="RL Zoo's MuJoCo TD3 (Fujimoto et al. 2018: 400-300, lr 1e-3, Gaussian noise 0.1, 10k random steps)",
     ),
@@ -287,18 +215,6 @@ SETTINGS: dict[str, Setting] = {
             noise_sigma=0.1,
             hidden_sizes=(400, 300),
             activation="relu",
-        ),
-        peer=dict(
-            buffer_size=1_000_000,
-            batch_size=256,
-            learning_starts=10_000,
-            train_freq=1,
-            gradient_steps=1,
-            learning_rate=1e-3,
-            tau=0.005,
-            gamma=0.99,
-            action_noise_sigma=0.1,
-            policy_kwargs=dict(net_arch=[400, 300], activation_fn="relu"),
         ),
         source="RL Zoo's MuJoCo DDPG (the TD3 paper's 'OurDDPG': 400-300, lr 1e-3, Gaussian noise 0.1, 10k random steps)",
     ),
@@ -328,22 +244,6 @@ SETTINGS: dict[str, Setting] = {
             huber=True,
             hidden_sizes=(256, 256),
             activation="relu",
-        ),
-        peer=dict(
-            buffer_size=100_000,
-            batch_size=64,
-            learning_starts=1_000,
-            train_freq=256,
-            gradient_steps=128,
-            learning_rate=2.3e-3,
-            gamma=0.99,
-            tau=1.0,
-            target_update_interval=10,
-            exploration_fraction=0.16,
-            exploration_initial_eps=1.0,
-            exploration_final_eps=0.04,
-            max_grad_norm=10.0,
-            policy_kwargs=dict(net_arch=[256, 256], activation_fn="relu"),
         ),
         source="RL Zoo's tuned CartPole-v1 DQN (50k steps)",
     ),
