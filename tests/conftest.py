@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,39 @@ def pytest_sessionfinish(session, exitstatus):
     if os.environ.get("WRITE_TEST_DURATIONS") and os.environ.get("PYTEST_XDIST_WORKER") is None and exitstatus == 0:
         long = {nodeid: round(seconds) for nodeid, seconds in sorted(_measured.items(), key=lambda kv: -kv[1]) if seconds >= 3}
         DURATIONS.write_text(json.dumps(long, indent=0) + "\n")
+
+
+TEST_CPU_LOG = "TEST_CPU_LOG"
+"""``TEST_CPU_LOG=/tmp/cpu.tsv make test`` appends one line per test: its node id, the CPU seconds
+of the test's process and every process under it (those still alive, and those reaped, through
+their parents' children times), and its wall seconds. On 2 busy cores CPU, not wall time, is
+what a test costs CI (docs/regression.md)."""
+
+
+def _process_tree_cpu_seconds() -> float:
+    import psutil
+
+    here = psutil.Process()
+    total = 0.0
+    for process in [here, *here.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:  # ended meanwhile: its parent's children times hold it once reaped
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    log = os.environ.get(TEST_CPU_LOG)
+    if not log:
+        yield
+        return
+    cpu, wall = _process_tree_cpu_seconds(), time.monotonic()
+    yield
+    with open(log, "a") as out:  # one short line per write: workers append to one file
+        out.write(f"{item.nodeid}\t{_process_tree_cpu_seconds() - cpu:.2f}\t{time.monotonic() - wall:.2f}\n")
 
 
 ROOT = Path(__file__).resolve().parent.parent
