@@ -105,7 +105,11 @@ def regress_seeds(payload: dict[str, Any], offset: int = SEED_OFFSET) -> list[in
 
 
 @dataclass
-class Verdict:
+class BaselineComparison:
+    """One configuration of the check: its current seeds' scores against its baseline's, with the
+    verdict rule's decision (``analysis.verdicts.Verdict`` is a configuration against a
+    published score)."""
+
     key: str
     env_id: str
     baseline: list[float]
@@ -155,7 +159,7 @@ def compare(
     min_effect: float = DEFAULT_MIN_EFFECT,
     algos: list[str] | None = None,
     envs: list[str] | None = None,
-) -> list[Verdict]:
+) -> list[BaselineComparison]:
     """One verdict per configuration of the current runs, against the baseline's same key; and
     one per baseline configuration (of ``algos`` on ``envs``, None: all) that the current runs
     did not cover, which counts as a regression: a check that silently compares nothing (after
@@ -165,16 +169,16 @@ def compare(
     if min_effect < 0:
         raise ConfigError(f"--min-effect must be >= 0, got {min_effect}")
     baseline_groups = {group["key"]: group for group in payload["groups"]}
-    verdicts: list[Verdict] = []
+    verdicts: list[BaselineComparison] = []
     for group in group_records(records):
         key = group_key(group)
         current = [float(s) for s in group.scores]
         base = baseline_groups.get(key)
         if base is None:
-            verdicts.append(Verdict(key, group.env_id, [], current, 1.0, note="not in the baseline (not compared)"))
+            verdicts.append(BaselineComparison(key, group.env_id, [], current, 1.0, note="not in the baseline (not compared)"))
             continue
         baseline = np.asarray(base["scores"], dtype=float)
-        verdict = Verdict(key, group.env_id, baseline.tolist(), current, _scale(group.env_id, baseline))
+        verdict = BaselineComparison(key, group.env_id, baseline.tolist(), current, _scale(group.env_id, baseline))
         unfinished = [r.spec.seed for r in group.records if not r.finished]
         spec = group.records[0].spec
         # both in the form run keys hash: a field renamed since the baseline is not a changed setting
@@ -200,7 +204,7 @@ def compare(
         selected = (algos is None or base["algo"] in algos) and (envs is None or base["env_id"] in envs)
         if selected and key not in compared:
             verdicts.append(
-                Verdict(
+                BaselineComparison(
                     key,
                     base["env_id"],
                     list(base["scores"]),
