@@ -58,6 +58,7 @@ from benchmark.bundle_rows import (
     decode,
     encode,
 )
+from benchmark.results_layout import ResultsDir
 
 __all__ = [
     "CURVE_COLUMNS",
@@ -65,7 +66,6 @@ __all__ = [
     "FORMAT",
     "MANIFEST",
     "PROVENANCE",
-    "PUBLISHED_DIR",
     "RUN_COLUMNS",
     "RUNS_FILE",
     "SCHEMA_VERSION",
@@ -91,8 +91,6 @@ __all__ = [
 FORMAT = "reprorl-bundle"
 MANIFEST = "manifest.json"
 WEIGHTS_DIR = "weights"
-PUBLISHED_DIR = "published"
-"""Under the results directory: ``published/<suite>/`` is read by default."""
 
 
 @dataclass(frozen=True)
@@ -304,7 +302,7 @@ def read_all(directories: Iterable[Path]) -> dict[str, BundledRun]:
 
 
 def published_directory(results_dir: Path, suite_name: str) -> Path:
-    return Path(results_dir) / PUBLISHED_DIR / suite_name
+    return ResultsDir(results_dir).bundle(suite_name)
 
 
 def published_bundle(results_dir: Path, suite_name: str) -> Path | None:

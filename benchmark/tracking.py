@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from benchmark import stores
 from benchmark.provenance import code_version, command_line, environment_tags, kernel_tags, source_tags
+from benchmark.results_layout import ResultsDir
 
 DEFAULT_RESULTS_DIR = Path("results")
 MLFLOW_BATCH_LIMIT = 1000  # metrics per log_batch call accepted by MLflow
@@ -34,7 +35,7 @@ def default_tracking_uri(results_dir: Path = DEFAULT_RESULTS_DIR) -> str:
     env_uri = os.environ.get("MLFLOW_TRACKING_URI")
     if env_uri:
         return env_uri
-    return f"sqlite:///{(results_dir / 'mlflow.db').resolve()}"
+    return f"sqlite:///{ResultsDir(results_dir).mlflow_db.resolve()}"
 
 
 # MLflow logs every failed SQL statement with its traceback before raising it; the error reaches

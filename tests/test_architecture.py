@@ -71,6 +71,7 @@ def test_every_module_belongs_to_a_wing_or_the_ground():
         "benchmark.distributed_config",
         "benchmark.metric_names",
         "benchmark.provenance",
+        "benchmark.results_layout",
         "benchmark.run_record",
         "benchmark.stores",
         "benchmark.tables",

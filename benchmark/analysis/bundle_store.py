@@ -26,6 +26,7 @@ from benchmark.analysis import records
 from benchmark.bundles import BundledRun, BundleError, Evaluation
 from benchmark.config import Suite
 from benchmark.execution import outcomes
+from benchmark.results_layout import ResultsDir
 
 IMPORTED_TAG = "imported_from"
 
@@ -239,7 +240,7 @@ def import_bundle(plan: ImportPlan, tracking_uri: str, results_dir: Path) -> tup
             attached += 1
     if not plan.to_import:
         return 0, len(bundle.runs), attached
-    experiment = tracking.experiment_id(tracking_uri, bundle.suite, results_dir / "mlartifacts")
+    experiment = tracking.experiment_id(tracking_uri, bundle.suite, ResultsDir(results_dir).artifacts)
     parent = tracking.start_parent_run(
         tracking_uri,
         experiment,

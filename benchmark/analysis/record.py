@@ -24,6 +24,7 @@ import numpy as np
 
 from agents.errors import ConfigError
 from benchmark.analysis import record_text
+from benchmark.results_layout import ResultsDir
 
 RECORD_SUITES = ("mujoco", "mujoco_300k")
 RECORD_DIR = Path("results/record")
@@ -161,7 +162,7 @@ def write(
     whether ``readme`` already holds it. The record and whether the README is (now) current."""
     from benchmark.analysis import aggregate_figures, curve_grid, record_readme
 
-    parity_dir = parity_dir if parity_dir is not None else results_dir / "parity"
+    parity_dir = parity_dir if parity_dir is not None else ResultsDir(results_dir).parity
     found = collect(results_dir, parity_dir=parity_dir, margin=margin)
     cells = curve_grid.record_cells(found.rows)
     images = curve_grid.paths(cells, output) if check else curve_grid.draw(cells, output)

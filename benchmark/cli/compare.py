@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.errors import ConfigError
 from benchmark.cli.common import EXIT_RUNS_FAILED, add_format, add_margin, add_store_arguments, error_line, store_if_exists, writable_report_directory
+from benchmark.results_layout import ResultsDir
 
 if TYPE_CHECKING:
     from benchmark.run_record import RunRecord
@@ -81,7 +82,7 @@ def command_compare(args: argparse.Namespace, console: Output) -> int:
         error_line(f"the baseline has no run on the candidate's tasks ({', '.join(tasks)}): nothing to compare")
         return EXIT_RUNS_FAILED
     title = f"{candidate_name} against {' and '.join(baseline_names)}"
-    default = Path(args.results_dir) / "reports" / name_from(f"compare-{candidate_name}-vs-{'-'.join(baseline_names)}")
+    default = ResultsDir(args.results_dir).report(name_from(f"compare-{candidate_name}-vs-{'-'.join(baseline_names)}"))
     out_dir = writable_report_directory(args.output or default, "comparison")
     per_task = TableData(f"{title}: per task", compare.TASK_HEADERS, names={"candidate", "baseline", "task"}, right={"steps", "difference"})
     for row in compare.task_rows(pairs):

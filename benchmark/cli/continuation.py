@@ -22,6 +22,7 @@ from benchmark.cli.common import existing_store, steps_value
 from benchmark.cli.run import INTERRUPTED as RUN_INTERRUPTED
 from benchmark.cli.run import add_run_options, check_run_arguments
 from benchmark.cli.train import train_adhoc
+from benchmark.results_layout import ResultsDir
 
 if TYPE_CHECKING:
     from benchmark.config import RunSpec
@@ -50,7 +51,7 @@ def command_continue(args: argparse.Namespace, console: Output) -> int:
     from benchmark.training.checkpoint_paths import FINAL, run_directory
 
     run_id, origin = finished_run(args.run, tracking_uri)
-    checkpoints = Path(args.results_dir) / "checkpoints"
+    checkpoints = ResultsDir(args.results_dir).checkpoints
     with tempfile.TemporaryDirectory(prefix="reprorl-final-") as scratch:  # --dry-run fetches no final.pt into the results
         local = (run_directory(checkpoints, origin.run_key) / FINAL).is_file()
         final = final_checkpoint(run_id, origin, tracking_uri, checkpoints if local or not args.dry_run else Path(scratch))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.errors import ConfigError
 from benchmark.cli.common import add_store_arguments, existing_store
+from benchmark.results_layout import ResultsDir
 from benchmark.tables import plural
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def command_evaluate(args: argparse.Namespace, console: Output) -> int:
     if agents.is_meta(spec.algo):
         raise ConfigError(f"{spec.algo} is a meta-learner: it adapts to each task first (its meta-test is in its run's evaluations)")
     backend = playback.headless_gl(spec.env_id) if args.video is not None else None  # before MuJoCo is imported
-    trained = playback.load_trained(final_checkpoint(run_id, spec, tracking_uri, Path(args.results_dir) / "checkpoints"))
+    trained = playback.load_trained(final_checkpoint(run_id, spec, tracking_uri, ResultsDir(args.results_dir).checkpoints))
     evaluation = playback.evaluate_trained(trained, args.episodes or spec.budget.eval_episodes, args.seed)
     client = tracking.client(tracking_uri)
     recorded = tracking.retry(lambda: client.get_run(run_id)).data.metrics.get(metric_names.FINAL_RETURN_MEAN)

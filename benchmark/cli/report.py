@@ -20,6 +20,7 @@ from benchmark.cli.common import (
     store_if_exists,
     writable_report_directory,
 )
+from benchmark.results_layout import ResultsDir
 
 if TYPE_CHECKING:
     from benchmark.tables import Output
@@ -55,7 +56,7 @@ def command_reproduce(args: argparse.Namespace, console: Output) -> int:
     from benchmark import bundles
     from benchmark.analysis import reproduce
 
-    published = args.results_dir / bundles.PUBLISHED_DIR
+    published = ResultsDir(args.results_dir).published
     directories = list(args.from_dirs or []) + sorted(d for d in (published.iterdir() if published.is_dir() else []) if bundles.is_bundle(d))
     held = bundles.read_all(directories) if directories else {}
     bundled = reproduce.find_bundled(args.run_id, held)
@@ -65,12 +66,12 @@ def command_reproduce(args: argparse.Namespace, console: Output) -> int:
         return _reproduce_at_commit(run, console)
     if bundled is not None:
         console.print(f"reproducing run {args.run_id} from bundle {bundled.origin} at today's code ...")
-        result = reproduce.reproduce_bundled(bundled, args.results_dir / "checkpoints")
+        result = reproduce.reproduce_bundled(bundled, ResultsDir(args.results_dir).checkpoints)
         recorded_fingerprint, commit = bundled.fingerprint, bundled.provenance.get("git_sha", "")
         cell = reproduce.cell_scores(result.spec, list(held.values()))
     else:
         console.print(f"reproducing run {args.run_id} from its recorded config at today's code ...")
-        result = reproduce.reproduce(args.run_id, str(tracking_uri), args.results_dir / "checkpoints")
+        result = reproduce.reproduce(args.run_id, str(tracking_uri), ResultsDir(args.results_dir).checkpoints)
         stored = reproduce.bundled_from_store(args.run_id, str(tracking_uri))
         recorded_fingerprint, commit = stored.fingerprint, stored.provenance.get("git_sha", "")
         cell = reproduce.store_cell_scores(result.spec, str(tracking_uri))
@@ -150,7 +151,7 @@ def command_report(args: argparse.Namespace, console: Output) -> int:
             + f" of {len(found)}): nothing to report; train it with: python -m benchmark run --suite {args.suite}"
         )
         return EXIT_RUNS_FAILED
-    out_dir = writable_report_directory(args.output or args.results_dir / "reports" / suite.name, "report")
+    out_dir = writable_report_directory(args.output or ResultsDir(args.results_dir).report(suite.name), "report")
     strips = records.fetch_video_strips(found, tracking_uri, out_dir / "plots")
     server = tracking_uri is not None and str(tracking_uri).startswith(("http://", "https://"))
     mlflow_ui = args.mlflow_ui or (str(tracking_uri).rstrip("/") if server else f"http://localhost:{os.environ.get('PORT') or 5000}")

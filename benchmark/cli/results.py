@@ -23,6 +23,7 @@ from benchmark.cli.common import (
     steps_value,
     store_if_exists,
 )
+from benchmark.results_layout import ResultsDir
 
 # ConfigError (agents.api) is imported in the functions that raise it: importing agents starts torch,
 # and the command line's parser reads this module (--help must not wait for torch).
@@ -109,7 +110,7 @@ def command_export(args: argparse.Namespace, console: Any) -> int:
         raise ConfigError(f"--output {output} is a directory that holds no bundle: choose an empty or new directory")
     from benchmark.tables import plural
 
-    checkpoints = Path(args.results_dir) / "checkpoints" if args.with_weights else None
+    checkpoints = ResultsDir(args.results_dir).checkpoints if args.with_weights else None
     exported = bundle_store.export(suite, tracking_uri, output, args.replace, checkpoints)
     bundle = exported.bundle
     size = sum(path.stat().st_size for path in output.rglob("*") if path.is_file())
@@ -272,16 +273,15 @@ def command_record(args: argparse.Namespace, console: Any) -> int:
 
     if args.plan or args.refresh_mixed:
         if not any(bundles.is_bundle(bundles.published_directory(args.results_dir, name)) for name in record.RECORD_SUITES):
-            raise ConfigError(
-                f"no bundle of the record ({', '.join(record.RECORD_SUITES)}) under {args.results_dir / 'published'}: pass the --results-dir that holds it"
-            )
+            published = ResultsDir(args.results_dir).published
+            raise ConfigError(f"no bundle of the record ({', '.join(record.RECORD_SUITES)}) under {published}: pass the --results-dir that holds it")
         return record_plan(args, console) if args.plan else refresh_mixed(args, console)
     readme = None if args.no_readme else args.readme
     if readme is not None and not readme.is_file():
-        raise ConfigError(f"--readme {readme} is not a file (--no-readme writes {args.results_dir / 'record'} only)")
+        raise ConfigError(f"--readme {readme} is not a file (--no-readme writes {ResultsDir(args.results_dir).record} only)")
     if args.check and readme is None:
         raise ConfigError("--check compares the README's record: drop --no-readme")
-    output = args.output or args.results_dir / "record"
+    output = args.output or ResultsDir(args.results_dir).record
     found, current = record.write(args.results_dir, output, readme, check=args.check, margin=args.margin)
     runs = sum(len(row.group.scores) for row in found.rows)
     if args.check:
@@ -328,7 +328,7 @@ def refresh_mixed(args: argparse.Namespace, console: Any) -> int:
 
     from benchmark.analysis import record
 
-    found = record.collect(args.results_dir, parity_dir=args.results_dir / "parity", margin=args.margin)
+    found = record.collect(args.results_dir, parity_dir=ResultsDir(args.results_dir).parity, margin=args.margin)
     stale = stale_runs(found)
     if not stale:
         console.print("no mixed-code cell: every cell's runs carry one behaviour fingerprint (or none is known)", highlight=False, markup=False)
@@ -365,7 +365,7 @@ def record_plan(args: argparse.Namespace, console: Any) -> int:
     from benchmark.analysis import record, seed_plan
     from benchmark.execution import plan
 
-    found = record.collect(args.results_dir, parity_dir=args.results_dir / "parity", margin=args.margin)
+    found = record.collect(args.results_dir, parity_dir=ResultsDir(args.results_dir).parity, margin=args.margin)
     bundled: dict = {}
     for name in record.RECORD_SUITES:
         directory = bundles.published_directory(args.results_dir, name)

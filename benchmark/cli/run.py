@@ -24,6 +24,7 @@ from benchmark.cli.common import (
     steps_value,
     store_if_exists,
 )
+from benchmark.results_layout import ResultsDir
 from benchmark.tables import plural
 
 if TYPE_CHECKING:
@@ -371,7 +372,7 @@ def execute_suite(suite, args: argparse.Namespace, console: Output, force: bool 
     console.table(summary.table(rows, f"suite {suite.name} — final deterministic evaluation"))
     report = None
     if execution.parent_run_id:  # a launch that trained something: its table, beside its parent run
-        report_dir = results_dir / "reports"
+        report_dir = ResultsDir(results_dir).reports
         report_dir.mkdir(parents=True, exist_ok=True)
         report = report_dir / f"{suite.name}-{execution.parent_run_id[:8]}.md"
         report.write_text(f"# suite {suite.name}\n\nMLflow parent run `{execution.parent_run_id}`\n\n{summary.to_markdown(rows)}")

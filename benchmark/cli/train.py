@@ -20,6 +20,7 @@ from agents.errors import ConfigError
 from benchmark.cli.common import steps_value
 from benchmark.cli.run import INTERRUPTED as RUN_INTERRUPTED
 from benchmark.cli.run import add_run_options, check_run_arguments, command_run
+from benchmark.results_layout import ResultsDir
 
 if TYPE_CHECKING:
     from benchmark.tables import Output
@@ -165,7 +166,7 @@ def adhoc_suite_file(data: dict[str, Any], results_dir: Path, dry_run: bool, con
     from benchmark import config
 
     text = yaml.safe_dump(data, sort_keys=False)
-    kept = results_dir / "suites" / f"{data['name']}.yaml"
+    kept = ResultsDir(results_dir).kept_suites / f"{data['name']}.yaml"
     with tempfile.TemporaryDirectory(prefix="reprorl-suite-") as scratch:  # every problem named before anything is written
         checked = Path(scratch) / f"{data['name']}.yaml"
         checked.write_text(text)

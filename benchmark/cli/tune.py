@@ -17,6 +17,7 @@ from benchmark.cli.common import (
     slurm_options,
     steps_value,
 )
+from benchmark.results_layout import ResultsDir
 
 if TYPE_CHECKING:
     from benchmark.tables import Output
@@ -221,7 +222,7 @@ def _tune_show(args: argparse.Namespace, console: Output) -> int:
     else:
         console.table(table)
         console.print("no parameter importances: they need at least two completed trials with different scores")
-    written = tuning_inspect.write_plots(study, args.output or args.results_dir / "tune" / study.study_name, weights is not None)
+    written = tuning_inspect.write_plots(study, args.output or ResultsDir(args.results_dir).tune_plots(study.study_name), weights is not None)
     console.print("plots: " + ", ".join(str(path) for path in written), soft_wrap=True, markup=False, highlight=False)
     console.print(f"browse it: optuna-dashboard {tracking.redact(url)}", soft_wrap=True, markup=False, highlight=False)
     return 0

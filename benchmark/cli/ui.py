@@ -16,6 +16,7 @@ from benchmark.cli.common import (
     add_store_arguments,
     existing_store,
 )
+from benchmark.results_layout import ResultsDir
 
 if TYPE_CHECKING:
     from benchmark.tables import Output
@@ -52,14 +53,14 @@ def command_ui(args: argparse.Namespace, console: Output) -> int:
     if server:
         _print_pages(console, address, experiments, "")
         return 0
-    log_path = Path(args.results_dir) / "mlflow-ui.log"
+    log_path = ResultsDir(args.results_dir).ui_log
     command = [
         str(Path(sys.executable).with_name("mlflow")),
         "ui",
         "--backend-store-uri",
         tracking_uri,
         "--default-artifact-root",
-        str((Path(args.results_dir) / "mlartifacts").resolve()),
+        str(ResultsDir(args.results_dir).artifacts.resolve()),
         "--host",
         args.host,
         "--port",

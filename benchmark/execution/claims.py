@@ -29,7 +29,8 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-CLAIMS = "claims"
+from benchmark.results_layout import ResultsDir
+
 INVOCATIONS = "invocations"
 CLAIM_WAIT_SECONDS = 2.0
 """How long ``take`` waits for a lock: longer than any ``holder`` probe holds it (microseconds),
@@ -38,7 +39,7 @@ far shorter than a run (which holds it for its whole training)."""
 
 def directory(results_dir: Path) -> Path:
     """Where the claims of the runs stored under ``results_dir`` live."""
-    return Path(results_dir) / CLAIMS
+    return ResultsDir(results_dir).claims
 
 
 def _now() -> str:

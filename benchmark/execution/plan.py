@@ -22,6 +22,7 @@ from benchmark import bundles, metric_names, tracking
 from benchmark.bundles import BundledRun
 from benchmark.config import PROJECT_ROOT, RunSpec, configurations
 from benchmark.execution import claims, estimate
+from benchmark.results_layout import ResultsDir
 from benchmark.tables import TableData, compact_steps, plural
 from benchmark.training import checkpoint_paths
 
@@ -55,7 +56,7 @@ def run_states(
         elif claims_dir.is_dir() and (holder := claims.holder(claims_dir, key)) is not None:
             states.append(RunState(spec, "claimed", holder.describe()))
         else:
-            step = None if force else _checkpoint_step(results_dir / "checkpoints", key)
+            step = None if force else _checkpoint_step(ResultsDir(results_dir).checkpoints, key)
             if step:
                 states.append(RunState(spec, "resumes", f"from step {step:,}", step))
             else:
@@ -98,7 +99,7 @@ def past_runs(tracking_uri: str | None, bundled: dict[str, BundledRun]) -> list[
 def committed_runs() -> list[BundledRun]:
     """Every run of the checkout's committed bundles (``results/published/*``); a bundle that
     cannot be read is left out (the commands that read it as a record name the problem)."""
-    published = PROJECT_ROOT / "results" / bundles.PUBLISHED_DIR
+    published = ResultsDir(PROJECT_ROOT / "results").published
     directories = [d for d in sorted(published.iterdir()) if bundles.is_bundle(d)] if published.is_dir() else []
     return list(_committed_runs(tuple((d, (d / bundles.MANIFEST).stat().st_mtime_ns) for d in directories)))
 

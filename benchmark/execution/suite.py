@@ -30,6 +30,7 @@ from benchmark.execution.outcomes import Execution
 from benchmark.execution.plan import plan_processes
 from benchmark.execution.progress import Board
 from benchmark.execution.worker import Launch
+from benchmark.results_layout import ResultsDir
 from benchmark.run_record import RunRecord
 from benchmark.tables import plural
 from benchmark.training import checkpoint_paths
@@ -110,7 +111,7 @@ def execute(
     requested = requested_device(specs)
     executor = executor or make_executor("local", specs, workers, results_dir)
     claims_dir = claims.directory(results_dir)
-    experiment = tracking.experiment_id(tracking_uri, suite_name, results_dir / "mlartifacts")
+    experiment = tracking.experiment_id(tracking_uri, suite_name, ResultsDir(results_dir).artifacts)
     claims_id = claims.directory_id(claims_dir)
     with claims.Invocation(claims_dir, uuid.uuid4().hex) as invocation:
         for closed in close_dead_invocations(tracking_uri, experiment, claims_dir):
@@ -166,7 +167,7 @@ def execute(
                 tracking_uri,
                 experiment,
                 parent.run_id,
-                str((results_dir / "checkpoints").resolve()),
+                str(ResultsDir(results_dir).checkpoints.resolve()),
                 resume=not force,
                 claims_dir=str(claims_dir.resolve()),
                 finished_since_ms=started_ms if force else 0,
@@ -374,4 +375,4 @@ def requested_device(specs: list[RunSpec]) -> str:
 
 
 def _has_resumable_checkpoint(results_dir: Path, spec: RunSpec) -> bool:
-    return checkpoint_paths.latest(results_dir / "checkpoints", spec.run_key).exists()
+    return checkpoint_paths.latest(ResultsDir(results_dir).checkpoints, spec.run_key).exists()

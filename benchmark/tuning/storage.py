@@ -10,6 +10,7 @@ from typing import Any
 
 from agents.errors import ConfigError, suggest
 from benchmark import stores
+from benchmark.results_layout import ResultsDir
 from benchmark.tracking import redact
 from benchmark.tuning.settings import SETTINGS_ATTR, StudySettings
 
@@ -26,7 +27,7 @@ def quiet_optuna() -> None:
 
 
 def default_storage_url(results_dir: Path) -> str:
-    return f"sqlite:///{(results_dir / 'optuna.db').resolve()}"
+    return f"sqlite:///{ResultsDir(results_dir).optuna_db.resolve()}"
 
 
 def open_storage(url: str) -> Any:

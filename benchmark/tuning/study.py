@@ -40,6 +40,7 @@ from benchmark.execution import claims
 from benchmark.execution.base import Executor
 from benchmark.execution.local import LocalExecutor
 from benchmark.execution.messages import Sink, TrialStarted, send
+from benchmark.results_layout import ResultsDir
 from benchmark.tracking import redact
 from benchmark.tuning.inspect import best_trial
 from benchmark.tuning.objective import Objective, TrialFailed, ignore_further_stop_signals, make_pruner, make_sampler, raise_interrupt, sampler_seed
@@ -312,7 +313,7 @@ def run_study(
     trials_before = len(study.trials)
 
     experiment_name = f"tune-{study_name}"
-    experiment = tracking.experiment_id(tracking_uri, experiment_name, results_dir / "mlartifacts")
+    experiment = tracking.experiment_id(tracking_uri, experiment_name, ResultsDir(results_dir).artifacts)
     claims.directory(results_dir).mkdir(parents=True, exist_ok=True)
     with FileLock(claims.directory(results_dir) / f"study-{study_name}.lock", timeout=120):  # one parent run per study
         parent = _parent_run(tracking_uri, experiment, study_name, settings, storage_url)
