@@ -309,11 +309,11 @@ class OnPolicyAlgorithm(Algorithm):
         """What the losses read besides the weights and the batch: the update count (the clip
         and learning-rate schedules) and the algorithm's coefficients (PPO-KL's beta). A gradient
         worker's copy takes the learner's on before it differentiates."""
-        return {"num_updates": self.num_updates, **self._extra_state()}
+        return {"num_updates": self.num_updates, **self.extra_state()}
 
     def load_loss_state(self, state: Mapping[str, Any]) -> None:
         self.num_updates = int(state["num_updates"])
-        self._load_extra_state(state)
+        self.load_extra_state(state)
 
     def _begin_update(self) -> dict[str, float]:
         """What precedes the optimization: returns and advantages, the schedules."""
@@ -481,11 +481,11 @@ class OnPolicyAlgorithm(Algorithm):
     def modules(self) -> dict[str, torch.nn.Module]:
         return {"actor_critic": self.actor_critic}
 
-    def _extra_state(self) -> dict[str, Any]:
+    def extra_state(self) -> dict[str, Any]:
         """Algorithm-specific counters or coefficients to checkpoint."""
         return {}
 
-    def _load_extra_state(self, state: Mapping[str, Any]) -> None:
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:
         pass
 
     def state_dict(self) -> dict[str, Any]:
@@ -499,7 +499,7 @@ class OnPolicyAlgorithm(Algorithm):
             "rollout": self.storage.state_dict(),
             "last_next_obs": self._last_next_obs,
             "last_state": self._last_state,
-            **self._extra_state(),
+            **self.extra_state(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -513,7 +513,7 @@ class OnPolicyAlgorithm(Algorithm):
             self._last_next_obs, self._last_state = (
                 None if tensor is None else tensor.to(self.device) for tensor in (state["last_next_obs"], state["last_state"])
             )
-        self._load_extra_state(state)
+        self.load_extra_state(state)
 
     def interrupt_episodes(self, final_obs: torch.Tensor, state: Any = None) -> None:
         """The last stored step of each running episode becomes a truncation, bootstrapped

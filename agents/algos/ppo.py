@@ -159,8 +159,8 @@ class PPOAdaptiveKL(SurrogatePG):
             return kl_coef * 2
         return kl_coef
 
-    def _extra_state(self) -> dict[str, Any]:
+    def extra_state(self) -> dict[str, Any]:
         return {"kl_coef": self.kl_coef}
 
-    def _load_extra_state(self, state: Mapping[str, Any]) -> None:
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:
         self.kl_coef = float(state["kl_coef"])
