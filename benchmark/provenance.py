@@ -87,8 +87,9 @@ def git_diff(root: Path | None = None) -> str:
         return ""
 
 
+@functools.lru_cache(maxsize=1)
 def cpu_model() -> str:
-    """The CPU: its model name, and on Linux its family, model and widest vector unit, e.g.
+    """The CPU (read once per process): its model name, and on Linux its family, model and widest vector unit, e.g.
     'AMD EPYC (family 25, model 1, AVX2)'. A cloud VM's model name can stand for several
     CPUs ('AMD EPYC' for Milan and Genoa), whose speeds and float kernels (AVX-512 or not) differ."""
     name = cpu_info("model name") or "unknown"

@@ -106,9 +106,12 @@ def test_a_cpu_recorded_by_its_model_name_alone_is_not_taken_for_this_one(monkey
     assert reproduce.expected_differences({"cpu_model": "AMD EPYC (family 25, model 1, AVX2)"}, {}) == []
 
 
-def test_the_cpu_model_names_family_model_and_vector_unit_where_proc_cpuinfo_tells(monkeypatch, tmp_path):
+def test_the_cpu_model_names_family_model_and_vector_unit_where_proc_cpuinfo_tells(monkeypatch):
     fields = {"model name": "AMD EPYC", "cpu family": "26", "model\t": "2", "flags": "fpu sse2 avx avx2 avx512f"}
     monkeypatch.setattr(provenance, "cpu_info", lambda field: fields.get(field, ""))
+    provenance.cpu_model.cache_clear()
     assert provenance.cpu_model() == "AMD EPYC (family 26, model 2, AVX-512)"
     fields = {"model name": "Apple M2", "cpu family": "arm", "model\t": "arm"}
+    provenance.cpu_model.cache_clear()
     assert provenance.cpu_model() == "Apple M2"
+    provenance.cpu_model.cache_clear()  # this machine's again for the tests after
