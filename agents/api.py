@@ -8,12 +8,13 @@ travel with ``get_weights``/``set_weights``. The local path is ``update()``, whi
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from agents import settings
 from agents.errors import ConfigError, suggest  # noqa: F401 - re-exported: the package's face
 from agents.hyperparameters import Hyperparameters, hp  # noqa: F401 - re-exported: the package's face
 
@@ -83,7 +84,7 @@ class Learner(abc.ABC):
 
     #: whether it trains an ensemble of critics (with their targets) that its seed batch
     #: evaluates as one stacked network, so that a run alone may train as a batch of one
-    #: (``agents.algos.seeds.stacks_alone``)
+    #: (``stacks_alone``)
     critic_ensemble: ClassVar[bool] = False
 
     config: Hyperparameters
@@ -91,6 +92,19 @@ class Learner(abc.ABC):
     if TYPE_CHECKING:  # the constructor every learner has (declared for type checkers only: each class writes its own)
 
         def __init__(self, env_spec: EnvSpec, config: Hyperparameters, total_steps: int, device: torch.device | str = "cpu", seed: int = 0) -> None: ...
+
+    def stacks_alone(self) -> bool:
+        """Whether a run alone of it trains as a seed batch of one, its critic ensemble and
+        targets evaluated as one stacked network. ``REPRORL_CRITICS`` decides: 'stacked',
+        'separate', or 'auto' (the default): stacked on a GPU, where one batched product per layer
+        replaces a kernel launch per critic; separate on the CPU, where oneDNN multiplies a stack
+        copy by copy and the separate critics measured faster (docs/performance.md)."""
+        if not self.critic_ensemble or self.seed_batch is None:
+            return False
+        layout = settings.critic_layout()
+        if layout == "auto":
+            return torch.device(getattr(self, "device", "cpu")).type == "cuda"
+        return layout == "stacked"
 
     @classmethod
     def check_env_spec(cls, spec: Any) -> None:
@@ -260,6 +274,121 @@ class Algorithm(Learner):
         """The envs were restarted mid-episode (a resume without their state): treat the
         episodes in progress as truncated at the last observed step, whose next observation
         is ``final_obs`` (N, *obs_shape), acted on from recurrent ``state``."""
+
+    @classmethod
+    def rollout_length(cls, config: Hyperparameters) -> int | None:
+        """The vector steps of one rollout when it learns only from rollouts of its current
+        policy (on-policy: collectors act a whole rollout with one set of weights), else None
+        (it may update after any step)."""
+        return None
+
+    @classmethod
+    def replica_config(cls, config: Hyperparameters) -> Hyperparameters:
+        """The configuration of a copy that only acts or differentiates for a learner elsewhere
+        (a collector's policy, a gradient worker): what it need not hold dropped."""
+        return config
+
+    def initial_priorities(self, transitions: Transitions) -> torch.Tensor:
+        """|TD error| (N,) of N transitions under the current weights, as initial priorities of
+        prioritized replay computed where they are collected (Ape-X's actors)."""
+        raise ConfigError(f"{self.name} computes no TD errors: its replay is not prioritized")
+
+    def prioritize_newest(self, td_errors: torch.Tensor) -> None:
+        """Set the priorities of the vector step observed last from ``td_errors`` (num_envs,)."""
+        raise ConfigError(f"{self.name} has no prioritized replay")
+
+    # -- gradient steps taken elsewhere (``StepStrategy``) ---------------------------------------
+    #
+    # A learner whose steps may be split over gradient workers implements the five methods below
+    # (both families of this package do; a plug-in that derives from one inherits them):
+    #
+    #     learner:  step = shared_step(batch)            the batch processed batch-wide, the loss state
+    #               share_of(step, rows) for each worker  its rows, to ship
+    #     worker g: (a copy with the learner's weights and loss_state)
+    #               share_gradients(share, rows, total)  the gradient of its share's mean loss
+    #     learner:  apply_shared_step(step, the shares' gradients weighted by their rows, ...)
+
+    #: who takes its gradient steps in its place (a distributed run's gradient workers); None: it does
+    step_strategy: StepStrategy | None = None
+
+    @classmethod
+    def unsplittable_steps(cls, config: Hyperparameters, device: str = "cpu") -> str | None:
+        """Why its gradient steps under ``config`` cannot be split over gradient workers, with
+        its learner on ``device``; None when they can."""
+        return f"{cls.name} does not implement gradient steps elsewhere (agents.api.Algorithm.share_gradients)"
+
+    def loss_state(self) -> dict[str, Any]:
+        """What its losses read besides the weights and the batch (update counters, schedules'
+        coefficients, a noise generator): a worker's copy takes it on before it differentiates."""
+        raise NotImplementedError(f"{self.name} does not take gradient steps elsewhere")
+
+    def load_loss_state(self, state: Mapping[str, Any]) -> None:
+        """Take on a ``loss_state`` (another process's)."""
+        raise NotImplementedError(f"{self.name} does not take gradient steps elsewhere")
+
+    def shared_step(self, batch: Any, asynchronous: bool = False) -> SharedStep:
+        """One gradient step's ``batch`` as it leaves for gradient workers: processed where the
+        losses need the whole batch (centred advantages), with the loss state; ``asynchronous``:
+        one worker takes it whole while this learner goes on (its noise must be its own)."""
+        raise NotImplementedError(f"{self.name} does not take gradient steps elsewhere")
+
+    def share_of(self, step: SharedStep, rows: slice) -> Any:
+        """The part of ``step``'s batch a worker differentiates: its ``rows``, on the CPU."""
+        raise NotImplementedError(f"{self.name} does not take gradient steps elsewhere")
+
+    def share_gradients(self, share: Any, rows: slice, total: int) -> ShareGradients:
+        """On a worker's copy: the gradient of the mean loss over ``share`` (rows ``rows`` of a
+        step batch of ``total``), by parameter name, its logs, and what the learner's apply needs."""
+        raise NotImplementedError(f"{self.name} does not take gradient steps elsewhere")
+
+    def apply_shared_step(self, step: SharedStep, gradients: Gradients, logs: Mapping[str, torch.Tensor], shares: Sequence[ShareGradients]) -> Any:
+        """Step on ``gradients`` (the shares' weighted by their rows: the whole batch's mean
+        loss) and their ``logs`` (weighted alike); the step's logs, as a local step returns them."""
+        raise NotImplementedError(f"{self.name} does not take gradient steps elsewhere")
+
+    def finish_steps(self) -> None:
+        """Apply the steps still in flight (asynchronous gradient workers) before a checkpoint or
+        the end of training; nothing when its steps are its own."""
+        if self.step_strategy is not None:
+            self.step_strategy.finish(self)
+
+
+@dataclass
+class SharedStep:
+    """One gradient step of a learner as it leaves for gradient workers (``Algorithm.shared_step``)."""
+
+    batch: Any
+    """What the losses read, processed batch-wide where they need it."""
+    rows: int
+    """Its rows: each loss is a mean over them, so shares weighted by their rows sum exactly."""
+    loss_state: dict[str, Any]
+    """``Algorithm.loss_state`` for this step."""
+    tag: Any = None
+    """What the learner's own apply needs back (the rows' replay indices, the loss parts)."""
+
+
+@dataclass
+class ShareGradients:
+    """A gradient worker's answer for its share of a step (``Algorithm.share_gradients``)."""
+
+    gradients: Gradients
+    """Of the share's mean loss, by parameter name (None: no loss reaches it at this step)."""
+    logs: dict[str, torch.Tensor]
+    """Each (1,): means over the share's rows."""
+    outputs: dict[str, Any] = field(default_factory=dict)
+    """Anything else the learner's apply reads (per-row TD errors, the state its noise ended in)."""
+
+
+class StepStrategy(abc.ABC):
+    """Who takes a learner's gradient steps in its place (``Algorithm.step_strategy``): the
+    learner hands each step's batch to ``take`` instead of differentiating it."""
+
+    @abc.abstractmethod
+    def take(self, learner: Algorithm, batch: Any) -> Any:
+        """One gradient step on ``batch`` (or its start, when asynchronous); the logs of the step applied."""
+
+    def finish(self, learner: Algorithm) -> None:
+        """Apply the steps still in flight."""
 
 
 def parameters_of(*modules: torch.nn.Module) -> list[torch.nn.Parameter]:

@@ -15,7 +15,7 @@ CPU_GEMM_KERNELS = ("auto", "onednn", "mkl")
 
 CRITICS = "REPRORL_CRITICS"
 CRITIC_LAYOUTS = ("auto", "stacked", "separate")
-"""How a run alone evaluates its critic ensemble (``agents.algos.seeds.stacks_alone``)."""
+"""How a run alone evaluates its critic ensemble (``agents.api.Learner.stacks_alone``)."""
 
 
 def _choice(variable: str, choices: tuple[str, ...]) -> str:

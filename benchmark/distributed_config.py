@@ -9,7 +9,6 @@ from typing import Any
 
 import agents
 from agents.configs.bc import BCConfig
-from agents.configs.onpolicy import OnPolicyConfig
 from agents.errors import ConfigError, suggest
 
 COLLECTOR_CPUS = "REPRORL_COLLECTOR_CPUS"
@@ -83,14 +82,17 @@ def check_distributable(algo: str, hyperparameters: dict[str, Any], settings: di
         raise ConfigError(f"distributed: collection of {algo}'s recurrent policy is not supported yet")
     if settings.get("mode") == "async" and hyperparameters.get("exploration_noise") == "ou":
         raise ConfigError(f"distributed: {algo}'s Ornstein-Uhlenbeck noise lives in the learner; the asynchronous mode needs exploration_noise: gaussian")
-    if settings.get("gradient_workers"):
-        if algo == "mpo":
-            raise ConfigError("distributed: mpo's E-step optimizes its temperature over the whole batch; gradient workers cannot split it")
-        on_policy = issubclass(agents.config_class(algo), OnPolicyConfig)
-        if on_policy and not hyperparameters.get("baseline", True):
-            raise ConfigError(f"distributed: {algo}'s policy loss counts whole episodes over the batch (no baseline); gradient workers cannot split it")
-        if not on_policy and device.startswith("cuda"):
-            raise ConfigError(f"distributed: {algo}'s gradient workers draw the learner's noise on the CPU; with gradient workers its learner needs device cpu")
+    if settings.get("gradient_workers"):  # the learner's class says (its module loads torch: only here)
+        from agents.api import Algorithm
+
+        learner = agents.algorithm_class(algo)
+        why = (
+            learner.unsplittable_steps(agents.resolve_config(algo, hyperparameters), device)
+            if issubclass(learner, Algorithm)
+            else f"{algo} is not an online learner"
+        )
+        if why is not None:
+            raise ConfigError(f"distributed: {why}")
     num_envs, collectors = int(hyperparameters.get("num_envs", 1)), settings["collectors"]
     if num_envs % collectors:
         raise ConfigError(f"distributed: num_envs {num_envs} must split evenly over {collectors} collectors")

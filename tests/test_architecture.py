@@ -89,6 +89,47 @@ def test_the_wing_check_catches_an_upward_import(tmp_path):
     assert "benchmark.cli.app" in _imports(sample)
 
 
+AGENTS_INTERFACE = {
+    "agents",
+    "agents.api",
+    "agents.registry",
+    "agents.meta",
+    "agents.envs",
+    "agents.env_state",
+    "agents.env_setup",
+    "agents.errors",
+    "agents.hyperparameters",
+}
+"""What training may import of ``agents``: the learner interface, the registry, the envs; never
+the algorithms, networks, buffers or batches behind them (a plug-in is trained, distributed
+included, through the same interface)."""
+
+
+def _agents_module(name: str) -> str:
+    """The module of ``agents`` an imported name lives in (its longest prefix that is a file or package)."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        candidate = ROOT.joinpath(*parts[:end])
+        if candidate.with_suffix(".py").exists() or (candidate / "__init__.py").exists():
+            return ".".join(parts[:end])
+    return name
+
+
+def _behind_the_interface(path: Path) -> list[str]:
+    return sorted({module for module in map(_agents_module, _imports(path)) if module.split(".")[0] == "agents" and module not in AGENTS_INTERFACE})
+
+
+def test_training_reaches_the_algorithms_only_through_their_interface():
+    offenders = {module: _behind_the_interface(path) for module, path in _benchmark_modules().items() if wing(module) == "training"}
+    assert not {module: names for module, names in offenders.items() if names}
+
+
+def test_the_interface_check_finds_an_algorithm_imported_by_name(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("import agents\nfrom agents.api import Algorithm\n\ndef f():\n    from agents.algos.onpolicy import OneSeed\n")
+    assert _behind_the_interface(sample) == ["agents.algos.onpolicy"]
+
+
 KNOWN_CIRCLES = {frozenset({"agents.api", "agents.algos.seeds", "agents.meta"})}
 """Import circles still to break (none new: keep it so). This one: the learner interface names
 the seed-batch classes its learners' ``seed_batch`` gives, which are written on that interface;

@@ -3,6 +3,7 @@ train exactly as one process with C*k envs."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -296,7 +297,7 @@ def test_gradients_averaged_over_g_workers_equal_one_gradient_on_the_whole_batch
     (3: shares of unequal size), their gradients weighted by share: the learner's gradient on
     the whole batch, advantages centered over the whole batch, up to float summation order
     (rtol 1e-5); the logs too."""
-    from benchmark.training.gradient_workers import GradientWorkerGroup, WorkerSeeds
+    from benchmark.training.gradient_workers import GradientWorkerGroup, WorkerSteps
 
     env_id, overrides, parts = GRADIENT_CASES[case]
     config = agents.resolve_config(case, {**overrides, "normalize_observations": False, "normalize_rewards": False})
@@ -319,7 +320,8 @@ def test_gradients_averaged_over_g_workers_equal_one_gradient_on_the_whole_batch
     expected = dict(zip(algo.parameter_names(), torch.autograd.grad(loss.sum(), algo.parameters, allow_unused=True), strict=True))
     captured = {}
     monkeypatch.setattr(algo, "apply_gradients", lambda gradients: captured.update(gradients))
-    logs = WorkerSeeds(algo, GradientWorkerGroup(spec, count, inline=True)).gradient_step(batch, parts)
+    algo.step_strategy = WorkerSteps(GradientWorkerGroup(spec, count, inline=True))
+    logs = one.gradient_step(batch, parts)
     assert captured.keys() == expected.keys()
     for name, gradient in expected.items():
         if gradient is None:
@@ -349,6 +351,22 @@ def test_a_run_with_gradient_workers_trains_as_the_run_in_one_process_up_to_floa
     assert [(e.step, e.returns) for e in spread.evaluations] == [(e.step, e.returns) for e in alone.evaluations]
 
 
+def test_the_example_plug_in_trains_over_collectors_and_gradient_workers_as_in_one_process():
+    """REDQ (examples/redq, a plug-in deriving from SAC) over 2 collectors and 2 gradient
+    workers (inline), through nothing but the learner interface: the evaluations of the run in
+    one process up to float order (its gradients are summed in another order: 60 gradient steps)."""
+    from benchmark.training import loop
+
+    overrides = {"hidden_sizes": [16], "num_envs": 2, "num_critics": 4, "gradient_steps": 2, "learning_starts": 40, "start_steps": 40, "batch_size": 16}
+    budget = Budget(100, 50, 2)
+    alone = loop.run(loop_spec("redq", "Pendulum-v1", overrides, budget, None))
+    spec = loop_spec("redq", "Pendulum-v1", overrides, budget, 2)
+    spread = loop.run(replace(spec, distributed={**spec.distributed, "gradient_workers": 2}))
+    assert [e.step for e in spread.evaluations] == [e.step for e in alone.evaluations] == [50, 100]
+    for ours, theirs in zip(spread.evaluations, alone.evaluations, strict=True):
+        assert ours.returns == pytest.approx(theirs.returns, rel=1e-5)
+
+
 def test_gradient_workers_refuse_what_they_cannot_split():
     with pytest.raises(ConfigError, match="mpo's E-step optimizes its temperature over the whole batch"):
         RunSpec("t", "mpo", "Pendulum-v1", 0, agents.resolve_config("mpo", {}).to_dict(), Budget(100, 100, 1), distributed={"gradient_workers": 2})
@@ -362,6 +380,8 @@ OFF_POLICY_GRADIENTS = {
     "td3": ("Pendulum-v1", {"hidden_sizes": [32], "num_envs": 2, "policy_delay": 1}),
     "ddpg": ("Pendulum-v1", {"hidden_sizes": [32], "num_envs": 2}),
     "dqn": ("CartPole-v1", {"hidden_sizes": [32], "num_envs": 2, "prioritized": True, "max_grad_norm": 0.01}),
+    # the example plug-in (examples/redq): its random critic subset is a draw of num_critics per seed, not per row
+    "redq": ("Pendulum-v1", {"hidden_sizes": [32], "num_envs": 2, "num_critics": 4, "gradient_steps": 2}),
 }
 
 
@@ -389,8 +409,7 @@ def test_off_policy_gradients_over_g_workers_equal_one_gradient_step_on_the_whol
     process's step on the whole batch to 1e-5, its noise drawn for all rows (the generator ends
     in the same state), DQN's clipping (max norm 0.01: it binds) applied to the sum, and
     prioritized replay's TD errors in row order."""
-    from benchmark.training.gradient_workers import GradientWorkerGroup
-    from benchmark.training.offpolicy_gradient_workers import OffPolicyGradientWorker, OffPolicyWorkerSteps
+    from benchmark.training.gradient_workers import GradientWorkerGroup, WorkerSteps
 
     spec, learner = learner_with_replay(algo)
     learner.num_updates = 4
@@ -399,8 +418,11 @@ def test_off_policy_gradients_over_g_workers_equal_one_gradient_step_on_the_whol
     expected, expected_logs = learner.gradient_list(batch)
     expected_errors, expected_end = learner.td_errors, learner.generator.get_state()
     learner.generator.set_state(start)
-    steps = OffPolicyWorkerSteps(GradientWorkerGroup(spec, count, inline=True, worker=OffPolicyGradientWorker))
-    gradients, logs, errors = steps.differentiate(learner, batch)
+    applied = {}
+    learner.apply_step = lambda gradients, indices, errors: applied.update(gradients=gradients, errors=errors)
+    learner.step_strategy = WorkerSteps(GradientWorkerGroup(spec, count, inline=True))
+    logs = learner.gradient_step(batch)
+    gradients, errors = applied["gradients"], applied["errors"]
     assert torch.equal(learner.generator.get_state(), expected_end)
     assert len(gradients) == len(expected)
     for ours, theirs in zip(gradients, expected, strict=True):
@@ -425,12 +447,11 @@ def test_asynchronous_off_policy_gradient_workers_apply_each_gradient_with_the_p
     and the fifth is dropped: two counted."""
     import copy
 
-    from benchmark.training.gradient_workers import GradientWorkerGroup
-    from benchmark.training.offpolicy_gradient_workers import AsyncOffPolicyWorkerSteps, OffPolicyGradientWorker
+    from benchmark.training.gradient_workers import AsyncWorkerSteps, GradientWorkerGroup
 
     spec, learner = learner_with_replay("dqn")
-    group = GradientWorkerGroup(spec, 2, inline=True, worker=OffPolicyGradientWorker)
-    learner.stepped_by = AsyncOffPolicyWorkerSteps(group, max_staleness)
+    group = GradientWorkerGroup(spec, 2, inline=True)
+    learner.step_strategy = AsyncWorkerSteps(group, max_staleness)
     applied: list[tuple[torch.Tensor, torch.Tensor]] = []
     original = learner.apply_step
 

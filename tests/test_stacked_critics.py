@@ -11,7 +11,6 @@ import pytest
 import torch
 
 import agents
-from agents.algos import seeds as seed_batches
 from agents.envs import env_spec
 from agents.errors import ConfigError
 from agents.registry import REGISTRY
@@ -41,20 +40,20 @@ def test_the_layout_of_a_run_alone(monkeypatch, layout, device, algo, stacked):
     monkeypatch.setenv("REPRORL_CRITICS", layout)
     env = "CartPole-v1" if algo in ("dqn", "ppo") else "Pendulum-v1"
     learner = agents.make(algo, env_spec(env), agents.resolve_config(algo, {"hidden_sizes": [8]}), total_steps=100, device=device)
-    assert seed_batches.stacks_alone(learner) is stacked
+    assert learner.stacks_alone() is stacked
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: 'auto' stacks on CUDA only")
 def test_auto_stacks_a_run_alone_on_a_gpu(monkeypatch):
     monkeypatch.delenv("REPRORL_CRITICS", raising=False)
     learner = agents.make("sac", env_spec("Pendulum-v1"), agents.resolve_config("sac", {"hidden_sizes": [8]}), total_steps=100, device="cuda")
-    assert seed_batches.stacks_alone(learner)
+    assert learner.stacks_alone()
 
 
 def test_a_bad_layout_is_one_line_and_exit_2(monkeypatch, tmp_path):
     monkeypatch.setenv("REPRORL_CRITICS", "stacke")
     with pytest.raises(ConfigError, match="REPRORL_CRITICS must be one of auto, stacked, separate, not 'stacke'"):
-        seed_batches.stacks_alone(agents.make("sac", env_spec("Pendulum-v1"), agents.resolve_config("sac", {}), total_steps=10))
+        agents.make("sac", env_spec("Pendulum-v1"), agents.resolve_config("sac", {}), total_steps=10).stacks_alone()
     completed = subprocess.run([sys.executable, "-m", "benchmark", "list"], capture_output=True, text=True, cwd=tmp_path, check=False)
     assert completed.returncode == 2
     assert completed.stderr.strip().splitlines() == ["error: REPRORL_CRITICS must be one of auto, stacked, separate, not 'stacke' (did you mean 'stacked'?)"]

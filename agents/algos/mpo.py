@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, SeedTools, one_seed, per_seed_weighted_mse, td_errors
-from agents.api import parameters_of
+from agents.api import Hyperparameters, parameters_of
 from agents.batches import EncodedBatch
 from agents.configs.mpo import MPOConfig
 from agents.nets.distributions import standard_normal
@@ -100,6 +100,10 @@ class MPO(OffPolicyAlgorithm):
     config: MPOConfig
     tunable_parameters = ("actor_lr", "critic_lr", "dual_lr", "batch_size", "gradient_steps")
     learning_rates = {"actor_lr": "actor", "critic_lr": "critic", "dual_lr": "dual"}
+
+    @classmethod
+    def unsplittable_steps(cls, config: Hyperparameters, device: str = "cpu") -> str | None:
+        return f"{cls.name}'s E-step optimizes its temperature over the whole batch; gradient workers cannot split it"
 
     def __init__(self, env_spec, config: MPOConfig, total_steps: int, device: torch.device | str = "cpu", seed: int = 0):
         super().__init__(env_spec, config, total_steps, device, seed)

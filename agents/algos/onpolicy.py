@@ -23,7 +23,7 @@ unchanged on either, through the ``Seeds`` protocol.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, cast
 
 import numpy as np
@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from agents.algos.seeds import SeedBatch, clip_per_seed, per_seed_logs, seed_axis, stack_batches, stacked_index, stacked_noise
-from agents.api import Acted, Algorithm, Transitions, parameters_of, set_gradients
+from agents.api import Acted, Algorithm, Gradients, Hyperparameters, SharedStep, ShareGradients, Transitions, parameters_of, set_gradients
 from agents.batches import RolloutBatch
 from agents.buffers import RolloutStorage
 from agents.configs.onpolicy import OnPolicyConfig, PolicyGradientOptions
@@ -120,15 +120,15 @@ class Seeds(Protocol):
 
     def gradient_step(self, batch: RolloutBatch, parts: tuple[str, ...] = PARTS, active: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """One optimizer step on the loss ``parts`` of ``batch`` (S, M, ...); its logs (S,).
-        Here (``gradient_step``) the loss is computed in this process; gradient workers compute it
-        on shares of the batch instead (``benchmark.training.gradient_workers``)."""
+        Here (``gradient_step``) the loss is computed in this process; a run's ``step_strategy``
+        (gradient workers) may compute it on shares of the batch instead."""
 
     def policy_parameters(self) -> Sequence[torch.Tensor]:
         """The parameters that shape pi (stacked (S, ...) for a batch), in the members' order."""
 
     def finish(self) -> None:
         """Apply what is still in flight when the optimization ends (asynchronous gradient
-        workers' steps); nothing for steps taken here."""
+        workers' steps: ``Algorithm.finish_steps``); nothing for steps taken here."""
 
 
 class OnPolicyAlgorithm(Algorithm):
@@ -296,14 +296,10 @@ class OnPolicyAlgorithm(Algorithm):
     def update(self) -> dict[str, float]:
         """Returns and advantages for the full rollout, then the algorithm's optimization."""
         logs = self._begin_update()
-        seeds = self.optimized_as(self)
+        seeds = OneSeed(self)
         logs.update(per_seed_logs(self._optimize(seeds), 1)[0])
         seeds.finish()
         return self._end_update(logs)
-
-    #: the ``Seeds`` a run's update optimizes through: its own steps (``OneSeed``), or those of
-    #: gradient workers that a distributed run sets here
-    optimized_as: Callable[[OnPolicyAlgorithm], Seeds] = staticmethod(lambda algorithm: OneSeed(algorithm))
 
     def loss_state(self) -> dict[str, Any]:
         """What the losses read besides the weights and the batch: the update count (the clip
@@ -314,6 +310,45 @@ class OnPolicyAlgorithm(Algorithm):
     def load_loss_state(self, state: Mapping[str, Any]) -> None:
         self.num_updates = int(state["num_updates"])
         self.load_extra_state(state)
+
+    # -- gradient steps elsewhere (agents.api.StepStrategy) ---------------------------------
+
+    @classmethod
+    def rollout_length(cls, config: Hyperparameters) -> int | None:
+        return int(cast(OnPolicyConfig, config).num_steps)
+
+    @classmethod
+    def replica_config(cls, config: Hyperparameters) -> Hyperparameters:
+        """Advantages come centred by the learner, over the whole batch."""
+        return config.replace(center_adv=False, positive_adv=False)
+
+    @classmethod
+    def unsplittable_steps(cls, config: Hyperparameters, device: str = "cpu") -> str | None:
+        if not getattr(config, "baseline", True):
+            return f"{cls.name}'s policy loss counts whole episodes over the batch (no baseline); gradient workers cannot split it"
+        return None
+
+    def shared_step(self, batch: tuple[RolloutBatch, tuple[str, ...]], asynchronous: bool = False) -> SharedStep:
+        """``batch``: a minibatch (1, M, ...) and the loss parts to step; its advantages centred here."""
+        rollout, parts = batch
+        if "policy" in parts:
+            rollout = rollout.replace(advantages=process_advantages(self.config, rollout.advantages))
+        return SharedStep(rollout, int(rollout.advantages.shape[-1]), self.loss_state(), parts)
+
+    def share_of(self, step: SharedStep, rows: slice) -> tuple[RolloutBatch, tuple[str, ...]]:
+        return step.batch.apply(lambda tensor: tensor[:, rows].cpu()), step.tag
+
+    def share_gradients(self, share: tuple[RolloutBatch, tuple[str, ...]], rows: slice, total: int) -> ShareGradients:
+        batch, parts = share
+        loss, info = self.seeds_loss(self.actor_critic, batch, parts)
+        gradients = torch.autograd.grad(loss.sum(), self.parameters, allow_unused=True)
+        return ShareGradients(dict(zip(self.parameter_names(), gradients, strict=True)), {key: value.detach() for key, value in info.items()})
+
+    def apply_shared_step(
+        self, step: SharedStep, gradients: Gradients, logs: Mapping[str, torch.Tensor], shares: Sequence[ShareGradients]
+    ) -> dict[str, torch.Tensor]:
+        self.apply_gradients(gradients)
+        return dict(logs)
 
     def _begin_update(self) -> dict[str, float]:
         """What precedes the optimization: returns and advantages, the schedules."""
@@ -551,10 +586,16 @@ class OneSeed:
         algorithm = self.algorithm
         algorithm.apply_gradient_list(list(torch.autograd.grad(loss.sum(), algorithm.parameters, allow_unused=True)))
 
-    gradient_step = gradient_step
+    def gradient_step(self, batch: RolloutBatch, parts: tuple[str, ...] = PARTS, active: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Here, or by the run's ``step_strategy`` (gradient workers) when it has one."""
+        strategy = self.algorithm.step_strategy
+        if strategy is not None:
+            logs: dict[str, torch.Tensor] = strategy.take(self.algorithm, (batch, parts))
+            return logs
+        return gradient_step(self, batch, parts, active)
 
     def finish(self) -> None:
-        pass
+        self.algorithm.finish_steps()
 
     def policy_parameters(self) -> Sequence[torch.Tensor]:
         return self.algorithm.actor_critic.policy_parameters()

@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from agents import settings
 from agents.api import Acted, Algorithm, Learner, Transitions
 from agents.batches import TensorBatch
 from agents.optim import adam
@@ -251,21 +250,6 @@ def per_seed_logs(logs: dict[str, torch.Tensor], num_seeds: int) -> list[dict[st
         return [{name: logs[name].item() for name in names}]
     values = torch.stack([logs[name].detach().float().to(device).expand(num_seeds) for name in names]).cpu().tolist()
     return [{name: row[seed] for name, row in zip(names, values)} for seed in range(num_seeds)]
-
-
-def stacks_alone(algorithm: Learner) -> bool:
-    """Whether a run alone of ``algorithm`` trains as a seed batch of one, its critic ensemble
-    and targets evaluated as one stacked network. ``REPRORL_CRITICS`` decides: 'stacked',
-    'separate', or 'auto' (the default): stacked on a GPU, where one batched product per layer
-    replaces a kernel launch per critic; separate on the CPU, where oneDNN multiplies a stack
-    copy by copy and the separate critics measured faster (docs/performance.md)."""
-    cls = type(algorithm)
-    if not cls.critic_ensemble or cls.seed_batch is None:
-        return False
-    layout = settings.critic_layout()
-    if layout == "auto":
-        return torch.device(getattr(algorithm, "device", "cpu")).type == "cuda"
-    return layout == "stacked"
 
 
 def check_members(batch: object, members: Sequence[Learner]) -> None:

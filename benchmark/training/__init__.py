@@ -5,6 +5,7 @@ devices, stop signal, counters, a run's end), ``evaluate``, ``hooks``, then the 
 ``meta_loop`` (meta-learners), ``seed_run`` (one run's part of the loop) and ``loop``
 (everything else, and the entry point ``loop.run``). A run over workers (its ``distributed:``
 settings) is a ``distributed.DistributedRun``: its envs in ``collectors`` (``async_collection``
-when they never wait), its gradient steps split by ``gradient_workers`` and
-``offpolicy_gradient_workers``. Imports only the ground (``benchmark.config``,
-``benchmark.distributed_config``) and ``agents``."""
+when they never wait), its gradient steps taken by ``gradient_workers`` through the learner's
+step strategy. Imports only the ground (``benchmark.config``, ``benchmark.distributed_config``)
+and the interface of ``agents`` (its face, ``api``, ``registry``, ``meta``, the envs; never the
+algorithms, networks or buffers behind it)."""

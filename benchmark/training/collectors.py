@@ -33,7 +33,6 @@ import torch
 
 import agents
 from agents.api import Acted, Algorithm, ConfigError, Transitions
-from agents.batches import ReplayBatch
 from agents.env_state import load_vector_env_state, vector_env_state
 from agents.envs import env_spec, finished_episodes, make_vector_env, true_next_obs
 from benchmark.config import RunSpec, check_distributable
@@ -85,9 +84,9 @@ def collector_config(spec: RunSpec) -> Any:
     split is refused here, in one line, before anything is built."""
     config = agents.resolve_config(spec.algo, spec.hyperparameters)
     check_distributable(spec.algo, config.to_dict(), {"collectors": 1})
-    if hasattr(config, "buffer_size"):  # the copy only acts: no replay memory of its own
-        config = config.replace(buffer_size=max(int(config.num_envs), 1))
-    return config
+    cls = agents.algorithm_class(spec.algo)
+    assert issubclass(cls, Algorithm)  # check_distributable refused meta-learners
+    return cls.replica_config(config)
 
 
 class Collector:
@@ -181,28 +180,11 @@ class Collector:
         )
 
     def _td_errors(self, fields: dict[str, torch.Tensor]) -> torch.Tensor:
-        """|one-step TD error| (T, k) of a chunk under the current weights (a gradient step's
-        losses, its gradients discarded)."""
-        algo, config = self.algo, self.algo.config
+        """|one-step TD error| (T, k) of a chunk under the current weights."""
         steps, envs = fields["rewards"].shape
-
-        def flat(name: str) -> torch.Tensor:
-            return fields[name].flatten(0, 1)
-
-        batch = ReplayBatch(
-            obs=flat("obs"),
-            actions=flat("actions"),
-            rewards=flat("rewards") * getattr(config, "reward_scale", 1.0),
-            next_obs=flat("next_obs"),
-            terminated=flat("terminated").float(),
-            discounts=torch.full((steps * envs,), float(getattr(config, "gamma", 0.99))),
-            weights=torch.ones(steps * envs),
-        )
-        algo.gradient_list(batch)
-        errors = getattr(algo, "td_errors", None)
-        if errors is None:
-            raise ConfigError(f"{algo.name} computes no TD errors: its replay is not prioritized")
-        return errors.detach().abs().reshape(steps, envs).cpu()
+        flat = {name: value.flatten(0, 1) for name, value in fields.items()}
+        transitions = Transitions(flat["obs"], Acted(flat["actions"], None), flat["rewards"], flat["next_obs"], flat["terminated"], flat["truncated"])
+        return self.algo.initial_priorities(transitions).reshape(steps, envs)
 
     def ready(self) -> int:
         """Its index, once it is built (a Ray actor builds in the background)."""
@@ -259,7 +241,7 @@ def observe_rollout(algo: Algorithm, collected: list[Collected], synchronous: bo
             )
         )
         if priorities is not None:  # the collectors' initial priorities replace the buffer's maximum
-            algo.prioritize_newest(priorities[t])  # type: ignore[attr-defined]
+            algo.prioritize_newest(priorities[t])
 
 
 class CollectorHandle(Protocol):

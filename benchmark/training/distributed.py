@@ -22,21 +22,18 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 import agents
-from agents.algos.offpolicy import OffPolicyAlgorithm
-from agents.algos.onpolicy import OnPolicyAlgorithm
-from agents.api import ConfigError
+from agents.api import Algorithm, ConfigError
 from benchmark import metric_names
 from benchmark.distributed_config import check_distributable, quiet_ray_banners
 from benchmark.training import checkpoint
 from benchmark.training.async_collection import AsyncCollection
 from benchmark.training.collectors import CollectorGroup, observe_rollout
-from benchmark.training.gradient_workers import AsyncWorkerSeeds, GradientWorkerGroup, WorkerSeeds
-from benchmark.training.offpolicy_gradient_workers import AsyncOffPolicyWorkerSteps, OffPolicyGradientWorker, OffPolicyWorkerSteps
+from benchmark.training.gradient_workers import AsyncWorkerSteps, GradientWorkerGroup, WorkerSteps
 from benchmark.training.seed_run import SeedRun
 
 COLLECTOR_RESTARTS = "distributed/collector_restarts"
@@ -97,19 +94,9 @@ class DistributedRun(SeedRun):
         except ConfigError as error:
             self.error = error
         if count and self.error is None:
-            inline = self.settings["backend"] == "inline"
-            if isinstance(self.algo, OnPolicyAlgorithm):
-                group = self.gradient_group = GradientWorkerGroup(self.spec, count, inline)
-                if self.settings["mode"] == "async":
-                    staleness = self.settings["max_staleness"]
-                    self.algo.optimized_as = lambda algorithm: AsyncWorkerSeeds(algorithm, group, staleness)
-                else:
-                    self.algo.optimized_as = lambda algorithm: WorkerSeeds(algorithm, group)
-            else:
-                group = self.gradient_group = GradientWorkerGroup(self.spec, count, inline, worker=OffPolicyGradientWorker)
-                asynchronous = self.settings["mode"] == "async"
-                steps = AsyncOffPolicyWorkerSteps(group, self.settings["max_staleness"]) if asynchronous else OffPolicyWorkerSteps(group)
-                cast(OffPolicyAlgorithm, self.algo).stepped_by = steps
+            group = self.gradient_group = GradientWorkerGroup(self.spec, count, self.settings["backend"] == "inline")
+            asynchronous = self.settings["mode"] == "async"
+            self.algo.step_strategy = AsyncWorkerSteps(group, self.settings["max_staleness"]) if asynchronous else WorkerSteps(group)
 
     def open_train_envs(self) -> None:
         settings = self.spec.distributed
@@ -117,9 +104,11 @@ class DistributedRun(SeedRun):
         self.settings = settings
         # on-policy: the whole rollout acts with one policy; off-policy: updates come between
         # steps (synchronous) or between chunks (asynchronous)
-        self.on_policy = issubclass(agents.algorithm_class(self.spec.algo), OnPolicyAlgorithm)
+        cls = agents.algorithm_class(self.spec.algo)
+        rollout = cls.rollout_length(self.config) if issubclass(cls, Algorithm) else None
+        self.on_policy = rollout is not None
         asynchronous = settings["mode"] == "async"
-        self.rollout = int(self.config.to_dict()["num_steps"]) if self.on_policy else settings["chunk"] if asynchronous else 1
+        self.rollout = rollout if rollout is not None else settings["chunk"] if asynchronous else 1
         self.rounds = 0
         inline = settings["backend"] == "inline"
         self.started_ray = not inline and start_ray()
@@ -199,8 +188,7 @@ class DistributedRun(SeedRun):
 
     def _finish_steps(self) -> None:
         """Apply the asynchronous gradient steps in flight (off-policy: they outlive an update)."""
-        if isinstance(self.algo, OffPolicyAlgorithm):
-            self.algo.finish_steps()
+        self.algo.finish_steps()
 
     def envs_payload(self) -> dict[str, Any]:
         states = self.group.state()

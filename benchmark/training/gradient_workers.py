@@ -1,69 +1,68 @@
-"""Gradient workers of a distributed on-policy run (the seeds' scheme, synchronous): every
-optimizer step of the learner is differentiated by G workers on shares of its batch (an
-off-policy run's: ``offpolicy_gradient_workers``; both use ``GradientWorkerGroup``).
+"""Gradient workers of a distributed run (the seeds' scheme): a learner's gradient steps taken
+through its step strategy (``agents.api.StepStrategy``), for any learner that implements the
+shared step (``Algorithm.shared_step`` ... ``apply_shared_step``: both families of
+``agents.algos``, and the plug-ins derived from them).
 
-    for each optimizer step of the update (a minibatch, or the whole rollout):
-        the learner centers the batch's advantages (center_adv / positive_adv over the whole
-            batch, as one process does), splits the batch into G contiguous shares of m_g rows
-        worker g (a copy of the algorithm with the learner's weights and loss state) returns
-            the gradient of its share's mean loss, by parameter name
-        the learner sums them weighted by m_g / M (the mean over the M rows), then clips and
-            steps its optimizers as one process does
+    synchronous (``WorkerSteps``), for each gradient step of the learner:
+        step = learner.shared_step(batch)      (advantages centred over the whole batch, ...)
+        the step's M rows split into G contiguous shares of m_g rows
+        worker g (a copy with the learner's weights and loss state) returns the gradient of
+            its share's mean loss, by parameter name: ``share_gradients``
+        the learner sums them weighted by m_g / M (the mean over the M rows), and applies the
+            sum as its own step does (clipping, optimizers, priorities): ``apply_shared_step``
+    asynchronous (``AsyncWorkerSteps``, A3C/Gorila-style): each step's batch goes whole to the
+        next free worker with the learner's weights then; its gradient is applied when it
+        arrives, unless more than ``max_staleness`` others were applied since (dropped)
 
-So G workers equal one learner on the whole batch up to the order of float sums (tested to
-1e-5). Only the losses' mean-over-rows form makes the weighted sum exact: algorithms whose
-policy loss is weighted by a batch-wide count (REINFORCE: only whole episodes count) are refused.
+So G workers equal one process up to the order of float sums (tested to 1e-5). Only losses
+that are means over the rows split exactly: a learner refuses what does not
+(``Algorithm.unsplittable_steps``: REINFORCE's episode-weighted loss, MPO's E-step).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 import agents
-from agents.algos.onpolicy import PARTS, OneSeed, OnPolicyAlgorithm, process_advantages
-from agents.api import ConfigError
-from agents.batches import RolloutBatch
+from agents.api import Algorithm, ConfigError, Gradients, ShareGradients, StepStrategy
 from agents.envs import env_spec
 from benchmark.config import RunSpec
 from benchmark.training.async_collection import staleness_report
 from benchmark.training.checkpoint import rng_state, set_rng_state
 from benchmark.training.collectors import READY_TIMEOUT
 
-Gradients = dict[str, torch.Tensor | None]
-
 
 class GradientWorker:
-    """One gradient worker: a copy of the run's algorithm whose advantages come processed."""
+    """One gradient worker: a copy of the run's algorithm (``Algorithm.replica_config``)."""
 
     def __init__(self, spec: RunSpec):
+        cls = agents.algorithm_class(spec.algo)
         config = agents.resolve_config(spec.algo, spec.hyperparameters)
-        config = config.replace(center_adv=False, positive_adv=False)  # the learner did it, batch-wide
+        if not issubclass(cls, Algorithm):
+            raise ConfigError(f"distributed: {spec.algo} is not an online learner")
+        why = cls.unsplittable_steps(config)
+        if why is not None:
+            raise ConfigError(f"distributed: {why}")
         global_rngs = rng_state()  # its weights are replaced by the learner's: leave the process's RNGs alone
         try:
-            algo = agents.make(spec.algo, env_spec(spec.env), config, total_steps=spec.budget.total_steps, seed=spec.seed)
+            algo = agents.make(spec.algo, env_spec(spec.env), cls.replica_config(config), total_steps=spec.budget.total_steps, seed=spec.seed)
         finally:
             set_rng_state(global_rngs)
-        if not isinstance(algo, OnPolicyAlgorithm):
-            raise ConfigError(f"distributed: gradient workers serve on-policy algorithms so far, not {spec.algo}")
-        if not algo.learns_value:
-            raise ConfigError(f"distributed: {spec.algo}'s policy loss counts whole episodes over the batch; gradient workers cannot split it")
+        assert isinstance(algo, Algorithm)
         self.algo = algo
 
     def ready(self) -> bool:
         return True
 
-    def gradients(
-        self, weights: dict[str, dict[str, torch.Tensor]], loss_state: dict[str, Any], batch: RolloutBatch, parts: tuple[str, ...]
-    ) -> tuple[Gradients, dict[str, torch.Tensor]]:
-        """The gradient of the mean loss ``parts`` over ``batch`` (1, m, ...), by parameter name, and its logs (1,)."""
+    def gradients(self, weights: Mapping[str, Mapping[str, torch.Tensor]], loss_state: dict[str, Any], share: Any, rows: slice, total: int) -> ShareGradients:
+        """``share_gradients`` of rows ``rows`` of a step of ``total``, at the learner's ``weights`` and ``loss_state``."""
         algo = self.algo
         algo.set_weights(weights)
         algo.load_loss_state(loss_state)
-        loss, info = algo.seeds_loss(algo.actor_critic, batch, parts)
-        gradients = torch.autograd.grad(loss.sum(), algo.parameters, allow_unused=True)
-        return dict(zip(algo.parameter_names(), gradients, strict=True)), {key: value.detach() for key, value in info.items()}
+        return algo.share_gradients(share, rows, total)
 
 
 class GradientWorkerGroup:
@@ -71,8 +70,8 @@ class GradientWorkerGroup:
     worker whose process dies is replaced and its share differentiated again (nothing is lost:
     a worker holds no state between steps)."""
 
-    def __init__(self, spec: RunSpec, count: int, inline: bool = False, worker: type = GradientWorker):
-        self.spec, self.count, self.inline, self.worker = spec, count, inline, worker
+    def __init__(self, spec: RunSpec, count: int, inline: bool = False):
+        self.spec, self.count, self.inline = spec, count, inline
         self.restarts, self.dropped = 0, 0
         self.staleness: list[int] = []  # of the asynchronous gradients applied since the last report
         self.in_flight: dict[Any, tuple[int, int, tuple[Any, ...], Any]] = {}  # asynchronous: reference -> (worker, version, call, tag)
@@ -87,12 +86,12 @@ class GradientWorkerGroup:
 
     def _start(self) -> Any:
         if self.inline:
-            return self.worker(self.spec)
+            return GradientWorker(self.spec)
         import ray
 
         # synchronous: they work while the collectors wait, and the reverse, so they take no CPU
         # of the collectors' reservation (a machine with C cores runs C collectors and G workers)
-        return ray.remote(self.worker).options(num_cpus=0).remote(self.spec)
+        return ray.remote(GradientWorker).options(num_cpus=0).remote(self.spec)
 
     def _wait_ready(self, workers: list[Any]) -> None:
         import ray
@@ -196,71 +195,72 @@ def shares(rows: int, count: int) -> list[slice]:
     return [slice(start, end) for start, end in zip(bounds, bounds[1:], strict=False) if end > start]
 
 
-class WorkerSeeds(OneSeed):
-    """A run's seed whose optimizer steps are differentiated by gradient workers: what the
-    run's update optimizes through (``OnPolicyAlgorithm.optimized_as``)."""
+def weighted_sum(fractions: Sequence[float], answers: Sequence[ShareGradients]) -> tuple[Gradients, dict[str, torch.Tensor]]:
+    """The shares' gradients and logs weighted by ``fractions`` (each share's part of the rows)
+    and summed: the whole batch's mean loss; one share's as they are."""
+    if len(answers) == 1:
+        return dict(answers[0].gradients), dict(answers[0].logs)
+    total: Gradients = {}
+    logs: dict[str, torch.Tensor] = {}
+    for fraction, answer in zip(fractions, answers, strict=True):
+        for name, gradient in answer.gradients.items():
+            if gradient is None:
+                total.setdefault(name, None)
+                continue
+            previous = total.get(name)
+            total[name] = fraction * gradient if previous is None else previous + fraction * gradient
+        for key, value in answer.logs.items():
+            logs[key] = logs[key] + fraction * value if key in logs else fraction * value
+    return total, logs
 
-    def __init__(self, algorithm: OnPolicyAlgorithm, group: GradientWorkerGroup):
-        super().__init__(algorithm)
+
+class WorkerSteps(StepStrategy):
+    """The synchronous scheme: every gradient step split over the G workers; the learner waits
+    for all of them."""
+
+    def __init__(self, group: GradientWorkerGroup):
         self.group = group
 
-    def gradient_step(self, batch: RolloutBatch, parts: tuple[str, ...] = PARTS, active: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        algorithm = self.algorithm
-        if "policy" in parts:
-            batch = batch.replace(advantages=process_advantages(algorithm.config, batch.advantages))
-        rows = int(batch.advantages.shape[-1])
-        pieces = shares(rows, self.group.count)
-        shards = [batch.apply(lambda tensor, piece=piece: tensor[:, piece].cpu()) for piece in pieces]  # type: ignore[misc]
-        weights, loss_state = algorithm.get_weights(), algorithm.loss_state()
-        results = self.group.gradients([(weights, loss_state, shard, parts) for shard in shards])
-        total: Gradients = {}
-        logs: dict[str, torch.Tensor] = {}
-        for piece, (gradients, info) in zip(pieces, results, strict=True):
-            weight = (piece.stop - piece.start) / rows
-            for name, gradient in gradients.items():
-                if gradient is not None:
-                    previous = total.get(name)
-                    total[name] = weight * gradient if previous is None else previous + weight * gradient
-                else:
-                    total.setdefault(name, None)
-            for key, value in info.items():
-                logs[key] = logs[key] + weight * value if key in logs else weight * value
-        algorithm.apply_gradients(total)
-        return logs
+    def take(self, learner: Algorithm, batch: Any) -> Any:
+        step = learner.shared_step(batch)
+        pieces = shares(step.rows, self.group.count)
+        weights = learner.get_weights()
+        answers = self.group.gradients([(weights, step.loss_state, learner.share_of(step, piece), piece, step.rows) for piece in pieces])
+        gradients, logs = weighted_sum([(piece.stop - piece.start) / step.rows for piece in pieces], answers)
+        return learner.apply_shared_step(step, gradients, logs, answers)
 
 
-class AsyncWorkerSeeds(OneSeed):
-    """The asynchronous scheme's gradient workers (A3C-style): each optimizer step's batch goes
-    whole to the next free worker with the learner's weights then; the learner applies each
-    gradient when it arrives, unless more than ``max_staleness`` other steps were applied since
-    its weights were sent (then it is dropped). The learner waits only when every worker is
-    busy, and at the end of the update (``finish``). A step's logs are those of the last
-    gradient applied (the first step waits for its own)."""
+class AsyncWorkerSteps(StepStrategy):
+    """The asynchronous scheme: each gradient step's batch goes whole to the next free worker
+    with the learner's weights then (its noise its own: ``shared_step(asynchronous=True)``); the
+    learner applies each gradient when it arrives, unless more than ``max_staleness`` other
+    steps were applied since its weights were sent (then it is dropped). The learner waits only
+    when every worker is busy; what is in flight stays in flight until ``finish`` (the end of an
+    on-policy update; an off-policy run's checkpoint and end). A step's logs are those of the
+    last gradient applied (the first step waits for its own)."""
 
-    def __init__(self, algorithm: OnPolicyAlgorithm, group: GradientWorkerGroup, max_staleness: int):
-        super().__init__(algorithm)
+    def __init__(self, group: GradientWorkerGroup, max_staleness: int):
         self.group, self.max_staleness = group, max_staleness
         self.applied = 0
-        self.logs: dict[str, torch.Tensor] | None = None
+        self.logs: Any = None
 
-    def gradient_step(self, batch: RolloutBatch, parts: tuple[str, ...] = PARTS, active: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        algorithm = self.algorithm
-        if "policy" in parts:
-            batch = batch.replace(advantages=process_advantages(algorithm.config, batch.advantages))
+    def take(self, learner: Algorithm, batch: Any) -> Any:
         if self.group.busy:
-            self._apply_next()
-        self.group.send((algorithm.get_weights(), algorithm.loss_state(), batch.apply(lambda tensor: tensor.cpu()), parts), self.applied)
+            self._apply_next(learner)
+        step = learner.shared_step(batch, asynchronous=True)
+        whole = slice(0, step.rows)
+        self.group.send((learner.get_weights(), step.loss_state, learner.share_of(step, whole), whole, step.rows), self.applied, step)
         while self.logs is None:
-            self._apply_next()
+            self._apply_next(learner)
         return self.logs
 
-    def _apply_next(self) -> None:
+    def _apply_next(self, learner: Algorithm) -> None:
         arrived = self.group.arrival(self.applied, self.max_staleness)
         if arrived is not None:
-            (gradients, self.logs), _ = arrived
-            self.algorithm.apply_gradients(gradients)
+            answer, step = arrived
+            self.logs = learner.apply_shared_step(step, answer.gradients, answer.logs, [answer])
             self.applied += 1
 
-    def finish(self) -> None:
+    def finish(self, learner: Algorithm) -> None:
         while self.group.in_flight:
-            self._apply_next()
+            self._apply_next(learner)

@@ -21,7 +21,6 @@ from typing import Any
 import torch
 
 import agents
-from agents.algos.seeds import stacks_alone
 from agents.api import Acted, ConfigError
 from benchmark.config import RunSpec
 from benchmark.training.control import (
@@ -155,7 +154,7 @@ def _learner(seeds: list[SeedRun], batched: bool) -> Any:
     spec = seeds[0].spec
     if not batched:
         seed = seeds[0]
-        if not (seed.acts_here and (spec.cuda_graphs or stacks_alone(seed.algo))):
+        if not (seed.acts_here and (spec.cuda_graphs or seed.algo.stacks_alone())):
             return _Alone(seed)
     learner = type(seeds[0].algo).seed_batch([seed.algo for seed in seeds])
     if spec.cuda_graphs:

@@ -35,7 +35,6 @@ import numpy as np
 import torch
 
 import agents
-from agents.algos.seeds import stacks_alone
 from agents.envs import env_spec
 from agents.meta import MetaAlgorithm, TaskEnvs, TaskResult, meta_test
 from benchmark import metric_names
@@ -144,7 +143,7 @@ class _Alone:
 def _learner(seeds: list[_MetaSeedRun], batched: bool) -> Any:
     if not batched:
         algo = seeds[0].algo
-        if stacks_alone(algo):  # its critic ensemble as one stacked network
+        if algo.stacks_alone():  # its critic ensemble as one stacked network
             return type(algo).seed_batch([algo])  # type: ignore[misc, list-item]
         return _Alone(algo)
     members = [seed.algo for seed in seeds]
