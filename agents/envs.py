@@ -275,6 +275,28 @@ def make_vector_env(
         **setup.kwargs,
     )
     envs = vector_wrappers.RecordEpisodeStatistics(envs)  # innermost: returns are unscaled
+    return add_normalization(
+        envs,
+        normalize_observations=normalize_observations,
+        normalize_rewards=normalize_rewards,
+        gamma=gamma,
+        clip_observations=clip_observations,
+        clip_rewards=clip_rewards,
+    )
+
+
+def add_normalization(
+    envs: gym.vector.VectorEnv,
+    *,
+    normalize_observations: bool,
+    normalize_rewards: bool,
+    gamma: float = 0.99,
+    clip_observations: float = 10.0,
+    clip_rewards: float = 10.0,
+) -> gym.vector.VectorEnv:
+    """``envs`` wrapped in the running normalizations asked for (observations, then rewards
+    scaled by the running std of their discounted return and clipped): the training envs' wrappers,
+    and those a run over collectors applies to their steps joined."""
     if normalize_observations:
         envs = NormalizeObservation(envs, clip=clip_observations)
     if normalize_rewards:

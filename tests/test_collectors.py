@@ -27,7 +27,7 @@ ROLLOUTS = 4
 
 def spec_of(case: str) -> RunSpec:
     env_id, overrides = SETTINGS[case]
-    overrides = {**overrides, "normalize_observations": False, "normalize_rewards": False}  # not distributed yet
+    overrides = {**overrides, "normalize_observations": False, "normalize_rewards": False}  # normalized: test_normalized_collection
     algo = case.split("-")[0]
     return RunSpec("t", algo, env_id, 3, agents.resolve_config(algo, overrides).to_dict(), Budget(10_000, 10_000, 2), device="cpu")
 
@@ -113,9 +113,6 @@ def test_what_collection_cannot_split_is_refused():
     )
     with pytest.raises(ConfigError, match="recurrent policy is not supported yet"):
         Collector(recurrent, 0, 1)
-    normalized = RunSpec("t", "ppo", "CartPole-v1", 0, agents.resolve_config("ppo", {"normalize_observations": True}).to_dict(), Budget(100, 100, 1))
-    with pytest.raises(ConfigError, match="do not normalize observations or rewards yet"):
-        Collector(normalized, 0, 1)
 
 
 class Recorder:

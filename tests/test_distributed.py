@@ -141,6 +141,33 @@ def test_a_collector_actor_that_dies_is_replaced_and_the_run_finishes(monkeypatc
     assert groups[0].restarts == 1 and recorder.values[COLLECTOR_RESTARTS] == [1.0]
 
 
+def test_a_normalized_run_over_ray_collectors_equals_the_inline_one_and_outlives_a_dead_collector(monkeypatch, own_ray):
+    """PPO normalizing observations and rewards over 2 Ray collectors, in lock-step with the
+    learner's statistics: its first evaluation is the inline run's (which equals one process:
+    test_normalized_collection); collector 1's actor is then killed, the group replaces it in
+    the next round (its envs start new episodes, its draws catch up), and the run finishes."""
+    ray = own_ray
+    from benchmark.training import collectors, loop
+    from benchmark.training.distributed import COLLECTOR_RESTARTS
+
+    small = {"num_envs": 2, "num_steps": 32, "num_minibatches": 2, "num_epochs": 1, "hidden_sizes": [16]}
+    config = agents.resolve_config("ppo", {**small, "normalize_observations": True, "normalize_rewards": True}).to_dict()
+    budget = Budget(256, 128, 2)
+    inline = loop.run(RunSpec("t", "ppo", "Pendulum-v1", 0, config, budget, device="cpu", distributed={"collectors": 2, "backend": "inline"}))
+    groups = instances(monkeypatch, collectors.CollectorGroup)
+    killed = []
+
+    def kill_once(step, total, last_eval):
+        if last_eval is not None and not killed:
+            ray.kill(groups[0].handles[1].actor)
+            killed.append(step)
+
+    recorder = Recorder()
+    result = loop.run(RunSpec("t", "ppo", "Pendulum-v1", 0, config, budget, device="cpu", distributed={"collectors": 2}), tracker=recorder, progress=kill_once)
+    assert killed and result.evaluations[0].returns == inline.evaluations[0].returns
+    assert result.evaluations[-1].step == 256 and groups[0].restarts == 1 and recorder.values[COLLECTOR_RESTARTS] == [1.0]
+
+
 SLOW = """
 name: spreadslow
 seeds: [0]

@@ -7,7 +7,8 @@ trained in one process against the same run over C synchronous collectors (Ray a
 
 Each case is the run the issue names, sized so that its envs split over the largest C:
 PPO on Humanoid-v5 (16 envs x 128 steps = the published 2048-step rollout, 10 epochs of 32
-minibatches), SAC on HalfCheetah-v5 (8 envs; every vector step is a round, then 8 gradient
+minibatches; ``ppo`` normalizes observations and rewards as the record's settings do, so its
+collectors step in lock-step with the learner's statistics; ``ppo-raw`` does not), SAC on HalfCheetah-v5 (8 envs; every vector step is a round, then 8 gradient
 steps, as in one process). Synchronous collection trains exactly as one process (tested in
 tests/test_collectors.py), so the returns need no comparison here: only the speed differs.
 The rate is the loop's own ``steps_per_second`` (training time, evaluations excluded).
@@ -29,7 +30,10 @@ from benchmark.config import Budget, RunSpec
 from benchmark.training.results import NullTracker
 
 CASES: dict[str, tuple[str, dict[str, Any], Budget]] = {
-    "ppo": (
+    # the record's PPO settings: observations and rewards normalized (in lock-step over collectors)
+    "ppo": ("Humanoid-v5", {"num_envs": 16, "num_steps": 128}, Budget(total_steps=4 * 2048, eval_every=4 * 2048, eval_episodes=1)),
+    # without normalization (what the asynchronous scheme can run; the rows measured before lock-step)
+    "ppo-raw": (
         "Humanoid-v5",
         {"num_envs": 16, "num_steps": 128, "normalize_observations": False, "normalize_rewards": False},
         Budget(total_steps=4 * 2048, eval_every=4 * 2048, eval_episodes=1),
@@ -60,11 +64,12 @@ def measure(case: str, collectors: int | None, device: str, mode: str = "sync", 
     from benchmark.training import loop
 
     env_id, overrides, budget = CASES[case]
-    config = agents.resolve_config(case, overrides)
+    algo = case.split("-")[0]
+    config = agents.resolve_config(algo, overrides)
     staleness = max(1, gradient_workers)  # asynchronous workers: each gradient arrives about G - 1 steps late; one step of slack
     settings = {"collectors": collectors, "backend": "ray", "mode": mode, "gradient_workers": gradient_workers, "max_staleness": staleness}
     distributed = settings if collectors else None
-    spec = RunSpec("scaling", case, env_id, 0, config.to_dict(), budget, device=device, distributed=distributed)
+    spec = RunSpec("scaling", algo, env_id, 0, config.to_dict(), budget, device=device, distributed=distributed)
     rates = _Rates()
     started = time.perf_counter()
     loop.run(spec, tracker=rates)
@@ -114,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         for count in args.collectors:
             if num_envs % count:
                 continue
-            workers = args.gradient_workers if case == "ppo" or args.device == "cpu" else 0  # off-policy ones need a CPU learner
+            workers = args.gradient_workers if case.startswith("ppo") or args.device == "cpu" else 0  # off-policy ones need a CPU learner
             row = measure(case, count, args.device, args.mode, workers)
             row["speedup"] = row["steps_per_second"] / rows[0]["steps_per_second"]
             rows.append(row)

@@ -17,8 +17,8 @@ collectors never wait).
 
 So C collectors of k envs train exactly as one process with C*k envs (tested): acting on the
 whole batch costs each collector C times one process's share of forward passes, small next to
-stepping its envs. Observation and reward normalization are not distributed yet (each
-collector's running statistics would be its own): refused.
+stepping its envs. A run that normalizes observations or rewards steps in lock-step with the
+learner's statistics instead (``normalized_collection``: ``begin``, ``step``).
 """
 
 from __future__ import annotations
@@ -179,6 +179,48 @@ class Collector:
             collector=self.index,
         )
 
+    # -- lock-step rounds (a run that normalizes: ``normalized_collection``) -------------------
+
+    def raw_obs(self) -> np.ndarray:
+        """Its envs' observations now, as the envs gave them (k, ...)."""
+        return np.asarray(self.obs)
+
+    def begin(self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any], past_obs: tuple[np.ndarray, ...] = ()) -> None:
+        """A lock-step round: the learner's weights and acting state taken on; a replacement
+        that joins a round late first acts on the round's ``past_obs`` (the run's C*k
+        observations at each step before), so that its draws catch up with the others'."""
+        self.algo.set_weights(weights)
+        self.algo.load_acting_state(acting_state)
+        for obs in past_obs:
+            self.algo.behavior_act(torch.as_tensor(obs))
+
+    def step(self, obs: np.ndarray) -> RawStep:
+        """One step of its envs, acting on the run's C*k observations ``obs`` (normalized by
+        the learner, float32) as one process acts on them; what its envs returned, raw."""
+        started = time.perf_counter()
+        acted = self.algo.behavior_act(torch.as_tensor(obs))
+        rows = self.rows
+        env_actions = acted.env_actions[rows]
+        next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
+        self.obs = next_obs
+        final = infos.get("_final_obs")
+        return RawStep(
+            actions=acted.actions[rows],
+            env_actions=np.asarray(env_actions),
+            extras={name: value[rows] for name, value in acted.extras.items()},
+            next_obs=next_obs,
+            rewards=rewards,
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=(infos["final_obs"], final) if final is not None and final.any() else None,
+            episodes=finished_episodes(infos),
+            seconds=time.perf_counter() - started,
+        )
+
+    def acting_state(self) -> dict[str, Any]:
+        """Its policy copy's acting state (after a lock-step round: the one the learner takes on)."""
+        return self.algo.acting_state()
+
     def _td_errors(self, fields: dict[str, torch.Tensor]) -> torch.Tensor:
         """|one-step TD error| (T, k) of a chunk under the current weights."""
         steps, envs = fields["rewards"].shape
@@ -244,6 +286,24 @@ def observe_rollout(algo: Algorithm, collected: list[Collected], synchronous: bo
             algo.prioritize_newest(priorities[t])
 
 
+@dataclass
+class RawStep:
+    """One lock-step of a collector's k envs: the actions taken and what the envs returned,
+    raw (the learner normalizes the run's C*k envs' steps joined)."""
+
+    actions: torch.Tensor
+    env_actions: np.ndarray
+    extras: dict[str, torch.Tensor]
+    next_obs: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    final_obs: tuple[np.ndarray, np.ndarray] | None
+    """(``infos["final_obs"]``, ``infos["_final_obs"]``) where an episode ended."""
+    episodes: list[tuple[float, int]]
+    seconds: float
+
+
 class CollectorHandle(Protocol):
     """A collector as the learner calls it: in this process, or a Ray actor behind ``remote``."""
 
@@ -254,6 +314,14 @@ class CollectorHandle(Protocol):
     def state(self) -> dict[str, Any]: ...
 
     def load_state(self, state: dict[str, Any]) -> None: ...
+
+    def raw_obs(self) -> np.ndarray: ...
+
+    def begin(self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any], past_obs: tuple[np.ndarray, ...] = ()) -> None: ...
+
+    def step(self, obs: np.ndarray) -> RawStep: ...
+
+    def acting_state(self) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
 
@@ -292,6 +360,21 @@ class RayCollector:
 
     def load_state(self, state: dict[str, Any]) -> None:
         self._get(self.actor.load_state.remote(state))
+
+    def raw_obs(self) -> np.ndarray:
+        obs: np.ndarray = self._get(self.actor.raw_obs.remote())
+        return obs
+
+    def begin(self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any], past_obs: tuple[np.ndarray, ...] = ()) -> None:
+        self._get(self.actor.begin.remote(weights, acting_state, past_obs))
+
+    def step(self, obs: np.ndarray) -> RawStep:
+        done: RawStep = self._get(self.actor.step.remote(obs))
+        return done
+
+    def acting_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = self._get(self.actor.acting_state.remote())
+        return state
 
     def close(self) -> None:
         try:

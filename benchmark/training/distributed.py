@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 import agents
@@ -34,6 +35,7 @@ from benchmark.training import checkpoint
 from benchmark.training.async_collection import AsyncCollection
 from benchmark.training.collectors import CollectorGroup, observe_rollout
 from benchmark.training.gradient_workers import AsyncWorkerSteps, GradientWorkerGroup, WorkerSteps
+from benchmark.training.normalized_collection import JoinedNormalization, collect_in_lockstep, first_observations
 from benchmark.training.seed_run import SeedRun
 
 COLLECTOR_RESTARTS = "distributed/collector_restarts"
@@ -98,7 +100,7 @@ class DistributedRun(SeedRun):
             asynchronous = self.settings["mode"] == "async"
             self.algo.step_strategy = AsyncWorkerSteps(group, self.settings["max_staleness"]) if asynchronous else WorkerSteps(group)
 
-    def open_train_envs(self) -> None:
+    def open_train_envs(self) -> gym.vector.VectorEnv | None:
         settings = self.spec.distributed
         assert settings is not None
         self.settings = settings
@@ -118,6 +120,12 @@ class DistributedRun(SeedRun):
             self.asynchronous.priorities = bool(getattr(self.config, "prioritized", False))
         self.collector_seconds = np.zeros(settings["collectors"])
         self.collector_steps = np.zeros(settings["collectors"])
+        # the run's normalization lives here, its wrappers around the collectors' steps joined
+        self.normalization: JoinedNormalization | None = None
+        if getattr(self.config, "normalize_observations", False) or getattr(self.config, "normalize_rewards", False):
+            self.normalization = JoinedNormalization(self.spec, self.config)
+            self.normalization.start(first_observations(self.group))
+            return self.normalization.envs
         return None
 
     def start(self, reset_seed: int | None = None) -> None:
@@ -130,6 +138,15 @@ class DistributedRun(SeedRun):
             raise ValueError("it was written by a run in one process, not over collectors")
         self.group.load_state(collectors)
         self.group.restarts = int(payload.get("collector_restarts", 0))
+        if self.normalization is not None:
+            joined = payload.get("joined_normalization")
+            if joined is None:
+                raise ValueError("it was written by a run without observation or reward normalization")
+            self.normalization.load_state(joined)
+            for index, state in enumerate(collectors):  # envs whose state was not captured start new episodes
+                if state["envs"] is None:
+                    k = self.group.per_collector
+                    self.normalization.restart_rows(slice(index * k, (index + 1) * k), self.group.handles[index].raw_obs())
         checkpoint.set_rng_state(payload["rng"])
         self.start()
 
@@ -143,13 +160,19 @@ class DistributedRun(SeedRun):
         if self.asynchronous is not None:
             arrived = self.asynchronous.round(self.algo, self.algo.num_updates) if self.on_policy else self.asynchronous.chunks(self.algo, self.rounds)
             collected = [part.head(steps) for part in arrived]
+        elif self.normalization is not None:
+            collected = collect_in_lockstep(self.group, self.algo, steps, self.normalization)
         else:
             collected = self.group.collect(self.algo, steps)
         for part in collected:
             self.collector_seconds[part.collector] += part.seconds
             self.collector_steps[part.collector] += part.num_steps * self.group.per_collector
         observe_rollout(self.algo, collected, synchronous=self.asynchronous is None)
-        ended = sorted((step, index, episode_return, length) for index, part in enumerate(collected) for episode_return, length, step in part.episodes)
+        # by step, then collector, then env (a stable sort keeps each collector's envs in order)
+        ended = sorted(
+            ((step, index, episode_return, length) for index, part in enumerate(collected) for episode_return, length, step in part.episodes),
+            key=lambda episode: episode[:2],
+        )
         for step, _, episode_return, length in ended:
             self.tracker.log_metrics(
                 {metric_names.TRAIN_EPISODE_RETURN: episode_return, metric_names.TRAIN_EPISODE_LENGTH: length}, self.counters.step + (step + 1) * num_envs
@@ -198,7 +221,8 @@ class DistributedRun(SeedRun):
             "envs": None,
             # asynchronous: the rollouts in flight are lost on a resume, and the collectors' streams restart
             "exact_envs": self.asynchronous is None and all(state["envs"] is not None for state in states),
-            "normalization": {},
+            "normalization": {} if self.normalization is None else checkpoint.normalization_tensors(self.normalization.envs),
+            "joined_normalization": None if self.normalization is None else self.normalization.state(),
         }
 
     def close(self) -> None:

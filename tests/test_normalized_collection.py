@@ -1,0 +1,80 @@
+"""A run that normalizes its observations and rewards, over collectors: in lock-step with the
+learner's normalization, it trains exactly as one process with all their envs (inline
+collectors here; Ray ones in test_distributed)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from test_collectors import Recorder
+
+import agents
+from agents.api import ConfigError
+from benchmark import metric_names
+from benchmark.config import Budget, RunSpec
+from benchmark.training import checkpoint, loop
+
+NORMALIZED = {
+    # PPO as the record's MuJoCo settings run it (both normalizations), small
+    "ppo": ("Pendulum-v1", {"hidden_sizes": [32], "num_steps": 25, "num_envs": 4, "num_minibatches": 2, "num_epochs": 2}),
+    # A2C normalizing observations only; an episode ends inside a round (Pendulum: 200 steps)
+    "a2c": ("Pendulum-v1", {"hidden_sizes": [32], "num_steps": 25, "num_envs": 4, "normalize_rewards": False}),
+}
+
+
+def spec_of(algo: str, collectors: int | None, budget: Budget, **distributed: object) -> RunSpec:
+    env_id, overrides = NORMALIZED[algo]
+    config = agents.resolve_config(algo, {"normalize_observations": True, "normalize_rewards": True, **overrides})
+    settings = {"collectors": collectors, "backend": "inline", **distributed} if collectors else None
+    return RunSpec("t", algo, env_id, 3, config.to_dict(), budget, device="cpu", distributed=settings)
+
+
+@pytest.mark.parametrize("algo", sorted(NORMALIZED))
+def test_a_normalized_run_over_collectors_equals_one_process_with_their_envs(algo):
+    """2 collectors of 2 envs against one process of 4: the same evaluations (the eval envs use
+    the learner's statistics), training episodes, losses and final statistics, bit for bit."""
+    _, overrides = NORMALIZED[algo]
+    rollout = overrides["num_steps"] * overrides["num_envs"]
+    budget = Budget(10 * rollout, 5 * rollout, 2)
+    runs = {}
+    for collectors in (None, 2):
+        tracker = Recorder()
+        runs[collectors] = (loop.run(spec_of(algo, collectors, budget), tracker=tracker), tracker)
+    (alone, alone_log), (spread, spread_log) = runs[None], runs[2]
+    assert [e.step for e in spread.evaluations] == [e.step for e in alone.evaluations] == [5 * rollout, 10 * rollout]
+    assert [e.returns for e in spread.evaluations] == [e.returns for e in alone.evaluations]
+    episodes = (metric_names.TRAIN_EPISODE_RETURN, metric_names.TRAIN_EPISODE_LENGTH)
+    assert spread_log.logged(*episodes) == alone_log.logged(*episodes) and alone_log.logged(*episodes)
+    losses = sorted({k for _, m in alone_log.metrics for k in m if k.startswith("train/")})
+    assert losses and spread_log.logged(*losses) == alone_log.logged(*losses)
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_a_normalized_run_over_collectors_resumes_exactly_from_its_checkpoint(tmp_path):
+    """Stopped after its checkpoint in the middle of the budget (which holds the statistics,
+    the reward normalizer's running returns and the observations to act on), then resumed:
+    the evaluations of the run never stopped."""
+    _, overrides = NORMALIZED["ppo"]
+    rollout = overrides["num_steps"] * overrides["num_envs"]
+    spec = replace(spec_of("ppo", 2, Budget(6 * rollout, 3 * rollout, 2)), checkpoint_every=2 * rollout)
+    whole = loop.run(spec)
+
+    def die(step: int, total: int, last_eval: object) -> None:
+        if step > 3 * rollout:
+            raise _Stop()
+
+    with pytest.raises(_Stop):
+        loop.run(spec, progress=die, checkpoint_dir=tmp_path)
+    payload = checkpoint.load(tmp_path / spec.run_key / checkpoint.LATEST)
+    assert payload["loop"]["step"] == 2 * rollout and payload["exact"]
+    resumed = loop.run(spec, checkpoint_dir=tmp_path, resume=payload)
+    assert [(e.step, e.returns) for e in resumed.evaluations] == [(e.step, e.returns) for e in whole.evaluations]
+
+
+def test_an_asynchronous_run_that_normalizes_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="asynchronous collectors do not normalize observations or rewards yet"):
+        spec_of("ppo", 2, Budget(100, 100, 1), mode="async", backend="ray")
