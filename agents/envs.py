@@ -341,8 +341,12 @@ class NormalizeObservation(gym.vector.VectorWrapper):
 
     def normalize(self, obs: np.ndarray) -> np.ndarray:
         """Normalize with the current statistics, without updating them."""
-        normalized = (obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
-        return np.clip(normalized, -self.clip, self.clip).astype(np.float32)
+        return normalize_observation(obs, self.obs_rms.mean, self.obs_rms.var, self.clip, self.epsilon)
+
+
+def normalize_observation(obs: np.ndarray, mean: np.ndarray, var: np.ndarray, clip: float, epsilon: float = 1e-8) -> np.ndarray:
+    """(obs - mean) / sqrt(var + epsilon), clipped to [-clip, clip], as float32."""
+    return np.clip((obs - mean) / np.sqrt(var + epsilon), -clip, clip).astype(np.float32)
 
 
 def _find(envs: gym.vector.VectorEnv, wrapper_type: type) -> Any | None:

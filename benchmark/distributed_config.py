@@ -76,11 +76,6 @@ def check_distributable(algo: str, hyperparameters: dict[str, Any], settings: di
         raise ConfigError(f"distributed: {algo} is a meta-learner; it collects through its task envs, not collectors")
     if issubclass(agents.config_class(algo), BCConfig):
         raise ConfigError(f"distributed: {algo} learns from a dataset; it has nothing for collectors to collect")
-    if settings.get("mode") == "async" and (hyperparameters.get("normalize_observations") or hyperparameters.get("normalize_rewards")):
-        raise ConfigError(
-            "distributed: asynchronous collectors do not normalize observations or rewards yet "
-            "(use mode: sync, which normalizes as one process does, or set both normalizations to false)"
-        )
     if hyperparameters.get("recurrent", "none") != "none":
         raise ConfigError(f"distributed: collection of {algo}'s recurrent policy is not supported yet")
     if settings.get("mode") == "async" and hyperparameters.get("exploration_noise") == "ou":

@@ -357,6 +357,25 @@ def test_asynchronous_ppo_over_ray_collectors_solves_cartpole_with_bounded_stale
         assert max(logged["distributed/gradient_staleness_max"]) <= 1.0 and max(logged["distributed/gradient_staleness_mean"]) > 0.0
 
 
+def test_asynchronous_normalized_collectors_act_on_the_learners_statistics_which_absorb_every_step_used(monkeypatch, own_ray):
+    """PPO normalizing observations and rewards over 2 asynchronous Ray collectors (the stated
+    rule: statistics sent with the weights, raw steps absorbed on arrival): the learner's
+    observation statistics count the 2 envs' first observations and every step of every rollout
+    it used, none of those it dropped; the run ends with finite returns."""
+    from benchmark.training import loop, normalized_collection
+
+    joined = instances(monkeypatch, normalized_collection.JoinedNormalization)
+    small = {"num_envs": 2, "num_steps": 32, "num_minibatches": 2, "num_epochs": 1, "hidden_sizes": [16]}
+    config = agents.resolve_config("ppo", {**small, "normalize_observations": True, "normalize_rewards": True}).to_dict()
+    distributed = {"collectors": 2, "mode": "async", "max_staleness": 1}
+    recorder = Recorder()
+    result = loop.run(RunSpec("t", "ppo", "CartPole-v1", 0, config, Budget(512, 256, 2), device="cpu", distributed=distributed), tracker=recorder)
+    assert result.evaluations[-1].step == 512 and all(abs(value) < 1e6 for value in result.evaluations[-1].returns)
+    count = joined[0].state()["statistics"]["obs_rms"]["count"].item()
+    assert count == pytest.approx(2 + 512 + 1e-4)
+    assert recorder.values["distributed/staleness_max"][-1] <= 1.0
+
+
 @pytest.mark.parametrize("gradient_workers", [0, 2])
 def test_asynchronous_off_policy_collectors_feed_the_replay_buffer_with_their_priorities(monkeypatch, own_ray, gradient_workers):
     """DQN with prioritized replay over 2 asynchronous Ray collectors (Ape-X): chunks of 8

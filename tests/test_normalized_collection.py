@@ -10,7 +10,6 @@ import pytest
 from test_collectors import Recorder
 
 import agents
-from agents.api import ConfigError
 from benchmark import metric_names
 from benchmark.config import Budget, RunSpec
 from benchmark.training import checkpoint, loop
@@ -75,6 +74,44 @@ def test_a_normalized_run_over_collectors_resumes_exactly_from_its_checkpoint(tm
     assert [(e.step, e.returns) for e in resumed.evaluations] == [(e.step, e.returns) for e in whole.evaluations]
 
 
-def test_an_asynchronous_run_that_normalizes_is_refused_in_one_line():
-    with pytest.raises(ConfigError, match="asynchronous collectors do not normalize observations or rewards yet"):
-        spec_of("ppo", 2, Budget(100, 100, 1), mode="async", backend="ray")
+def test_an_asynchronous_rollout_is_absorbed_as_its_envs_wrappers_would_absorb_it():
+    """The asynchronous rule on one arrival (collector 1 of 2, 2 envs each, 3 steps, an episode
+    ending): the learner's observation statistics and the normalized rewards are those of
+    gymnasium's own wrappers stepped with these 2 envs' raw steps; the observations stay as the
+    collector normalized them."""
+    import numpy as np
+    import torch
+
+    from benchmark.training.collected import Collected
+    from benchmark.training.normalized_collection import JoinedNormalization, StepFeed
+
+    spec = spec_of("ppo", 2, Budget(100, 100, 1))
+    config = agents.resolve_config("ppo", spec.hyperparameters)
+    joined = JoinedNormalization(spec, config)
+    generator = np.random.default_rng(0)
+    joined.start(generator.normal(size=(4, 3)))
+    before = joined.snapshot()
+    raw_obs, raw_rewards = generator.normal(size=(3, 2, 3)), generator.normal(size=(3, 2))
+    terminated = torch.tensor([[False, False], [False, True], [False, False]])
+    acted_on = torch.zeros(3, 2, 3)
+    fields = {"obs": acted_on, "next_obs": acted_on, "rewards": torch.zeros(3, 2), "terminated": terminated, "truncated": torch.zeros(3, 2, dtype=torch.bool)}
+    part = Collected(fields, np.zeros((3, 2, 1)), {}, collector=1, raw={"obs": raw_obs, "rewards": raw_rewards})
+    joined.absorb(part, slice(2, 4))
+
+    # gymnasium's wrappers over these 2 envs, their statistics started where the learner's were
+    feed = StepFeed((3,), 2)
+    envs = agents.envs.add_normalization(feed, normalize_observations=True, normalize_rewards=True, gamma=config.gamma)
+    observations = envs.env.env
+    feed.fed = np.zeros((2, 3))
+    envs.reset()
+    observations.obs_rms.mean, observations.obs_rms.var = before["mean"], before["var"]
+    observations.obs_rms.count = 4 + 1e-4  # the 4 first observations, and gymnasium's initial 1e-4
+    expected = []
+    for t in range(3):
+        feed.fed = (raw_obs[t], raw_rewards[t], terminated[t].numpy(), np.zeros(2, bool), {})
+        expected.append(envs.step(None)[1])
+    torch.testing.assert_close(part.fields["rewards"], torch.as_tensor(np.stack(expected), dtype=torch.float32))
+    ours = joined.state()["statistics"]["obs_rms"]
+    np.testing.assert_allclose(ours["mean"].numpy(), observations.obs_rms.mean, rtol=1e-12)
+    np.testing.assert_allclose(ours["var"].numpy(), observations.obs_rms.var, rtol=1e-12)
+    assert torch.equal(part.fields["obs"], acted_on)

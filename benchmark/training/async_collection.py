@@ -24,10 +24,12 @@ Staleness and drops are logged; nothing equals the run in one process.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from agents.api import Algorithm
-from benchmark.training.collectors import Collected, CollectorGroup
+from benchmark.training.collected import Collected
+from benchmark.training.collectors import CollectorGroup
 
 
 def staleness_report(kind: str, dropped_what: str, staleness: list[int], dropped: int) -> dict[str, float]:
@@ -51,10 +53,14 @@ class AsyncCollection:
 
     def _submit(self, index: int, weights: dict[str, dict[str, Any]], acting_state: dict[str, Any], version: int) -> None:
         actor = self.group.handles[index].actor  # type: ignore[attr-defined]
-        self.pending[actor.collect.remote(weights, acting_state, self.num_steps, True, self.priorities)] = (index, version)
+        self.pending[actor.collect.remote(weights, acting_state, self.num_steps, True, self.priorities, self.statistics())] = (index, version)
 
     priorities = False
     """Whether collectors compute initial priorities (off-policy, prioritized replay)."""
+
+    statistics: Callable[[], dict[str, Any] | None] = staticmethod(lambda: None)
+    """The learner's observation statistics to send with the weights, when the run normalizes
+    (``normalized_collection.JoinedNormalization.snapshot``)."""
 
     def round(self, algo: Algorithm, version: int) -> list[Collected]:
         """The next C rollouts to arrive that are at most ``max_staleness`` updates old
@@ -107,7 +113,7 @@ class AsyncCollection:
             except RayActorError:
                 self.group.replace(index)
                 used = version
-                chunk = self.group.handles[index].collect(weights, acting_state, self.num_steps, True, self.priorities)
+                chunk = self.group.handles[index].collect(weights, acting_state, self.num_steps, True, self.priorities, self.statistics())
             self.staleness.append(version - used)
             batch.append(chunk)
         if self.max_staleness >= 1:

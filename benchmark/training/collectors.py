@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -34,49 +33,11 @@ import torch
 import agents
 from agents.api import Acted, Algorithm, ConfigError, Transitions
 from agents.env_state import load_vector_env_state, vector_env_state
-from agents.envs import env_spec, finished_episodes, make_vector_env, true_next_obs
+from agents.envs import env_spec, finished_episodes, make_vector_env, normalize_observation, true_next_obs
 from benchmark.config import RunSpec, check_distributable
 from benchmark.distributed_config import COLLECTOR_CPUS
 from benchmark.training.checkpoint import rng_state, set_rng_state
-
-FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
-
-
-@dataclass
-class Collected:
-    """A collector's rollout of T steps of its k envs, each field stacked (T, k, ...): what
-    one process would observe in those envs' rows (``env_actions`` an array, ``extras`` by
-    name); the episodes that ended (return, length, step index); the acting state it ended in.
-    Stacked, a rollout crosses processes as a few tensors, not T * 8 small ones."""
-
-    fields: dict[str, torch.Tensor]
-    env_actions: np.ndarray
-    extras: dict[str, torch.Tensor]
-    episodes: list[tuple[float, int, int]] = field(default_factory=list)
-    acting_state: dict[str, Any] = field(default_factory=dict)
-    seconds: float = 0.0
-    """How long the collection took, in the collector."""
-    priorities: torch.Tensor | None = None
-    """Each transition's |TD error| (T, k) when the collector computed initial priorities."""
-    collector: int = 0
-    """The index of the collector it came from."""
-
-    @property
-    def num_steps(self) -> int:
-        return int(self.fields["obs"].shape[0])
-
-    def head(self, steps: int) -> Collected:
-        """Its first ``steps`` steps (a run's last round needs no more)."""
-        return Collected(
-            {name: value[:steps] for name, value in self.fields.items()},
-            self.env_actions[:steps],
-            {name: value[:steps] for name, value in self.extras.items()},
-            [episode for episode in self.episodes if episode[2] < steps],
-            self.acting_state,
-            self.seconds,
-            None if self.priorities is None else self.priorities[:steps],
-            self.collector,
-        )
+from benchmark.training.collected import FIELDS, Collected, RawStep
 
 
 def collector_config(spec: RunSpec) -> Any:
@@ -118,14 +79,23 @@ class Collector:
             set_rng_state(global_rngs)
 
     def collect(
-        self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any], num_steps: int, independent: bool = False, priorities: bool = False
+        self,
+        weights: dict[str, dict[str, torch.Tensor]],
+        acting_state: dict[str, Any],
+        num_steps: int,
+        independent: bool = False,
+        priorities: bool = False,
+        statistics: dict[str, Any] | None = None,
     ) -> Collected:
         """``num_steps`` steps of this collector's envs with the learner's ``weights``, acting
         from its ``acting_state`` (``Algorithm.acting_state``). ``independent`` (the
         asynchronous scheme): only the learner's counters are taken on, and advanced here as
         the run's envs step; draws come from this collector's own stream, acting on its own
         rows. ``priorities``: each transition's initial priority for prioritized replay, its
-        one-step TD error under these weights (Ape-X's actors compute them)."""
+        one-step TD error under these weights (Ape-X's actors compute them). ``statistics``
+        (asynchronous, normalized): the learner's observation statistics when it sent the
+        weights, which normalize what it acts on and returns, unchanged through the rollout;
+        the raw observations and rewards come back too (``Collected.raw``)."""
         started = time.perf_counter()
         algo = self.algo
         algo.set_weights(weights)
@@ -140,9 +110,16 @@ class Collector:
         extras: dict[str, list[torch.Tensor]] = {}
         episodes: list[tuple[float, int, int]] = []
         padded = np.zeros((self.total, *self.obs.shape[1:]), dtype=np.float32)
+        raw: dict[str, list[np.ndarray]] = {"obs": [], "rewards": []}
+
+        def seen(obs: np.ndarray) -> np.ndarray:
+            if statistics is None or statistics.get("mean") is None:
+                return obs
+            return normalize_observation(obs, statistics["mean"], statistics["var"], statistics["clip"], statistics["epsilon"])
+
         for step in range(num_steps):
             if self.independent:
-                acted = algo.behavior_act(torch.as_tensor(self.obs, dtype=torch.float32))
+                acted = algo.behavior_act(torch.as_tensor(seen(self.obs), dtype=torch.float32))
                 rows = slice(None)
             else:
                 padded[self.rows] = self.obs  # the other collectors' rows stay zeros
@@ -151,11 +128,11 @@ class Collector:
             env_actions = acted.env_actions[rows]
             next_obs, rewards, terminated, truncated, infos = self.envs.step(env_actions)
             for name, value in (
-                ("obs", torch.as_tensor(self.obs, dtype=torch.float32)),
+                ("obs", torch.as_tensor(seen(self.obs), dtype=torch.float32)),
                 ("actions", acted.actions[rows]),
                 ("env_actions", env_actions),
                 ("rewards", torch.as_tensor(rewards, dtype=torch.float32)),
-                ("next_obs", torch.as_tensor(true_next_obs(next_obs, infos), dtype=torch.float32)),
+                ("next_obs", torch.as_tensor(seen(true_next_obs(next_obs, infos)), dtype=torch.float32)),
                 ("terminated", torch.as_tensor(terminated)),
                 ("truncated", torch.as_tensor(truncated)),
             ):
@@ -163,6 +140,9 @@ class Collector:
             for name, value in acted.extras.items():
                 extras.setdefault(name, []).append(value[rows])
             episodes += [(episode_return, length, step) for episode_return, length in finished_episodes(infos)]
+            if statistics is not None:
+                raw["obs"].append(next_obs)
+                raw["rewards"].append(rewards)
             self.obs = next_obs
             if self.independent and "env_steps" in acting_state:  # the run's envs all step meanwhile
                 now = algo.acting_state()
@@ -177,6 +157,7 @@ class Collector:
             seconds=time.perf_counter() - started,
             priorities=self._td_errors(fields) if priorities else None,
             collector=self.index,
+            raw={name: np.stack(values) for name, values in raw.items()} if statistics is not None else {},
         )
 
     # -- lock-step rounds (a run that normalizes: ``normalized_collection``) -------------------
@@ -286,29 +267,17 @@ def observe_rollout(algo: Algorithm, collected: list[Collected], synchronous: bo
             algo.prioritize_newest(priorities[t])
 
 
-@dataclass
-class RawStep:
-    """One lock-step of a collector's k envs: the actions taken and what the envs returned,
-    raw (the learner normalizes the run's C*k envs' steps joined)."""
-
-    actions: torch.Tensor
-    env_actions: np.ndarray
-    extras: dict[str, torch.Tensor]
-    next_obs: np.ndarray
-    rewards: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    final_obs: tuple[np.ndarray, np.ndarray] | None
-    """(``infos["final_obs"]``, ``infos["_final_obs"]``) where an episode ended."""
-    episodes: list[tuple[float, int]]
-    seconds: float
-
-
 class CollectorHandle(Protocol):
     """A collector as the learner calls it: in this process, or a Ray actor behind ``remote``."""
 
     def collect(
-        self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any], num_steps: int, independent: bool = False, priorities: bool = False
+        self,
+        weights: dict[str, dict[str, torch.Tensor]],
+        acting_state: dict[str, Any],
+        num_steps: int,
+        independent: bool = False,
+        priorities: bool = False,
+        statistics: dict[str, Any] | None = None,
     ) -> Collected: ...
 
     def state(self) -> dict[str, Any]: ...
@@ -349,9 +318,15 @@ class RayCollector:
             raise CollectorLost(str(error).splitlines()[0] if str(error) else type(error).__name__) from error
 
     def collect(
-        self, weights: dict[str, dict[str, torch.Tensor]], acting_state: dict[str, Any], num_steps: int, independent: bool = False, priorities: bool = False
+        self,
+        weights: dict[str, dict[str, torch.Tensor]],
+        acting_state: dict[str, Any],
+        num_steps: int,
+        independent: bool = False,
+        priorities: bool = False,
+        statistics: dict[str, Any] | None = None,
     ) -> Collected:
-        collected: Collected = self._get(self.actor.collect.remote(weights, acting_state, num_steps, independent, priorities))
+        collected: Collected = self._get(self.actor.collect.remote(weights, acting_state, num_steps, independent, priorities, statistics))
         return collected
 
     def state(self) -> dict[str, Any]:

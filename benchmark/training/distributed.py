@@ -125,6 +125,8 @@ class DistributedRun(SeedRun):
         if getattr(self.config, "normalize_observations", False) or getattr(self.config, "normalize_rewards", False):
             self.normalization = JoinedNormalization(self.spec, self.config)
             self.normalization.start(first_observations(self.group))
+            if self.asynchronous is not None:  # its rule: statistics sent with the weights, absorbed on arrival
+                self.asynchronous.statistics = self.normalization.snapshot
             return self.normalization.envs
         return None
 
@@ -160,6 +162,9 @@ class DistributedRun(SeedRun):
         if self.asynchronous is not None:
             arrived = self.asynchronous.round(self.algo, self.algo.num_updates) if self.on_policy else self.asynchronous.chunks(self.algo, self.rounds)
             collected = [part.head(steps) for part in arrived]
+            if self.normalization is not None:
+                k = self.group.per_collector
+                collected = [self.normalization.absorb(part, slice(part.collector * k, (part.collector + 1) * k)) for part in collected]
         elif self.normalization is not None:
             collected = collect_in_lockstep(self.group, self.algo, steps, self.normalization)
         else:

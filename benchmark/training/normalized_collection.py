@@ -19,6 +19,13 @@ So a run that normalizes steps in lock-step:
 A collector that dies is replaced: its envs start new episodes (their first observations
 normalized with the statistics then, not counted in them), and it first acts on the round's
 past observations so that its draws catch up with the others'.
+
+The asynchronous scheme cannot step in lock-step: its rule (``snapshot``, ``absorb``) is that a
+collector normalizes what it acts on with the learner's observation statistics as they were
+when it was sent the weights, unchanged through its rollout or chunk, and stores transitions
+so normalized (what the policy acted on); the learner updates its statistics with each
+rollout's raw observations as it arrives, and normalizes its raw rewards then, by each env's
+running discounted return (each env belongs to one collector), in arrival order.
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ from gymnasium.vector.utils import batch_space
 from agents.api import Algorithm
 from agents.envs import NormalizeObservation, add_normalization, env_spec, load_normalization_state, normalization_state, true_next_obs
 from benchmark.config import RunSpec
-from benchmark.training.collectors import Collected, CollectorGroup, CollectorHandle, CollectorLost, RawStep
+from benchmark.training.collected import Collected, RawStep
+from benchmark.training.collectors import CollectorGroup, CollectorHandle, CollectorLost
 
 
 class StepFeed(gym.vector.VectorEnv):
@@ -74,6 +82,7 @@ class JoinedNormalization:
             clip_rewards=config.clip_rewards,
         )
         self.obs: np.ndarray | None = None
+        self.clip_rewards = float(config.clip_rewards)
 
     def start(self, raw_obs: np.ndarray) -> None:
         """The envs' first observations (C*k, ...), as one process's reset sees them."""
@@ -107,6 +116,40 @@ class JoinedNormalization:
         wrapper = _observation_wrapper(self.envs)
         self.obs = self.obs.copy()  # the step's other rows were acted on as they are
         self.obs[rows] = wrapper.normalize(raw_obs) if wrapper is not None else raw_obs
+
+    # -- the asynchronous scheme's rule -------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The observation statistics now, as an asynchronous collector normalizes with them
+        (None: observations are not normalized)."""
+        wrapper = _observation_wrapper(self.envs)
+        if wrapper is None:
+            return {"mean": None}
+        return {"mean": wrapper.obs_rms.mean.copy(), "var": wrapper.obs_rms.var.copy(), "clip": wrapper.clip, "epsilon": wrapper.epsilon}
+
+    def absorb(self, part: Collected, rows: slice) -> Collected:
+        """An asynchronous collector's rollout of envs ``rows``, on arrival: its raw observations
+        update the statistics step by step (as its envs' wrapper would), and its raw rewards are
+        normalized by each env's running discounted return, updated here in arrival order; its
+        observations stay as the collector normalized them (what the policy acted on)."""
+        observations, rewards = _observation_wrapper(self.envs), _reward_wrapper(self.envs)
+        normalized = part.raw["rewards"].copy()
+        for t in range(part.num_steps):
+            if observations is not None and observations.update_running_mean:
+                observations.obs_rms.update(part.raw["obs"][t])
+            if rewards is not None:
+                # gymnasium's NormalizeReward step (SAME_STEP autoreset) on these envs' rows only
+                terminated, truncated = part.fields["terminated"][t].numpy(), part.fields["truncated"][t].numpy()
+                returns = rewards.accumulated_reward[rows] * rewards.gamma * (1 - terminated) + part.raw["rewards"][t]
+                if rewards.update_running_mean:
+                    rewards.return_rms.update(returns)
+                normalized[t] = part.raw["rewards"][t] / np.sqrt(rewards.return_rms.var + rewards.epsilon)
+                returns[terminated | truncated] = 0.0
+                rewards.accumulated_reward[rows] = returns
+        if rewards is not None:
+            normalized = np.clip(normalized, -self.clip_rewards, self.clip_rewards)
+        part.fields["rewards"] = torch.as_tensor(normalized, dtype=torch.float32)
+        return part
 
     def state(self) -> dict[str, Any]:
         """Everything it holds, as tensors for a checkpoint (the reward wrapper's running returns included)."""
