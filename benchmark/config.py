@@ -45,6 +45,7 @@ from agents.env_setup import EnvSetup, parse_env_kwargs, parse_wrappers, setup_o
 from agents.envs import check_env_id, env_spec
 from agents.errors import ConfigError, suggest
 from agents.registry import known_config
+from benchmark.devices import check_device_name
 from benchmark.distributed_config import check_capturable, check_distributable, check_distributed, check_slurm
 from benchmark.yaml_input import as_mapping, check_keys, read_yaml
 
@@ -356,8 +357,7 @@ def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name) or name.startswith("."):
         raise ConfigError(f"name {name!r}: use letters, digits, '.', '_' and '-' (it names the MLflow experiment and report files)")
     device = device_override or str(data.get("device", "auto"))
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
-        raise ConfigError(f"device {device!r}: use auto, cpu, cuda or cuda:i")
+    check_device_name(device)
     suite_seeds = seed_override if seed_override is not None else _parse_seeds(data["seeds"], "seeds")
     suite_budget = as_mapping(data["budget"], "budget")
     check_keys(suite_budget, _BUDGET_KEYS, "budget")

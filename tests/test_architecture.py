@@ -68,6 +68,7 @@ def test_every_module_belongs_to_a_wing_or_the_ground():
         "benchmark.bundle_rows",
         "benchmark.bundles",
         "benchmark.config",
+        "benchmark.devices",
         "benchmark.distributed_config",
         "benchmark.metric_names",
         "benchmark.provenance",

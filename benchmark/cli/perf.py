@@ -81,7 +81,7 @@ def command_perf(args: argparse.Namespace, console: Output) -> int:
         if not args.device.startswith("cuda") or incapable:
             raise ConfigError(f"--batched-graphs needs --device cuda and cases among {', '.join(GRAPHS_CAPABLE)}, got {args.device} and {', '.join(cases)}")
     if args.device != "cpu":
-        from benchmark.training.control import resolve_device
+        from benchmark.devices import resolve_device
 
         resolve_device(args.device)
     sb3_version = perf.check_sb3() if compare else None

@@ -125,7 +125,7 @@ def check_run_arguments(args: argparse.Namespace) -> None:
     if args.seeds_per_process is not None and args.seeds_per_process < 1:
         raise ConfigError(f"--seeds-per-process must be >= 1, got {args.seeds_per_process}")
     if getattr(args, "device", None) is not None:
-        from benchmark.training.control import resolve_device
+        from benchmark.devices import resolve_device
 
         resolve_device(args.device)
 

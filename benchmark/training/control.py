@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.errors import ConfigError
 from benchmark.training import checkpoint
 from benchmark.training.results import RunResult, Tracker
 
@@ -41,21 +40,6 @@ def check_finite(logs: dict[str, float], step: int) -> None:
     if bad:
         values = ", ".join(f"{key}={value}" for key, value in sorted(bad.items()))
         raise NonFiniteLoss(f"non-finite update values at env step {step}: {values}")
-
-
-def resolve_device(requested: str) -> torch.device:
-    """'auto' -> the first CUDA device when one is present, else CPU; ConfigError for anything unusable."""
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(requested)
-    except RuntimeError:
-        raise ConfigError(f"unknown device {requested!r}; use auto, cpu, cuda or cuda:i") from None
-    if device.type not in ("cpu", "cuda"):
-        raise ConfigError(f"unsupported device {requested!r}; use auto, cpu, cuda or cuda:i")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device {requested!r} requested but CUDA is not available here; use --device auto or cpu")
-    return device
 
 
 def seed_everything(seed: int) -> None:

@@ -23,9 +23,9 @@ import torch
 import agents
 from agents.api import Acted, ConfigError
 from benchmark.config import RunSpec
+from benchmark.devices import resolve_device
 from benchmark.training.control import (
     StopSignal,
-    resolve_device,
     share_first_error,
     train_runs,
 )

@@ -39,6 +39,7 @@ from agents.envs import env_spec
 from agents.meta import MetaAlgorithm, TaskEnvs, TaskResult, meta_test
 from benchmark import metric_names
 from benchmark.config import RunSpec
+from benchmark.devices import resolve_device
 from benchmark.training import checkpoint
 from benchmark.training.control import (
     Counters,
@@ -48,7 +49,6 @@ from benchmark.training.control import (
     StopSignal,
     check_finite,
     finish,
-    resolve_device,
     seed_everything,
     share_first_error,
     train_runs,
