@@ -1,6 +1,6 @@
 """Where behavioral cloning's expert comes from (``agents.algos.bc``): a policy checkpoint written
-by this suite's runs (its keys ``spec`` (algo, env_id, hyperparameters), ``algorithm`` and
-``normalization``; the expert sees observations normalized with its own frozen statistics), an
+by this suite's runs (``agents.policy_file``: the expert sees observations normalized with its
+own frozen statistics), an
 ``.npz`` dataset of ``observations`` (N, *obs_shape) and ``actions`` (N, *action_shape), or
 ``minari:<dataset id>`` for a Minari dataset stored locally (needs the ``minari`` package).
 
@@ -21,25 +21,23 @@ from agents.api import Acted, Learner
 from agents.env_setup import EnvSetup, setup_of
 from agents.envs import EnvSpec, env_spec
 from agents.errors import ConfigError
+from agents.policy_file import TrainedPolicy
 
 
-def load_expert_checkpoint(path: str, spec: EnvSpec) -> dict[str, Any]:
-    """A policy checkpoint of this suite, checked against ``spec``; ConfigError otherwise."""
+def load_expert_checkpoint(path: str, spec: EnvSpec) -> TrainedPolicy:
+    """A policy file of this suite (``agents.policy_file``), checked against ``spec``; ConfigError otherwise."""
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-        recorded = payload["spec"]
-        algo, env_id, hyperparameters = recorded["algo"], recorded["env_id"], recorded["hyperparameters"]
-        payload["algorithm"]
-    except (KeyError, TypeError):
-        raise ConfigError(f"bc expert {path}: not a checkpoint of this suite (it needs spec with algo, env_id, hyperparameters, and algorithm)") from None
+        expert = TrainedPolicy.read(torch.load(path, map_location="cpu", weights_only=True))
+    except ValueError as error:
+        raise ConfigError(f"bc expert {path}: {error}") from None
     except Exception as error:  # torch raises several types for a file it cannot read
         raise ConfigError(f"bc expert {path}: cannot read it as a checkpoint ({type(error).__name__}: {error})") from None
-    expert_spec = env_spec(recorded_env(recorded))
+    expert_spec = env_spec(recorded_env(expert.spec))
     if (expert_spec.observation_shape, expert_spec.action_shape, expert_spec.discrete) != (spec.observation_shape, spec.action_shape, spec.discrete):
-        raise ConfigError(f"the expert was trained on {env_id}, whose spaces differ from {spec.env_id}'s")
-    if hyperparameters.get("recurrent") not in (None, "none"):
-        raise ConfigError(f"the expert {algo} is recurrent; bc clones feed-forward experts only")
-    return payload
+        raise ConfigError(f"the expert was trained on {expert.spec['env_id']}, whose spaces differ from {spec.env_id}'s")
+    if expert.hyperparameters.get("recurrent") not in (None, "none"):
+        raise ConfigError(f"the expert {expert.algo} is recurrent; bc clones feed-forward experts only")
+    return expert
 
 
 def recorded_env(recorded: Mapping[str, Any]) -> EnvSetup:
@@ -50,16 +48,15 @@ def recorded_env(recorded: Mapping[str, Any]) -> EnvSetup:
 class ExpertPolicy:
     """A trained policy of this suite, restored from its checkpoint, acting on raw observations."""
 
-    def __init__(self, payload: Mapping[str, Any], device: torch.device, deterministic: bool):
+    def __init__(self, expert: TrainedPolicy, device: torch.device, deterministic: bool):
         import agents  # the registry imports this module
 
-        recorded = payload["spec"]
-        algo, hyperparameters = recorded["algo"], dict(recorded["hyperparameters"])
+        algo, hyperparameters = expert.algo, expert.hyperparameters
         if "buffer_size" in hyperparameters:  # acting needs no replay buffer: keep its allocation small
             hyperparameters["buffer_size"] = max(int(hyperparameters.get("batch_size", 1)), 1)
-        self.algorithm: Learner = agents.make(algo, env_spec(recorded_env(recorded)), hyperparameters, total_steps=1, device=device)
-        self.algorithm.load_state_dict(payload["algorithm"])
-        statistics = (payload.get("normalization") or {}).get("obs_rms")
+        self.algorithm: Learner = agents.make(algo, env_spec(recorded_env(expert.spec)), hyperparameters, total_steps=1, device=device)
+        self.algorithm.load_state_dict(expert.algorithm)
+        statistics = expert.normalization.get("obs_rms")
         self.clip = float(hyperparameters.get("clip_observations", 10.0))
         self.mean = self.std = None
         if statistics is not None:

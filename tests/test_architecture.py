@@ -100,6 +100,7 @@ AGENTS_INTERFACE = {
     "agents.env_setup",
     "agents.errors",
     "agents.hyperparameters",
+    "agents.policy_file",
 }
 """What training may import of ``agents``: the learner interface, the registry, the envs; never
 the algorithms, networks, buffers or batches behind them (a plug-in is trained, distributed

@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from agents import policy_file
 from agents.envs import normalization_state
 from benchmark.config import RunSpec, key_form, stored_hyperparameters
 from benchmark.training.checkpoint_paths import FINAL, LATEST, run_directory  # noqa: F401 - the file names, re-exported
@@ -105,10 +106,10 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def policy_payload(algo: Any, train_envs: gym.vector.VectorEnv | None, spec: RunSpec) -> dict[str, Any]:
-    """The trained policy as ``final.pt`` holds it: algorithm state, normalization statistics
-    and the spec (tensors and primitives only)."""
+    """The trained policy as ``final.pt`` holds it (``agents.policy_file``: the spec, the
+    algorithm's state, the normalization statistics)."""
     normalization = normalization_tensors(train_envs) if train_envs is not None else {}
-    return {"spec": spec.to_dict(), "algorithm": algo.state_dict(), "normalization": normalization}
+    return policy_file.policy_payload(spec.to_dict(), algo.state_dict(), normalization)
 
 
 def restore_learner(payload: dict[str, Any], algo: Any, counters: Any, result: RunResult, spec: RunSpec, kind: str | None = None) -> None:

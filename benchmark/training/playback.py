@@ -26,6 +26,7 @@ from agents.env_setup import EnvSetup
 from agents.envs import env_spec, freeze_normalization, load_normalization_state, make_vector_env
 from agents.errors import ConfigError
 from agents.hyperparameters import Hyperparameters
+from agents.policy_file import TrainedPolicy
 from benchmark.config import RunSpec
 from benchmark.training.evaluate import EVAL_SEED_OFFSET, evaluate
 from benchmark.training.results import Evaluation
@@ -63,15 +64,15 @@ class Film:
 
 def load_trained(payload: dict[str, Any], device: str = "cpu") -> Trained:
     """The policy a ``final.pt`` payload holds; ConfigError when it cannot act alone."""
-    spec = RunSpec.from_dict(payload["spec"])
+    trained = TrainedPolicy.read(payload)
+    spec = RunSpec.from_dict(trained.spec)
     if agents.is_meta(spec.algo):
         raise ConfigError(f"{spec.algo} is a meta-learner: it adapts to each task first (its meta-test is in its run's evaluations)")
     config = agents.resolve_config(spec.algo, spec.hyperparameters)
     algo = agents.make(spec.algo, env_spec(spec.env), config, total_steps=spec.budget.total_steps, device=device, seed=spec.seed)
     assert isinstance(algo, Algorithm)  # not a meta-learner
-    algo.load_state_dict(payload["algorithm"])
-    normalization = {name: {key: np.asarray(value) for key, value in stats.items()} for name, stats in payload["normalization"].items()}
-    return Trained(spec, config, algo, normalization, torch.device(device))
+    algo.load_state_dict(trained.algorithm)
+    return Trained(spec, config, algo, trained.statistics(), torch.device(device))
 
 
 def _envs(trained: Trained, num_envs: int, setup: EnvSetup, autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP) -> Any:

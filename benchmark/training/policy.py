@@ -30,6 +30,7 @@ import torch
 
 from agents.envs import is_goal_space
 from agents.errors import ConfigError
+from agents.policy_file import TrainedPolicy
 from benchmark import bundles
 from benchmark.config import RunSpec
 from benchmark.training import checkpoint, playback
@@ -113,6 +114,8 @@ def _payload(data: bytes, where: str) -> dict[str, Any]:
         payload = checkpoint.load(io.BytesIO(data))
     except Exception as error:  # noqa: BLE001 - a damaged or foreign file, in one line
         raise ConfigError(f"cannot read {where} as a checkpoint: {type(error).__name__}: {error}") from None
-    if not isinstance(payload, dict) or not {"spec", "algorithm", "normalization"} <= payload.keys():
-        raise ConfigError(f"{where} is not a run's final checkpoint (it lacks its spec, algorithm or normalization)")
+    try:
+        TrainedPolicy.read(payload)
+    except ValueError as error:
+        raise ConfigError(f"{where} is not a run's final checkpoint: {error}") from None
     return payload
