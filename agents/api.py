@@ -19,7 +19,6 @@ from agents.errors import ConfigError, suggest  # noqa: F401 - re-exported: the 
 from agents.hyperparameters import Hyperparameters, hp  # noqa: F401 - re-exported: the package's face
 
 if TYPE_CHECKING:
-    from agents.algos.seeds import MetaSeedBatch, SeedBatch
     from agents.envs import EnvSpec
 
 # --------------------------------------------------------------------------------------------
@@ -78,9 +77,9 @@ class Learner(abc.ABC):
     #: whether it learns from a replay buffer (which checkpoints hold only when asked to)
     has_replay_buffer: ClassVar[bool] = False
 
-    #: the ``agents.algos.seeds.SeedBatch`` (``MetaSeedBatch`` for a meta-learner) that trains N
-    #: seeds of it as one batched model, if any
-    seed_batch: ClassVar[type[SeedBatch] | type[MetaSeedBatch] | None] = None
+    #: the class that trains N seeds of it as one batched model, if any: a ``BatchedSeeds``
+    #: (``agents.meta.BatchedMetaSeeds`` for a meta-learner)
+    seed_batch: ClassVar[type | None] = None
 
     #: whether it trains an ensemble of critics (with their targets) that its seed batch
     #: evaluates as one stacked network, so that a run alone may train as a batch of one
@@ -233,6 +232,8 @@ class Algorithm(Learner):
     vector env, is handed each step's transitions, and updates when it says it is ready.
     ``benchmark`` talks to nothing else."""
 
+    seed_batch: ClassVar[type[BatchedSeeds] | None] = None
+
     #: whether it learns from the transitions the loop collects; an offline learner (behavioral
     #: cloning from a dataset) is only asked to update, each update consuming ``samples_per_update``
     collects_experience: bool = True
@@ -351,6 +352,38 @@ class Algorithm(Learner):
         the end of training; nothing when its steps are its own."""
         if self.step_strategy is not None:
             self.step_strategy.finish(self)
+
+
+class BatchedSeeds(abc.ABC):
+    """N seeds of one online learner's configuration trained in one process as one batched
+    model, as the training loop drives it (``agents.algos.seeds.SeedBatch`` implements it for
+    this package's learners): each call takes and returns one item per seed, in the members'
+    order, each what that seed's run alone would take or return."""
+
+    def __init__(self, members: Sequence[Algorithm]):
+        self.members = list(members)
+        self.num_seeds = len(self.members)
+
+    @abc.abstractmethod
+    def act(self, obs: Sequence[torch.Tensor], states: Sequence[Any] | None = None) -> list[Acted]:
+        """Each seed's behavior actions for its observations obs[i] (E, *obs_shape), from its
+        recurrent state states[i] (None: a fresh one; ``states`` None: every seed's fresh)."""
+
+    @abc.abstractmethod
+    def observe(self, transitions: Sequence[Transitions]) -> None:
+        """Each seed's vector step, into its own storage."""
+
+    @abc.abstractmethod
+    def ready_to_update(self) -> bool:
+        """Whether every seed is ready for ``update`` (they stay in step)."""
+
+    @abc.abstractmethod
+    def update(self) -> list[dict[str, float]]:
+        """One update of every seed; each seed's logs, as its own ``update()`` returns them."""
+
+    @abc.abstractmethod
+    def sync_members(self) -> None:
+        """Make ``members[i].state_dict()`` seed i's complete state (before a save)."""
 
 
 @dataclass

@@ -14,8 +14,9 @@ to a new one. Its meta-interface is garage's:
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import gymnasium as gym
 import numpy as np
@@ -224,11 +225,34 @@ class TaskEnvs:
         )
 
 
+class BatchedMetaSeeds(abc.ABC):
+    """N seeds of one meta-learner's configuration trained in one process as one batched
+    model, as the meta loop drives it (``agents.algos.seeds.MetaSeedBatch`` implements it)."""
+
+    def __init__(self, members: Sequence[MetaAlgorithm[Any]]):
+        self.num_seeds = len(members)
+
+    #: whether a seed whose envs fail gets its exception in its place in ``train_epoch``'s
+    #: result while the others finish their epoch as alone (otherwise the exception
+    #: propagates and the caller redoes the epoch without that seed)
+    isolates_failures: bool = False
+
+    @abc.abstractmethod
+    def train_epoch(self, task_envs: Sequence[TaskEnvs]) -> list[dict[str, float]] | list[dict[str, float] | Exception]:
+        """One ``train_epoch`` of every seed, seed s collecting through ``task_envs[s]``; each seed's logs."""
+
+    @abc.abstractmethod
+    def sync_members(self) -> None:
+        """Make each member's ``state_dict()`` its seed's complete state (before a save)."""
+
+
 class MetaAlgorithm(Learner, Generic[PolicyT]):
     """A meta-learner, trained by the benchmark's meta loop: one ``train_epoch`` per
     iteration (it samples its tasks, collects through ``task_envs`` and updates), and
     meta-tested by ``meta_test`` through ``get_exploration_policy``/``adapt_policy``, which
     act with policies of its own kind (``PolicyT``)."""
+
+    seed_batch: ClassVar[type[BatchedMetaSeeds] | None] = None
 
     #: exploration episodes collected on each held-out task before adapting (and adaptation
     #: rounds: MAML takes one gradient step per round, PEARL adds each round to its context)

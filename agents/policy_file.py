@@ -5,7 +5,7 @@ playback and ``reprorl.load_policy``.
     {"spec":          the run's spec as a mapping: algo, env_id, hyperparameters, and
                       env_kwargs, wrappers, run_key, seed, budget where the run had them
      "algorithm":     the learner's ``state_dict()``
-     "normalization": the training envs' running statistics ({} when it did not normalize):
+     "normalization": the training envs' running statistics ({}, or absent, when it did not normalize):
                       obs_rms and return_rms, each {mean, var, count}}
 
 Tensors and primitives only, so that ``torch.load(weights_only=True)`` reads it.
@@ -41,15 +41,13 @@ class TrainedPolicy:
     def read(cls, payload: Any) -> TrainedPolicy:
         """The contents of a loaded policy file; ValueError naming what is missing otherwise."""
         if not isinstance(payload, Mapping) or not {SPEC, ALGORITHM} <= payload.keys():
-            raise ValueError(f"not a trained policy's file (it needs {SPEC}, {ALGORITHM} and {NORMALIZATION})")
+            raise ValueError(f"not a trained policy's file (it needs {SPEC} and {ALGORITHM})")
         spec = payload[SPEC]
         missing = [key for key in SPEC_KEYS if not isinstance(spec, Mapping) or key not in spec]
         if missing:
             raise ValueError(f"its {SPEC} lacks {', '.join(missing)}")
-        normalization = payload.get(NORMALIZATION)
-        if normalization is None and NORMALIZATION not in payload:
-            raise ValueError(f"not a trained policy's file (it lacks its {NORMALIZATION})")
-        return cls(dict(spec), dict(payload[ALGORITHM]), {name: dict(stats) for name, stats in (normalization or {}).items()})
+        normalization = payload.get(NORMALIZATION) or {}  # none: a policy that acts on raw observations
+        return cls(dict(spec), dict(payload[ALGORITHM]), {name: dict(stats) for name, stats in normalization.items()})
 
     @property
     def algo(self) -> str:

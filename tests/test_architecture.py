@@ -132,10 +132,8 @@ def test_the_interface_check_finds_an_algorithm_imported_by_name(tmp_path):
     assert _behind_the_interface(sample) == ["agents.algos.onpolicy"]
 
 
-KNOWN_CIRCLES = {frozenset({"agents.api", "agents.algos.seeds", "agents.meta"})}
-"""Import circles still to break (none new: keep it so). This one: the learner interface names
-the seed-batch classes its learners' ``seed_batch`` gives, which are written on that interface;
-it goes when the seed-batch interface moves to the learner interface."""
+KNOWN_CIRCLES: set[frozenset[str]] = set()
+"""Import circles still to break (none: keep it so)."""
 
 
 def import_circles(packages: tuple[str, ...] = ("agents", "benchmark", "reprorl")) -> set[frozenset[str]]:

@@ -37,12 +37,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from agents.api import Acted, Algorithm, Learner, Transitions
+from agents.api import Acted, Algorithm, BatchedSeeds, Learner, Transitions
 from agents.batches import TensorBatch
+from agents.meta import BatchedMetaSeeds
 from agents.optim import adam
 
 if TYPE_CHECKING:
-    from agents.meta import MetaAlgorithm, TaskEnvs
+    from agents.meta import MetaAlgorithm
 
 BatchT = TypeVar("BatchT", bound=TensorBatch)
 
@@ -264,17 +265,15 @@ def check_members(batch: object, members: Sequence[Learner]) -> None:
         raise ValueError("the members of a seed batch must share one configuration")
 
 
-class SeedBatch(abc.ABC):
+class SeedBatch(BatchedSeeds):
     """N members (algorithms of one class and configuration, built with their own seeds)
     trained as one batched model; see the module docstring."""
 
     def __init__(self, members: Sequence[Algorithm]):
-        members = list(members)
         check_members(self, members)
-        self.members = members
-        self.num_seeds = len(members)
-        self.device = members[0].device
-        self.generators = [member.generator for member in members]
+        super().__init__(members)
+        self.device = self.members[0].device
+        self.generators = [member.generator for member in self.members]
         self.optimizers: dict[str, StackedOptimizer] = {}
 
     @property
@@ -314,7 +313,7 @@ class SeedBatch(abc.ABC):
         return {name: StackedOptimizer(optimizers, stacked) for name, (optimizers, stacked) in pairs.items()}
 
 
-class MetaSeedBatch(abc.ABC):
+class MetaSeedBatch(BatchedMetaSeeds):
     """N seeds of one meta-learner's configuration trained as one batched model: every epoch
     each seed samples its own tasks and collects through its own task envs with its own
     draws, as its run alone would; the adaptation and meta-update steps of all seeds run as
@@ -324,17 +323,8 @@ class MetaSeedBatch(abc.ABC):
 
     def __init__(self, members: Sequence[MetaAlgorithm[Any]]):
         check_members(self, members)
-        self.num_seeds = len(members)
+        super().__init__(members)
         self.optimizers: dict[str, StackedOptimizer] = {}
-
-    #: whether a seed whose envs fail gets its exception in its place in ``train_epoch``'s
-    #: result while the others finish their epoch as alone (otherwise the exception
-    #: propagates and the caller redoes the epoch without that seed)
-    isolates_failures: bool = False
-
-    @abc.abstractmethod
-    def train_epoch(self, task_envs: Sequence[TaskEnvs]) -> list[dict[str, float]] | list[dict[str, float] | Exception]:
-        """One ``train_epoch`` of every seed, seed s collecting through ``task_envs[s]``; each seed's logs."""
 
     def sync_members(self) -> None:
         for optimizer in self.optimizers.values():

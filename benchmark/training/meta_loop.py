@@ -144,10 +144,10 @@ def _learner(seeds: list[_MetaSeedRun], batched: bool) -> Any:
     if not batched:
         algo = seeds[0].algo
         if algo.stacks_alone():  # its critic ensemble as one stacked network
-            return type(algo).seed_batch([algo])  # type: ignore[misc, list-item]
+            return type(algo).seed_batch([algo])  # type: ignore[misc]
         return _Alone(algo)
     members = [seed.algo for seed in seeds]
-    return type(members[0]).seed_batch(members)  # type: ignore[arg-type, misc]
+    return type(members[0]).seed_batch(members)  # type: ignore[misc]
 
 
 def _train(seeds: list[_MetaSeedRun], batched: bool, stop_together: bool) -> None:
