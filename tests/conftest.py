@@ -189,7 +189,7 @@ def run_cli_subprocess(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProc
 
 
 def _forget_stores(tracking) -> None:
-    tracking._checked_stores.clear()
+    tracking.store._checked_stores.clear()
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
     from mlflow.tracking._tracking_service import utils
 

@@ -9,8 +9,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WINGS = ("ground", "training", "execution", "analysis", "tuning", "perf", "cli")
 """Bottom up: a module may import its own wing and the wings below it."""
-LONG_FILES: set[str] = set()
-"""Files allowed over the size a newcomer reads in one sitting (none: keep it so)."""
+LONG_FILES: set[str] = {"agents/algos/maml.py", "agents/algos/offpolicy.py", "agents/algos/onpolicy.py", "agents/algos/pearl.py"}
+"""Files allowed over the size a newcomer reads in one sitting, still to split (the algorithm
+bases and the meta-learners, with their seed batches: issue 54); none new."""
 MAX_LINES = 500
 
 
@@ -78,6 +79,9 @@ def test_every_module_belongs_to_a_wing_or_the_ground():
         "benchmark.tables",
         "benchmark.task_defaults",
         "benchmark.tracking",
+        "benchmark.tracking.queries",
+        "benchmark.tracking.runs",
+        "benchmark.tracking.store",
         "benchmark.yaml_input",
     ]
 
@@ -209,7 +213,7 @@ def test_the_circle_check_finds_circles_and_only_circles():
 
 
 def test_files_stay_readable_in_one_sitting():
-    sizes = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in (ROOT / "benchmark").rglob("*.py")}
+    sizes = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for package in ("agents", "benchmark") for path in (ROOT / package).rglob("*.py")}
     over = {name for name, lines in sizes.items() if lines > MAX_LINES}
     assert over <= LONG_FILES, f"new files over {MAX_LINES} lines: {sorted(over - LONG_FILES)}"
     assert not LONG_FILES - over, f"split already, remove from LONG_FILES: {sorted(LONG_FILES - over)}"

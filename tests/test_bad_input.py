@@ -263,7 +263,7 @@ def test_a_full_disk_when_the_store_is_created_is_one_line(tmp_path, tiny, capsy
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     if made_by == "mlflow":
-        monkeypatch.setattr(tracking, "_create_mlflow_db", full)
+        monkeypatch.setattr(tracking.store, "_create_mlflow_db", full)
     else:
         tracking.ensure_store(f"sqlite:///{tmp_path / 'first.db'}")  # leaves its empty store in the cache
         monkeypatch.setattr(stores.shutil, "copyfile", full)

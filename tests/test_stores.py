@@ -88,7 +88,7 @@ def test_a_new_store_is_a_copy_of_the_cached_empty_one_fitted_to_its_place(tmp_p
     first.parent.mkdir(), second.parent.mkdir()
     make_store(first)  # MLflow sets the schema up; its empty store is kept
     assert [p.name for p in (tmp_path / "cache" / "reprorl").iterdir()] == [f"mlflow-{importlib.metadata.version('mlflow')}.db"]
-    monkeypatch.setattr(tracking, "_create_mlflow_db", lambda path: pytest.fail("a cached copy exists: MLflow must not be asked"))
+    monkeypatch.setattr(tracking.store, "_create_mlflow_db", lambda path: pytest.fail("a cached copy exists: MLflow must not be asked"))
     make_store(second)
     assert _schema(second) == _schema(first)
     with sqlite3.connect(second) as connection:
