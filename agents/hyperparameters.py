@@ -8,13 +8,16 @@ stack is loaded (``benchmark.config`` validates a whole suite with this and ``ag
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, ClassVar, Self, TypeVar
 
 from agents.errors import ConfigError, suggest
+
+H = TypeVar("H")
 
 #: other libraries' names of our fields (Stable-Baselines3, garage, Spinning Up), for "did you
 #: mean" when one is given where it is not an accepted alias
@@ -58,6 +61,35 @@ def hp(
     if isinstance(default, (list, tuple)):
         return field(default_factory=lambda: tuple(default), metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def defaults(**values: Any) -> Callable[[type[H]], type[H]]:
+    """A configuration that changes only its parent's defaults (a variant's published ones): each
+    named field keeps the parent's type, range and documentation. Put it under ``@dataclass``::
+
+        @dataclass
+        @defaults(batch_size=256, tau=0.005)
+        class TD3Config(DDPGConfig): ...
+    """
+
+    def variant(cls: type[H]) -> type[H]:
+        parents = {item.name: item for item in fields(cls.__mro__[1])} if is_dataclass(cls.__mro__[1]) else {}
+        annotations = dict(cls.__dict__.get("__annotations__", {}))
+        for name, value in values.items():
+            if name not in parents:
+                raise TypeError(f"{cls.__name__}: its parent has no field {name!r} whose default it could change")
+            bounds = parents[name].metadata
+            changed = (
+                field(default_factory=functools.partial(tuple, value), metadata=bounds)
+                if isinstance(value, (list, tuple))
+                else field(default=value, metadata=bounds)
+            )
+            setattr(cls, name, changed)
+            annotations[name] = parents[name].type
+        cls.__annotations__ = annotations
+        return cls
+
+    return variant
 
 
 def _coerce(name: str, value: Any, annotation: Any) -> Any:

@@ -273,3 +273,28 @@ def test_the_first_update_is_where_the_config_says(algo, env_id, overrides):
         run(RunSpec("t", algo, env_id, 0, overrides, Budget(steps, steps, 1), device="cpu"), hooks=hooks)
         updates[steps] = hooks.algo.num_updates
     assert updates[needed - step] == 0 and updates[needed] >= 1, updates
+
+
+def test_a_config_variant_changes_defaults_only_keeping_each_fields_range_and_docs():
+    """``@defaults`` (TD3's over DDPG's): the new defaults, the parent's bounds (a batch of 0 is
+    refused as for DDPG), the parent's field docs; a field the parent lacks is a TypeError."""
+    import dataclasses
+
+    from agents.config_docs import field_docs
+    from agents.configs.ddpg import DDPGConfig, TD3Config
+    from agents.errors import ConfigError
+    from agents.hyperparameters import defaults
+
+    assert (TD3Config().batch_size, DDPGConfig().batch_size, TD3Config().tau) == (256, 64, 0.005)
+    ours, theirs = ({f.name: f for f in dataclasses.fields(cls)} for cls in (TD3Config, DDPGConfig))
+    assert list(ours) == list(theirs) and all(ours[name].metadata == theirs[name].metadata for name in ours)
+    with pytest.raises(ConfigError, match="batch_size"):
+        TD3Config.from_dict({"batch_size": 0})
+    docs = {doc.name: doc for doc in field_docs(TD3Config)}
+    assert docs["tau"].meaning == {doc.name: doc for doc in field_docs(DDPGConfig)}["tau"].meaning == "Polyak coefficient of the target networks."
+    with pytest.raises(TypeError, match="no field 'tua'"):
+
+        @dataclasses.dataclass
+        @defaults(tua=0.1)
+        class Misspelled(DDPGConfig):
+            pass

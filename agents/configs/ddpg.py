@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from agents.configs.offpolicy import OffPolicyConfig
-from agents.hyperparameters import hp
+from agents.hyperparameters import defaults, hp
 
 
 @dataclass
@@ -43,19 +43,20 @@ class DDPGConfig(OffPolicyConfig):
 
 
 @dataclass
+@defaults(
+    batch_size=256,
+    start_steps=25_000,
+    learning_starts=25_000,
+    hidden_sizes=(256, 256),
+    actor_lr=3e-4,
+    critic_lr=3e-4,
+    critic_weight_decay=0.0,
+    tau=0.005,
+    exploration_noise="gaussian",
+    noise_sigma=0.1,
+    num_critics=2,
+    policy_delay=2,
+    target_policy_noise=0.2,
+)
 class TD3Config(DDPGConfig):
-    """TD3 hyperparameters; defaults from Fujimoto et al.'s reference implementation."""
-
-    batch_size: int = hp(256, ge=1)
-    start_steps: int = hp(25_000, ge=0)
-    learning_starts: int = hp(25_000, ge=0)
-    hidden_sizes: tuple[int, ...] = hp((256, 256), ge=1)
-    actor_lr: float = hp(3e-4, gt=0.0, le=1.0)
-    critic_lr: float = hp(3e-4, gt=0.0, le=1.0)
-    critic_weight_decay: float = hp(0.0, ge=0.0)
-    tau: float = hp(0.005, gt=0.0, le=1.0)
-    exploration_noise: str = hp("gaussian", choices=("ou", "gaussian"))
-    noise_sigma: float = hp(0.1, ge=0.0)
-    num_critics: int = hp(2, ge=1)
-    policy_delay: int = hp(2, ge=1)
-    target_policy_noise: float = hp(0.2, ge=0.0)
+    """TD3 hyperparameters: DDPG's, with the defaults of Fujimoto et al.'s reference implementation."""
