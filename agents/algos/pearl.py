@@ -55,6 +55,7 @@ from agents.algos.offpolicy import one_seed
 from agents.algos.seeds import MetaSeedBatch, StackedOptimizer, per_seed_logs, seed_axis, stack_batches, stacked_noise
 from agents.api import Acted, parameters_of, set_gradients
 from agents.batches import TensorBatch
+from agents.buffers import TaskBuffer
 from agents.configs.pearl import PEARLConfig
 from agents.envs import EnvSpec
 from agents.meta import Episodes, MetaAlgorithm, PolicyOutput, TaskEnvs
@@ -87,57 +88,6 @@ def product_of_gaussians(mu: torch.Tensor, var: torch.Tensor) -> tuple[torch.Ten
 def gaussian_kl_to_unit(mu: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
     """KL(N(mu, var) || N(0, I)) summed over the latent dimensions: (..., L) -> (...,)."""
     return 0.5 * (var + mu**2 - 1.0 - var.log()).sum(dim=-1)
-
-
-class TaskBuffer:
-    """One task's transitions; grows by doubling up to ``capacity``, then overwrites the oldest."""
-
-    def __init__(self, obs_dim: int, action_dim: int, capacity: int, device: torch.device):
-        self.obs_dim, self.action_dim, self.capacity, self.device = obs_dim, action_dim, capacity, device
-        self.data = self._allocate(min(capacity, 1024))
-        self.size = self.position = 0
-
-    def _allocate(self, rows: int) -> dict[str, torch.Tensor]:
-        return {
-            "obs": torch.zeros(rows, self.obs_dim, device=self.device),
-            "actions": torch.zeros(rows, self.action_dim, device=self.device),
-            "rewards": torch.zeros(rows, device=self.device),
-            "next_obs": torch.zeros(rows, self.obs_dim, device=self.device),
-            "terminated": torch.zeros(rows, device=self.device),
-        }
-
-    def clear(self) -> None:
-        self.size = self.position = 0
-
-    def add(self, transitions: Mapping[str, torch.Tensor]) -> None:
-        count = len(transitions["obs"])
-        rows = len(self.data["obs"])
-        if self.size + count > rows and rows < self.capacity:
-            new_rows = min(self.capacity, max(2 * rows, self.size + count))
-            grown = self._allocate(new_rows)
-            for key, value in self.data.items():
-                grown[key][: self.size] = value[: self.size]
-            self.data = grown
-            rows = new_rows
-        indices = (self.position + torch.arange(count, device=self.device)) % rows
-        for key, value in transitions.items():
-            self.data[key][indices] = value.to(self.data[key].dtype)
-        self.position = int((self.position + count) % rows)
-        self.size = min(self.size + count, rows)
-
-    def sample(self, count: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
-        indices = torch.randint(self.size, (count,), generator=generator).to(self.device)
-        return {key: value[indices] for key, value in self.data.items()}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"size": self.size, "position": self.position, **{k: v[: max(self.size, self.position)].cpu() for k, v in self.data.items()}}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        rows = max(len(state["obs"]), 1)
-        self.data = self._allocate(max(rows, min(self.capacity, 1024)))
-        for key in self.data:
-            self.data[key][: len(state[key])] = state[key].to(self.device)
-        self.size, self.position = int(state["size"]), int(state["position"])
 
 
 class ContextPolicy:

@@ -8,6 +8,7 @@ from agents.buffers.replay import ReplayBuffer
 from agents.buffers.rollout import RolloutStorage, compute_gae
 from agents.buffers.sequence import SequenceReplayBuffer
 from agents.buffers.sumtree import SumTree
+from agents.buffers.task import TaskBuffer
 
 #: name -> (class, how to select it in an off-policy config), for `python -m benchmark list`
 BUFFERS = {
@@ -18,6 +19,7 @@ BUFFERS = {
     "ere": (RecentExperience, "emphasizing recent experience (Wang & Ross 2019): emphasize_recent=true, ere_eta, ere_c_min"),
     "her": (HindsightRelabeler, "hindsight relabeling for goal envs (Andrychowicz 2017): her_strategy=future|final|episode, her_k"),
     "sequence": (SequenceReplayBuffer, "recurrent sequences with overlap and R2D2 burn-in: recurrent=gru|lstm"),
+    "task": (TaskBuffer, "one task's transitions, growing to capacity then overwriting the oldest (pearl: one per training task)"),
 }
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "ReplayBuffer",
     "RolloutStorage",
     "SequenceReplayBuffer",
+    "TaskBuffer",
     "SumTree",
     "UniformSampler",
     "Window",
