@@ -111,9 +111,9 @@ class REDQ(SAC):
             actor_loss = (alpha * log_probs - networks.critic(actor_obs, actions).mean(dim=1)).mean(dim=-1)
             gradients["actor"] = tools.gradients("actor", actor_loss)
             logs.update(actor_loss=actor_loss.detach(), alpha=alpha[:, 0], entropy=-log_probs.detach().mean(dim=-1))
-            # temperature: -log(alpha) (log pi(a~|s) + H_target)
-            if self.auto_alpha:
-                alpha_loss = -(networks.log_alpha[:, None] * (log_probs.detach() + self.target_entropy)).mean(dim=-1)
+            # temperature: -log(alpha) (log pi(a~|s) + H_target), when it is learned (SAC's temperature)
+            alpha_loss = self.temperature.loss(networks.log_alpha, log_probs.detach(), self.target_entropy)
+            if alpha_loss is not None:
                 gradients["alpha"] = tools.gradients("alpha", alpha_loss)
                 logs["alpha_loss"] = alpha_loss.detach()
         return gradients, logs, td_errors(q_values, targets) if config.prioritized else None
