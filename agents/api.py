@@ -8,6 +8,7 @@ travel with ``get_weights``/``set_weights``. The local path is ``update()``, whi
 from __future__ import annotations
 
 import abc
+import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -422,6 +423,29 @@ class StepStrategy(abc.ABC):
 
     def finish(self, learner: Algorithm) -> None:
         """Apply the steps still in flight."""
+
+
+class _BatchedBy:
+    """A learner's ``seed_batch`` declared in its class body by name (``batched_by``)."""
+
+    def __init__(self, where: str):
+        self.where = where
+        self.home = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.home = owner.__module__
+
+    def __get__(self, instance: object, owner: type) -> type:
+        module, _, name = self.where.rpartition(":")
+        batch: type = getattr(importlib.import_module(module or self.home), name)
+        return batch
+
+
+def batched_by(where: str) -> Any:
+    """``seed_batch = batched_by("SACSeedBatch")`` in a learner's class body: its seed batch,
+    a class written after it (in the same module, or ``"module:Class"`` in another, which
+    imports the learner's), looked up when first read."""
+    return _BatchedBy(where)
 
 
 def parameters_of(*modules: torch.nn.Module) -> list[torch.nn.Parameter]:

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 import agents
 from agents.algos import PPOAdaptiveKL
-from agents.algos.onpolicy import OneSeed, process_advantages
+from agents.algos.onpolicy import OneSeed
+from agents.algos.policy_gradient import process_advantages
 from agents.algos.seeds import per_seed_logs, seed_axis
 from agents.api import Transitions
 from agents.envs import env_spec, make_vector_env, true_next_obs

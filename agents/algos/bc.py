@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from agents.algos.seeds import SeedBatch, per_seed_logs
-from agents.api import Acted, Algorithm, Transitions, set_gradients
+from agents.api import Acted, Algorithm, Transitions, batched_by, set_gradients
 from agents.configs.bc import OPTIMIZER_NAMES, BCConfig
 from agents.envs import EnvSpec
 from agents.experts import ExpertPolicy, is_dataset, load_dataset, load_expert_checkpoint
@@ -94,6 +94,8 @@ def policy_distribution(discrete: bool, output: torch.Tensor, log_std: torch.Ten
 
 class BC(Algorithm):
     """Behavioral cloning of an expert policy (acting in the training envs) or a dataset."""
+
+    seed_batch = batched_by("BCSeedBatch")
 
     name = "bc"
     Config: ClassVar[type[BCConfig]] = BCConfig
@@ -283,6 +285,3 @@ class BCSeedBatch(SeedBatch):
     def update(self) -> list[dict[str, float]]:
         self.optimizers["policy"].lr = self.members[0].optimizer.param_groups[0]["lr"]
         return BC._epoch(self.members, self.network, self._step)
-
-
-BC.seed_batch = BCSeedBatch

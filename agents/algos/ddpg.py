@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, SeedTools, one_seed, per_seed_weighted_mse, td_errors
-from agents.api import Transitions, parameters_of
+from agents.api import Transitions, batched_by, parameters_of
 from agents.batches import EncodedBatch
 from agents.configs.ddpg import DDPGConfig, TD3Config
 from agents.nets import polyak_update
@@ -51,6 +51,8 @@ from agents.optim import adam
 
 class DDPG(OffPolicyAlgorithm):
     """DDPG for Box actions; TD3 is the same algorithm with its three changes switched on."""
+
+    seed_batch = batched_by("DDPGSeedBatch")
 
     name = "ddpg"
     critic_ensemble = True
@@ -226,6 +228,3 @@ class DDPGSeedBatch(OffPolicySeedBatch):
             networks = self.networks
             polyak_update(networks.critic_target, networks.critic, self.config.tau)
             polyak_update(networks.actor_target, networks.actor, self.config.tau)
-
-
-DDPG.seed_batch = DDPGSeedBatch

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, SeedTools, one_seed, td_errors
-from agents.api import parameters_of
+from agents.api import batched_by, parameters_of
 from agents.batches import EncodedBatch
 from agents.configs.dqn import DQNConfig
 from agents.nets import polyak_update
@@ -40,6 +40,8 @@ from agents.optim import adam
 
 class DQN(OffPolicyAlgorithm):
     """DQN for Discrete actions (double Q-learning on by default)."""
+
+    seed_batch = batched_by("DQNSeedBatch")
 
     name = "dqn"
     Config = DQNConfig
@@ -153,6 +155,3 @@ class DQNSeedBatch(OffPolicySeedBatch):
         if self.members[0].num_updates % self.config.target_update_every == 0:
             polyak_update(self.networks.q_target, self.networks.q_network, self.config.tau)
             self.update_encoder_target(self.config.tau)
-
-
-DQN.seed_batch = DQNSeedBatch

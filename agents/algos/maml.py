@@ -45,9 +45,9 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from agents.algos.onpolicy import entropy_bonus, entropy_transform, process_advantages
+from agents.algos.policy_gradient import entropy_bonus, entropy_transform, process_advantages
 from agents.algos.seeds import MetaSeedBatch, StackedOptimizer, per_seed_logs, seed_axis
-from agents.api import Acted, set_gradients
+from agents.api import Acted, batched_by, set_gradients
 from agents.batches import TensorBatch
 from agents.configs.maml import MAMLConfig, MAMLPPOConfig, MAMLTRPOConfig, MAMLVPGConfig
 from agents.envs import EnvSpec
@@ -275,6 +275,8 @@ Seeds = OneSeed | MAMLSeedBatch
 
 class MAML(MetaAlgorithm[AdaptedPolicy]):
     """The inner loop and the meta-gradient; subclasses give the outer objective and step."""
+
+    seed_batch = batched_by("MAMLSeedBatch")
 
     Config: ClassVar[type[MAMLConfig]] = MAMLConfig
     tunable_parameters: ClassVar[tuple[str, ...]] = ("inner_lr", "outer_lr", "entropy_coef", "gae_lambda")
@@ -608,6 +610,3 @@ class MAMLTRPO(MAML):
         if gradients is not None:
             set_gradients(self.parameters, gradients)
         subtract_gradients(self.parameters)
-
-
-MAML.seed_batch = MAMLSeedBatch

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, SeedTools, one_seed, per_seed_weighted_mse, td_errors
-from agents.api import Hyperparameters, parameters_of
+from agents.api import Hyperparameters, batched_by, parameters_of
 from agents.batches import EncodedBatch
 from agents.configs.mpo import MPOConfig
 from agents.nets.distributions import standard_normal
@@ -93,6 +93,8 @@ class MPONetworks:
 
 class MPO(OffPolicyAlgorithm):
     """MPO with decoupled KL constraints and a learned temperature, for Box actions."""
+
+    seed_batch = batched_by("MPOSeedBatch")
 
     name = "mpo"
     critic_ensemble = True
@@ -282,6 +284,3 @@ class MPOSeedBatch(OffPolicySeedBatch):
                 for target, online in ((networks.actor_target, networks.actor), (networks.critic_target, networks.critic)):
                     for target_parameter, parameter in zip(target.parameters(), online.parameters(), strict=True):
                         target_parameter.copy_(parameter)
-
-
-MPO.seed_batch = MPOSeedBatch

@@ -16,80 +16,34 @@ they were acted from, with the state zeroed where an episode began.
 
 Every loss is written once, over a leading seed dimension: batches are (S, M, ...), losses and
 logs (S,). A run's own update sees itself as S = 1 (``OneSeed``: its networks, its optimizers);
-N seeds trained as one batched model are S = N (``OnPolicySeedBatch``: stacked networks and
-optimizers). Each algorithm's ``_optimize(seeds)`` (epochs, minibatches, value fitting) runs
-unchanged on either, through the ``Seeds`` protocol.
+N seeds trained as one batched model are S = N (``onpolicy_batch.OnPolicySeedBatch``: stacked
+networks and optimizers). Each algorithm's ``_optimize(seeds)`` (epochs, minibatches, value
+fitting) runs unchanged on either, through the ``Seeds`` protocol. Beside this file:
+``policy_gradient`` (advantages processing and the entropy terms) and ``onpolicy_shared`` (its
+gradient steps taken by gradient workers).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Protocol, cast
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from agents.algos.seeds import SeedBatch, clip_per_seed, per_seed_logs, seed_axis, stack_batches, stacked_index, stacked_noise
-from agents.api import Acted, Algorithm, Gradients, Hyperparameters, SharedStep, ShareGradients, Transitions, parameters_of, set_gradients
+from agents.algos.onpolicy_shared import SharedRolloutSteps
+from agents.algos.policy_gradient import entropy_bonus, entropy_transform, process_advantages, rollout_batch
+from agents.algos.seeds import per_seed_logs, seed_axis
+from agents.api import Acted, Transitions, batched_by, parameters_of, set_gradients
 from agents.batches import RolloutBatch
 from agents.buffers import RolloutStorage
-from agents.configs.onpolicy import OnPolicyConfig, PolicyGradientOptions
+from agents.configs.onpolicy import OnPolicyConfig
 from agents.envs import EnvSpec
 from agents.nets import ActorCritic
 from agents.nets.policies import PolicyDistribution
-from agents.nets.stacked import StackedActorCritic
 from agents.optim import adam, clip_gradients
 
 PARTS = ("policy", "value")
-
-
-def rollout_batch(batch: RolloutBatch | Mapping[str, torch.Tensor]) -> RolloutBatch:
-    """A batch given as a mapping of its fields (from another process, say) as a ``RolloutBatch``."""
-    return batch if isinstance(batch, RolloutBatch) else RolloutBatch(**batch)
-
-
-def process_advantages(options: PolicyGradientOptions, advantages: torch.Tensor, counted: torch.Tensor | None = None) -> torch.Tensor:
-    """center_adv, then positive_adv, over the last dimension (one seed's samples): (..., M).
-
-    With ``counted`` (bool, same shape) only those samples enter the statistics, and the others
-    get advantage 0."""
-    if counted is None:
-        if options.center_adv and advantages.shape[-1] > 1:
-            advantages = (advantages - advantages.mean(dim=-1, keepdim=True)) / (advantages.std(dim=-1, keepdim=True) + 1e-8)
-        if options.positive_adv:
-            advantages = advantages - advantages.min(dim=-1, keepdim=True).values + 1e-8
-        return advantages
-    weights = counted.to(advantages.dtype)
-    count = weights.sum(dim=-1, keepdim=True)
-    if options.center_adv:
-        mean = (advantages * weights).sum(dim=-1, keepdim=True) / count.clamp_min(1)
-        std = (((advantages - mean).pow(2) * weights).sum(dim=-1, keepdim=True) / (count - 1).clamp_min(1)).sqrt()
-        advantages = torch.where(count > 1, (advantages - mean) / (std + 1e-8), advantages)
-    if options.positive_adv:
-        lowest = torch.where(counted, advantages, torch.full_like(advantages, torch.inf)).min(dim=-1, keepdim=True).values
-        advantages = advantages - lowest + 1e-8
-    return torch.where(counted, advantages, torch.zeros_like(advantages))
-
-
-def entropy_transform(options: PolicyGradientOptions, entropy: torch.Tensor) -> torch.Tensor:
-    """softplus(H) under use_softplus_entropy, else H."""
-    return F.softplus(entropy) if options.use_softplus_entropy else entropy
-
-
-def entropy_bonus(options: PolicyGradientOptions, entropy: torch.Tensor, counted: torch.Tensor | None = None) -> torch.Tensor:
-    """The objective's entropy term, per seed: H (..., M) -> entropy_coef * mean H (...,)
-    under 'regularized', else 0; with ``counted`` (bool, same shape) the mean is over those
-    samples only."""
-    if options.entropy_method != "regularized":
-        return entropy.new_zeros(entropy.shape[:-1])
-    entropy = entropy_transform(options, entropy)
-    if options.stop_entropy_gradient:
-        entropy = entropy.detach()
-    if counted is None:
-        return options.entropy_coef * entropy.mean(dim=-1)
-    weights = counted.to(entropy.dtype)
-    return options.entropy_coef * (entropy * weights).sum(dim=-1) / weights.sum(dim=-1).clamp_min(1.0)
 
 
 class Seeds(Protocol):
@@ -131,13 +85,15 @@ class Seeds(Protocol):
         workers' steps: ``Algorithm.finish_steps``); nothing for steps taken here."""
 
 
-class OnPolicyAlgorithm(Algorithm):
+class OnPolicyAlgorithm(SharedRolloutSteps):
     """Acting, rollout storage, returns and the shared losses; subclasses write ``_optimize``.
 
     The default objective is the vanilla policy gradient -E[log pi(a|s) A]; subclasses
     override ``_policy_loss``. Optimizers are named (``joint``, or ``policy`` and ``value``);
     ``gradient_list(batch, parts)`` differentiates the chosen parts of the loss.
     """
+
+    seed_batch = batched_by("agents.algos.onpolicy_batch:OnPolicySeedBatch")
 
     Config: ClassVar[type[OnPolicyConfig]] = OnPolicyConfig
     config: OnPolicyConfig
@@ -310,45 +266,6 @@ class OnPolicyAlgorithm(Algorithm):
     def load_loss_state(self, state: Mapping[str, Any]) -> None:
         self.num_updates = int(state["num_updates"])
         self.load_extra_state(state)
-
-    # -- gradient steps elsewhere (agents.api.StepStrategy) ---------------------------------
-
-    @classmethod
-    def rollout_length(cls, config: Hyperparameters) -> int | None:
-        return int(cast(OnPolicyConfig, config).num_steps)
-
-    @classmethod
-    def replica_config(cls, config: Hyperparameters) -> Hyperparameters:
-        """Advantages come centred by the learner, over the whole batch."""
-        return config.replace(center_adv=False, positive_adv=False)
-
-    @classmethod
-    def unsplittable_steps(cls, config: Hyperparameters, device: str = "cpu") -> str | None:
-        if not getattr(config, "baseline", True):
-            return f"{cls.name}'s policy loss counts whole episodes over the batch (no baseline); gradient workers cannot split it"
-        return None
-
-    def shared_step(self, batch: tuple[RolloutBatch, tuple[str, ...]], asynchronous: bool = False) -> SharedStep:
-        """``batch``: a minibatch (1, M, ...) and the loss parts to step; its advantages centred here."""
-        rollout, parts = batch
-        if "policy" in parts:
-            rollout = rollout.replace(advantages=process_advantages(self.config, rollout.advantages))
-        return SharedStep(rollout, int(rollout.advantages.shape[-1]), self.loss_state(), parts)
-
-    def share_of(self, step: SharedStep, rows: slice) -> tuple[RolloutBatch, tuple[str, ...]]:
-        return step.batch.apply(lambda tensor: tensor[:, rows].cpu()), step.tag
-
-    def share_gradients(self, share: tuple[RolloutBatch, tuple[str, ...]], rows: slice, total: int) -> ShareGradients:
-        batch, parts = share
-        loss, info = self.seeds_loss(self.actor_critic, batch, parts)
-        gradients = torch.autograd.grad(loss.sum(), self.parameters, allow_unused=True)
-        return ShareGradients(dict(zip(self.parameter_names(), gradients, strict=True)), {key: value.detach() for key, value in info.items()})
-
-    def apply_shared_step(
-        self, step: SharedStep, gradients: Gradients, logs: Mapping[str, torch.Tensor], shares: Sequence[ShareGradients]
-    ) -> dict[str, torch.Tensor]:
-        self.apply_gradients(gradients)
-        return dict(logs)
 
     def _begin_update(self) -> dict[str, float]:
         """What precedes the optimization: returns and advantages, the schedules."""
@@ -599,116 +516,3 @@ class OneSeed:
 
     def policy_parameters(self) -> Sequence[torch.Tensor]:
         return self.algorithm.actor_critic.policy_parameters()
-
-
-class OnPolicySeedBatch(SeedBatch):
-    """N seeds of one on-policy configuration (feed-forward or recurrent): one forward acts for
-    every seed, from each seed's recurrent state; each seed keeps its rollout, advantages and schedules; the optimization is the algorithm's
-    own ``_optimize``, run once on this batch as its ``Seeds`` (stacked network and optimizers)."""
-
-    members: list[OnPolicyAlgorithm]  # type: ignore[assignment]
-    config: OnPolicyConfig
-
-    def __init__(self, members: Sequence[OnPolicyAlgorithm]):
-        super().__init__(members)
-        first = self.members[0]
-        self.network = StackedActorCritic([member.actor_critic for member in self.members])
-        self.separate_feed_forward = first.actor_critic.separate_feed_forward
-        self.stacked_parameters = list(self.network.parameters())
-        self.optimizers = self._stack_optimizers(
-            {name: ([member.optimizers[name] for member in self.members], self.stacked_parameters) for name in first.optimizers}
-        )
-
-    def act(self, obs: Sequence[torch.Tensor], states: Sequence[Any] | None = None) -> list[Acted]:
-        members = self.members
-        with torch.inference_mode():
-            stacked_obs = torch.stack([member_obs.to(self.device) for member_obs in obs])
-            acted_from = next_states = values = None
-            if self.network.recurrent is not None:  # each seed from its state (a fresh one at the start)
-                acted_from = torch.stack(
-                    [
-                        cast(torch.Tensor, member.actor_critic.initial_state(len(member_obs), self.device)) if state is None else state
-                        for member, member_obs, state in zip(members, obs, states or [None] * len(members), strict=True)
-                    ]
-                )
-                outputs, values, next_states = self.network.step(stacked_obs, acted_from)
-            elif self.separate_feed_forward:  # V of the rollout comes in one pass at its end, as for one seed
-                outputs = self.network.policy_outputs(stacked_obs)
-            else:
-                outputs, values = self.network.heads(stacked_obs)
-            params = self.network.dist_params(outputs)
-            dist = self.network.distribution(params)
-            noise = stacked_noise(dist.draw, dist.noise_shape[1:], self.generators, self.device)
-            actions, log_probs = dist.sample_with_log_prob(noise)
-            entropies = dist.entropy() if self.config.entropy_method == "max" else None
-        acted = []
-        for seed, member in enumerate(members):
-            extras = {"log_prob": log_probs[seed], "dist_params": params[seed]}
-            if values is not None:
-                extras["value"] = values[seed] if member.learns_value else torch.zeros_like(values[seed])
-            if entropies is not None:
-                extras["entropy"] = entropies[seed]
-            if acted_from is not None:
-                extras["state"] = acted_from[seed]
-            acted.append(Acted(actions[seed], member.env_actions(actions[seed]), None if next_states is None else next_states[seed], extras))
-        return acted
-
-    def update(self) -> list[dict[str, float]]:
-        members = self.members
-        logs = [member._begin_update() for member in members]
-        for name, optimizer in self.optimizers.items():
-            optimizer.lr = members[0].optimizers[name].param_groups[0]["lr"]
-        for seed_logs, optimized in zip(logs, per_seed_logs(members[0]._optimize(self), self.num_seeds)):
-            seed_logs.update(optimized)
-        return [member._end_update(seed_logs) for member, seed_logs in zip(members, logs)]
-
-    # -- the Seeds protocol ---------------------------------------------------------------
-
-    def full_batch(self) -> RolloutBatch:
-        return stack_batches([member.storage.full_batch(member._sequence_length_or_none()) for member in self.members])
-
-    def minibatches(self, num_minibatches: int, active: torch.Tensor | None = None) -> Iterator[RolloutBatch]:
-        epochs = [
-            member.minibatches(num_minibatches) if active is None or active[seed] else self._filler(member, num_minibatches)
-            for seed, member in enumerate(self.members)
-        ]
-        for minibatches in zip(*epochs, strict=True):
-            yield stack_batches(minibatches)
-
-    @staticmethod
-    def _filler(member: OnPolicyAlgorithm, num_minibatches: int) -> Iterator[RolloutBatch]:
-        """Minibatches of a seed that sits the epoch out: shaped as its own, drawn without its generator."""
-        if member.config.recurrent != "none":
-            return member.storage.sequence_minibatches(num_minibatches, member.sequence_length, torch.Generator())
-        return member.storage.minibatches(num_minibatches, torch.Generator())
-
-    gradient_step = gradient_step
-
-    def finish(self) -> None:
-        pass
-
-    def step(self, loss: torch.Tensor, active: torch.Tensor | None = None) -> None:
-        gradients = torch.autograd.grad(loss.sum(), self.stacked_parameters, allow_unused=True)
-        for parameter, gradient in zip(self.stacked_parameters, gradients, strict=True):
-            parameter.grad = gradient
-        for optimizer in self.optimizers.values():
-            with_gradients = [parameter.grad for parameter in optimizer.parameters if parameter.grad is not None]
-            if not with_gradients:
-                continue
-            if self.config.max_grad_norm is not None:
-                clip_per_seed(with_gradients, self.num_seeds, self.config.max_grad_norm)
-            optimizer.step(active)
-        for parameter in self.stacked_parameters:
-            parameter.grad = None
-
-    def policy_parameters(self) -> list[torch.Tensor]:
-        index = stacked_index(self.stacked_parameters)
-        homes: list[torch.Tensor] = []
-        for parameter in self.members[0].actor_critic.policy_parameters():
-            home = index[parameter.data_ptr()][0]
-            if not any(home is known for known in homes):
-                homes.append(home)
-        return homes
-
-
-OnPolicyAlgorithm.seed_batch = OnPolicySeedBatch

@@ -53,7 +53,7 @@ from torch import nn
 
 from agents.algos.offpolicy import one_seed
 from agents.algos.seeds import MetaSeedBatch, StackedOptimizer, per_seed_logs, seed_axis, stack_batches, stacked_noise
-from agents.api import Acted, parameters_of, set_gradients
+from agents.api import Acted, batched_by, parameters_of, set_gradients
 from agents.batches import TensorBatch
 from agents.buffers import TaskBuffer
 from agents.configs.pearl import PEARLConfig
@@ -136,6 +136,8 @@ class PEARLNetworks:
 
 class PEARL(MetaAlgorithm[ContextPolicy]):
     """SAC with a learned task variable z inferred from context, trained on per-task buffers."""
+
+    seed_batch = batched_by("PEARLSeedBatch")
 
     name = "pearl"
     critic_ensemble = True
@@ -639,4 +641,3 @@ class PEARLSeedBatch(MetaSeedBatch):
 
 
 Seeds = OneSeed | PEARLSeedBatch
-PEARL.seed_batch = PEARLSeedBatch

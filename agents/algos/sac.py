@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, SeedTools, one_seed, per_seed_weighted_mse, td_errors
-from agents.api import parameters_of
+from agents.api import batched_by, parameters_of
 from agents.batches import EncodedBatch
 from agents.configs.sac import SACConfig
 from agents.nets import polyak_update
@@ -83,6 +83,8 @@ class LearnedTemperature(FixedTemperature):
 class SAC(OffPolicyAlgorithm):
     """SAC with a tanh-squashed Gaussian policy, for Box actions (``DiscreteSAC`` for Discrete
     ones: ``SAC(...)`` of a Discrete env builds one)."""
+
+    seed_batch = batched_by("SACSeedBatch")
 
     def __new__(cls, *args: Any, **kwargs: Any) -> SAC:
         env_spec = args[0] if args else kwargs.get("env_spec")  # none when unpickled or copied: the class is known
@@ -298,6 +300,3 @@ class SACSeedBatch(OffPolicySeedBatch):
     def update_targets(self) -> None:
         polyak_update(self.networks.critic_target, self.networks.critic, self.config.tau)
         self.update_encoder_target(self.config.tau)
-
-
-SAC.seed_batch = SACSeedBatch
