@@ -357,6 +357,7 @@ def test_asynchronous_ppo_over_ray_collectors_solves_cartpole_with_bounded_stale
         assert max(logged["distributed/gradient_staleness_max"]) <= 1.0 and max(logged["distributed/gradient_staleness_mean"]) > 0.0
 
 
+@pytest.mark.extended  # make test-all: the rule's arithmetic is tested inline (test_normalized_collection); ~20 s of Ray here
 def test_asynchronous_normalized_collectors_act_on_the_learners_statistics_which_absorb_every_step_used(monkeypatch, own_ray):
     """PPO normalizing observations and rewards over 2 asynchronous Ray collectors (the stated
     rule: statistics sent with the weights, raw steps absorbed on arrival): the learner's
