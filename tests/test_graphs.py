@@ -296,7 +296,7 @@ def test_a_run_with_cuda_graphs_trains_through_the_loop_as_its_stacked_run(monke
     """The loop's side: a run alone with ``cuda_graphs`` trains as a seed batch of one whose
     steps are captured (emulated here), and evaluates exactly as the same run with its critics
     stacked and its steps eager."""
-    from agents.algos.offpolicy import OffPolicySeedBatch
+    from agents.algos.offpolicy_batch import OffPolicySeedBatch
     from benchmark.config import Budget, RunSpec
     from benchmark.training import loop as training_loop
 

@@ -38,7 +38,9 @@ from typing import Any
 
 import torch
 
-from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, SeedTools, one_seed, per_seed_weighted_mse, td_errors
+from agents.algos.offpolicy import OffPolicyAlgorithm
+from agents.algos.offpolicy_batch import OffPolicySeedBatch
+from agents.algos.offpolicy_losses import SeedTools, one_seed, per_seed_weighted_mse, td_errors
 from agents.api import Transitions, batched_by, parameters_of
 from agents.batches import EncodedBatch
 from agents.configs.ddpg import DDPGConfig, TD3Config

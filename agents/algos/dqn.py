@@ -28,7 +28,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, SeedTools, one_seed, td_errors
+from agents.algos.offpolicy import OffPolicyAlgorithm
+from agents.algos.offpolicy_batch import OffPolicySeedBatch
+from agents.algos.offpolicy_losses import SeedTools, one_seed, td_errors
 from agents.api import batched_by, parameters_of
 from agents.batches import EncodedBatch
 from agents.configs.dqn import DQNConfig

@@ -37,7 +37,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, SeedTools, one_seed, per_seed_weighted_mse, td_errors
+from agents.algos.offpolicy import OffPolicyAlgorithm
+from agents.algos.offpolicy_batch import OffPolicySeedBatch
+from agents.algos.offpolicy_losses import SeedTools, one_seed, per_seed_weighted_mse, td_errors
 from agents.api import Hyperparameters, batched_by, parameters_of
 from agents.batches import EncodedBatch
 from agents.configs.mpo import MPOConfig

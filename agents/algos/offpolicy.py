@@ -18,35 +18,38 @@ first ``burn_in`` steps without gradients (R2D2), and train on the rest. Losses 
 feature tensors from ``encode(batch)``: ``features`` (online encoder on obs, with gradients),
 ``next_features`` (online encoder on next_obs) and ``target_next_features`` (target encoder on
 next_obs); without recurrence all three are just the observations.
+
+Beside this file: ``offpolicy_losses`` (the seed tools and helpers of losses written over a seed
+dimension), ``offpolicy_batch`` (N seeds as one batched model), ``offpolicy_shared`` (gradient
+steps taken by gradient workers).
 """
 
 from __future__ import annotations
 
 import abc
 import copy
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, ClassVar, cast
+from collections.abc import Hashable, Mapping
+from dataclasses import replace
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from agents.algos.graphs import CapturedActing, CapturedSteps
-from agents.algos.seeds import SeedBatch, clip_per_seed, per_seed_logs, seed_axis, stack_batches, stacked_noise
-from agents.api import Acted, Algorithm, Gradients, Hyperparameters, SharedStep, ShareGradients, Transitions, set_gradients
+from agents.algos.offpolicy_losses import SeedTools
+from agents.algos.offpolicy_shared import SharedReplaySteps
+from agents.algos.seeds import per_seed_logs, seed_axis
+from agents.api import Acted, Transitions, set_gradients
 from agents.batches import EncodedBatch, ReplayBatch
 from agents.buffers import HindsightRelabeler, PrioritizedSampler, RecentExperience, ReplayBuffer, SequenceReplayBuffer
 from agents.configs.offpolicy import OffPolicyConfig
 from agents.envs import EnvSpec, goal_functions
-from agents.errors import ConfigError
 from agents.nets import polyak_update
 from agents.nets.offpolicy import NetworkShape
 from agents.nets.recurrent import OneSeedEncoder, RecurrentEncoder
-from agents.nets.stacked import StackedEncoder
 from agents.optim import clip_gradients
 
 
-class OffPolicyAlgorithm(Algorithm):
+class OffPolicyAlgorithm(SharedReplaySteps):
     """Acting with warm-up, storage in the configured replay buffer, the update loop, state."""
 
     #: hyperparameter -> the optimizer group whose learning rate it is (schedules and
@@ -213,7 +216,7 @@ class OffPolicyAlgorithm(Algorithm):
         self.env_steps += transitions.obs.shape[0]
         # only steps after the warm-up count toward updates: no burst of updates when it ends
         self._steps_since_update += max(0, self.env_steps - max(previous, self.config.learning_starts))
-        if self.recurrent and self.buffer.num_sequences() == 0:  # type: ignore[attr-defined]
+        if self.recurrent and self.buffer.num_sequences() == 0:
             self._steps_since_update = 0  # nor when the first whole sequence is stored
         if len(self.buffer) <= self._refill_to:  # as after warm-up: the first update comes with the next step
             self._steps_since_update = 0
@@ -226,7 +229,7 @@ class OffPolicyAlgorithm(Algorithm):
             self.buffer.update_priorities(self.buffer.newest_indices(), td_errors)
 
     def ready_to_update(self) -> bool:
-        if self.recurrent and self.buffer.num_sequences() == 0:  # type: ignore[attr-defined]
+        if self.recurrent and self.buffer.num_sequences() == 0:
             return False
         return len(self.buffer) > 0 and self._steps_since_update >= self.config.update_every
 
@@ -420,113 +423,6 @@ class OffPolicyAlgorithm(Algorithm):
     def load_extra_state(self, state: Mapping[str, Any]) -> None:
         pass
 
-    # -- gradient steps elsewhere (agents.api.StepStrategy) ---------------------------------
-    #
-    # A worker evaluates the losses on rows [a, b) of the batch: each draw of noise per row is
-    # made for all B rows, as the learner alone would make it, and the worker keeps its rows (a
-    # draw whose first dimension is the share's rows is per row; any other is made as it is);
-    # clipping inside the losses (DQN's) is left to the learner, which clips the sum.
-
-    @classmethod
-    def replica_config(cls, config: Hyperparameters) -> Hyperparameters:
-        """No replay memory of its own."""
-        return config.replace(buffer_size=max(int(cast(OffPolicyConfig, config).num_envs), 1))
-
-    @classmethod
-    def unsplittable_steps(cls, config: Hyperparameters, device: str = "cpu") -> str | None:
-        if device.startswith("cuda"):
-            return f"{cls.name}'s gradient workers draw the learner's noise on the CPU; with gradient workers its learner needs device cpu"
-        return None
-
-    def shared_step(self, batch: ReplayBatch, asynchronous: bool = False) -> SharedStep:
-        loss_state = self.loss_state()
-        if asynchronous:  # the worker's noise is its own: a seed drawn from the learner's generator
-            seed = int(torch.randint(2**62, (1,), generator=self.generator, device=self.generator.device))
-            loss_state["generator"] = torch.Generator().manual_seed(seed).get_state()
-        # the rows' replay indices, and the buffer's count now: priorities go to the rows not stored again since
-        return SharedStep(batch, int(batch.obs.shape[0]), loss_state, (batch.indices, self.buffer.rows_written, asynchronous))
-
-    def share_of(self, step: SharedStep, rows: slice) -> ReplayBatch:
-        batch: ReplayBatch = step.batch
-        return batch.apply(lambda tensor: tensor[rows].cpu())
-
-    def share_gradients(self, share: ReplayBatch, rows: slice, total: int) -> ShareGradients:
-        """Outputs: the TD errors of its rows (m,) when prioritized, the generator state its
-        draws ended in, the optimizer groups the losses asked to clip with their max norms."""
-        generator, device, groups = self.generator, self.device, self.groups
-        size = rows.stop - rows.start
-        clipped: dict[int, float] = {}
-
-        def noise(draw: Any, shape: Sequence[int]) -> torch.Tensor:
-            if size != total and len(shape) > 0 and shape[0] == size:  # per row: the whole batch's draw, this share's rows
-                return draw((1, total, *shape[1:]), generator, device)[:, rows]
-            return draw((1, *shape), generator, device)
-
-        def clip(gradients: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-            clipped[id(gradients)] = max_norm
-            return torch.zeros(1)
-
-        tools = SeedTools(noise=noise, clip=clip, parameters=lambda group: groups[group][0])
-        by_group, logs, errors = self.seeds_gradients(self.networks(), self.encode(None, None, seed_axis(share)), tools)
-        flat: list[torch.Tensor | None] = []
-        for name, (parameters, _) in groups.items():
-            values = by_group.get(name)
-            flat += [None] * len(parameters) if values is None else [value.detach() for value in values]
-        return ShareGradients(
-            dict(zip(self.parameter_names(), flat, strict=True)),
-            {key: value.detach() for key, value in logs.items()},
-            {
-                "td_errors": None if errors is None else errors[0].detach(),
-                "generator": generator.get_state(),
-                "clip": {name: clipped[id(values)] for name, values in by_group.items() if id(values) in clipped},
-            },
-        )
-
-    def apply_shared_step(self, step: SharedStep, gradients: Gradients, logs: Mapping[str, torch.Tensor], shares: Sequence[ShareGradients]) -> dict[str, float]:
-        """Clip where the losses clip, take on the generator state the workers' draws ended in
-        (synchronous: all the same), step, and set the priorities of the batch's rows not stored
-        again since it was sampled."""
-        indices, written, asynchronous = step.tag
-        if not asynchronous:
-            states = [share.outputs["generator"] for share in shares]
-            if any(not torch.equal(state, states[0]) for state in states):
-                raise RuntimeError("the gradient workers' noise diverged: they did not draw from one state")
-            self.generator.set_state(states[0])
-        flat = [gradients.get(name) for name in self.parameter_names()]
-        logs = dict(logs)
-        clip = shares[0].outputs["clip"]
-        start = 0
-        for name, (parameters, _) in self.groups.items():
-            values = [value for value in flat[start : start + len(parameters)] if value is not None]
-            if name in clip and values:
-                logs["grad_norm"] = clip_gradients(values, clip[name]).reshape(1)
-            start += len(parameters)
-        given = [share.outputs["td_errors"] for share in shares if share.outputs["td_errors"] is not None]
-        errors = torch.cat(given) if given and len(given) == len(shares) else None
-        if indices is not None and errors is not None:  # rows stored again since keep their new transitions' priorities
-            kept = ~self.buffer.rewritten_since(indices, written)
-            indices, errors = indices[kept], errors[kept]
-        self.apply_step(flat, indices, errors)
-        return {key: float(value.reshape(-1)[0]) for key, value in logs.items()}
-
-    def initial_priorities(self, transitions: Transitions) -> torch.Tensor:
-        """A gradient step's losses on the transitions, their gradients discarded."""
-        config, count = self.config, int(transitions.obs.shape[0])
-        self.gradient_list(
-            ReplayBatch(
-                obs=transitions.obs,
-                actions=transitions.acted.actions,
-                rewards=transitions.rewards * getattr(config, "reward_scale", 1.0),
-                next_obs=transitions.next_obs,
-                terminated=transitions.terminated.float(),
-                discounts=torch.full((count,), float(getattr(config, "gamma", 0.99))),
-                weights=torch.ones(count),
-            )
-        )
-        if self.td_errors is None:
-            raise ConfigError(f"{self.name} computes no TD errors: its replay is not prioritized")
-        return self.td_errors.detach().abs().cpu()
-
     def state_dict(self) -> dict[str, Any]:
         """Networks, optimizers, counters and RNG; the replay buffer has its own ``state_dict``."""
         return {
@@ -565,178 +461,3 @@ class OffPolicyAlgorithm(Algorithm):
         self.generator.set_state(state["generator"])
         # the buffer is not part of this state (see replay_state_dict): refill before updating
         self._refill_to = self.config.refill_size(self.buffer.capacity)
-
-
-def per_seed_weighted_mse(predictions: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """mean_i w_i (prediction_i - target_i)^2 per seed, summed over critics: predictions
-    (S, num_critics, B), targets and weights (S, B) -> (S,)."""
-    return ((predictions - targets.unsqueeze(1)).pow(2) * weights.unsqueeze(1)).mean(dim=-1).sum(dim=-1)
-
-
-def td_errors(q_values: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """|Q - y| per sample (S, B) for PER's new priorities, averaged over critics when
-    ``q_values`` is (S, num_critics, B)."""
-    errors = (q_values.detach() - (targets.unsqueeze(1) if q_values.dim() > 2 else targets)).abs()
-    return errors.mean(dim=1) if errors.dim() > 2 else errors
-
-
-def one_seed(network: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """A run's network seen with a seed dimension of 1: inputs (1, B, ...) -> outputs (1, ...)."""
-
-    def call(*inputs: torch.Tensor) -> torch.Tensor:
-        return network(*(tensor[0] for tensor in inputs)).unsqueeze(0)
-
-    return call
-
-
-@dataclass
-class SeedTools:
-    """What a loss written over a seed dimension needs from whoever evaluates it: a run
-    (``OffPolicyAlgorithm.seed_tools``, S = 1) or a batch of seeds (``OffPolicySeedBatch``)."""
-
-    noise: Callable[[Any, Sequence[int]], torch.Tensor]
-    """``noise(draw, shape)``: each seed's draws of ``shape`` from its own generator, (S, *shape)."""
-    clip: Callable[[list[torch.Tensor], float], torch.Tensor]
-    """Scale gradients in place so each seed's global norm is at most ``max_norm``; norms before (S,)."""
-    parameters: Callable[[str], Sequence[torch.Tensor]]
-    """An optimizer group's parameters (stacked (N, ...) for a batch)."""
-
-    def gradients(self, group: str, loss: torch.Tensor) -> list[torch.Tensor]:
-        """Gradients of the per-seed losses (S,) for ``group``'s parameters (each seed's its own:
-        they share no parameter)."""
-        return list(torch.autograd.grad(loss.sum(), self.parameters(group)))
-
-
-class OffPolicySeedBatch(SeedBatch):
-    """N seeds of one off-policy configuration: warm-up, acting and the update loop of
-    ``OffPolicyAlgorithm``, with each seed's replay buffer and generator; subclasses stack the
-    networks and write the batched losses.
-
-    Every gradient step samples each seed's batch from its own buffer with its own generator,
-    then draws the loss's noise seed by seed: the order of draws within a seed is its run's."""
-
-    members: list[OffPolicyAlgorithm]  # type: ignore[assignment]
-    config: OffPolicyConfig
-
-    def __init__(self, members: Sequence[OffPolicyAlgorithm]):
-        super().__init__(members)
-        self.td_errors: torch.Tensor | None = None  # (N, B) of the last batch, for PER
-        self.captured: CapturedSteps | None = None  # the gradient steps as CUDA graphs (``capture_steps``)
-        self.captured_acting: CapturedActing | None = None  # and the exploring actions, where they can be
-        self.networks: Any = None  # the stacked networks, as the members' ``networks()`` gives one seed's
-        self.encoder_parameters = self.stack_encoders()  # recurrent: in the group of the loss that trains them
-        self.tools = SeedTools(
-            noise=lambda draw, shape: stacked_noise(draw, shape, self.generators, self.device),
-            clip=lambda gradients, max_norm: clip_per_seed(gradients, self.num_seeds, max_norm),
-            parameters=lambda group: self.optimizers[group].parameters,
-        )
-
-    def stack_encoders(self) -> list[torch.nn.Parameter]:
-        """Recurrent members: their online and target encoders stacked (``self.encoder``,
-        ``self.encoder_target``); the online one's stacked parameters (for its optimizer group)."""
-        self.encoder: StackedEncoder | None = None
-        self.encoder_target: StackedEncoder | None = None
-        if self.members[0].encoder is None:
-            return []
-        self.encoder = StackedEncoder([cast(RecurrentEncoder, member.encoder) for member in self.members])
-        self.encoder_target = StackedEncoder([cast(RecurrentEncoder, member.encoder_target) for member in self.members])
-        return list(self.encoder.parameters())
-
-    def update_encoder_target(self, tau: float) -> None:
-        if self.encoder is not None and self.encoder_target is not None:
-            polyak_update(self.encoder_target, self.encoder, tau)
-
-    def act(self, obs: Sequence[torch.Tensor], states: Sequence[Any] | None = None) -> list[Acted]:
-        """Each seed's exploring actions (uniform during warm-up) from its observations and, when
-        recurrent, its encoder state (a fresh one at the start)."""
-        members = self.members
-        with torch.inference_mode():
-            stacked_obs = torch.stack([member_obs.to(self.device) for member_obs in obs])
-            features, hidden, next_hidden = stacked_obs, None, None
-            if self.encoder is not None:
-                hidden = torch.stack(
-                    [
-                        cast(RecurrentEncoder, member.encoder).initial_state(len(member_obs), self.device) if state is None else state
-                        for member, member_obs, state in zip(members, obs, states or [None] * len(members), strict=True)
-                    ]
-                )
-                features, next_hidden = self.encoder.step(stacked_obs, hidden)
-            if members[0].env_steps < self.config.start_steps:  # warm-up: each seed's uniform actions
-                actions = [member.random_actions(len(member_obs)) for member, member_obs in zip(members, obs, strict=True)]
-            else:
-                actions = list(self.captured_acting.actions(features) if self.captured_acting is not None else self.policy_actions(features))
-        return [
-            Acted(
-                seed_actions,
-                member.env_actions(seed_actions),
-                None if next_hidden is None else next_hidden[seed],
-                {} if hidden is None else {"hidden": hidden[seed]},
-            )
-            for seed, (member, seed_actions) in enumerate(zip(members, actions, strict=True))
-        ]
-
-    @abc.abstractmethod
-    def policy_actions(self, obs: torch.Tensor) -> torch.Tensor:
-        """Every seed's exploring actions (N, E, ...) for observations (N, E, *obs_shape)."""
-
-    def capture_steps(self, emulate: bool = False) -> None:
-        """From now on, take the gradient steps as CUDA graphs (``agents.algos.graphs``;
-        ``emulate``: the same bookkeeping on any device, for tests)."""
-        if not type(self.members[0]).capturable_update:
-            raise ConfigError(f"cuda_graphs: {self.members[0].name}'s gradient steps cannot be captured (sac, td3 and ddpg's can)")
-        if self.encoder is not None:
-            raise ConfigError("cuda_graphs: a recurrent encoder's gradient steps cannot be captured")
-        self.captured = CapturedSteps(self, emulate)
-        if type(self.members[0]).capturable_acting:
-            self.captured_acting = CapturedActing(self, emulate)
-
-    def compute_gradients(self, batch: ReplayBatch) -> tuple[dict[str, Sequence[torch.Tensor | None]], dict[str, torch.Tensor]]:
-        """The members' ``seeds_gradients`` on the stacked networks: the gradients of each
-        optimizer's stacked parameters (None where a group does not step) and each log (N,),
-        on a batch with a leading seed dimension."""
-        encoded = self.members[0].encode(self.encoder, self.encoder_target, batch)
-        gradients, logs, self.td_errors = self.members[0].seeds_gradients(self.networks, encoded, self.tools)
-        return {name: gradients.get(name) or [None] * len(optimizer.parameters) for name, optimizer in self.optimizers.items()}, logs
-
-    def update_targets(self) -> None:
-        """Move the stacked target networks (the members' ``num_updates`` already counts this step)."""
-
-    def update(self) -> list[dict[str, float]]:
-        members, config = self.members, self.config
-        counts = {divmod(member._steps_since_update, config.update_every) for member in members}
-        if len(counts) != 1:
-            raise RuntimeError("the seeds of a batch fell out of step")
-        updates, remainder = counts.pop()
-        for member in members:
-            member._steps_since_update = remainder
-        for name, optimizer in self.optimizers.items():  # a schedule may have moved the members' rates
-            member_optimizer = members[0].groups[name][1]
-            if member_optimizer is not None:
-                optimizer.lr = member_optimizer.param_groups[0]["lr"]
-        logs: dict[str, list[torch.Tensor]] = {}
-        for _ in range(updates * config.gradient_steps):
-            batch = stack_batches([member.buffer.sample(config.batch_size, member.generator) for member in members])
-            if self.captured is not None:
-                info, self.td_errors = self.captured.step(batch)
-            else:
-                gradients, info = self.compute_gradients(batch)
-                self.apply_gradients(gradients)
-            if config.prioritized and self.td_errors is not None:
-                for seed, member in enumerate(members):
-                    member.buffer.update_priorities(batch["indices"][seed], self.td_errors[seed])
-            for key, value in info.items():
-                logs.setdefault(key, []).append(value)
-        return per_seed_logs({key: torch.stack(values).mean(dim=0) for key, values in logs.items()}, self.num_seeds)
-
-    def apply_gradients(self, gradients: Mapping[str, Sequence[torch.Tensor | None]]) -> None:
-        """Step each stacked optimizer that has gradients, count the update, move the targets."""
-        for name, group_gradients in gradients.items():
-            optimizer = self.optimizers[name]
-            if any(gradient is None for gradient in group_gradients):
-                continue
-            for parameter, gradient in zip(optimizer.parameters, group_gradients, strict=True):
-                parameter.grad = gradient
-            optimizer.step()
-        for member in self.members:
-            member.num_updates += 1
-        self.update_targets()

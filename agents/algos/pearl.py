@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from agents.algos.offpolicy import one_seed
+from agents.algos.offpolicy_losses import one_seed
 from agents.algos.seeds import MetaSeedBatch, StackedOptimizer, per_seed_logs, seed_axis, stack_batches, stacked_noise
 from agents.api import Acted, batched_by, parameters_of, set_gradients
 from agents.batches import TensorBatch

@@ -34,7 +34,9 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from agents.algos.offpolicy import OffPolicyAlgorithm, OffPolicySeedBatch, SeedTools, one_seed, per_seed_weighted_mse, td_errors
+from agents.algos.offpolicy import OffPolicyAlgorithm
+from agents.algos.offpolicy_batch import OffPolicySeedBatch
+from agents.algos.offpolicy_losses import SeedTools, one_seed, per_seed_weighted_mse, td_errors
 from agents.api import batched_by, parameters_of
 from agents.batches import EncodedBatch
 from agents.configs.sac import SACConfig

@@ -30,7 +30,7 @@ from typing import ClassVar, cast
 
 import torch
 
-from agents.algos.offpolicy import SeedTools, per_seed_weighted_mse, td_errors
+from agents.algos.offpolicy_losses import SeedTools, per_seed_weighted_mse, td_errors
 from agents.algos.sac import SAC, SACNetworks
 from agents.batches import EncodedBatch
 from agents.configs.sac import SACConfig
