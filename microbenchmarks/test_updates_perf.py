@@ -71,7 +71,7 @@ def test_update(benchmark, name, env_id):
     else:
 
         def one_step():
-            algo._steps_since_update = 1
+            algo.steps_since_update = 1
             return algo.update()
 
         benchmark(one_step)

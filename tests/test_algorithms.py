@@ -117,7 +117,7 @@ def one_batch(algo):
         algo.storage.compute_returns(torch.zeros(algo.config.num_envs), algo.config.gamma, algo.config.gae_lambda)
         return next(algo.minibatches(1))
     if algo.name == "bc":
-        return algo._epoch_batch()
+        return algo.epoch_batch()
     return algo.buffer.sample(algo.config.batch_size, torch.Generator().manual_seed(0))
 
 

@@ -308,7 +308,7 @@ def test_gradients_averaged_over_g_workers_equal_one_gradient_on_the_whole_batch
         algo.observe(transitions(obs, acted, step))
         obs = torch.as_tensor(step[0], dtype=torch.float32)
     envs.close()
-    algo._begin_update()
+    algo.begin_update()
     from agents.algos.onpolicy import OneSeed
 
     one = OneSeed(algo)

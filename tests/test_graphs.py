@@ -93,13 +93,13 @@ def _filled_sac_batch(monkeypatch, batches: list, hidden: int = 32):
     for member in members:
         for _ in range(20):
             member.observe(_transitions(torch.randn(1, *member.spec.observation_shape), member))
-        member._steps_since_update = 0  # from here, one gradient step per update
+        member.steps_since_update = 0  # from here, one gradient step per update
     return members, batch
 
 
 def _update(members, batch) -> list:
     for member in members:
-        member._steps_since_update += 1
+        member.steps_since_update += 1
     return batch.update()
 
 

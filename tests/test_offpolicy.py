@@ -99,7 +99,7 @@ def test_ddpg_ou_noise_is_correlated_and_restarts_with_each_episode():
     algo = agents.make("ddpg", env_spec("Pendulum-v1"), {"hidden_sizes": [8], "noise_sigma": 0.2}, total_steps=1000)
     noises = []
     for _ in range(200):
-        algo._noise(torch.Size([1, 1]))
+        algo.action_noise(torch.Size([1, 1]))
         noises.append(algo.ou_state.item())
     lag_one = np.corrcoef(noises[:-1], noises[1:])[0, 1]
     assert lag_one > 0.7  # x_{t+1} = 0.85 x_t + noise: autocorrelation 0.85

@@ -55,7 +55,7 @@ def collect(algo, env_id: str = "CartPole-v1", seed: int = 0) -> None:
 def rollout_batch(algo):
     """Returns and advantages computed, and the whole rollout as one batch."""
     algo._finish_rollout()
-    return algo.storage.full_batch(algo._sequence_length_or_none())
+    return algo.storage.full_batch(algo.rollout_sequence_length())
 
 
 # -- TRPO ------------------------------------------------------------------------------------
@@ -285,7 +285,7 @@ def test_vpg_takes_one_policy_step_and_fits_the_value_function_with_its_own_opti
     batch = rollout_batch(algo)
     _, values_before, flat = algo.evaluate(batch)
     error_before = (values_before - flat["returns"]).pow(2).mean()
-    logs = per_seed_logs(algo._optimize(OneSeed(algo)), 1)[0]
+    logs = per_seed_logs(algo.optimize(OneSeed(algo)), 1)[0]
     _, values_after, _ = algo.evaluate(batch)
     assert (values_after - flat["returns"]).pow(2).mean() < 0.5 * error_before
     assert algo.optimizers["policy"].state[algo.actor_critic.policy_parameters()[0]]["step"] == 1

@@ -713,7 +713,7 @@ def test_a_learning_rate_set_on_the_members_reaches_the_stacked_optimizer():
     batch = type(members[0]).seed_batch(members)
     for member in members:
         member.update_parameter("critic_lr", 1e-6)
-        member._steps_since_update = 0
+        member.steps_since_update = 0
     batch.update()  # no gradient step is due: only the rates are read
     assert batch.optimizers["critic"].lr == 1e-6 and batch.optimizers["actor"].lr == 3e-4
 

@@ -166,7 +166,7 @@ class BC(Algorithm):
 
     # -- learning ------------------------------------------------------------------------------
 
-    def _epoch_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def epoch_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.dataset is not None:
             observations, actions = self.dataset
             indices = torch.randint(len(observations), (self.config.batch_size,), generator=self.generator).to(self.device)
@@ -213,7 +213,7 @@ class BC(Algorithm):
         expert pairs, shuffled by its own generator into ``minibatches_per_epoch`` minibatches,
         each one optimizer step on the seeds' (S,) losses (``step``). Each seed's logs."""
         config = members[0].config
-        batches = [member._epoch_batch() for member in members]
+        batches = [member.epoch_batch() for member in members]
         observations = torch.stack([batch[0] for batch in batches])  # (S, N, *obs_shape)
         actions = torch.stack([batch[1] for batch in batches])
         orders = torch.stack([torch.randperm(observations.shape[1], generator=member.generator) for member in members]).to(observations.device)

@@ -86,9 +86,9 @@ class DDPG(OffPolicyAlgorithm):
         actions = self.actor(obs)
         if deterministic:
             return actions
-        return (actions + self._noise(actions.shape)).clamp(-1.0, 1.0)
+        return (actions + self.action_noise(actions.shape)).clamp(-1.0, 1.0)
 
-    def _noise(self, shape: torch.Size) -> torch.Tensor:
+    def action_noise(self, shape: torch.Size) -> torch.Tensor:
         sigma = self.config.noise_sigma
         gaussian = torch.randn(shape, generator=self.generator).to(self.device)
         if self.config.exploration_noise == "gaussian" or shape[0] != self.ou_state.shape[0]:
@@ -223,7 +223,7 @@ class DDPGSeedBatch(OffPolicySeedBatch):
 
     def policy_actions(self, obs: torch.Tensor) -> torch.Tensor:
         actions = DeterministicActor.head(self.networks.actor(obs))
-        return torch.stack([(seed_actions + member._noise(seed_actions.shape)).clamp(-1.0, 1.0) for member, seed_actions in zip(self.members, actions)])
+        return torch.stack([(seed_actions + member.action_noise(seed_actions.shape)).clamp(-1.0, 1.0) for member, seed_actions in zip(self.members, actions)])
 
     def update_targets(self) -> None:
         if self.members[0].num_updates % self.config.policy_delay == 0:

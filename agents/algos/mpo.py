@@ -157,7 +157,7 @@ class MPO(OffPolicyAlgorithm):
             alpha_stddev_param=self.alpha_stddev_param.unsqueeze(0),
         )
 
-    def _policy(self, trunk: Callable[[torch.Tensor], torch.Tensor], obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def policy(self, trunk: Callable[[torch.Tensor], torch.Tensor], obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return GaussianActor.head(trunk(obs), self.spec.num_actions, self.actor.min_std)
 
     def _q_of_samples(self, critic: Callable[..., torch.Tensor], obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -178,10 +178,10 @@ class MPO(OffPolicyAlgorithm):
 
         # critic: y = r + gamma (1 - d) mean_j Q'(s', a'_j), a'_j ~ pi_old(.|s')
         with torch.no_grad():
-            next_mean, next_std = self._policy(networks.actor_target, next_obs)
+            next_mean, next_std = self.policy(networks.actor_target, next_obs)
             next_values = self._q_of_samples(networks.critic_target, next_obs, sample(next_mean, next_std)).mean(dim=1)
             targets = batch.rewards + batch.discounts * (1.0 - batch.terminated) * next_values
-            old_mean, old_std = self._policy(networks.actor_target, obs)
+            old_mean, old_std = self.policy(networks.actor_target, obs)
             sampled_actions = sample(old_mean, old_std)  # (S, N, B, d)
             sampled_q = self._q_of_samples(networks.critic_target, obs, sampled_actions)  # (S, N, B)
         q_values = networks.critic(obs, batch.actions)  # (S, num_critics, B)
@@ -192,7 +192,7 @@ class MPO(OffPolicyAlgorithm):
         weights, temperature_loss = e_step(sampled_q, temperature, config.epsilon)
 
         # M-step: weighted maximum likelihood with decoupled mean and std
-        mean, std = self._policy(networks.actor, obs)
+        mean, std = self.policy(networks.actor, obs)
         log_prob_mean = _gaussian_log_prob(sampled_actions, mean, old_std)  # the old std: only the mean moves
         log_prob_std = _gaussian_log_prob(sampled_actions, old_mean, std)  # the old mean: only the std moves
         nll_mean = -(weights * log_prob_mean).sum(dim=1).mean(dim=-1)
@@ -276,7 +276,7 @@ class MPOSeedBatch(OffPolicySeedBatch):
         )
 
     def policy_actions(self, obs: torch.Tensor) -> torch.Tensor:
-        mean, std = self.members[0]._policy(self.networks.actor, obs)
+        mean, std = self.members[0].policy(self.networks.actor, obs)
         return (mean + std * self.tools.noise(standard_normal, mean.shape[1:])).clamp(-1.0, 1.0)
 
     def update_targets(self) -> None:

@@ -76,7 +76,7 @@ class OffPolicyAlgorithm(SharedReplaySteps):
         self.generator = torch.Generator().manual_seed(seed)
         self.env_steps = 0  # env steps observed, summed over envs
         self.num_updates = 0  # gradient steps applied
-        self._steps_since_update = 0
+        self.steps_since_update = 0
         if not env_spec.discrete:
             low = torch.tensor(env_spec.action_low, dtype=torch.float32)
             high = torch.tensor(env_spec.action_high, dtype=torch.float32)
@@ -215,11 +215,11 @@ class OffPolicyAlgorithm(SharedReplaySteps):
         previous = self.env_steps
         self.env_steps += transitions.obs.shape[0]
         # only steps after the warm-up count toward updates: no burst of updates when it ends
-        self._steps_since_update += max(0, self.env_steps - max(previous, self.config.learning_starts))
+        self.steps_since_update += max(0, self.env_steps - max(previous, self.config.learning_starts))
         if self.recurrent and self.buffer.num_sequences() == 0:
-            self._steps_since_update = 0  # nor when the first whole sequence is stored
+            self.steps_since_update = 0  # nor when the first whole sequence is stored
         if len(self.buffer) <= self._refill_to:  # as after warm-up: the first update comes with the next step
-            self._steps_since_update = 0
+            self.steps_since_update = 0
         self.buffer.set_progress(self.env_steps / self.total_steps)
 
     def prioritize_newest(self, td_errors: torch.Tensor) -> None:
@@ -231,7 +231,7 @@ class OffPolicyAlgorithm(SharedReplaySteps):
     def ready_to_update(self) -> bool:
         if self.recurrent and self.buffer.num_sequences() == 0:
             return False
-        return len(self.buffer) > 0 and self._steps_since_update >= self.config.update_every
+        return len(self.buffer) > 0 and self.steps_since_update >= self.config.update_every
 
     def encode(self, encoder: Any, encoder_target: Any, batch: ReplayBatch) -> EncodedBatch:
         """A training batch of S seeds (S, ...) with ``features``, ``next_features`` and
@@ -330,7 +330,7 @@ class OffPolicyAlgorithm(SharedReplaySteps):
     # -- learning ---------------------------------------------------------------------------
 
     def update(self) -> dict[str, float]:
-        updates, self._steps_since_update = divmod(self._steps_since_update, self.config.update_every)
+        updates, self.steps_since_update = divmod(self.steps_since_update, self.config.update_every)
         logs: dict[str, list[float]] = {}
         for _ in range(updates * self.config.gradient_steps):
             batch = self.buffer.sample(self.config.batch_size, self.generator)
@@ -431,7 +431,7 @@ class OffPolicyAlgorithm(SharedReplaySteps):
             "extra": self.extra_state(),
             "env_steps": self.env_steps,
             "num_updates": self.num_updates,
-            "steps_since_update": self._steps_since_update,
+            "steps_since_update": self.steps_since_update,
             "generator": self.generator.get_state(),
             "config": self.config.to_dict(),
         }
@@ -457,7 +457,7 @@ class OffPolicyAlgorithm(SharedReplaySteps):
         self.load_extra_state(state["extra"])
         self.env_steps = int(state["env_steps"] if "env_steps" in state else state["num_steps"])  # the older checkpoints' key
         self.num_updates = int(state["num_updates"])
-        self._steps_since_update = int(state["steps_since_update"])
+        self.steps_since_update = int(state["steps_since_update"])
         self.generator.set_state(state["generator"])
         # the buffer is not part of this state (see replay_state_dict): refill before updating
         self._refill_to = self.config.refill_size(self.buffer.capacity)

@@ -119,12 +119,12 @@ class OffPolicySeedBatch(SeedBatch):
 
     def update(self) -> list[dict[str, float]]:
         members, config = self.members, self.config
-        counts = {divmod(member._steps_since_update, config.update_every) for member in members}
+        counts = {divmod(member.steps_since_update, config.update_every) for member in members}
         if len(counts) != 1:
             raise RuntimeError("the seeds of a batch fell out of step")
         updates, remainder = counts.pop()
         for member in members:
-            member._steps_since_update = remainder
+            member.steps_since_update = remainder
         for name, optimizer in self.optimizers.items():  # a schedule may have moved the members' rates
             member_optimizer = members[0].groups[name][1]
             if member_optimizer is not None:

@@ -6,7 +6,7 @@
         [entropy_method == "max"]  r_t += entropy_coef * H[pi(.|s_t)]
         advantages A_t by GAE(gamma, gae_lambda); returns R_t = A_t + V(s_t)
         [center_adv]    A <- (A - mean A) / std A        [positive_adv]  A <- A - min A + 1e-8
-        the algorithm's own optimization of its policy objective and value loss (_optimize)
+        the algorithm's own optimization of its policy objective and value loss (optimize)
 
 The options and their names follow garage's VPG family (center_adv, positive_adv,
 entropy_coef, use_softplus_entropy, stop_entropy_gradient, entropy_method; Levine 2018,
@@ -17,7 +17,7 @@ they were acted from, with the state zeroed where an episode began.
 Every loss is written once, over a leading seed dimension: batches are (S, M, ...), losses and
 logs (S,). A run's own update sees itself as S = 1 (``OneSeed``: its networks, its optimizers);
 N seeds trained as one batched model are S = N (``onpolicy_batch.OnPolicySeedBatch``: stacked
-networks and optimizers). Each algorithm's ``_optimize(seeds)`` (epochs, minibatches, value
+networks and optimizers). Each algorithm's ``optimize(seeds)`` (epochs, minibatches, value
 fitting) runs unchanged on either, through the ``Seeds`` protocol. Beside this file:
 ``policy_gradient`` (advantages processing and the entropy terms) and ``onpolicy_shared`` (its
 gradient steps taken by gradient workers).
@@ -86,7 +86,7 @@ class Seeds(Protocol):
 
 
 class OnPolicyAlgorithm(SharedRolloutSteps):
-    """Acting, rollout storage, returns and the shared losses; subclasses write ``_optimize``.
+    """Acting, rollout storage, returns and the shared losses; subclasses write ``optimize``.
 
     The default objective is the vanilla policy gradient -E[log pi(a|s) A]; subclasses
     override ``_policy_loss``. Optimizers are named (``joint``, or ``policy`` and ``value``);
@@ -105,6 +105,11 @@ class OnPolicyAlgorithm(SharedRolloutSteps):
         "max_grad_norm",
         "gae_lambda",
     )
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "_optimize" in cls.__dict__:  # a plug-in written before the rename would be ignored silently
+            raise TypeError(f"{cls.__name__} defines _optimize: an on-policy algorithm's optimization is optimize(seeds)")
 
     @property
     def learns_value(self) -> bool:
@@ -251,11 +256,11 @@ class OnPolicyAlgorithm(SharedRolloutSteps):
 
     def update(self) -> dict[str, float]:
         """Returns and advantages for the full rollout, then the algorithm's optimization."""
-        logs = self._begin_update()
+        logs = self.begin_update()
         seeds = OneSeed(self)
-        logs.update(per_seed_logs(self._optimize(seeds), 1)[0])
+        logs.update(per_seed_logs(self.optimize(seeds), 1)[0])
         seeds.finish()
-        return self._end_update(logs)
+        return self.end_update(logs)
 
     def loss_state(self) -> dict[str, Any]:
         """What the losses read besides the weights and the batch: the update count (the clip
@@ -267,13 +272,13 @@ class OnPolicyAlgorithm(SharedRolloutSteps):
         self.num_updates = int(state["num_updates"])
         self.load_extra_state(state)
 
-    def _begin_update(self) -> dict[str, float]:
+    def begin_update(self) -> dict[str, float]:
         """What precedes the optimization: returns and advantages, the schedules."""
         logs = self._finish_rollout()
         self._apply_schedules()
         return logs
 
-    def _end_update(self, logs: dict[str, float]) -> dict[str, float]:
+    def end_update(self, logs: dict[str, float]) -> dict[str, float]:
         """What follows it: the fit of V and the learning rates logged, the rollout cleared."""
         if self.learns_value:
             values, returns = self.storage.values.flatten(), self.storage.returns.flatten()
@@ -285,7 +290,7 @@ class OnPolicyAlgorithm(SharedRolloutSteps):
         self.num_updates += 1
         return logs
 
-    def _optimize(self, seeds: Seeds) -> dict[str, torch.Tensor]:
+    def optimize(self, seeds: Seeds) -> dict[str, torch.Tensor]:
         """The algorithm's optimization of every seed in ``seeds`` (this run's alone, or a
         batch's, this member standing for all: they share the configuration and schedules);
         each log per seed (S,). Here one gradient step on the whole rollout (VPG, A2C)."""
@@ -305,7 +310,7 @@ class OnPolicyAlgorithm(SharedRolloutSteps):
         self.storage.compute_returns(last_values, config.gamma, config.gae_lambda)
         return logs
 
-    def _sequence_length_or_none(self) -> int | None:
+    def rollout_sequence_length(self) -> int | None:
         return self.sequence_length if self.config.recurrent != "none" else None
 
     def minibatches(self, num_minibatches: int) -> Iterator[RolloutBatch]:
@@ -494,7 +499,7 @@ class OneSeed:
 
     def full_batch(self) -> RolloutBatch:
         algorithm = self.algorithm
-        return seed_axis(algorithm.storage.full_batch(algorithm._sequence_length_or_none()))
+        return seed_axis(algorithm.storage.full_batch(algorithm.rollout_sequence_length()))
 
     def minibatches(self, num_minibatches: int, active: torch.Tensor | None = None) -> Iterator[RolloutBatch]:
         return (seed_axis(batch) for batch in self.algorithm.minibatches(num_minibatches))

@@ -1,6 +1,6 @@
 """N seeds of one on-policy configuration trained as one batched model (``agents.algos.seeds``):
 one forward acts for every seed, each seed keeps its rollout, advantages and schedules, and the
-algorithm's own ``_optimize`` runs once on the batch as its ``Seeds`` (stacked network and
+algorithm's own ``optimize`` runs once on the batch as its ``Seeds`` (stacked network and
 optimizers)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from agents.nets.stacked import StackedActorCritic
 class OnPolicySeedBatch(SeedBatch):
     """N seeds of one on-policy configuration (feed-forward or recurrent): one forward acts for
     every seed, from each seed's recurrent state; each seed keeps its rollout, advantages and schedules; the optimization is the algorithm's
-    own ``_optimize``, run once on this batch as its ``Seeds`` (stacked network and optimizers)."""
+    own ``optimize``, run once on this batch as its ``Seeds`` (stacked network and optimizers)."""
 
     members: list[OnPolicyAlgorithm]  # type: ignore[assignment]
     config: OnPolicyConfig
@@ -72,17 +72,17 @@ class OnPolicySeedBatch(SeedBatch):
 
     def update(self) -> list[dict[str, float]]:
         members = self.members
-        logs = [member._begin_update() for member in members]
+        logs = [member.begin_update() for member in members]
         for name, optimizer in self.optimizers.items():
             optimizer.lr = members[0].optimizers[name].param_groups[0]["lr"]
-        for seed_logs, optimized in zip(logs, per_seed_logs(members[0]._optimize(self), self.num_seeds)):
+        for seed_logs, optimized in zip(logs, per_seed_logs(members[0].optimize(self), self.num_seeds)):
             seed_logs.update(optimized)
-        return [member._end_update(seed_logs) for member, seed_logs in zip(members, logs)]
+        return [member.end_update(seed_logs) for member, seed_logs in zip(members, logs)]
 
     # -- the Seeds protocol ---------------------------------------------------------------
 
     def full_batch(self) -> RolloutBatch:
-        return stack_batches([member.storage.full_batch(member._sequence_length_or_none()) for member in self.members])
+        return stack_batches([member.storage.full_batch(member.rollout_sequence_length()) for member in self.members])
 
     def minibatches(self, num_minibatches: int, active: torch.Tensor | None = None) -> Iterator[RolloutBatch]:
         epochs = [

@@ -42,7 +42,7 @@ class SurrogatePG(OnPolicyAlgorithm):
 
     config: SurrogateConfig
 
-    def _optimize(self, seeds: Seeds) -> dict[str, torch.Tensor]:
+    def optimize(self, seeds: Seeds) -> dict[str, torch.Tensor]:
         """K epochs of minibatch steps, each seed on its own shuffled minibatches; a seed stops
         its epochs once one's mean approximate KL passes target_kl (the others go on). Logs are
         each seed's means over the steps it took."""
@@ -135,11 +135,11 @@ class PPOAdaptiveKL(SurrogatePG):
         kl_coefs = self._kl_coefs if self._kl_coefs is not None else self.kl_coef
         return -(ratio * advantages).mean(dim=-1) + kl_coefs * kl, info
 
-    def _optimize(self, seeds: Seeds) -> dict[str, torch.Tensor]:
+    def optimize(self, seeds: Seeds) -> dict[str, torch.Tensor]:
         device = next(self.actor_critic.parameters()).device
         self._kl_coefs = torch.tensor([member.kl_coef for member in seeds.members], device=device)  # type: ignore[attr-defined]
         try:
-            logs = super()._optimize(seeds)
+            logs = super().optimize(seeds)
         finally:
             self._kl_coefs = None
         with torch.no_grad():

@@ -1,7 +1,7 @@
 """N seeds of one configuration trained in one process as one batched model.
 
 Every batched algorithm writes its losses once, over a leading seed dimension (S, B, ...):
-``seeds_loss`` and ``_optimize(seeds)`` in ``agents.algos.onpolicy``, ``seeds_gradients`` in
+``seeds_loss`` and ``optimize(seeds)`` in ``agents.algos.onpolicy``, ``seeds_gradients`` in
 ``agents.algos.offpolicy``. A run evaluates them with its own networks (S = 1); a seed batch
 only stacks the networks and optimizers they run on, and keeps the members' draws apart.
 

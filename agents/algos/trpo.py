@@ -51,7 +51,7 @@ class TRPO(OnPolicyAlgorithm):
     def _make_optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"value": adam(self.actor_critic.value_parameters(), lr=self.config.learning_rate)}
 
-    def _optimize(self, seeds: Seeds) -> dict[str, torch.Tensor]:
+    def optimize(self, seeds: Seeds) -> dict[str, torch.Tensor]:
         """The trust-region step of every seed's policy (its own conjugate gradient and line
         search), then V fitted by its own optimizer."""
         step, logs = self.policy_step(seeds, seeds.full_batch())

@@ -60,11 +60,11 @@ class VPG(OnPolicyAlgorithm):
             return super()._base_learning_rates()
         return {"policy": self.config.learning_rate, "value": self.config.value_lr}
 
-    def _optimize(self, seeds: Seeds) -> dict[str, torch.Tensor]:
+    def optimize(self, seeds: Seeds) -> dict[str, torch.Tensor]:
         """With separate networks: one policy step on the whole rollout, then V fitted by its
         own optimizer; with a shared one, a single step on the joint loss."""
         if not self._split:
-            return super()._optimize(seeds)
+            return super().optimize(seeds)
         logs = seeds.gradient_step(seeds.full_batch(), parts=("policy",))
         logs.update(self.fit_value(seeds, self.config.value_epochs, self.config.value_num_minibatches))
         return logs
