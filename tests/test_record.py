@@ -203,6 +203,7 @@ GRID = {
     **{(algo, task): 3 for algo in ("trpo", "a2c", "sac", "td3") for task in ("HalfCheetah", "Hopper", "Walker2d")},
     ("ddpg", "Hopper"): 3,
     ("a2c", "HalfCheetah"): 10,
+    ("a2c", "Hopper"): 10,
     ("trpo", "HalfCheetah"): 10,
     ("trpo", "Hopper"): 10,
     ("trpo", "Walker2d"): 10,
