@@ -12,7 +12,7 @@ A suite file::
     checkpoint:                 # optional: resumable checkpoints (not part of the run key)
       every: 50000              # env steps; default: at every evaluation; 0: only the final one
       replay_buffer: false      # include the replay buffer (large) so off-policy resumes exactly
-    seeds_in_process: 5         # optional: train up to 5 seeds of one configuration as one
+    seeds_per_process: 5         # optional: train up to 5 seeds of one configuration as one
                                 # batched model in one process (not part of the run key)
     experiments:
       - algo: ppo
@@ -23,7 +23,7 @@ A suite file::
         wrappers: [gymnasium.wrappers:TimeAwareObservation]   # optional (agents.env_setup)
         continued_from: 3f2a...      # optional: the run key of a finished run this one trains further
         grid: {learning_rate: [2.5e-4, 1e-3]}   # optional: one run per combination
-        seeds_in_process: 1               # overrides the suite's for this experiment
+        seeds_per_process: 1               # overrides the suite's for this experiment
 
 Each expanded RunSpec has a stable run key: a hash of the algorithm, environment (with its
 env_kwargs and wrappers, where set), seed, fully resolved hyperparameters and budget.
@@ -36,6 +36,7 @@ import hashlib
 import itertools
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,7 @@ class RunSpec:
     checkpoint_replay_buffer: bool = False
     """Whether checkpoints hold the replay buffer (GBs for MuJoCo); without it a resumed
     off-policy run refills its buffer before updating again. Not part of the run key."""
-    seeds_in_process: int = 1
+    seeds_per_process: int = 1
     """Runs of this configuration that differ only by seed and train in one process as one
     batched model (``benchmark.training.loop.run_seeds``), at most this many. Each stays its own run,
     with its own run key and MLflow run. Not part of the run key."""
@@ -133,11 +134,11 @@ class RunSpec:
         every = self.checkpoint_every
         if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 0):
             raise ConfigError(f"checkpoint.every must be a non-negative integer (0: only the final checkpoint), got {every!r}")
-        check_seeds_in_process(self.seeds_in_process, "seeds_in_process")
+        check_seeds_per_process(self.seeds_per_process, "seeds_per_process")
         if self.distributed is not None:
             object.__setattr__(self, "distributed", check_distributed(self.distributed, "distributed"))
-            if self.seeds_in_process > 1:
-                raise ConfigError("distributed: a run over several workers trains one seed; set seeds_in_process to 1")
+            if self.seeds_per_process > 1:
+                raise ConfigError("distributed: a run over several workers trains one seed; set seeds_per_process to 1")
             check_distributable(self.algo, self.hyperparameters, self.distributed, self.device)
         if self.cuda_graphs:
             check_capturable(self.algo, self.hyperparameters, self.device, self.distributed)
@@ -187,6 +188,8 @@ class RunSpec:
         """A spec as ``to_dict`` stored it (a checkpoint, an MLflow run's config.json), its
         hyperparameters under this version's names (``stored_hyperparameters``)."""
         data = {k: v for k, v in data.items() if k != "run_key"}
+        if "seeds_in_process" in data:  # stored before the field took the flag's name
+            data["seeds_per_process"] = data.pop("seeds_in_process")
         hyperparameters = stored_hyperparameters(data["algo"], data["hyperparameters"])
         return cls(**{**data, "hyperparameters": hyperparameters, "budget": Budget(**data["budget"])})
 
@@ -215,18 +218,18 @@ class Suite:
         if settings is None:
             return self
         return dataclasses.replace(
-            self, specs=[dataclasses.replace(spec, distributed={**(spec.distributed or {}), **settings}, seeds_in_process=1) for spec in self.specs]
+            self, specs=[dataclasses.replace(spec, distributed={**(spec.distributed or {}), **settings}, seeds_per_process=1) for spec in self.specs]
         )
 
     def with_cuda_graphs(self, on: bool) -> Suite:
         """The same runs with their gradient steps captured as CUDA graphs (False keeps the suite's)."""
         return dataclasses.replace(self, specs=[_with_cuda_graphs(spec) for spec in self.specs]) if on else self
 
-    def with_seeds_in_process(self, count: int | None) -> Suite:
+    def with_seeds_per_process(self, count: int | None) -> Suite:
         """The same runs trained ``count`` seeds to a process (None keeps the suite's)."""
         if count is None:
             return self
-        return dataclasses.replace(self, specs=[dataclasses.replace(spec, seeds_in_process=count) for spec in self.specs])
+        return dataclasses.replace(self, specs=[dataclasses.replace(spec, seeds_per_process=count) for spec in self.specs])
 
     def select(self, algos: list[str] | None = None, envs: list[str] | None = None) -> Suite:
         """The runs of the given algorithms and environments only (None: all); ConfigError
@@ -307,7 +310,20 @@ def suite_path(name_or_path: str) -> Path:
     return path
 
 
-_SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device", "checkpoint", "seeds_in_process", "slurm", "distributed", "cuda_graphs"}
+_SUITE_KEYS = {
+    "name",
+    "description",
+    "seeds",
+    "budget",
+    "experiments",
+    "device",
+    "checkpoint",
+    "seeds_per_process",
+    "seeds_in_process",
+    "slurm",
+    "distributed",
+    "cuda_graphs",
+}
 _CHECKPOINT_KEYS = {"every", "replay_buffer"}
 _BUDGET_KEYS = {field.name for field in dataclasses.fields(Budget)}
 _EXPERIMENT_KEYS = {
@@ -318,7 +334,8 @@ _EXPERIMENT_KEYS = {
     "hyperparameters",
     "grid",
     "seeds",
-    "seeds_in_process",
+    "seeds_per_process",
+    "seeds_in_process",  # the key's older name, still read
     "distributed",
     "env_kwargs",
     "wrappers",
@@ -326,7 +343,16 @@ _EXPERIMENT_KEYS = {
 }
 
 
-def check_seeds_in_process(value: Any, where: str) -> int:
+def seeds_per_process_of(section: Mapping[str, Any], default: int) -> int:
+    """A suite's or an experiment's ``seeds_per_process`` (``seeds_in_process``, the key's older
+    name, is still read; both at once is an error), else ``default``."""
+    if "seeds_per_process" in section and "seeds_in_process" in section:
+        raise ConfigError("seeds_per_process and seeds_in_process are one setting (its new and old names): give one")
+    key = "seeds_in_process" if "seeds_in_process" in section else "seeds_per_process"
+    return check_seeds_per_process(section.get(key, default), key)
+
+
+def check_seeds_per_process(value: Any, where: str) -> int:
     """``value`` when it is a positive integer; ConfigError naming ``where`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{where} must be a positive integer (seeds trained as one batched model per process), got {value!r}")
@@ -361,7 +387,7 @@ def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_
     suite_seeds = seed_override if seed_override is not None else _parse_seeds(data["seeds"], "seeds")
     suite_budget = as_mapping(data["budget"], "budget")
     check_keys(suite_budget, _BUDGET_KEYS, "budget")
-    seeds_in_process = check_seeds_in_process(data.get("seeds_in_process", 1), "seeds_in_process")
+    seeds_per_process = seeds_per_process_of(data, 1)
     distributed = check_distributed(data["distributed"], "distributed") if data.get("distributed") is not None else None
     experiments = data["experiments"]
     if not isinstance(experiments, list) or not experiments:
@@ -371,7 +397,7 @@ def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_
     for index, experiment in enumerate(experiments):
         where = f"experiments[{index}]"
         try:
-            specs += _expand_experiment(experiment, name, suite_seeds, suite_budget, device, seed_override is not None, seeds_in_process, distributed)
+            specs += _expand_experiment(experiment, name, suite_seeds, suite_budget, device, seed_override is not None, seeds_per_process, distributed)
         except ConfigError as error:
             raise ConfigError(f"{where}: {error}") from None
     checkpoint = as_mapping(data.get("checkpoint", {}), "checkpoint")
@@ -406,7 +432,7 @@ def _expand_experiment(
     suite_budget: dict[str, Any],
     device: str,
     seeds_overridden: bool,
-    seeds_in_process: int = 1,
+    seeds_per_process: int = 1,
     distributed: dict[str, Any] | None = None,
 ) -> list[RunSpec]:
     experiment = as_mapping(experiment, "experiment")
@@ -423,7 +449,7 @@ def _expand_experiment(
     seeds = suite_seeds
     if "seeds" in experiment and not seeds_overridden:
         seeds = _parse_seeds(experiment["seeds"], "seeds")
-    seeds_in_process = check_seeds_in_process(experiment.get("seeds_in_process", seeds_in_process), "seeds_in_process")
+    seeds_per_process = seeds_per_process_of(experiment, seeds_per_process)
     if experiment.get("distributed") is not None:
         distributed = check_distributed(experiment["distributed"], "distributed")
     own_budget = as_mapping(experiment.get("budget", {}), "budget")
@@ -467,7 +493,7 @@ def _expand_experiment(
                         device,
                         1,
                         overrides,
-                        seeds_in_process=seeds_in_process,
+                        seeds_per_process=seeds_per_process,
                         distributed=distributed,
                         env_kwargs=env_kwargs,
                         wrappers=wrappers,

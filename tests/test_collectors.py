@@ -205,7 +205,7 @@ def test_distributed_settings_that_cannot_work_are_refused_in_one_line():
         RunSpec("t", "bc", "CartPole-v1", 0, agents.resolve_config("bc", {}).to_dict(), Budget(100, 100, 1), distributed={"collectors": 1})
     with pytest.raises(ConfigError, match="trains one seed"):
         plain = agents.resolve_config("ppo", {"normalize_observations": False, "normalize_rewards": False}).to_dict()
-        RunSpec("t", "ppo", env_id, 0, plain, Budget(100, 100, 1), seeds_in_process=2, distributed={})
+        RunSpec("t", "ppo", env_id, 0, plain, Budget(100, 100, 1), seeds_per_process=2, distributed={})
 
 
 class _Stop(Exception):

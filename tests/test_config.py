@@ -124,37 +124,37 @@ def test_unknown_suite_lists_available():
         load_suite("smok")
 
 
-def test_seeds_in_process_is_read_per_suite_and_experiment_and_is_not_part_of_the_run_key(write_suite, tiny_suite):
+def test_seeds_per_process_is_read_per_suite_and_experiment_and_is_not_part_of_the_run_key(write_suite, tiny_suite):
     path = write_suite(
         """
         seeds: 3
-        seeds_in_process: 3
+        seeds_per_process: 3
         budget: {total_steps: 100, eval_every: 50}
         experiments:
           - algo: ppo
             envs: [CartPole-v1]
           - algo: dqn
             envs: [CartPole-v1]
-            seeds_in_process: 2
+            seeds_per_process: 2
         """
     )
     suite = load_suite(str(path))
-    assert [(s.algo, s.seeds_in_process) for s in suite.specs] == [("ppo", 3)] * 3 + [("dqn", 2)] * 3
-    assert {s.seeds_in_process for s in suite.with_seeds_in_process(5).specs} == {5}
-    assert suite.with_seeds_in_process(None) is suite
-    plain = write_suite("\n".join(line for line in path.read_text().splitlines() if "seeds_in_process" not in line), "plain.yaml")
-    assert {s.seeds_in_process for s in load_suite(str(plain)).specs} == {1}
+    assert [(s.algo, s.seeds_per_process) for s in suite.specs] == [("ppo", 3)] * 3 + [("dqn", 2)] * 3
+    assert {s.seeds_per_process for s in suite.with_seeds_per_process(5).specs} == {5}
+    assert suite.with_seeds_per_process(None) is suite
+    plain = write_suite("\n".join(line for line in path.read_text().splitlines() if "seeds_per_process" not in line), "plain.yaml")
+    assert {s.seeds_per_process for s in load_suite(str(plain)).specs} == {1}
     assert [s.run_key for s in load_suite(str(plain)).specs] == [s.run_key for s in suite.specs]
 
 
 @pytest.mark.parametrize(("where", "value"), [("suite", 0), ("suite", "four"), ("experiment", True), ("experiment", -2)])
-def test_bad_seeds_in_process_is_a_clear_error(write_suite, where, value):
-    suite_line = f"seeds_in_process: {value!r}\n" if where == "suite" else ""
-    experiment_line = f", seeds_in_process: {str(value).lower()}" if where == "experiment" else ""
+def test_bad_seeds_per_process_is_a_clear_error(write_suite, where, value):
+    suite_line = f"seeds_per_process: {value!r}\n" if where == "suite" else ""
+    experiment_line = f", seeds_per_process: {str(value).lower()}" if where == "experiment" else ""
     path = write_suite(
         f"seeds: 2\n{suite_line}budget: {{total_steps: 100, eval_every: 50}}\nexperiments: [{{algo: ppo, envs: [CartPole-v1]{experiment_line}}}]\n"
     )
-    with pytest.raises(ConfigError, match="seeds_in_process must be a positive integer"):
+    with pytest.raises(ConfigError, match="seeds_per_process must be a positive integer"):
         load_suite(str(path))
 
 
@@ -298,3 +298,19 @@ def test_a_config_variant_changes_defaults_only_keeping_each_fields_range_and_do
         @defaults(tua=0.1)
         class Misspelled(DDPGConfig):
             pass
+
+
+def test_seeds_per_process_is_also_read_under_its_older_name_and_not_both(write_suite):
+    """The suite key took the flag's name (--seeds-per-process): seeds_in_process still reads,
+    in a suite and in an experiment, and in a stored spec; both at once is one line of error."""
+    from benchmark.config import RunSpec
+
+    body = "name: t\nseeds: [0]\nbudget: {{total_steps: 1000, eval_every: 500}}\n{suite}experiments:\n  - {{algo: ppo, envs: [CartPole-v1]{experiment}}}\n"
+    assert load_suite(str(write_suite(body.format(suite="seeds_in_process: 3\n", experiment="")))).specs[0].seeds_per_process == 3
+    assert load_suite(str(write_suite(body.format(suite="", experiment=", seeds_in_process: 2")))).specs[0].seeds_per_process == 2
+    with pytest.raises(ConfigError, match="seeds_per_process and seeds_in_process are one setting"):
+        load_suite(str(write_suite(body.format(suite="seeds_in_process: 3\nseeds_per_process: 3\n", experiment=""))))
+    spec = load_suite(str(write_suite(body.format(suite="seeds_per_process: 4\n", experiment="")))).specs[0]
+    stored = spec.to_dict()
+    stored["seeds_in_process"] = stored.pop("seeds_per_process")
+    assert RunSpec.from_dict(stored) == spec

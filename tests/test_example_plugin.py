@@ -21,7 +21,7 @@ SUITE = """
 name: example
 seeds: [0, 1]
 budget: {total_steps: 1500, eval_every: 500, eval_episodes: 2}
-seeds_in_process: 2
+seeds_per_process: 2
 checkpoint: {every: 250}
 experiments:
   - algo: redq

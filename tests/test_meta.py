@@ -565,7 +565,7 @@ def test_a_meta_suite_through_the_cli_logs_meta_metrics_and_reports_adaptation(w
           - algo: maml_vpg
             envs: [reprorl/PointNav-v0]
             seeds: [0, 1]
-            seeds_in_process: 2
+            seeds_per_process: 2
             hyperparameters: {meta_batch_size: 2, episodes_per_task: 3, num_envs: 3, hidden_sizes: [8]}
           - algo: pearl
             envs: [reprorl/PointNav-v0]

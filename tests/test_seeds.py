@@ -471,7 +471,7 @@ TINY_PPO = {"num_envs": 2, "num_steps": 64, "num_minibatches": 2, "num_epochs": 
 BATCHED_SUITE = f"""
 name: batched
 seeds: [0, 1, 2, 3]
-seeds_in_process: 3
+seeds_per_process: 3
 budget: {{total_steps: 512, eval_every: 256, eval_episodes: 2}}
 experiments:
   - algo: ppo
@@ -503,7 +503,7 @@ def test_the_runner_batches_seeds_of_one_configuration_n_at_a_time(write_suite, 
   - algo: dqn
     envs: [CartPole-v1]
     seeds: [0, 1]
-    seeds_in_process: 1
+    seeds_per_process: 1
 """
     )
     groups, notices = plan_processes(load_suite(str(path)).specs)
@@ -516,7 +516,7 @@ def test_the_runner_batches_seeds_of_one_configuration_n_at_a_time(write_suite, 
         [("maml_vpg", "reprorl/HalfCheetahVel-v5", None, 0), ("maml_vpg", "reprorl/HalfCheetahVel-v5", None, 1)],  # meta-learners batch too
         [("pearl", "reprorl/HalfCheetahVel-v5", None, 0)],  # no batch: one seed per process, with a notice
         [("pearl", "reprorl/HalfCheetahVel-v5", None, 1)],
-        [("dqn", "CartPole-v1", 1e-4, 0)],  # the experiment's own seeds_in_process: 1
+        [("dqn", "CartPole-v1", 1e-4, 0)],  # the experiment's own seeds_per_process: 1
         [("dqn", "CartPole-v1", 1e-4, 1)],
     ]
     assert len(notices) == 1 and notices[0].startswith("pearl on reprorl/HalfCheetahVel-v5: one seed per process (pearl has no batched training of seeds")
@@ -644,7 +644,7 @@ def test_ten_batched_seeds_are_not_distinguishable_from_the_separate_runs_of_the
 RESUMED_BATCH = """\
 name: resumedbatch
 seeds: [0, 1, 2]
-seeds_in_process: 3
+seeds_per_process: 3
 budget: {total_steps: 6000, eval_every: 1000, eval_episodes: 2}
 checkpoint: {every: 1500}
 experiments:
@@ -892,7 +892,7 @@ def test_a_meta_seed_whose_envs_fail_ends_alone(monkeypatch, algo):
 KILLED_META_BATCH = """
 name: killedmeta
 seeds: [0, 1]
-seeds_in_process: 2
+seeds_per_process: 2
 budget: {total_steps: 36000, eval_every: 6000, eval_episodes: 2}
 checkpoint: {every: 1}
 experiments:

@@ -65,7 +65,7 @@ def plan_row(
 
 def seconds_per_seed(spec: RunSpec, past: Sequence[estimate.PastRun], table: dict | None = None) -> tuple[float | None, str]:
     """Core-seconds one more seed of ``spec``'s configuration takes, and where the figure comes from."""
-    found = estimate.estimate_run(spec, list(past), estimate.load_throughput() if table is None else table, estimate.keys_of(spec, spec.seeds_in_process))
+    found = estimate.estimate_run(spec, list(past), estimate.load_throughput() if table is None else table, estimate.keys_of(spec, spec.seeds_per_process))
     return found.seconds, found.basis
 
 

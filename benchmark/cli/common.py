@@ -143,7 +143,7 @@ def add_seeds_per_process(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="train up to N seeds of one configuration in one process as one batched model "
-        "(PPO, SAC, TD3, DDPG, DQN...; overrides the suite's seeds_in_process; each seed stays its own MLflow run)",
+        "(PPO, SAC, TD3, DDPG, DQN...; overrides the suite's seeds_per_process; each seed stays its own MLflow run)",
     )
 
 

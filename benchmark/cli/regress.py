@@ -65,7 +65,7 @@ def command_baseline(args: argparse.Namespace, console: Output) -> int:
     from benchmark.analysis import regress
 
     check_run_arguments(args)
-    suite = config.load_suite(args.suite, seeds=args.seeds).with_seeds_in_process(args.seeds_per_process)
+    suite = config.load_suite(args.suite, seeds=args.seeds).with_seeds_per_process(args.seeds_per_process)
     output = args.output or regress.BASELINE_DIR / f"{suite.name}.json"
     execution = execute_suite(suite, args, console)
     payload = regress.baseline_payload(suite.name, execution.records, execution.parent_run_id)
@@ -112,7 +112,7 @@ def command_regress(args: argparse.Namespace, console: Output) -> int:
     if not args.results_dir.is_dir():
         raise ConfigError(f"results directory {args.results_dir} does not exist: pass the --results-dir to store the check's runs in")
     seeds = args.seeds or regress.regress_seeds(payload)
-    suite = config.load_suite(args.suite, seeds=seeds).select(args.algos, args.envs).with_seeds_in_process(args.seeds_per_process)
+    suite = config.load_suite(args.suite, seeds=seeds).select(args.algos, args.envs).with_seeds_per_process(args.seeds_per_process)
     regress.compare(payload, [], args.alpha, args.min_effect)  # argument errors before any training
     execution = execute_suite(suite, args, console)
     verdicts = regress.compare(payload, execution.records, args.alpha, args.min_effect, args.algos, args.envs)

@@ -137,7 +137,7 @@ def command_run(args: argparse.Namespace, console: Output) -> int:
     store_if_exists(args, local_only=True)  # a damaged store is named before the suite is read
     suite = config.load_suite(args.suite, seeds=args.seeds, device=args.device).select(args.algos, args.envs)
     suite = suite.with_checkpointing(args.checkpoint_every, args.checkpoint_replay_buffer or None)
-    suite = suite.with_seeds_in_process(args.seeds_per_process)
+    suite = suite.with_seeds_per_process(args.seeds_per_process)
     suite = suite.with_distributed(parse_settings(args.distributed, "--distributed") if args.distributed is not None else None)
     suite = suite.with_cuda_graphs(getattr(args, "cuda_graphs", False))
     if getattr(args, "executor", "local") == "local" and any(spec.cuda_graphs for spec in suite.specs):

@@ -60,7 +60,7 @@ def targets_of(specs: list[config.RunSpec], seeds_per_process: list[int] | None 
 
     found: dict[str, Target] = {}
     for spec in specs:
-        for count in seeds_per_process or [spec.seeds_in_process]:
+        for count in seeds_per_process or [spec.seeds_per_process]:
             count = count if count == 1 or training_loop.batchable(spec) is None else 1
             target = Target(spec.algo, spec.env_id, dict(spec.overrides), dict(spec.env_kwargs), list(spec.wrappers), count)
             found.setdefault(json.dumps(dataclasses.asdict(target), sort_keys=True, default=str), target)
@@ -78,7 +78,7 @@ def calibration_specs(target: Target, steps: int | None = None) -> list[config.R
     specs = []
     for seed in range(target.seeds_per_process):
         spec = config.make_spec(target.algo, target.env_id, seed, budget, overrides, suite="calibrate")
-        specs.append(dataclasses.replace(spec, env_kwargs=dict(target.env_kwargs), wrappers=list(target.wrappers), seeds_in_process=target.seeds_per_process))
+        specs.append(dataclasses.replace(spec, env_kwargs=dict(target.env_kwargs), wrappers=list(target.wrappers), seeds_per_process=target.seeds_per_process))
     return specs
 
 

@@ -316,7 +316,7 @@ def default_bundles(results_dir: Path, suite_name: str, from_dirs: list[Path] | 
 
 def plan_processes(specs: list[RunSpec]) -> tuple[list[list[RunSpec]], list[str]]:
     """The specs in process groups, in suite order: specs that differ only by seed and ask for
-    ``seeds_in_process`` N > 1 go N at a time (trained as one batched model); every other spec
+    ``seeds_per_process`` N > 1 go N at a time (trained as one batched model); every other spec
     alone. Also one notice per configuration that asked for batching but cannot have it (its
     seeds then train one per process)."""
     groups: list[list[RunSpec]] = []
@@ -324,7 +324,7 @@ def plan_processes(specs: list[RunSpec]) -> tuple[list[list[RunSpec]], list[str]
     reasons: dict[str, str | None] = {}
     notices: list[str] = []
     for spec in specs:
-        if spec.seeds_in_process > 1:
+        if spec.seeds_per_process > 1:
             from benchmark.training import loop as training_loop  # whether a learner batches seeds: torch
 
             key = training_loop.batch_key(spec)
@@ -334,7 +334,7 @@ def plan_processes(specs: list[RunSpec]) -> tuple[list[list[RunSpec]], list[str]
                     notices.append(f"{spec.algo} on {spec.env_id}: one seed per process ({reasons[key]})")
             if reasons[key] is None:
                 group = filling.get(key)
-                if group is None or len(group) >= spec.seeds_in_process:
+                if group is None or len(group) >= spec.seeds_per_process:
                     group = filling[key] = []
                     groups.append(group)
                 group.append(spec)

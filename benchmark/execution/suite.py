@@ -102,7 +102,7 @@ def execute(
     outcome is CLAIMED. Suite invocations left RUNNING by a process that died are marked KILLED.
 
     ``executor`` (``make_executor``; default: the local pool with ``workers`` processes) trains
-    the process groups. Specs with ``seeds_in_process`` N > 1 that differ only by seed take
+    the process groups. Specs with ``seeds_per_process`` N > 1 that differ only by seed take
     one process (task, slot, job) per N of them: see ``plan_processes``. ``estimated``: run key
     -> the plan's wall seconds for it (its process's), the live ETA's figure until runs of its
     work are measured.
@@ -150,7 +150,7 @@ def execute(
                     "force": force,
                     "executor": executor.name,
                     "device": requested,
-                    "seeds_in_process": max((spec.seeds_in_process for spec in to_run), default=1),
+                    "seeds_per_process": max((spec.seeds_per_process for spec in to_run), default=1),
                 }
             )
             _say_skipped(console, finished, held, specs)
@@ -181,10 +181,10 @@ def execute(
                 board = Board(
                     {spec.run_key: spec.budget.total_steps for spec in to_run},
                     console,
-                    groups={spec.run_key: estimate.keys_of(spec, spec.seeds_in_process, "").work for spec in to_run},
+                    groups={spec.run_key: estimate.keys_of(spec, spec.seeds_per_process, "").work for spec in to_run},
                     live=live,
                     estimated=estimated,
-                    parallel=workers * max(spec.seeds_in_process for spec in to_run),
+                    parallel=workers * max(spec.seeds_per_process for spec in to_run),
                 )
                 with board:
                     shared = _SharedWork(tracking_uri, experiment, claims_dir, started_ms if force else 0, board, console)

@@ -220,7 +220,7 @@ class _ChildRun:
         """Tell the parent that training starts; a batched run records the seeds it trains with."""
         where = self.context.where
         if len(batch_seeds) > 1:
-            self.tracker.set_tags({"batch_seeds": " ".join(map(str, batch_seeds)), "seeds_in_process": len(batch_seeds)})
+            self.tracker.set_tags({"batch_seeds": " ".join(map(str, batch_seeds)), "seeds_per_process": len(batch_seeds)})
             where = f"{where}, {len(batch_seeds)} seeds batched" if where else f"{len(batch_seeds)} seeds batched"
         send(self.context.messages, Started(self.spec.run_key, self.tracker.run_id, self.resumes_from, where))
 
