@@ -36,7 +36,6 @@ import hashlib
 import itertools
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,8 +46,8 @@ from agents.envs import check_env_id, env_spec
 from agents.errors import ConfigError, suggest
 from agents.registry import known_config
 from benchmark.devices import check_device_name
-from benchmark.distributed_config import check_capturable, check_distributable, check_distributed, check_slurm
-from benchmark.yaml_input import as_mapping, check_keys, read_yaml
+from benchmark.distributed_config import check_capturable, check_distributable, check_distributed, check_seeds_per_process, check_slurm
+from benchmark.yaml_input import OLD_KEY_NAMES, as_mapping, check_keys, read_yaml, renamed_keys
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 """The checkout: suites/, results/ (reference scores, baselines, throughput) are found from here."""
@@ -310,20 +309,7 @@ def suite_path(name_or_path: str) -> Path:
     return path
 
 
-_SUITE_KEYS = {
-    "name",
-    "description",
-    "seeds",
-    "budget",
-    "experiments",
-    "device",
-    "checkpoint",
-    "seeds_per_process",
-    "seeds_in_process",
-    "slurm",
-    "distributed",
-    "cuda_graphs",
-}
+_SUITE_KEYS = {"name", "description", "seeds", "budget", "experiments", "device", "checkpoint", "seeds_per_process", "slurm", "distributed", "cuda_graphs"}
 _CHECKPOINT_KEYS = {"every", "replay_buffer"}
 _BUDGET_KEYS = {field.name for field in dataclasses.fields(Budget)}
 _EXPERIMENT_KEYS = {
@@ -335,28 +321,11 @@ _EXPERIMENT_KEYS = {
     "grid",
     "seeds",
     "seeds_per_process",
-    "seeds_in_process",  # the key's older name, still read
     "distributed",
     "env_kwargs",
     "wrappers",
     "continued_from",
 }
-
-
-def seeds_per_process_of(section: Mapping[str, Any], default: int) -> int:
-    """A suite's or an experiment's ``seeds_per_process`` (``seeds_in_process``, the key's older
-    name, is still read; both at once is an error), else ``default``."""
-    if "seeds_per_process" in section and "seeds_in_process" in section:
-        raise ConfigError("seeds_per_process and seeds_in_process are one setting (its new and old names): give one")
-    key = "seeds_in_process" if "seeds_in_process" in section else "seeds_per_process"
-    return check_seeds_per_process(section.get(key, default), key)
-
-
-def check_seeds_per_process(value: Any, where: str) -> int:
-    """``value`` when it is a positive integer; ConfigError naming ``where`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{where} must be a positive integer (seeds trained as one batched model per process), got {value!r}")
-    return value
 
 
 def load_suite(name_or_path: str, seeds: list[int] | None = None, device: str | None = None) -> Suite:
@@ -375,6 +344,7 @@ def load_suite(name_or_path: str, seeds: list[int] | None = None, device: str | 
 def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_override: str | None) -> Suite:
     if not isinstance(data, dict):
         raise ConfigError("a suite must be a mapping with 'name', 'seeds', 'budget' and 'experiments'")
+    data = renamed_keys(data, OLD_KEY_NAMES)
     check_keys(data, _SUITE_KEYS, "suite")
     for required in ("seeds", "budget", "experiments"):
         if required not in data:
@@ -387,7 +357,7 @@ def _parse_suite(data: Any, path: Path, seed_override: list[int] | None, device_
     suite_seeds = seed_override if seed_override is not None else _parse_seeds(data["seeds"], "seeds")
     suite_budget = as_mapping(data["budget"], "budget")
     check_keys(suite_budget, _BUDGET_KEYS, "budget")
-    seeds_per_process = seeds_per_process_of(data, 1)
+    seeds_per_process = check_seeds_per_process(data.get("seeds_per_process", 1), "seeds_per_process")
     distributed = check_distributed(data["distributed"], "distributed") if data.get("distributed") is not None else None
     experiments = data["experiments"]
     if not isinstance(experiments, list) or not experiments:
@@ -436,6 +406,7 @@ def _expand_experiment(
     distributed: dict[str, Any] | None = None,
 ) -> list[RunSpec]:
     experiment = as_mapping(experiment, "experiment")
+    experiment = renamed_keys(experiment, OLD_KEY_NAMES)
     check_keys(experiment, _EXPERIMENT_KEYS, "experiment")
     if "algo" not in experiment or "envs" not in experiment:
         raise ConfigError("each experiment needs 'algo' and 'envs'")
@@ -449,7 +420,7 @@ def _expand_experiment(
     seeds = suite_seeds
     if "seeds" in experiment and not seeds_overridden:
         seeds = _parse_seeds(experiment["seeds"], "seeds")
-    seeds_per_process = seeds_per_process_of(experiment, seeds_per_process)
+    seeds_per_process = check_seeds_per_process(experiment.get("seeds_per_process", seeds_per_process), "seeds_per_process")
     if experiment.get("distributed") is not None:
         distributed = check_distributed(experiment["distributed"], "distributed")
     own_budget = as_mapping(experiment.get("budget", {}), "budget")

@@ -129,3 +129,10 @@ def quiet_ray_banners() -> None:
     import logging
 
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+
+
+def check_seeds_per_process(value: Any, where: str) -> int:
+    """``value`` when it is a positive integer; ConfigError naming ``where`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where} must be a positive integer (seeds trained as one batched model per process), got {value!r}")
+    return value

@@ -51,3 +51,18 @@ def check_keys(data: dict[str, Any], valid: set[str], what: str) -> None:
     for key in data:
         if key not in valid:
             raise ConfigError(f"unknown {what} key {key!r}{suggest(str(key), valid)}; valid: {', '.join(sorted(valid))}")
+
+
+OLD_KEY_NAMES = {"seeds_in_process": "seeds_per_process"}
+"""Suite and experiment keys under their older names, still read: old -> current."""
+
+
+def renamed_keys(section: dict[str, Any], old_names: dict[str, str]) -> dict[str, Any]:
+    """``section`` with each key of ``old_names`` under its current name; ConfigError when both
+    names are given (one setting twice)."""
+    for old, new in old_names.items():
+        if old in section:
+            if new in section:
+                raise ConfigError(f"{new} and {old} are one setting (its current and older names): give one")
+            section = {(new if key == old else key): value for key, value in section.items()}
+    return section

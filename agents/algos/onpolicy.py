@@ -26,13 +26,13 @@ gradient steps taken by gradient workers).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from agents.algos.onpolicy_shared import SharedRolloutSteps
-from agents.algos.policy_gradient import entropy_bonus, entropy_transform, process_advantages, rollout_batch
+from agents.algos.policy_gradient import PARTS, Seeds, entropy_bonus, entropy_transform, gradient_step, process_advantages, rollout_batch
 from agents.algos.seeds import per_seed_logs, seed_axis
 from agents.api import Acted, Transitions, batched_by, parameters_of, set_gradients
 from agents.batches import RolloutBatch
@@ -42,47 +42,6 @@ from agents.envs import EnvSpec
 from agents.nets import ActorCritic
 from agents.nets.policies import PolicyDistribution
 from agents.optim import adam, clip_gradients
-
-PARTS = ("policy", "value")
-
-
-class Seeds(Protocol):
-    """What an on-policy optimization works on: the seeds it updates, one (a run, ``OneSeed``)
-    or N (``OnPolicySeedBatch``), with their network, data and optimizer steps. Batches carry
-    a leading seed dimension (S, M, ...); losses and logs are per seed (S,)."""
-
-    num_seeds: int
-
-    @property
-    def members(self) -> Sequence[OnPolicyAlgorithm]:
-        """The algorithms whose seeds these are (one for a run)."""
-
-    @property
-    def network(self) -> Any:
-        """``seeded(obs, states=None, episode_starts=None) -> (distribution (S, M), values (S, M))``."""
-
-    def full_batch(self) -> RolloutBatch:
-        """Every seed's whole rollout (S, T * E, ...) (sequences (S, L, B, ...) when recurrent)."""
-
-    def minibatches(self, num_minibatches: int, active: torch.Tensor | None = None) -> Iterator[RolloutBatch]:
-        """One shuffled epoch of every seed's rollout, each seed in its own order; a seed not
-        ``active`` (S,) draws no order (its run stopped its epochs) and gets filler rows."""
-
-    def step(self, loss: torch.Tensor, active: torch.Tensor | None = None) -> None:
-        """Differentiate the per-seed losses (S,) and step every optimizer that got gradients,
-        each seed's gradient norm clipped on its own; only the ``active`` seeds step."""
-
-    def gradient_step(self, batch: RolloutBatch, parts: tuple[str, ...] = PARTS, active: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """One optimizer step on the loss ``parts`` of ``batch`` (S, M, ...); its logs (S,).
-        Here (``gradient_step``) the loss is computed in this process; a run's ``step_strategy``
-        (gradient workers) may compute it on shares of the batch instead."""
-
-    def policy_parameters(self) -> Sequence[torch.Tensor]:
-        """The parameters that shape pi (stacked (S, ...) for a batch), in the members' order."""
-
-    def finish(self) -> None:
-        """Apply what is still in flight when the optimization ends (asynchronous gradient
-        workers' steps: ``Algorithm.finish_steps``); nothing for steps taken here."""
 
 
 class OnPolicyAlgorithm(SharedRolloutSteps):
@@ -477,13 +436,6 @@ class OnPolicyAlgorithm(SharedRolloutSteps):
         from V(``final_obs``); the next steps start new episodes."""
         values = self._values(final_obs.to(self.device), state) if self.storage.step > 0 else None
         self.storage.truncate_last_step(values if values is not None else torch.zeros(self.storage.num_envs, device=self.device))
-
-
-def gradient_step(seeds: Seeds, batch: RolloutBatch, parts: tuple[str, ...] = PARTS, active: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """``Seeds.gradient_step`` in this process: the loss of every seed, differentiated and stepped."""
-    loss, info = seeds.members[0].seeds_loss(seeds.network, batch, parts)
-    seeds.step(loss, active)
-    return info
 
 
 class OneSeed:

@@ -10,7 +10,8 @@ from typing import Any, cast
 
 import torch
 
-from agents.algos.onpolicy import OnPolicyAlgorithm, gradient_step
+from agents.algos.onpolicy import OnPolicyAlgorithm
+from agents.algos.policy_gradient import gradient_step
 from agents.algos.seeds import SeedBatch, clip_per_seed, per_seed_logs, stack_batches, stacked_index, stacked_noise
 from agents.api import Acted
 from agents.batches import RolloutBatch

@@ -1,18 +1,22 @@
 """The policy-gradient estimator's pieces every on-policy learner shares (garage's VPG family:
 center_adv, positive_adv, entropy_coef, use_softplus_entropy, stop_entropy_gradient,
 entropy_method), each over a leading seed dimension: advantages processed over one seed's
-samples, the entropy bonus, and a rollout batch from its fields.
+samples, the entropy bonus, a rollout batch from its fields; and the ``Seeds`` an optimization
+works on (a run's ``OneSeed``, or a seed batch) with the gradient step taken in this process.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 
 from agents.batches import RolloutBatch
 from agents.configs.onpolicy import PolicyGradientOptions
+
+PARTS = ("policy", "value")
 
 
 def rollout_batch(batch: RolloutBatch | Mapping[str, torch.Tensor]) -> RolloutBatch:
@@ -61,3 +65,49 @@ def entropy_bonus(options: PolicyGradientOptions, entropy: torch.Tensor, counted
         return options.entropy_coef * entropy.mean(dim=-1)
     weights = counted.to(entropy.dtype)
     return options.entropy_coef * (entropy * weights).sum(dim=-1) / weights.sum(dim=-1).clamp_min(1.0)
+
+
+class Seeds(Protocol):
+    """What an on-policy optimization works on: the seeds it updates, one (a run, ``OneSeed``)
+    or N (``OnPolicySeedBatch``), with their network, data and optimizer steps. Batches carry
+    a leading seed dimension (S, M, ...); losses and logs are per seed (S,)."""
+
+    num_seeds: int
+
+    @property
+    def members(self) -> Sequence[Any]:
+        """The algorithms whose seeds these are (``OnPolicyAlgorithm``s of one class; one for a run)."""
+
+    @property
+    def network(self) -> Any:
+        """``seeded(obs, states=None, episode_starts=None) -> (distribution (S, M), values (S, M))``."""
+
+    def full_batch(self) -> RolloutBatch:
+        """Every seed's whole rollout (S, T * E, ...) (sequences (S, L, B, ...) when recurrent)."""
+
+    def minibatches(self, num_minibatches: int, active: torch.Tensor | None = None) -> Iterator[RolloutBatch]:
+        """One shuffled epoch of every seed's rollout, each seed in its own order; a seed not
+        ``active`` (S,) draws no order (its run stopped its epochs) and gets filler rows."""
+
+    def step(self, loss: torch.Tensor, active: torch.Tensor | None = None) -> None:
+        """Differentiate the per-seed losses (S,) and step every optimizer that got gradients,
+        each seed's gradient norm clipped on its own; only the ``active`` seeds step."""
+
+    def gradient_step(self, batch: RolloutBatch, parts: tuple[str, ...] = PARTS, active: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """One optimizer step on the loss ``parts`` of ``batch`` (S, M, ...); its logs (S,).
+        Here (``gradient_step``) the loss is computed in this process; a run's ``step_strategy``
+        (gradient workers) may compute it on shares of the batch instead."""
+
+    def policy_parameters(self) -> Sequence[torch.Tensor]:
+        """The parameters that shape pi (stacked (S, ...) for a batch), in the members' order."""
+
+    def finish(self) -> None:
+        """Apply what is still in flight when the optimization ends (asynchronous gradient
+        workers' steps: ``Algorithm.finish_steps``); nothing for steps taken here."""
+
+
+def gradient_step(seeds: Seeds, batch: RolloutBatch, parts: tuple[str, ...] = PARTS, active: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """``Seeds.gradient_step`` in this process: the loss of every seed, differentiated and stepped."""
+    loss, info = seeds.members[0].seeds_loss(seeds.network, batch, parts)
+    seeds.step(loss, active)
+    return info

@@ -27,7 +27,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from agents.algos.onpolicy import OnPolicyAlgorithm, Seeds
+from agents.algos.onpolicy import OnPolicyAlgorithm
+from agents.algos.policy_gradient import Seeds
 from agents.batches import RolloutBatch
 from agents.configs.ppo import PPOAdaptiveKLConfig, PPOConfig, SurrogateConfig
 from agents.nets.policies import PolicyDistribution
@@ -137,7 +138,7 @@ class PPOAdaptiveKL(SurrogatePG):
 
     def optimize(self, seeds: Seeds) -> dict[str, torch.Tensor]:
         device = next(self.actor_critic.parameters()).device
-        self._kl_coefs = torch.tensor([member.kl_coef for member in seeds.members], device=device)  # type: ignore[attr-defined]
+        self._kl_coefs = torch.tensor([member.kl_coef for member in seeds.members], device=device)
         try:
             logs = super().optimize(seeds)
         finally:
@@ -146,8 +147,8 @@ class PPOAdaptiveKL(SurrogatePG):
             dist, _, flat = self.evaluate_seeds(seeds.network, seeds.full_batch())
             measured = self.actor_critic.distribution(flat.dist_params).kl(dist).mean(dim=-1)
         for member, member_kl in zip(seeds.members, measured.tolist()):
-            member.kl_coef = self.adapt_kl_coef(member.kl_coef, member_kl, self.config.kl_target)  # type: ignore[attr-defined]
-        logs.update(measured_kl=measured, kl_coef=torch.tensor([member.kl_coef for member in seeds.members], device=device))  # type: ignore[attr-defined]
+            member.kl_coef = self.adapt_kl_coef(member.kl_coef, member_kl, self.config.kl_target)
+        logs.update(measured_kl=measured, kl_coef=torch.tensor([member.kl_coef for member in seeds.members], device=device))
         return logs
 
     @staticmethod

@@ -24,8 +24,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from agents.algos.onpolicy import PARTS, OneSeed, OnPolicyAlgorithm, Seeds
-from agents.algos.policy_gradient import entropy_bonus, process_advantages, rollout_batch
+from agents.algos.onpolicy import OneSeed, OnPolicyAlgorithm
+from agents.algos.policy_gradient import PARTS, Seeds, entropy_bonus, process_advantages, rollout_batch
 from agents.algos.seeds import per_seed_logs, seed_axis
 from agents.api import set_gradients
 from agents.batches import RolloutBatch

@@ -21,7 +21,8 @@ from typing import ClassVar
 
 import torch
 
-from agents.algos.onpolicy import OnPolicyAlgorithm, Seeds
+from agents.algos.onpolicy import OnPolicyAlgorithm
+from agents.algos.policy_gradient import Seeds
 from agents.configs.vpg import A2CConfig, REINFORCEConfig, VPGConfig
 from agents.optim import adam
 
