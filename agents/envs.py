@@ -349,7 +349,7 @@ def normalize_observation(obs: np.ndarray, mean: np.ndarray, var: np.ndarray, cl
     return np.clip((obs - mean) / np.sqrt(var + epsilon), -clip, clip).astype(np.float32)
 
 
-def _find(envs: gym.vector.VectorEnv, wrapper_type: type) -> Any | None:
+def find_wrapper(envs: gym.vector.VectorEnv, wrapper_type: type) -> Any | None:
     env = envs
     while isinstance(env, gym.vector.VectorWrapper):
         if isinstance(env, wrapper_type):
@@ -379,11 +379,11 @@ def finished_episodes(infos: dict[str, Any]) -> list[tuple[float, int]]:
 def normalization_state(envs: gym.vector.VectorEnv) -> dict[str, Any]:
     """Running statistics of the normalization wrappers, as plain arrays (for checkpoints)."""
     state: dict[str, Any] = {}
-    obs_norm = _find(envs, NormalizeObservation)
+    obs_norm = find_wrapper(envs, NormalizeObservation)
     if obs_norm is not None:
         rms = obs_norm.obs_rms
         state["obs_rms"] = {"mean": rms.mean.copy(), "var": rms.var.copy(), "count": float(rms.count)}
-    reward_norm = _find(envs, vector_wrappers.NormalizeReward)
+    reward_norm = find_wrapper(envs, vector_wrappers.NormalizeReward)
     if reward_norm is not None:
         rms = reward_norm.return_rms
         state["return_rms"] = {"mean": np.asarray(rms.mean).copy(), "var": np.asarray(rms.var).copy(), "count": float(rms.count)}
@@ -396,7 +396,7 @@ def load_normalization_state(envs: gym.vector.VectorEnv, state: dict[str, Any]) 
         ("obs_rms", NormalizeObservation, "obs_rms"),
         ("return_rms", vector_wrappers.NormalizeReward, "return_rms"),
     ):
-        wrapper = _find(envs, wrapper_type)
+        wrapper = find_wrapper(envs, wrapper_type)
         if wrapper is None or key not in state:
             continue
         rms = getattr(wrapper, attr)
@@ -408,6 +408,6 @@ def load_normalization_state(envs: gym.vector.VectorEnv, state: dict[str, Any]) 
 def freeze_normalization(envs: gym.vector.VectorEnv, frozen: bool = True) -> None:
     """Stop (or resume) updating the running statistics, e.g. for evaluation."""
     for wrapper_type in (NormalizeObservation, vector_wrappers.NormalizeReward):
-        wrapper = _find(envs, wrapper_type)
+        wrapper = find_wrapper(envs, wrapper_type)
         if wrapper is not None:
             wrapper.update_running_mean = not frozen

@@ -39,7 +39,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from agents.api import Algorithm
-from agents.envs import NormalizeObservation, add_normalization, env_spec, load_normalization_state, normalization_state, true_next_obs
+from agents.envs import NormalizeObservation, add_normalization, env_spec, find_wrapper, load_normalization_state, normalization_state, true_next_obs
 from benchmark.config import RunSpec
 from benchmark.training.collected import Collected, RawStep
 from benchmark.training.collectors import CollectorGroup, CollectorHandle, CollectorLost
@@ -113,7 +113,7 @@ class JoinedNormalization:
         """A replaced collector's envs start new episodes: their rows' observations, normalized
         with the statistics now (one process never saw them: they are not counted)."""
         assert self.obs is not None
-        wrapper = _observation_wrapper(self.envs)
+        wrapper = find_wrapper(self.envs, NormalizeObservation)
         self.obs = self.obs.copy()  # the step's other rows were acted on as they are
         self.obs[rows] = wrapper.normalize(raw_obs) if wrapper is not None else raw_obs
 
@@ -122,7 +122,7 @@ class JoinedNormalization:
     def snapshot(self) -> dict[str, Any]:
         """The observation statistics now, as an asynchronous collector normalizes with them
         (None: observations are not normalized)."""
-        wrapper = _observation_wrapper(self.envs)
+        wrapper = find_wrapper(self.envs, NormalizeObservation)
         if wrapper is None:
             return {"mean": None}
         return {"mean": wrapper.obs_rms.mean.copy(), "var": wrapper.obs_rms.var.copy(), "clip": wrapper.clip, "epsilon": wrapper.epsilon}
@@ -132,7 +132,7 @@ class JoinedNormalization:
         update the statistics step by step (as its envs' wrapper would), and its raw rewards are
         normalized by each env's running discounted return, updated here in arrival order; its
         observations stay as the collector normalized them (what the policy acted on)."""
-        observations, rewards = _observation_wrapper(self.envs), _reward_wrapper(self.envs)
+        observations, rewards = find_wrapper(self.envs, NormalizeObservation), find_wrapper(self.envs, gym.wrappers.vector.NormalizeReward)
         normalized = part.raw["rewards"].copy()
         for t in range(part.num_steps):
             if observations is not None and observations.update_running_mean:
@@ -153,7 +153,7 @@ class JoinedNormalization:
 
     def state(self) -> dict[str, Any]:
         """Everything it holds, as tensors for a checkpoint (the reward wrapper's running returns included)."""
-        rewards = _reward_wrapper(self.envs)
+        rewards = find_wrapper(self.envs, gym.wrappers.vector.NormalizeReward)
         # np.asarray: a float count stays float64 (a plain float would become a float32 tensor)
         statistics = {name: {key: torch.as_tensor(np.asarray(value)) for key, value in stats.items()} for name, stats in normalization_state(self.envs).items()}
         return {
@@ -168,26 +168,10 @@ class JoinedNormalization:
         statistics = {name: {key: value.numpy() for key, value in stats.items()} for name, stats in state["statistics"].items()}
         load_normalization_state(self.envs, statistics)
         self.obs = None if state["obs"] is None else state["obs"].numpy()
-        rewards = _reward_wrapper(self.envs)
+        rewards = find_wrapper(self.envs, gym.wrappers.vector.NormalizeReward)
         if rewards is not None and state["accumulated_reward"] is not None:
             rewards.accumulated_reward[:] = state["accumulated_reward"].numpy()
             rewards._prev_dones[:] = state["prev_dones"].numpy()
-
-
-def _observation_wrapper(envs: gym.vector.VectorEnv) -> Any:
-    return _find(envs, NormalizeObservation)
-
-
-def _reward_wrapper(envs: gym.vector.VectorEnv) -> Any:
-    return _find(envs, gym.wrappers.vector.NormalizeReward)
-
-
-def _find(envs: gym.vector.VectorEnv, kind: type) -> Any:
-    while isinstance(envs, gym.vector.VectorWrapper):
-        if isinstance(envs, kind):
-            return envs
-        envs = envs.env
-    return None
 
 
 def _each_step(group: CollectorGroup, obs: np.ndarray) -> list[RawStep | None]:
