@@ -128,7 +128,7 @@ class SharedReplaySteps(Algorithm):
             start += len(parameters)
         given = [share.outputs["td_errors"] for share in shares if share.outputs["td_errors"] is not None]
         errors = torch.cat(given) if given and len(given) == len(shares) else None
-        if indices is not None and errors is not None:  # rows stored again since keep their new transitions' priorities
+        if asynchronous and indices is not None and errors is not None:  # rows stored again since keep their new transitions' priorities
             kept = ~self.buffer.rewritten_since(indices, written)
             indices, errors = indices[kept], errors[kept]
         self.apply_step(flat, indices, errors)
